@@ -1,0 +1,69 @@
+# redis-ratelimit: build, run and test the Redis module.
+#
+#   make run    build the module and start redis-server in the foreground on 127.0.0.1:6379
+#   make test   unit, property and integration tests (against real redis-server processes)
+#   make lint   rustfmt check and clippy with warnings as errors
+#
+# System packages come from Debian's archive: as root they are installed with apt-get,
+# otherwise the target stops and names them.
+
+CARGO ?= cargo
+MODULE := $(CURDIR)/target/release/libredis_ratelimit.so
+
+# What building needs: a C toolchain and libclang for the SDK's bindgen.
+BUILD_PACKAGES := build-essential libclang-dev
+# What running and testing need besides.
+SERVER_PACKAGES := redis-server redis-tools
+
+.PHONY: all build run test lint deps-build deps-server clean
+
+all: build
+
+build: deps-build
+	$(CARGO) build --release
+
+run: deps-server build
+	redis-server redis.conf
+
+test: deps-server build
+	RATELIMIT_MODULE=$(MODULE) $(CARGO) test --release
+
+lint: deps-build
+	$(CARGO) fmt --check
+	$(CARGO) clippy --release --all-targets -- -D warnings
+
+deps-build:
+	@$(call ensure_packages,$(BUILD_PACKAGES))
+
+deps-server: deps-build
+	@$(call ensure_packages,$(SERVER_PACKAGES))
+
+clean:
+	$(CARGO) clean
+
+# Installs the Debian packages in $(1) that are missing (as root), or stops naming them.
+# Without dpkg (not Debian), only the commands they provide are looked for.
+define ensure_packages
+missing=""; \
+for package in $(1); do \
+  if command -v dpkg-query >/dev/null 2>&1; then \
+    dpkg-query -W -f='$${Status}' $$package 2>/dev/null | grep -q "ok installed" || missing="$$missing $$package"; \
+  else \
+    case $$package in \
+      redis-server) command -v redis-server >/dev/null 2>&1 || missing="$$missing $$package" ;; \
+      redis-tools) command -v redis-cli >/dev/null 2>&1 || missing="$$missing $$package" ;; \
+      build-essential) command -v cc >/dev/null 2>&1 || missing="$$missing $$package" ;; \
+    esac; \
+  fi; \
+done; \
+if [ -n "$$missing" ]; then \
+  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+    echo "Installing system packages:$$missing"; \
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null || exit 1; \
+  else \
+    echo "Missing system packages:$$missing" >&2; \
+    echo "Install them (Debian/Ubuntu): sudo apt-get install -y$$missing" >&2; \
+    exit 1; \
+  fi; \
+fi
+endef

@@ -1,0 +1,235 @@
+//! Argument parsing shared by all commands: strict integers, and one grammar for what
+//! follows a command's required arguments:
+//!
+//! ```text
+//! [quantity] [keyword ...]
+//! ```
+//!
+//! `quantity` (default 1) is the first optional argument when present. Keywords follow, in
+//! any order, each at most once, in any letter case. Every command takes a unit keyword,
+//! `S` (seconds, the default), `MS` (milliseconds) or `US` (microseconds), which sets the
+//! unit of its period or window argument and of the times in its reply; a command can
+//! accept keywords of its own (`RL.WINDOW`'s algorithms). The redis-cell form of
+//! `CL.THROTTLE` has no keyword, so it keeps its meaning.
+
+use crate::core::time::Unit;
+use crate::error::CommandError;
+
+/// Parses a decimal `i64`: an optional `+` or `-`, then ASCII digits, nothing else (no
+/// spaces, no fraction, no exponent, no hex). `None` when `arg` is anything else or does
+/// not fit.
+pub fn parse_integer(arg: &[u8]) -> Option<i64> {
+    std::str::from_utf8(arg).ok()?.parse().ok()
+}
+
+/// Parses a required integer argument; `not_an_integer` is the error otherwise.
+pub fn integer_argument(
+    arg: &[u8],
+    not_an_integer: &'static std::ffi::CStr,
+) -> Result<i64, CommandError> {
+    parse_integer(arg).ok_or(CommandError::Message(not_an_integer))
+}
+
+/// The optional arguments every command shares.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CommonOptions {
+    /// How much this request counts for; 0 is a peek.
+    pub quantity: u64,
+    /// The unit of the period or window argument and of the reply's times.
+    pub unit: Unit,
+}
+
+impl Default for CommonOptions {
+    fn default() -> Self {
+        CommonOptions {
+            quantity: 1,
+            unit: Unit::Seconds,
+        }
+    }
+}
+
+/// The optional arguments still to be read; a command's own keyword takes its value from
+/// here.
+pub struct Tail<'a> {
+    args: &'a [&'a [u8]],
+    read: usize,
+}
+
+impl<'a> Tail<'a> {
+    /// The next argument, consuming it.
+    pub fn next_argument(&mut self) -> Option<&'a [u8]> {
+        let arg = self.args.get(self.read).copied();
+        self.read += usize::from(arg.is_some());
+        arg
+    }
+}
+
+/// Whether `arg` is `keyword`, in any letter case.
+pub fn is_keyword(arg: &[u8], keyword: &str) -> bool {
+    arg.eq_ignore_ascii_case(keyword.as_bytes())
+}
+
+fn unit_keyword(arg: &[u8]) -> Option<Unit> {
+    [
+        ("S", Unit::Seconds),
+        ("MS", Unit::Milliseconds),
+        ("US", Unit::Microseconds),
+    ]
+    .into_iter()
+    .find_map(|(keyword, unit)| is_keyword(arg, keyword).then_some(unit))
+}
+
+/// Parses the optional arguments `tail`. `command_keyword` is offered every argument that is
+/// not a unit keyword; it returns `Ok(true)` when it took it (and the values it read from
+/// the `Tail`). `syntax_error` is the reply for a keyword out of place, repeated, or
+/// unknown.
+pub fn parse_options<'a>(
+    tail: &'a [&'a [u8]],
+    syntax_error: CommandError,
+    mut command_keyword: impl FnMut(&'a [u8], &mut Tail<'a>) -> Result<bool, CommandError>,
+) -> Result<CommonOptions, CommandError> {
+    let mut options = CommonOptions::default();
+    let mut unit_given = false;
+    let mut tail = Tail {
+        args: tail,
+        read: 0,
+    };
+    while let Some(arg) = tail.next_argument() {
+        let first = tail.read == 1;
+        if let Some(unit) = unit_keyword(arg) {
+            if unit_given {
+                return Err(syntax_error);
+            }
+            unit_given = true;
+            options.unit = unit;
+        } else if command_keyword(arg, &mut tail)? {
+            // Taken by the command.
+        } else if first {
+            options.quantity = parse_quantity(arg)?;
+        } else {
+            return Err(syntax_error);
+        }
+    }
+    Ok(options)
+}
+
+fn parse_quantity(arg: &[u8]) -> Result<u64, CommandError> {
+    let quantity = integer_argument(arg, c"ERR quantity is not an integer or out of range")?;
+    u64::try_from(quantity).map_err(|_| CommandError::Message(c"ERR quantity must not be negative"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SYNTAX: CommandError = CommandError::Message(c"ERR syntax error");
+
+    fn common(tail: &[&[u8]]) -> Result<CommonOptions, CommandError> {
+        parse_options(tail, SYNTAX, |_, _| Ok(false))
+    }
+
+    fn message(error: CommandError) -> &'static str {
+        match error {
+            CommandError::Message(message) => message.to_str().unwrap(),
+            CommandError::WrongArity => "wrong arity",
+        }
+    }
+
+    #[test]
+    fn integers_are_strict_decimal() {
+        assert_eq!(parse_integer(b"0"), Some(0));
+        assert_eq!(parse_integer(b"15"), Some(15));
+        assert_eq!(parse_integer(b"+15"), Some(15));
+        assert_eq!(parse_integer(b"-15"), Some(-15));
+        assert_eq!(parse_integer(b"007"), Some(7));
+        assert_eq!(parse_integer(b"9223372036854775807"), Some(i64::MAX));
+        assert_eq!(parse_integer(b"-9223372036854775808"), Some(i64::MIN));
+        for bad in [
+            &b""[..],
+            b"+",
+            b"-",
+            b" 1",
+            b"1 ",
+            b"1.5",
+            b"1e3",
+            b"0x10",
+            b"abc",
+            b"9223372036854775808",
+            b"18446744073709551615",
+            b"1\0",
+            b"\xff1",
+            b"\xd9\xa1",
+        ] {
+            assert_eq!(parse_integer(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn nothing_optional_means_one_in_seconds() {
+        assert_eq!(
+            common(&[]),
+            Ok(CommonOptions {
+                quantity: 1,
+                unit: Unit::Seconds
+            })
+        );
+    }
+
+    #[test]
+    fn quantity_then_unit_in_any_case() {
+        assert_eq!(common(&[b"0"]).unwrap().quantity, 0);
+        assert_eq!(
+            common(&[b"7", b"ms"]).unwrap(),
+            CommonOptions {
+                quantity: 7,
+                unit: Unit::Milliseconds
+            }
+        );
+        assert_eq!(common(&[b"Us"]).unwrap().unit, Unit::Microseconds);
+        assert_eq!(common(&[b"S"]).unwrap().unit, Unit::Seconds);
+    }
+
+    #[test]
+    fn bad_quantities_say_so() {
+        assert_eq!(
+            message(common(&[b"-1"]).unwrap_err()),
+            "ERR quantity must not be negative"
+        );
+        for bad in [&b"1.5"[..], b"", b"abc", b"\xff", b"99999999999999999999"] {
+            assert_eq!(
+                message(common(&[bad]).unwrap_err()),
+                "ERR quantity is not an integer or out of range"
+            );
+        }
+    }
+
+    #[test]
+    fn keywords_out_of_place_repeated_or_unknown_are_syntax_errors() {
+        for tail in [
+            &[&b"ms"[..], b"5"][..],
+            &[b"5", b"5"],
+            &[b"ms", b"ms"],
+            &[b"ms", b"us"],
+            &[b"5", b"ms", b"extra"],
+            &[b"5", b"minutes"],
+        ] {
+            assert_eq!(common(tail), Err(SYNTAX), "{tail:?}");
+        }
+    }
+
+    #[test]
+    fn a_command_can_take_its_own_keywords_with_values() {
+        let mut seen = None;
+        let options = parse_options(&[b"3", b"BUCKETS", b"60", b"MS"], SYNTAX, |arg, tail| {
+            if is_keyword(arg, "buckets") {
+                seen = tail.next_argument().and_then(parse_integer);
+                return Ok(true);
+            }
+            Ok(false)
+        })
+        .unwrap();
+        assert_eq!(seen, Some(60));
+        assert_eq!(options.quantity, 3);
+        assert_eq!(options.unit, Unit::Milliseconds);
+    }
+}

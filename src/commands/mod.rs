@@ -1,0 +1,16 @@
+//! The commands: each parses its arguments, opens its key, runs its core and replies,
+//! through the shared layers in `crate::args` and `crate::redis`.
+
+pub mod throttle;
+
+use crate::redis::metadata::{Arg, CommandSpec};
+
+/// Every command the module registers.
+pub static ALL: [&CommandSpec; 1] = [&throttle::SPEC];
+
+/// The unit keyword all commands accept, for `COMMAND DOCS`.
+const UNIT_ARG: Arg = Arg::one_of(
+    c"unit",
+    &[Arg::token(c"S"), Arg::token(c"MS"), Arg::token(c"US")],
+)
+.optional();

@@ -1,0 +1,113 @@
+//! The byte layout of the values the module keeps in ordinary Redis string keys.
+//!
+//! Every value starts with a tag byte from `0xF8..=0xFF`. Those bytes never occur in UTF-8
+//! text, so a value written by anything else (text, JSON, a number) is never mistaken for
+//! a limiter's state, and the tag tells which command (and which layout version) wrote it:
+//! one command never reinterprets another's key.
+//!
+//! The one exception is the state redis-cell writes for the same command (decimal
+//! nanoseconds), which `CL.THROTTLE` reads so that it can replace redis-cell on live data.
+//!
+//! Values are kept to 12 bytes where possible: Redis stores a string of up to 12 bytes in
+//! a single 32-byte allocation (an embedded string, as a replica or an RDB load creates
+//! it; the master's raw string costs the same 16 + 16 bytes), the least any string value
+//! costs besides a small integer.
+
+use super::time::{Ticks, MAX_INSTANT, TICKS_PER_NANOSECOND};
+
+/// Tag of a `CL.THROTTLE` (GCRA) value, layout version 1.
+pub const GCRA_TAG: u8 = 0xF8;
+
+/// Length of a `CL.THROTTLE` value: the tag, then the TAT as an unsigned 88-bit
+/// little-endian count of ticks (2^-24 ns) since the Unix epoch.
+pub const GCRA_LEN: usize = 12;
+
+/// Length of a state written by redis-cell: its TAT in nanoseconds since the epoch, in
+/// decimal. Every instant from 2001 to 2286 has 19 digits.
+pub const REDIS_CELL_LEN: usize = 19;
+
+/// Whether a string of `len` bytes may hold a `CL.THROTTLE` state, ours or redis-cell's.
+pub fn is_gcra_length(len: usize) -> bool {
+    len == GCRA_LEN || len == REDIS_CELL_LEN
+}
+
+/// Encodes a `CL.THROTTLE` state. `tat` must lie in `0..=MAX_INSTANT`, which every TAT the
+/// core produces does.
+pub fn encode_gcra(tat: Ticks) -> [u8; GCRA_LEN] {
+    debug_assert!((0..=MAX_INSTANT).contains(&tat));
+    let mut value = [0; GCRA_LEN];
+    value[0] = GCRA_TAG;
+    value[1..].copy_from_slice(&tat.to_le_bytes()[..GCRA_LEN - 1]);
+    value
+}
+
+/// Decodes a `CL.THROTTLE` state, or `None` when the bytes are not one. A state redis-cell
+/// left behind (19 decimal digits of nanoseconds) is read too, so that switching modules
+/// keeps every limiter's state; the next admitted request rewrites it in this layout.
+pub fn decode_gcra(value: &[u8]) -> Option<Ticks> {
+    if value.len() == REDIS_CELL_LEN && value.iter().all(u8::is_ascii_digit) {
+        let nanos: u64 = std::str::from_utf8(value).ok()?.parse().ok()?;
+        return Some(Ticks::from(nanos) * TICKS_PER_NANOSECOND);
+    }
+    let (&tag, tat) = value.split_first()?;
+    if tag != GCRA_TAG || tat.len() != GCRA_LEN - 1 {
+        return None;
+    }
+    let mut bytes = [0; 16];
+    bytes[..GCRA_LEN - 1].copy_from_slice(tat);
+    Some(Ticks::from_le_bytes(bytes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::time::TICKS_PER_SECOND;
+    use proptest::prelude::*;
+
+    #[test]
+    fn layout_is_the_tag_then_little_endian_ticks() {
+        let value = encode_gcra(0x0102_0304);
+        assert_eq!(value, [0xF8, 4, 3, 2, 1, 0, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(encode_gcra(MAX_INSTANT)[1..], [0xFF; 11]);
+    }
+
+    #[test]
+    fn other_values_are_not_mistaken_for_state() {
+        let valid = encode_gcra(1_700_000_000 * TICKS_PER_SECOND);
+        assert!(decode_gcra(&valid).is_some());
+        assert_eq!(decode_gcra(b""), None);
+        assert_eq!(decode_gcra(b"hello world!"), None);
+        assert_eq!(decode_gcra(b"170000000000"), None);
+        assert_eq!(decode_gcra(&valid[..11]), None);
+        let mut longer = valid.to_vec();
+        longer.push(0);
+        assert_eq!(decode_gcra(&longer), None);
+        let mut retagged = valid;
+        retagged[0] = 0xF9;
+        assert_eq!(decode_gcra(&retagged), None);
+    }
+
+    #[test]
+    fn redis_cell_states_are_read_as_nanoseconds() {
+        let nanos = 1_795_282_310_692_123_456_u64;
+        let tat = decode_gcra(nanos.to_string().as_bytes()).unwrap();
+        assert_eq!(tat, Ticks::from(nanos) * TICKS_PER_NANOSECOND);
+        assert!(is_gcra_length(19) && is_gcra_length(12) && !is_gcra_length(18));
+        assert_eq!(decode_gcra(b"179528231069212345x"), None);
+        assert_eq!(decode_gcra(b"-79528231069212345"), None);
+        assert_eq!(decode_gcra(b"+795282310692123456"), None);
+        assert_eq!(decode_gcra(b"17952823106921234567"), None);
+    }
+
+    proptest! {
+        #[test]
+        fn round_trips(tat in 0..=MAX_INSTANT) {
+            prop_assert_eq!(decode_gcra(&encode_gcra(tat)), Some(tat));
+        }
+
+        #[test]
+        fn utf8_text_is_never_state(text in ".{12}") {
+            prop_assert_eq!(decode_gcra(text.as_bytes()), None);
+        }
+    }
+}

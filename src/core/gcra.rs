@@ -1,0 +1,470 @@
+//! GCRA, the generic cell rate algorithm: a leaky bucket kept as one instant, the
+//! theoretical arrival time (TAT) of the next request if requests came exactly at the rate.
+//!
+//! With emission interval `T = period / count` and tolerance `tau = T * (max_burst + 1)`:
+//! a request of quantity `q` at `now` moves the TAT to `max(tat, now) + T * q` and is
+//! admitted when that new TAT minus `tau` is not after `now`. The bucket is full again (and
+//! the state can be forgotten) once `now` reaches the TAT. This is redis-cell's algorithm;
+//! the replies match it, without its overflow and rounding defects.
+
+use super::time::{Ticks, Unit, MAX_SPAN};
+use super::verdict::Verdict;
+
+/// Why a set of GCRA parameters is refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GcraError {
+    /// `max_burst` below zero.
+    NegativeBurst,
+    /// `count` zero or below.
+    NonPositiveCount,
+    /// `period` zero or below.
+    NonPositivePeriod,
+    /// More than 2^24 per nanosecond: the emission interval would be below one tick.
+    RateTooHigh,
+    /// `(max_burst + 1) * period / count` longer than [`MAX_SPAN`] (about 292 years).
+    BurstTooLong,
+}
+
+/// A GCRA limiter's parameters, validated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Gcra {
+    /// `T`: the time one unit of quantity occupies in the bucket.
+    interval: Ticks,
+    /// `tau`: the bucket's size in time, `interval * limit`.
+    tolerance: Ticks,
+    /// `max_burst + 1`: the most admitted at once.
+    limit: i64,
+}
+
+/// The decision for one request and the state to store.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GcraOutcome {
+    /// The reply, before rounding.
+    pub verdict: Verdict,
+    /// The new TAT to store (and to expire the key at), or `None` when nothing changes:
+    /// a refused request or a peek.
+    pub new_tat: Option<Ticks>,
+}
+
+impl Gcra {
+    /// Validates redis-cell's parameters: `count` per `period` (in `unit`s), with bursts of
+    /// up to `max_burst + 1`.
+    ///
+    /// The emission interval is rounded up to a whole tick (2^-24 ns), so the long-run rate
+    /// never exceeds `count / period`.
+    pub fn new(max_burst: i64, count: i64, period: i64, unit: Unit) -> Result<Gcra, GcraError> {
+        if max_burst < 0 {
+            return Err(GcraError::NegativeBurst);
+        }
+        if count <= 0 {
+            return Err(GcraError::NonPositiveCount);
+        }
+        if period <= 0 {
+            return Err(GcraError::NonPositivePeriod);
+        }
+        let limit = max_burst.checked_add(1).ok_or(GcraError::BurstTooLong)?;
+        // At most i64::MAX seconds in ticks: about 1.5e35, far inside i128.
+        let period = Ticks::from(period) * unit.ticks();
+        let count = Ticks::from(count);
+        if period < count {
+            return Err(GcraError::RateTooHigh);
+        }
+        let interval = (period + count - 1) / count;
+        let tolerance = interval
+            .checked_mul(Ticks::from(limit))
+            .filter(|&tolerance| tolerance <= MAX_SPAN)
+            .ok_or(GcraError::BurstTooLong)?;
+        Ok(Gcra {
+            interval,
+            tolerance,
+            limit,
+        })
+    }
+
+    /// `max_burst + 1`: the largest quantity ever admitted at once.
+    pub fn limit(&self) -> i64 {
+        self.limit
+    }
+
+    /// Decides a request of `quantity` at `now`, given the stored TAT (`None` for a new or
+    /// expired key). A `quantity` of 0 is a peek: it reports the state and never writes.
+    pub fn apply(&self, stored_tat: Option<Ticks>, now: Ticks, quantity: u64) -> GcraOutcome {
+        let tat = stored_tat.map_or(now, |stored| stored.max(now));
+        // How far the bucket is from full, in time: the current reset_after.
+        let backlog = tat - now;
+        let refuse = |retry_after| GcraOutcome {
+            verdict: Verdict {
+                limited: true,
+                limit: self.limit,
+                remaining: self.remaining(backlog),
+                retry_after,
+                reset_after: backlog,
+            },
+            new_tat: None,
+        };
+        // Checked first: a quantity above the limit never fits, and T * quantity could
+        // overflow.
+        if quantity > self.limit as u64 {
+            return refuse(None);
+        }
+        let new_tat = tat + self.interval * Ticks::from(quantity);
+        let allow_at = new_tat - self.tolerance;
+        if now < allow_at {
+            return refuse(Some(allow_at - now));
+        }
+        let backlog = new_tat - now;
+        GcraOutcome {
+            verdict: Verdict {
+                limited: false,
+                limit: self.limit,
+                remaining: self.remaining(backlog),
+                retry_after: None,
+                reset_after: backlog,
+            },
+            new_tat: (quantity > 0).then_some(new_tat),
+        }
+    }
+
+    /// Whole units of quantity that still fit in the bucket: at most `limit`, never negative
+    /// (the bucket can be over-full after its parameters were tightened).
+    fn remaining(&self, backlog: Ticks) -> i64 {
+        let room = self.tolerance - backlog;
+        if room <= 0 {
+            0
+        } else {
+            // room <= tolerance = interval * limit, so this is at most limit.
+            (room / self.interval) as i64
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::time::{
+        Rounding, TICKS_PER_MICROSECOND, TICKS_PER_MILLISECOND, TICKS_PER_NANOSECOND,
+        TICKS_PER_SECOND,
+    };
+    use proptest::prelude::*;
+
+    /// A limiter and its stored TAT, driven by a controlled clock.
+    struct Bucket {
+        gcra: Gcra,
+        tat: Option<Ticks>,
+    }
+
+    impl Bucket {
+        fn new(max_burst: i64, count: i64, period: i64) -> Bucket {
+            Bucket {
+                gcra: Gcra::new(max_burst, count, period, Unit::Seconds).unwrap(),
+                tat: None,
+            }
+        }
+
+        /// One call at `now`, replied in seconds as redis-cell does.
+        fn call(&mut self, now: Ticks, quantity: u64) -> [i64; 5] {
+            let outcome = self.gcra.apply(self.tat, now, quantity);
+            if let Some(tat) = outcome.new_tat {
+                self.tat = Some(tat);
+            }
+            outcome.verdict.to_reply(Unit::Seconds, Rounding::RedisCell)
+        }
+    }
+
+    const START: Ticks = 1_700_000_000 * TICKS_PER_SECOND;
+
+    fn ms(millis: i64) -> Ticks {
+        Ticks::from(millis) * TICKS_PER_MILLISECOND
+    }
+
+    /// redis-cell's own test table (src/cell/mod.rs, `it_rate_limits`), as replies.
+    #[test]
+    fn matches_redis_cell_on_its_controlled_clock_table() {
+        let mut bucket = Bucket::new(4, 1, 1);
+        let cases: [(Ticks, u64, [i64; 5]); 15] = [
+            (START, 6, [1, 5, 5, -1, 0]),
+            (START, 1, [0, 5, 4, -1, 1]),
+            (START, 1, [0, 5, 3, -1, 2]),
+            (START, 1, [0, 5, 2, -1, 3]),
+            (START, 1, [0, 5, 1, -1, 4]),
+            (START, 1, [0, 5, 0, -1, 5]),
+            (START, 1, [1, 5, 0, 1, 5]),
+            (START + ms(3_000), 1, [0, 5, 2, -1, 3]),
+            (START + ms(3_100), 1, [0, 5, 1, -1, 4]),
+            (START + ms(4_000), 1, [0, 5, 1, -1, 4]),
+            (START + ms(8_000), 1, [0, 5, 4, -1, 1]),
+            (START + ms(9_500), 1, [0, 5, 4, -1, 1]),
+            (START + ms(9_500), 0, [0, 5, 4, -1, 1]),
+            (START + ms(9_500), 2, [0, 5, 2, -1, 3]),
+            (START + ms(9_500), 5, [1, 5, 2, 3, 3]),
+        ];
+        for (number, (now, quantity, expected)) in cases.into_iter().enumerate() {
+            assert_eq!(bucket.call(now, quantity), expected, "case {number}");
+        }
+    }
+
+    #[test]
+    fn exact_times_behind_the_controlled_clock_table() {
+        let gcra = Gcra::new(4, 1, 1, Unit::Seconds).unwrap();
+        // After five at START and one at +3.0 s, the TAT is START + 6 s.
+        let at = START + ms(3_100);
+        let outcome = gcra.apply(Some(START + ms(6_000)), at, 1);
+        assert_eq!(outcome.new_tat, Some(START + ms(7_000)));
+        assert_eq!(outcome.verdict.reset_after, ms(3_900));
+        assert_eq!(outcome.verdict.remaining, 1);
+        // A request for five when only two fit: wait until three have leaked.
+        let outcome = gcra.apply(Some(START + ms(12_500)), START + ms(9_500), 5);
+        assert!(outcome.verdict.limited);
+        assert_eq!(outcome.verdict.retry_after, Some(ms(3_000)));
+        assert_eq!(outcome.new_tat, None);
+    }
+
+    /// The burst vectors of ../shared/notes/redis-cell.md: the clock barely moves (10 us a
+    /// call here), as on a live server.
+    #[test]
+    fn matches_redis_cell_on_bursts() {
+        let step = 10 * TICKS_PER_MICROSECOND;
+        let run = |bucket: &mut Bucket, calls: &[(u64, [i64; 5])]| {
+            let mut now = START;
+            for (quantity, expected) in calls {
+                assert_eq!(bucket.call(now, *quantity), *expected);
+                now += step;
+            }
+        };
+        run(&mut Bucket::new(15, 30, 60), &[(1, [0, 16, 15, -1, 2])]);
+        run(&mut Bucket::new(4, 1, 1), &[(6, [1, 5, 5, -1, 0])]);
+        run(
+            &mut Bucket::new(4, 1, 1),
+            &[
+                (1, [0, 5, 4, -1, 1]),
+                (1, [0, 5, 3, -1, 2]),
+                (1, [0, 5, 2, -1, 3]),
+                (1, [0, 5, 1, -1, 4]),
+                (1, [0, 5, 0, -1, 5]),
+                (1, [1, 5, 0, 1, 5]),
+            ],
+        );
+        run(
+            &mut Bucket::new(0, 1, 2),
+            &[(1, [0, 1, 0, -1, 2]), (1, [1, 1, 0, 2, 2])],
+        );
+        run(&mut Bucket::new(5, 5, 3600), &[(1, [0, 6, 5, -1, 720])]);
+    }
+
+    #[test]
+    fn a_peek_on_a_new_key_reports_a_full_bucket_and_writes_nothing() {
+        let gcra = Gcra::new(4, 1, 1, Unit::Seconds).unwrap();
+        let outcome = gcra.apply(None, START, 0);
+        assert_eq!(outcome.new_tat, None);
+        assert_eq!(
+            outcome.verdict.to_reply(Unit::Seconds, Rounding::RedisCell),
+            [0, 5, 5, -1, 0]
+        );
+    }
+
+    #[test]
+    fn an_oversized_quantity_keeps_the_current_state() {
+        let gcra = Gcra::new(4, 1, 1, Unit::Seconds).unwrap();
+        let outcome = gcra.apply(Some(START + ms(2_000)), START, 6);
+        assert_eq!(outcome.new_tat, None);
+        assert_eq!(
+            outcome.verdict.to_reply(Unit::Seconds, Rounding::RedisCell),
+            [1, 5, 3, -1, 2]
+        );
+        let outcome = gcra.apply(None, START, u64::MAX);
+        assert_eq!(outcome.verdict.remaining, 5);
+        assert_eq!(outcome.verdict.retry_after, None);
+    }
+
+    #[test]
+    fn a_stale_tat_counts_as_a_full_bucket() {
+        let gcra = Gcra::new(4, 1, 1, Unit::Seconds).unwrap();
+        let outcome = gcra.apply(Some(START - ms(500)), START, 6);
+        assert_eq!(outcome.verdict.remaining, 5);
+        assert_eq!(outcome.verdict.reset_after, 0);
+    }
+
+    #[test]
+    fn milliseconds_give_sub_second_periods() {
+        // 10 per 100 ms, burst 1: T = 10 ms.
+        let gcra = Gcra::new(1, 10, 100, Unit::Milliseconds).unwrap();
+        let first = gcra.apply(None, START, 1);
+        assert_eq!(first.new_tat, Some(START + ms(10)));
+        let second = gcra.apply(first.new_tat, START, 1);
+        let third = gcra.apply(second.new_tat, START, 1);
+        assert!(third.verdict.limited);
+        assert_eq!(
+            third.verdict.to_reply(Unit::Milliseconds, Rounding::Up),
+            [1, 2, 0, 10, 20]
+        );
+    }
+
+    #[test]
+    fn a_million_per_second_is_exact() {
+        let gcra = Gcra::new(999, 1_000_000, 1, Unit::Seconds).unwrap();
+        assert_eq!(gcra.interval, TICKS_PER_MICROSECOND);
+        let mut tat = None;
+        let mut admitted = 0;
+        for _ in 0..2_000 {
+            let outcome = gcra.apply(tat, START, 1);
+            assert!(outcome.verdict.remaining <= 1_000);
+            if let Some(new_tat) = outcome.new_tat {
+                tat = Some(new_tat);
+                admitted += 1;
+            }
+        }
+        assert_eq!(admitted, 1_000);
+        // One millisecond later exactly a thousand more fit.
+        let later = START + ms(1);
+        let peek = gcra.apply(tat, later, 0);
+        assert_eq!(peek.verdict.remaining, 1_000);
+    }
+
+    #[test]
+    fn fractional_intervals_keep_the_long_run_rate() {
+        // 3 per second: T is 333,333,333.33 ns; a million requests take a million thirds of a
+        // second, not a nanosecond more or less than a tick apiece.
+        let gcra = Gcra::new(0, 3, 1, Unit::Seconds).unwrap();
+        assert_eq!(gcra.interval, (TICKS_PER_SECOND + 2) / 3);
+        let mut tat = START;
+        for _ in 0..1_000_000 {
+            // Each request arrives exactly at the TAT, so each is admitted.
+            tat = gcra.apply(Some(tat), tat, 1).new_tat.unwrap();
+        }
+        let elapsed = tat - START;
+        let exact = 1_000_000 * TICKS_PER_SECOND / 3;
+        assert!(
+            elapsed >= exact && elapsed - exact < 1_000_000,
+            "{elapsed} vs {exact}"
+        );
+        // Rates above one per nanosecond stay exact too.
+        let fast = Gcra::new(0, 3_000_000_000, 1, Unit::Seconds).unwrap();
+        assert_eq!(fast.interval, (TICKS_PER_NANOSECOND + 2) / 3);
+    }
+
+    #[test]
+    fn refuses_parameters_it_cannot_honour() {
+        let err = |b, c, p, u| Gcra::new(b, c, p, u).unwrap_err();
+        assert_eq!(err(-1, 1, 1, Unit::Seconds), GcraError::NegativeBurst);
+        assert_eq!(err(0, 0, 1, Unit::Seconds), GcraError::NonPositiveCount);
+        assert_eq!(err(0, -3, 1, Unit::Seconds), GcraError::NonPositiveCount);
+        assert_eq!(err(0, 1, 0, Unit::Seconds), GcraError::NonPositivePeriod);
+        assert_eq!(err(0, 1, -60, Unit::Seconds), GcraError::NonPositivePeriod);
+        assert_eq!(
+            err(0, i64::MAX, 1, Unit::Microseconds),
+            GcraError::RateTooHigh
+        );
+        assert_eq!(err(i64::MAX, 1, 1, Unit::Seconds), GcraError::BurstTooLong);
+        assert_eq!(err(0, 1, i64::MAX, Unit::Seconds), GcraError::BurstTooLong);
+        assert_eq!(
+            err(i64::MAX - 1, 1, i64::MAX, Unit::Seconds),
+            GcraError::BurstTooLong
+        );
+        // 292 years is the edge.
+        assert!(Gcra::new(0, 1, 292 * 365 * 86_400, Unit::Seconds).is_ok());
+        assert!(Gcra::new(0, 1, 293 * 365 * 86_400, Unit::Seconds).is_err());
+        // The largest burst at a very high rate is fine; 2^24 per nanosecond is the edge.
+        assert!(Gcra::new(i64::MAX - 1, 1_000_000_000_000_000, 1, Unit::Seconds).is_ok());
+        assert!(Gcra::new(0, 16_777_216_000, 1, Unit::Microseconds).is_ok());
+        assert_eq!(
+            err(0, 16_777_216_001, 1, Unit::Microseconds),
+            GcraError::RateTooHigh
+        );
+    }
+
+    /// A stream of requests: (microseconds since the previous one, quantity).
+    fn requests() -> impl Strategy<Value = Vec<(i64, u64)>> {
+        prop::collection::vec((0i64..3_000_000, 0u64..8), 1..200)
+    }
+
+    proptest! {
+        /// GCRA's bound: between any two admitted requests at t_i <= t_j, the admitted
+        /// quantity is at most (t_j - t_i + tau) / T.
+        #[test]
+        fn never_admits_more_than_the_rate_allows(
+            max_burst in 0i64..10,
+            count in 1i64..50,
+            period in 1i64..5,
+            stream in requests(),
+        ) {
+            let gcra = Gcra::new(max_burst, count, period, Unit::Seconds).unwrap();
+            let mut tat = None;
+            let mut now = START;
+            let mut admitted: Vec<(Ticks, u64)> = Vec::new();
+            for (gap, quantity) in stream {
+                now += Ticks::from(gap) * TICKS_PER_MICROSECOND;
+                let outcome = gcra.apply(tat, now, quantity);
+                let verdict = outcome.verdict;
+                prop_assert!(verdict.remaining >= 0 && verdict.remaining <= verdict.limit);
+                prop_assert!(verdict.reset_after >= 0 && verdict.reset_after <= gcra.tolerance);
+                if !verdict.limited && quantity > 0 {
+                    prop_assert_eq!(outcome.new_tat, Some(now + verdict.reset_after));
+                    tat = outcome.new_tat;
+                    admitted.push((now, quantity));
+                } else {
+                    prop_assert_eq!(outcome.new_tat, None);
+                }
+            }
+            for i in 0..admitted.len() {
+                let mut total = 0u64;
+                for &(at, quantity) in &admitted[i..] {
+                    total += quantity;
+                    let bound = (at - admitted[i].0 + gcra.tolerance) / gcra.interval;
+                    prop_assert!(Ticks::from(total) <= bound);
+                }
+            }
+        }
+
+        /// retry_after is exact: waiting it admits the same request, a tick less does not;
+        /// after reset_after the bucket is full again.
+        #[test]
+        fn retry_and_reset_times_are_exact(
+            max_burst in 0i64..10,
+            count in 1i64..50,
+            period in 1i64..5,
+            stream in requests(),
+            quantity in 1u64..12,
+        ) {
+            let gcra = Gcra::new(max_burst, count, period, Unit::Seconds).unwrap();
+            let mut tat = None;
+            let mut now = START;
+            for (gap, q) in stream {
+                now += Ticks::from(gap) * TICKS_PER_MICROSECOND;
+                if let Some(new_tat) = gcra.apply(tat, now, q).new_tat {
+                    tat = Some(new_tat);
+                }
+            }
+            let verdict = gcra.apply(tat, now, quantity).verdict;
+            if let Some(wait) = verdict.retry_after {
+                prop_assert!(verdict.limited);
+                prop_assert!(!gcra.apply(tat, now + wait, quantity).verdict.limited);
+                prop_assert!(gcra.apply(tat, now + wait - 1, quantity).verdict.limited);
+            }
+            let full = gcra.apply(tat, now + gcra.apply(tat, now, 0).verdict.reset_after, 0);
+            prop_assert_eq!(full.verdict.remaining, gcra.limit());
+        }
+
+        /// Any clock, any stored state (a clock stepped back, parameters changed): no panic,
+        /// and every reply stays in range.
+        #[test]
+        fn any_clock_and_state_gives_a_sane_reply(
+            max_burst in 0i64..i64::MAX,
+            count in 1i64..i64::MAX,
+            period in 1i64..1_000_000,
+            stored in proptest::option::of(0..=crate::core::time::MAX_INSTANT),
+            now in 0..=(i64::MAX as Ticks * TICKS_PER_NANOSECOND),
+            quantity in any::<u64>(),
+        ) {
+            if let Ok(gcra) = Gcra::new(max_burst, count, period, Unit::Milliseconds) {
+                let outcome = gcra.apply(stored, now, quantity);
+                let reply = outcome.verdict.to_reply(Unit::Microseconds, Rounding::Up);
+                prop_assert!(reply[2] >= 0 && reply[2] <= reply[1]);
+                prop_assert!(reply[3] >= -1 && reply[4] >= 0);
+                if let Some(tat) = outcome.new_tat {
+                    prop_assert!(tat <= now + gcra.tolerance);
+                    prop_assert!(tat <= crate::core::time::MAX_INSTANT);
+                }
+            }
+        }
+    }
+}

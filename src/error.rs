@@ -1,0 +1,24 @@
+//! The errors a command replies with. Messages are static C strings: replying with one
+//! allocates nothing, and no user input is ever echoed into a reply or a log.
+
+use std::ffi::CStr;
+
+/// An error reply.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CommandError {
+    /// Too few or too many arguments: Redis' own `ERR wrong number of arguments for '...'
+    /// command`.
+    WrongArity,
+    /// Any other error, with its full message (`ERR ...` or `WRONGTYPE ...`).
+    Message(&'static CStr),
+}
+
+impl CommandError {
+    /// The key holds another type, or a string that is not this command's state.
+    pub const WRONG_TYPE: CommandError =
+        CommandError::Message(c"WRONGTYPE Operation against a key holding the wrong kind of value");
+
+    /// A panic was caught (a bug): Redis keeps running and the panic is in its log.
+    pub const INTERNAL: CommandError =
+        CommandError::Message(c"ERR internal error in the ratelimit module (see the server log)");
+}

@@ -1,0 +1,34 @@
+//! The server's clock, read once per command, on the master only: replicas and AOF replays
+//! apply the master's absolute times and never read a clock of their own.
+
+use redis_module::raw;
+
+use crate::core::time::{from_micros, Ticks};
+
+/// Microseconds since the epoch at which readings are capped (2^63 - 1 ns, in 2262), so that
+/// every instant a limiter derives from the clock stays representable.
+const LATEST_MICROS: i64 = i64::MAX / 1_000;
+
+/// The current time. On Redis 7.2+ and Valkey this is the server's cached command time,
+/// the instant Redis itself uses for expiry, constant through a command, a MULTI/EXEC
+/// or a script; on 7.0 it is the real-time clock, with microsecond precision.
+pub fn now() -> Ticks {
+    // SAFETY: the function pointer, when present, was filled in by Redis at load.
+    let micros = match unsafe { raw::RedisModule_CachedMicroseconds } {
+        Some(cached_micros) => unsafe { cached_micros() },
+        None => realtime_micros(),
+    };
+    from_micros(micros.clamp(0, LATEST_MICROS))
+}
+
+fn realtime_micros() -> i64 {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid clock id and a valid out-pointer; CLOCK_REALTIME cannot fail.
+    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut now) };
+    now.tv_sec
+        .saturating_mul(1_000_000)
+        .saturating_add(now.tv_nsec / 1_000)
+}

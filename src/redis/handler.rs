@@ -1,0 +1,126 @@
+//! The bridge from Redis' command callback to a command's body: arguments as byte slices
+//! (no copies, no allocation), every panic caught before it can reach Redis, and the
+//! reply written only once the body has finished, so a reply is never left half-built.
+
+use std::ffi::{c_int, CString};
+use std::panic::{self, AssertUnwindSafe};
+
+use redis_module::raw;
+
+use crate::error::CommandError;
+
+/// The most arguments any command accepts, counting its name; more is a wrong arity.
+const MAX_ARGUMENTS: usize = 16;
+
+/// One call of a command.
+pub struct Invocation<'a> {
+    /// The Redis context of the call.
+    pub ctx: *mut raw::RedisModuleCtx,
+    /// The arguments as Redis strings, the command's name first.
+    argv: &'a [*mut raw::RedisModuleString],
+    /// The same arguments as bytes.
+    pub args: &'a [&'a [u8]],
+}
+
+impl Invocation<'_> {
+    /// The first argument, which is the key for every command of this module.
+    pub fn key_name(&self) -> *mut raw::RedisModuleString {
+        self.argv[1]
+    }
+}
+
+/// A command's body: its reply is always the same five integers, or an error.
+pub type CommandBody = fn(&Invocation) -> Result<[i64; 5], CommandError>;
+
+/// Runs `body` for a call with `argc` arguments, of which at least `min_arguments`.
+///
+/// # Safety
+/// `ctx`, `argv` and `argc` must come from Redis' command callback.
+pub unsafe fn run(
+    ctx: *mut raw::RedisModuleCtx,
+    argv: *mut *mut raw::RedisModuleString,
+    argc: c_int,
+    min_arguments: usize,
+    body: CommandBody,
+) -> c_int {
+    let result = panic::catch_unwind(AssertUnwindSafe(|| {
+        let count = usize::try_from(argc).unwrap_or(0);
+        if argv.is_null() || count < min_arguments || count > MAX_ARGUMENTS {
+            return Err(CommandError::WrongArity);
+        }
+        // SAFETY: Redis passes `argc` valid strings in `argv`.
+        let argv = unsafe { std::slice::from_raw_parts(argv, count) };
+        let mut bytes: [&[u8]; MAX_ARGUMENTS] = [&[]; MAX_ARGUMENTS];
+        for (slot, &arg) in bytes.iter_mut().zip(argv) {
+            *slot = unsafe { string_bytes(arg) };
+        }
+        body(&Invocation {
+            ctx,
+            argv,
+            args: &bytes[..count],
+        })
+    }));
+    let result = result.unwrap_or(Err(CommandError::INTERNAL));
+    unsafe {
+        match result {
+            Ok(values) => reply_integers(ctx, &values),
+            Err(error) => reply_error(ctx, error),
+        }
+    }
+    raw::Status::Ok as c_int
+}
+
+/// The bytes of a Redis string, borrowed.
+///
+/// # Safety
+/// `string` must be a live Redis string; the slice must not outlive it.
+unsafe fn string_bytes<'a>(string: *mut raw::RedisModuleString) -> &'a [u8] {
+    let mut len = 0;
+    let ptr = unsafe { raw::RedisModule_StringPtrLen.unwrap()(string, &mut len) };
+    if ptr.is_null() || len == 0 {
+        &[]
+    } else {
+        unsafe { std::slice::from_raw_parts(ptr.cast(), len) }
+    }
+}
+
+unsafe fn reply_integers(ctx: *mut raw::RedisModuleCtx, values: &[i64]) {
+    unsafe {
+        raw::RedisModule_ReplyWithArray.unwrap()(ctx, values.len() as _);
+        for &value in values {
+            raw::RedisModule_ReplyWithLongLong.unwrap()(ctx, value);
+        }
+    }
+}
+
+unsafe fn reply_error(ctx: *mut raw::RedisModuleCtx, error: CommandError) {
+    unsafe {
+        match error {
+            CommandError::WrongArity => {
+                raw::RedisModule_WrongArity.unwrap()(ctx);
+            }
+            CommandError::Message(message) => {
+                raw::RedisModule_ReplyWithError.unwrap()(ctx, message.as_ptr());
+            }
+        }
+    }
+}
+
+/// Sends panic messages to the Redis log (as data, never as a format string) instead of
+/// the server's stderr, which may go nowhere.
+pub fn log_panics_to_redis() {
+    panic::set_hook(Box::new(|info| {
+        let message = CString::new(format!("ratelimit module panic: {info}").replace('\0', " "))
+            .unwrap_or_default();
+        if let Some(log) = unsafe { raw::RedisModule_Log } {
+            unsafe {
+                log(
+                    std::ptr::null_mut(),
+                    c"warning".as_ptr(),
+                    c"%s".as_ptr(),
+                    message.as_ptr(),
+                )
+            };
+        }
+    }));
+}

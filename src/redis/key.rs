@@ -1,0 +1,153 @@
+//! A limiter's key, through Redis' low-level key API: one lookup, the value read and
+//! rewritten in place, an absolute expiry, and the change propagated to replicas and the
+//! AOF as its effect, `SET key value PXAT expiry`, never as the command.
+//!
+//! Propagating the effect with absolute times is what makes replication deterministic: a
+//! replica, an AOF replay or a restart applies the master's bytes and the master's expiry,
+//! whatever its own clock says. The value is an ordinary string, so replicas need nothing
+//! from the module to hold it.
+
+use std::ffi::{c_int, c_longlong};
+
+use redis_module::raw;
+
+use crate::error::CommandError;
+
+/// How a command uses the key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Access {
+    /// Only reads it: peeks, and requests that can never be admitted.
+    Read,
+    /// May write it.
+    Write,
+}
+
+/// An open key holding (or about to hold) a limiter's state. Closed on drop.
+pub struct LimiterKey {
+    ctx: *mut raw::RedisModuleCtx,
+    name: *mut raw::RedisModuleString,
+    /// Null when opened for reading and the key does not exist.
+    key: *mut raw::RedisModuleKey,
+}
+
+impl LimiterKey {
+    /// Opens `name` for `access`. Opening does not create the key, and opening for writing
+    /// signals nothing to `WATCH` or client tracking until something is written.
+    pub fn open(
+        ctx: *mut raw::RedisModuleCtx,
+        name: *mut raw::RedisModuleString,
+        access: Access,
+    ) -> LimiterKey {
+        let mode = match access {
+            Access::Read => raw::REDISMODULE_READ,
+            Access::Write => raw::REDISMODULE_READ | raw::REDISMODULE_WRITE,
+        };
+        // SAFETY: `ctx` and `name` come from the running command.
+        let key = unsafe { raw::RedisModule_OpenKey.unwrap()(ctx, name, mode as c_int) };
+        LimiterKey { ctx, name, key }
+    }
+
+    /// The key's value: `None` when the key does not exist, its bytes when it is a string
+    /// whose length `state_length` accepts, `WRONGTYPE` for anything else.
+    ///
+    /// The length is checked before the bytes are touched: reading a string through the key
+    /// API converts an integer-encoded value to a raw one (the same bytes, another internal
+    /// encoding), and a key that is not ours should be left exactly as it was. Only an
+    /// integer whose decimal form has a state's exact length still goes through that
+    /// conversion before being refused.
+    pub fn read(
+        &self,
+        state_length: impl Fn(usize) -> bool,
+    ) -> Result<Option<&[u8]>, CommandError> {
+        // SAFETY: `self.key` is open (or null, which KeyType accepts).
+        let key_type = unsafe { raw::RedisModule_KeyType.unwrap()(self.key) };
+        if key_type == raw::REDISMODULE_KEYTYPE_EMPTY as c_int {
+            return Ok(None);
+        }
+        if key_type != raw::REDISMODULE_KEYTYPE_STRING as c_int
+            || !state_length(unsafe { raw::RedisModule_ValueLength.unwrap()(self.key) })
+        {
+            return Err(CommandError::WRONG_TYPE);
+        }
+        let mut len = 0;
+        let ptr = unsafe {
+            raw::RedisModule_StringDMA.unwrap()(self.key, &mut len, raw::REDISMODULE_READ as c_int)
+        };
+        if ptr.is_null() {
+            return Err(CommandError::WRONG_TYPE);
+        }
+        // SAFETY: DMA gives `len` readable bytes, valid until the key is modified, which
+        // `write` (taking `&mut self`) cannot do while this borrow lives.
+        Ok(Some(unsafe {
+            std::slice::from_raw_parts(ptr.cast::<u8>(), len)
+        }))
+    }
+
+    /// Stores `value` with an absolute expiry (Unix milliseconds), then propagates the
+    /// change as `SET key value PXAT expiry` and signals it to `WATCH` and client tracking.
+    /// The key must have been opened for [`Access::Write`].
+    pub fn write(&mut self, value: &[u8], expire_at_ms: i64) -> Result<(), CommandError> {
+        if !self.store(value, expire_at_ms) {
+            // Unreachable with a key opened for writing, but a key must never be left
+            // without its expiry, nor differ from the replicas.
+            unsafe {
+                raw::RedisModule_DeleteKey.unwrap()(self.key);
+                raw::RedisModule_Replicate.unwrap()(
+                    self.ctx,
+                    c"DEL".as_ptr(),
+                    c"s".as_ptr(),
+                    self.name,
+                );
+            }
+            return Err(CommandError::INTERNAL);
+        }
+        unsafe {
+            raw::RedisModule_Replicate.unwrap()(
+                self.ctx,
+                c"SET".as_ptr(),
+                c"sbcl".as_ptr(),
+                self.name,
+                value.as_ptr(),
+                value.len(),
+                c"PXAT".as_ptr(),
+                expire_at_ms as c_longlong,
+            );
+            raw::RedisModule_SignalModifiedKey.unwrap()(self.ctx, self.name);
+        }
+        Ok(())
+    }
+
+    /// Writes the bytes in place (creating or resizing the string only when needed) and the
+    /// expiry. False if Redis refused either.
+    fn store(&mut self, value: &[u8], expire_at_ms: i64) -> bool {
+        let ok = raw::Status::Ok as c_int;
+        unsafe {
+            let current = raw::RedisModule_ValueLength.unwrap()(self.key);
+            let exists = raw::RedisModule_KeyType.unwrap()(self.key)
+                != raw::REDISMODULE_KEYTYPE_EMPTY as c_int;
+            if (!exists || current != value.len())
+                && raw::RedisModule_StringTruncate.unwrap()(self.key, value.len()) != ok
+            {
+                return false;
+            }
+            let mut len = 0;
+            let ptr = raw::RedisModule_StringDMA.unwrap()(
+                self.key,
+                &mut len,
+                raw::REDISMODULE_WRITE as c_int,
+            );
+            if ptr.is_null() || len != value.len() {
+                return false;
+            }
+            std::ptr::copy_nonoverlapping(value.as_ptr(), ptr.cast::<u8>(), len);
+            raw::RedisModule_SetAbsExpire.unwrap()(self.key, expire_at_ms) == ok
+        }
+    }
+}
+
+impl Drop for LimiterKey {
+    fn drop(&mut self) {
+        // SAFETY: CloseKey accepts null, and the key is closed once.
+        unsafe { raw::RedisModule_CloseKey.unwrap()(self.key) };
+    }
+}

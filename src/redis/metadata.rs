@@ -1,0 +1,235 @@
+//! Command registration: the command itself, then everything `COMMAND INFO` and
+//! `COMMAND DOCS` show (arity, key specs, summary, arguments for redis-cli's hints) where
+//! the server supports it (Redis 7.0+); older servers get the command without them.
+
+use std::ffi::{c_int, CStr};
+use std::mem::size_of;
+use std::ptr;
+
+use redis_module::raw;
+
+/// The C signature of a command callback.
+pub type Handler = unsafe extern "C" fn(
+    *mut raw::RedisModuleCtx,
+    *mut *mut raw::RedisModuleString,
+    c_int,
+) -> c_int;
+
+/// Everything Redis is told about one command.
+pub struct CommandSpec {
+    /// The command's name.
+    pub name: &'static CStr,
+    /// Its callback.
+    pub handler: Handler,
+    /// Its flags, as `RedisModule_CreateCommand` takes them.
+    pub flags: &'static CStr,
+    /// Redis' arity: `-N` for at least N arguments, counting the name.
+    pub arity: c_int,
+    /// One line for `COMMAND DOCS`.
+    pub summary: &'static CStr,
+    /// Time complexity for `COMMAND DOCS`.
+    pub complexity: &'static CStr,
+    /// The module version that introduced the command.
+    pub since: &'static CStr,
+    /// Key-spec flags of the single key, the first argument (`REDISMODULE_CMD_KEY_*`).
+    pub key_flags: u32,
+    /// The arguments after the name, for `COMMAND DOCS` and redis-cli's hints.
+    pub args: &'static [Arg],
+}
+
+/// One argument in `COMMAND DOCS`.
+pub struct Arg {
+    /// Its name.
+    pub name: &'static CStr,
+    /// Its type.
+    pub kind: ArgKind,
+    /// For a pure token, the token itself.
+    pub token: Option<&'static CStr>,
+    /// Whether it may be left out.
+    pub optional: bool,
+    /// For a one-of or a block, its alternatives or parts.
+    pub subargs: &'static [Arg],
+}
+
+impl Arg {
+    /// A required argument.
+    pub const fn new(name: &'static CStr, kind: ArgKind) -> Arg {
+        Arg {
+            name,
+            kind,
+            token: None,
+            optional: false,
+            subargs: &[],
+        }
+    }
+
+    /// A keyword standing alone, named after itself.
+    pub const fn token(token: &'static CStr) -> Arg {
+        Arg {
+            token: Some(token),
+            ..Arg::new(token, ArgKind::PureToken)
+        }
+    }
+
+    /// Exactly one of `alternatives`.
+    pub const fn one_of(name: &'static CStr, alternatives: &'static [Arg]) -> Arg {
+        Arg {
+            subargs: alternatives,
+            ..Arg::new(name, ArgKind::OneOf)
+        }
+    }
+
+    /// The same argument, optional.
+    pub const fn optional(self) -> Arg {
+        Arg {
+            optional: true,
+            ..self
+        }
+    }
+}
+
+/// The argument types this module's commands use.
+#[derive(Clone, Copy)]
+pub enum ArgKind {
+    /// The key.
+    Key,
+    /// An integer.
+    Integer,
+    /// A keyword standing alone.
+    PureToken,
+    /// Exactly one of the subarguments.
+    OneOf,
+}
+
+/// Describes the version of the structures below to the server, which reads them through
+/// these sizes: newer headers may have grown them.
+static INFO_VERSION: raw::RedisModuleCommandInfoVersion = raw::RedisModuleCommandInfoVersion {
+    version: 1,
+    sizeof_historyentry: size_of::<raw::RedisModuleCommandHistoryEntry>(),
+    sizeof_keyspec: size_of::<raw::RedisModuleCommandKeySpec>(),
+    sizeof_arg: size_of::<raw::RedisModuleCommandArg>(),
+};
+
+/// Registers `spec`'s command, with its key (always the first argument) at positions 1 1 1.
+pub fn register(ctx: *mut raw::RedisModuleCtx, spec: &CommandSpec) -> Result<(), &'static str> {
+    // SAFETY: called from OnLoad with its context; the strings are static C strings.
+    let created = unsafe {
+        raw::RedisModule_CreateCommand.unwrap()(
+            ctx,
+            spec.name.as_ptr(),
+            Some(spec.handler),
+            spec.flags.as_ptr(),
+            1,
+            1,
+            1,
+        )
+    };
+    if created != raw::Status::Ok as c_int {
+        return Err("ratelimit: RedisModule_CreateCommand failed");
+    }
+    Ok(())
+}
+
+/// Gives a registered command its metadata: arity, key spec, and documentation. Servers
+/// before Redis 7.0 have no API for it and keep the bare command.
+pub fn describe(ctx: *mut raw::RedisModuleCtx, spec: &CommandSpec) -> Result<(), &'static str> {
+    let (Some(get_command), Some(set_info)) = (unsafe { raw::RedisModule_GetCommand }, unsafe {
+        raw::RedisModule_SetCommandInfo
+    }) else {
+        return Ok(());
+    };
+    let mut key_specs = [key_spec(spec.key_flags), unsafe { std::mem::zeroed() }];
+    let mut args = c_args(spec.args);
+    let info = raw::RedisModuleCommandInfo {
+        version: &INFO_VERSION,
+        summary: spec.summary.as_ptr(),
+        complexity: spec.complexity.as_ptr(),
+        since: spec.since.as_ptr(),
+        history: ptr::null_mut(),
+        tips: ptr::null(),
+        arity: spec.arity,
+        key_specs: key_specs.as_mut_ptr(),
+        args: args.args.as_mut_ptr(),
+    };
+    // SAFETY: the server copies everything it keeps before returning.
+    let command = unsafe { get_command(ctx, spec.name.as_ptr()) };
+    if command.is_null() || unsafe { set_info(command, &info) } != raw::Status::Ok as c_int {
+        return Err("ratelimit: the server refused a command's metadata (COMMAND INFO and COMMAND DOCS will lack it)");
+    }
+    Ok(())
+}
+
+/// The single key: found at index 1, a range of one.
+fn key_spec(flags: u32) -> raw::RedisModuleCommandKeySpec {
+    raw::RedisModuleCommandKeySpec {
+        notes: ptr::null(),
+        flags: u64::from(flags),
+        begin_search_type: raw::RedisModuleKeySpecBeginSearchType_REDISMODULE_KSPEC_BS_INDEX,
+        bs: raw::RedisModuleCommandKeySpec__bindgen_ty_1 {
+            index: raw::RedisModuleCommandKeySpec__bindgen_ty_1__bindgen_ty_1 { pos: 1 },
+        },
+        find_keys_type: raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_RANGE,
+        fk: raw::RedisModuleCommandKeySpec__bindgen_ty_2 {
+            range: raw::RedisModuleCommandKeySpec__bindgen_ty_2__bindgen_ty_1 {
+                lastkey: 0,
+                keystep: 1,
+                limit: 0,
+            },
+        },
+    }
+}
+
+/// A zero-terminated C argument array, with the arrays its subarguments point into.
+struct CArgs {
+    args: Vec<raw::RedisModuleCommandArg>,
+    _nested: Vec<CArgs>,
+}
+
+/// `args` as the zero-terminated C array `RedisModuleCommandInfo` takes.
+fn c_args(args: &[Arg]) -> CArgs {
+    let mut nested = Vec::new();
+    let mut converted = Vec::with_capacity(args.len() + 1);
+    for arg in args {
+        let subargs = if arg.subargs.is_empty() {
+            ptr::null_mut()
+        } else {
+            let mut subargs = c_args(arg.subargs);
+            let first = subargs.args.as_mut_ptr();
+            nested.push(subargs); // Moves the Vec, not the elements `first` points to.
+            first
+        };
+        converted.push(raw::RedisModuleCommandArg {
+            name: arg.name.as_ptr(),
+            type_: match arg.kind {
+                ArgKind::Key => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_KEY,
+                ArgKind::Integer => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_INTEGER,
+                ArgKind::PureToken => {
+                    raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_PURE_TOKEN
+                }
+                ArgKind::OneOf => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_ONEOF,
+            },
+            key_spec_index: if matches!(arg.kind, ArgKind::Key) {
+                0
+            } else {
+                -1
+            },
+            token: arg.token.map_or(ptr::null(), CStr::as_ptr),
+            summary: ptr::null(),
+            since: ptr::null(),
+            flags: if arg.optional {
+                raw::REDISMODULE_CMD_ARG_OPTIONAL as c_int
+            } else {
+                raw::REDISMODULE_CMD_ARG_NONE as c_int
+            },
+            deprecated_since: ptr::null(),
+            subargs,
+            display_text: ptr::null(),
+        });
+    }
+    // SAFETY: all-zero (a null name) is the terminator Redis looks for.
+    converted.push(unsafe { std::mem::zeroed() });
+    CArgs {
+        args: converted,
+        _nested: nested,
+    }
+}

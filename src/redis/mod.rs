@@ -1,0 +1,6 @@
+//! The thin layer between Redis and the cores: calls, keys, time and registration.
+
+pub mod clock;
+pub mod handler;
+pub mod key;
+pub mod metadata;

@@ -1,0 +1,145 @@
+//! Deterministic replication and persistence: a replica, an AOF reload and a restart hold
+//! the master's exact bytes and absolute expiry, because the module propagates what it
+//! wrote (`SET key value PXAT expiry`), never the command for a replica to run again with
+//! its own clock.
+
+mod support;
+
+use std::thread;
+use std::time::Duration;
+
+use redis::Connection;
+use support::{ints, query, snapshot, Server};
+
+/// Keys the workload may write.
+const KEYS: usize = 24;
+
+fn key(i: usize) -> String {
+    format!("limiter:{i}")
+}
+
+/// Admitted, refused, peeked and oversized requests, in seconds and milliseconds, alone and
+/// in a transaction, over `KEYS` keys.
+fn workload(con: &mut Connection) {
+    for i in 0..KEYS {
+        let key = key(i);
+        let burst = (i % 4).to_string();
+        // Every key lives for 20 s or more, longer than the tests take.
+        let (count, period, unit) = match i % 3 {
+            0 => ("30", "600", "S"),
+            1 => ("1", "3600", "S"),
+            _ => ("10", "600000", "MS"),
+        };
+        let call = |con: &mut Connection, quantity: &str| {
+            ints(
+                con,
+                &["CL.THROTTLE", &key, &burst, count, period, quantity, unit],
+            )
+        };
+        if i % 5 == 4 {
+            // Only peeks and oversized requests: the key must never exist.
+            call(con, "0");
+            call(con, "1000");
+            continue;
+        }
+        for _ in 0..(i % 7) {
+            call(con, "1");
+        }
+        call(con, "0");
+        call(con, "2");
+        call(con, "1000");
+    }
+    let _: () = query(con, &["MULTI"]);
+    for i in 0..3 {
+        let _: () = query(con, &["CL.THROTTLE", &key(i), "5", "10", "60"]);
+    }
+    let _: Vec<Vec<i64>> = query(con, &["EXEC"]);
+}
+
+fn snapshots(con: &mut Connection) -> Vec<Option<(Vec<u8>, i64)>> {
+    (0..KEYS)
+        .map(|i| snapshot(con, key(i).as_bytes()))
+        .collect()
+}
+
+fn assert_expected_keys(state: &[Option<(Vec<u8>, i64)>]) {
+    for (i, entry) in state.iter().enumerate() {
+        assert_eq!(entry.is_some(), i % 5 != 4, "{}", key(i));
+    }
+}
+
+fn command_calls(server: &Server, command: &str) -> i64 {
+    server
+        .info_field("commandstats", &format!("cmdstat_{command}"))
+        .and_then(|stats| {
+            stats
+                .strip_prefix("calls=")?
+                .split(',')
+                .next()?
+                .parse()
+                .ok()
+        })
+        .unwrap_or(0)
+}
+
+#[test]
+fn replicas_hold_the_masters_bytes_and_expiry() {
+    let master = Server::start();
+    let replica = Server::start_replica(&master);
+    let mut con = master.connect();
+    workload(&mut con);
+    master.wait_for_replicas(1);
+    let on_master = snapshots(&mut con);
+    assert_expected_keys(&on_master);
+    assert_eq!(snapshots(&mut replica.connect()), on_master);
+    // What reached the replica were writes, not commands to run again.
+    assert!(command_calls(&replica, "set") > 0);
+    assert_eq!(command_calls(&replica, "cl.throttle"), 0);
+}
+
+#[test]
+fn an_aof_reload_a_second_later_restores_the_same_state() {
+    let mut server = Server::builder().aof().start();
+    let mut con = server.connect();
+    workload(&mut con);
+    let before = snapshots(&mut con);
+    assert_expected_keys(&before);
+    thread::sleep(Duration::from_millis(1_100));
+    let _: () = query(&mut con, &["DEBUG", "LOADAOF"]);
+    assert_eq!(snapshots(&mut con), before);
+
+    // The AOF holds absolute writes only.
+    let mut aof = Vec::new();
+    for entry in std::fs::read_dir(server.dir().join("appendonlydir")).unwrap() {
+        aof.extend(std::fs::read(entry.unwrap().path()).unwrap());
+    }
+    let aof = String::from_utf8_lossy(&aof).to_lowercase();
+    assert!(aof.contains("pxat"), "{aof}");
+    assert!(!aof.contains("cl.throttle"), "{aof}");
+
+    // So does a restart from it.
+    server.restart();
+    assert_eq!(snapshots(&mut server.connect()), before);
+}
+
+#[test]
+fn a_rewritten_aof_keeps_the_same_state() {
+    let mut server = Server::builder().aof().start();
+    let mut con = server.connect();
+    workload(&mut con);
+    let before = snapshots(&mut con);
+    let _: String = query(&mut con, &["BGREWRITEAOF"]);
+    let rewritten = support::wait_until(Duration::from_secs(20), || {
+        server
+            .info_field("persistence", "aof_rewrite_in_progress")
+            .as_deref()
+            == Some("0")
+            && server
+                .info_field("persistence", "aof_rewrite_scheduled")
+                .as_deref()
+                == Some("0")
+    });
+    assert!(rewritten, "the AOF rewrite did not finish");
+    server.restart();
+    assert_eq!(snapshots(&mut server.connect()), before);
+}

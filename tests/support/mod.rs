@@ -1,0 +1,397 @@
+//! Test harness: real `redis-server` processes with the freshly built module, each on a
+//! free loopback port in its own directory, started with bounded waits, stopped on drop,
+//! and with their log printed when a test fails.
+//!
+//! ```ignore
+//! let server = Server::start();
+//! let mut con = server.connect();
+//! assert_eq!(ints(&mut con, &["CL.THROTTLE", "k", "4", "1", "1"]), [0, 5, 4, -1, 1]);
+//! ```
+
+#![allow(dead_code)] // Each test crate uses its own part of the harness.
+
+use std::fs;
+use std::io::Read;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use redis::{Connection, Value};
+
+/// How long a server may take to accept connections, or a replica to sync.
+const STARTUP_TIMEOUT: Duration = Duration::from_secs(20);
+/// Attempts at finding a port no other test grabbed in the meantime.
+const PORT_ATTEMPTS: usize = 5;
+
+/// The module under test: `$RATELIMIT_MODULE`, or the release build in this repository.
+pub fn module_path() -> PathBuf {
+    let path = std::env::var_os("RATELIMIT_MODULE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repository().join("target/release/libredis_ratelimit.so"));
+    assert!(
+        path.is_file(),
+        "the module is not built at {}: run `make test` (or `cargo build --release` first)",
+        path.display()
+    );
+    path
+}
+
+/// The repository's root.
+pub fn repository() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// How to start a server.
+#[derive(Clone)]
+pub struct ServerBuilder {
+    module: bool,
+    args: Vec<String>,
+    config_file: Option<PathBuf>,
+    working_dir: Option<PathBuf>,
+}
+
+impl ServerBuilder {
+    /// Adds `--name value` to the command line.
+    pub fn arg(mut self, name: &str, value: &str) -> Self {
+        self.args.push(format!("--{name}"));
+        self.args.push(value.to_owned());
+        self
+    }
+
+    /// Starts the server without loading the module.
+    pub fn without_module(mut self) -> Self {
+        self.module = false;
+        self
+    }
+
+    /// Makes the server a replica of `master`.
+    pub fn replica_of(self, master: &Server) -> Self {
+        self.arg("replicaof", &format!("127.0.0.1 {}", master.port))
+    }
+
+    /// Appends to an AOF, fsynced at every write.
+    pub fn aof(self) -> Self {
+        self.arg("appendonly", "yes").arg("appendfsync", "always")
+    }
+
+    /// Starts `redis-server <file>` from `working_dir` instead of a bare command line (the
+    /// harness still sets the port, the directory for data and the log).
+    pub fn config_file(mut self, file: &Path, working_dir: &Path) -> Self {
+        self.config_file = Some(file.to_owned());
+        self.working_dir = Some(working_dir.to_owned());
+        self.module = false;
+        self
+    }
+
+    /// Starts the server and waits until it answers `PING`.
+    pub fn start(self) -> Server {
+        let mut last_log = String::new();
+        for _ in 0..PORT_ATTEMPTS {
+            let (port, dir) = (free_port(), fresh_dir());
+            match self.launch(port, &dir) {
+                Ok(process) => {
+                    return Server {
+                        process: Some(process),
+                        port,
+                        dir,
+                        builder: self,
+                    }
+                }
+                Err(log) => {
+                    let _ = fs::remove_dir_all(&dir);
+                    if !log.contains("Address already in use") {
+                        panic!("redis-server did not start; its log:\n{log}");
+                    }
+                    last_log = log;
+                }
+            }
+        }
+        panic!("redis-server found no free port; its last log:\n{last_log}");
+    }
+
+    /// Runs redis-server on `port` with `dir` for its data and log, and waits until it
+    /// answers; on failure, stops it and returns its log.
+    fn launch(&self, port: u16, dir: &Path) -> Result<Child, String> {
+        let log_path = dir.join("server.log");
+        let mut command = Command::new("redis-server");
+        if let Some(file) = &self.config_file {
+            command.arg(file);
+        }
+        command.args(["--port", &port.to_string(), "--bind", "127.0.0.1"]);
+        command.args(["--daemonize", "no", "--logfile", log_path.to_str().unwrap()]);
+        match &self.working_dir {
+            // `--dir` changes the directory before modules load, which would break the
+            // relative `loadmodule` path of a config file.
+            Some(working_dir) => command.current_dir(working_dir),
+            None => command.args(["--dir", dir.to_str().unwrap()]),
+        };
+        command.args(["--save", "", "--enable-debug-command", "yes"]);
+        command.args(["--enable-module-command", "yes"]);
+        if self.module {
+            command.arg("--loadmodule").arg(module_path());
+        }
+        command.args(&self.args);
+        let mut process = command
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(fs::File::create(dir.join("stderr.log")).unwrap())
+            .spawn()
+            .expect("redis-server could not be run: is it installed? (`make test` installs it)");
+        let mut exited = false;
+        let ready = wait_until(STARTUP_TIMEOUT, || {
+            exited = matches!(process.try_wait(), Ok(Some(_)));
+            exited || ping(port)
+        });
+        if ready && !exited {
+            return Ok(process);
+        }
+        let _ = process.kill();
+        let _ = process.wait();
+        Err(read_log(dir))
+    }
+}
+
+/// A running `redis-server`.
+pub struct Server {
+    process: Option<Child>,
+    port: u16,
+    dir: PathBuf,
+    builder: ServerBuilder,
+}
+
+impl Server {
+    /// How to start a server with the module loaded.
+    pub fn builder() -> ServerBuilder {
+        ServerBuilder {
+            module: true,
+            args: Vec::new(),
+            config_file: None,
+            working_dir: None,
+        }
+    }
+
+    /// A server with the module loaded.
+    pub fn start() -> Server {
+        Server::builder().start()
+    }
+
+    /// A replica of `master`, once its replication link is up.
+    pub fn start_replica(master: &Server) -> Server {
+        let replica = Server::builder().replica_of(master).start();
+        replica.wait_for_replication_link();
+        replica
+    }
+
+    /// The server's port on 127.0.0.1.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The server's data directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// A new connection.
+    pub fn connect(&self) -> Connection {
+        let client = redis::Client::open(format!("redis://127.0.0.1:{}/", self.port)).unwrap();
+        let con = client
+            .get_connection_with_timeout(Duration::from_secs(5))
+            .unwrap_or_else(|error| panic!("cannot connect to {}: {error}", self.port));
+        con.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        con
+    }
+
+    /// The server's log so far.
+    pub fn log(&self) -> String {
+        read_log(&self.dir)
+    }
+
+    /// One line of `INFO`, such as `master_link_status`.
+    pub fn info_field(&self, section: &str, field: &str) -> Option<String> {
+        let info: String = redis::cmd("INFO")
+            .arg(section)
+            .query(&mut self.connect())
+            .ok()?;
+        info.lines()
+            .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
+            .map(str::to_owned)
+    }
+
+    /// Waits (bounded) until this replica's link to its master is up.
+    pub fn wait_for_replication_link(&self) {
+        let ready = wait_until(STARTUP_TIMEOUT, || {
+            self.info_field("replication", "master_link_status")
+                .as_deref()
+                == Some("up")
+        });
+        assert!(ready, "the replica did not sync; its log:\n{}", self.log());
+    }
+
+    /// Waits (bounded) until `replicas` replicas have acknowledged every write so far.
+    pub fn wait_for_replicas(&self, replicas: i64) {
+        let acknowledged: i64 = redis::cmd("WAIT")
+            .arg(replicas)
+            .arg(10_000)
+            .query(&mut self.connect())
+            .unwrap();
+        assert_eq!(
+            acknowledged, replicas,
+            "replicas did not acknowledge in time"
+        );
+    }
+
+    /// Stops the server (as a crash would: no save) and starts it again on the same port
+    /// and directory, waiting until it answers.
+    pub fn restart(&mut self) {
+        self.stop();
+        for _ in 0..PORT_ATTEMPTS {
+            match self.builder.launch(self.port, &self.dir) {
+                Ok(process) => {
+                    self.process = Some(process);
+                    return;
+                }
+                Err(log) if log.contains("Address already in use") => {
+                    thread::sleep(Duration::from_millis(200))
+                }
+                Err(log) => panic!("redis-server did not restart; its log:\n{log}"),
+            }
+        }
+        panic!("the port stayed busy after the restart");
+    }
+
+    fn stop(&mut self) {
+        if let Some(mut process) = self.process.take() {
+            let _ = process.kill();
+            let _ = process.wait();
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.stop();
+        if thread::panicking() {
+            eprintln!(
+                "--- log of the redis-server on port {} ({}) ---\n{}",
+                self.port,
+                self.dir.display(),
+                self.log()
+            );
+        } else {
+            let _ = fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+fn read_log(dir: &Path) -> String {
+    let mut log = fs::read_to_string(dir.join("server.log")).unwrap_or_default();
+    if let Ok(mut stderr) = fs::File::open(dir.join("stderr.log")) {
+        let mut text = String::new();
+        let _ = stderr.read_to_string(&mut text);
+        if !text.is_empty() {
+            log.push_str("\n--- stderr ---\n");
+            log.push_str(&text);
+        }
+    }
+    log
+}
+
+fn ping(port: u16) -> bool {
+    let Ok(client) = redis::Client::open(format!("redis://127.0.0.1:{port}/")) else {
+        return false;
+    };
+    let Ok(mut con) = client.get_connection_with_timeout(Duration::from_millis(500)) else {
+        return false;
+    };
+    redis::cmd("PING").query::<String>(&mut con).is_ok()
+}
+
+/// Polls `condition` every 50 ms until it holds or `timeout` passes.
+pub fn wait_until(timeout: Duration, mut condition: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if condition() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .map(|address| address.port())
+        .expect("no free loopback port")
+}
+
+fn fresh_dir() -> PathBuf {
+    static SERVERS: AtomicUsize = AtomicUsize::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "redis-ratelimit-test-{}-{}",
+        std::process::id(),
+        SERVERS.fetch_add(1, Ordering::Relaxed)
+    ));
+    let _ = fs::remove_dir_all(&dir);
+    fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// A command built from `args`: the name first, then its arguments, as text or bytes.
+pub fn command<A: AsRef<[u8]>>(args: &[A]) -> redis::Cmd {
+    let mut cmd = redis::cmd(std::str::from_utf8(args[0].as_ref()).unwrap());
+    for arg in &args[1..] {
+        cmd.arg(arg.as_ref());
+    }
+    cmd
+}
+
+/// Runs a command that must reply with integers, and returns them.
+#[track_caller]
+pub fn ints<A: AsRef<[u8]>>(con: &mut Connection, args: &[A]) -> Vec<i64> {
+    command(args)
+        .query(con)
+        .unwrap_or_else(|error| panic!("{} failed: {error}", describe(args)))
+}
+
+/// Runs a command that must fail, and returns its error as the server sent it
+/// (`ERR ...`, `WRONGTYPE ...`).
+#[track_caller]
+pub fn error<A: AsRef<[u8]>>(con: &mut Connection, args: &[A]) -> String {
+    match command(args).query::<Value>(con) {
+        Ok(value) => panic!("{} replied {value:?} instead of an error", describe(args)),
+        Err(error) => match (error.code(), error.detail()) {
+            (Some(code), Some(detail)) => format!("{code} {detail}"),
+            (Some(code), None) => code.to_owned(),
+            _ => panic!("{} failed without a server error: {error}", describe(args)),
+        },
+    }
+}
+
+/// Runs any command and returns its reply.
+#[track_caller]
+pub fn query<T: redis::FromRedisValue, A: AsRef<[u8]>>(con: &mut Connection, args: &[A]) -> T {
+    command(args)
+        .query(con)
+        .unwrap_or_else(|error| panic!("{} failed: {error}", describe(args)))
+}
+
+/// A key's raw value and absolute expiry (ms), or `None` when it does not exist.
+pub fn snapshot(con: &mut Connection, key: &[u8]) -> Option<(Vec<u8>, i64)> {
+    let value: Option<Vec<u8>> = redis::cmd("GET").arg(key).query(con).unwrap();
+    let expire_at: i64 = redis::cmd("PEXPIRETIME").arg(key).query(con).unwrap();
+    value.map(|value| (value, expire_at))
+}
+
+fn describe<A: AsRef<[u8]>>(args: &[A]) -> String {
+    args.iter()
+        .map(|arg| String::from_utf8_lossy(arg.as_ref()).into_owned())
+        .collect::<Vec<_>>()
+        .join(" ")
+}

@@ -53,7 +53,7 @@ fn server_api_complete() -> bool {
     )
 }
 
-fn initialize(ctx: &Context, _args: &[RedisString]) -> Status {
+fn initialize(ctx: &Context, args: &[RedisString]) -> Status {
     if !server_api_complete() {
         ctx.log_warning("ratelimit: this server lacks module API functions the commands need (Redis 7.0 or newer, or Valkey, is required)");
         return Status::Err;
@@ -67,7 +67,16 @@ fn initialize(ctx: &Context, _args: &[RedisString]) -> Status {
         )
     };
     redis::handler::log_panics_to_redis();
-    for spec in commands::ALL {
+    let debug_commands = args.iter().any(|arg| {
+        arg.as_slice()
+            .eq_ignore_ascii_case(commands::debug::ENABLING_ARGUMENT.as_bytes())
+    });
+    let debug_specs: &[&redis::metadata::CommandSpec] = if debug_commands {
+        &[&commands::debug::PANIC_SPEC]
+    } else {
+        &[]
+    };
+    for spec in commands::ALL.iter().chain(debug_specs) {
         if let Err(reason) = redis::metadata::register(ctx.ctx, spec) {
             ctx.log_warning(reason);
             return Status::Err;

@@ -1,6 +1,7 @@
 //! The commands: each parses its arguments, opens its key, runs its core and replies,
 //! through the shared layers in `crate::args` and `crate::redis`.
 
+pub mod debug;
 pub mod throttle;
 
 use crate::redis::metadata::{Arg, CommandSpec};

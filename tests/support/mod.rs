@@ -48,6 +48,7 @@ pub fn repository() -> PathBuf {
 #[derive(Clone)]
 pub struct ServerBuilder {
     module: bool,
+    module_args: Vec<String>,
     args: Vec<String>,
     config_file: Option<PathBuf>,
     working_dir: Option<PathBuf>,
@@ -58,6 +59,12 @@ impl ServerBuilder {
     pub fn arg(mut self, name: &str, value: &str) -> Self {
         self.args.push(format!("--{name}"));
         self.args.push(value.to_owned());
+        self
+    }
+
+    /// Passes `arg` to the module when it loads.
+    pub fn module_arg(mut self, arg: &str) -> Self {
+        self.module_args.push(arg.to_owned());
         self
     }
 
@@ -132,6 +139,7 @@ impl ServerBuilder {
         command.args(["--enable-module-command", "yes"]);
         if self.module {
             command.arg("--loadmodule").arg(module_path());
+            command.args(&self.module_args);
         }
         command.args(&self.args);
         let mut process = command
@@ -167,6 +175,7 @@ impl Server {
     pub fn builder() -> ServerBuilder {
         ServerBuilder {
             module: true,
+            module_args: Vec::new(),
             args: Vec::new(),
             config_file: None,
             working_dir: None,

@@ -26,6 +26,7 @@ pub enum Access {
 pub struct LimiterKey {
     ctx: *mut raw::RedisModuleCtx,
     name: *mut raw::RedisModuleString,
+    access: Access,
     /// Null when opened for reading and the key does not exist.
     key: *mut raw::RedisModuleKey,
 }
@@ -44,7 +45,12 @@ impl LimiterKey {
         };
         // SAFETY: `ctx` and `name` come from the running command.
         let key = unsafe { raw::RedisModule_OpenKey.unwrap()(ctx, name, mode as c_int) };
-        LimiterKey { ctx, name, key }
+        LimiterKey {
+            ctx,
+            name,
+            access,
+            key,
+        }
     }
 
     /// The key's value: `None` when the key does not exist, its bytes when it is a string
@@ -87,17 +93,18 @@ impl LimiterKey {
     /// change as `SET key value PXAT expiry` and signals it to `WATCH` and client tracking.
     /// The key must have been opened for [`Access::Write`].
     pub fn write(&mut self, value: &[u8], expire_at_ms: i64) -> Result<(), CommandError> {
+        if self.access != Access::Write {
+            return Err(CommandError::INTERNAL); // A bug in the caller: change nothing.
+        }
         if !self.store(value, expire_at_ms) {
-            // Unreachable with a key opened for writing, but a key must never be left
-            // without its expiry, nor differ from the replicas.
+            // Redis accepts these writes on any string key opened for writing, so this is
+            // unreachable; still, a key must never be left without its expiry, nor differ
+            // from the replicas' copy.
             unsafe {
-                raw::RedisModule_DeleteKey.unwrap()(self.key);
-                raw::RedisModule_Replicate.unwrap()(
-                    self.ctx,
-                    c"DEL".as_ptr(),
-                    c"s".as_ptr(),
-                    self.name,
-                );
+                if raw::RedisModule_DeleteKey.unwrap()(self.key) == raw::Status::Ok as c_int {
+                    let del = c"DEL".as_ptr();
+                    raw::RedisModule_Replicate.unwrap()(self.ctx, del, c"s".as_ptr(), self.name);
+                }
             }
             return Err(CommandError::INTERNAL);
         }

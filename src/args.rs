@@ -128,13 +128,6 @@ mod tests {
         parse_options(tail, SYNTAX, |_, _| Ok(false))
     }
 
-    fn message(error: CommandError) -> &'static str {
-        match error {
-            CommandError::Message(message) => message.to_str().unwrap(),
-            CommandError::WrongArity => "wrong arity",
-        }
-    }
-
     #[test]
     fn integers_are_strict_decimal() {
         assert_eq!(parse_integer(b"0"), Some(0));
@@ -192,12 +185,12 @@ mod tests {
     #[test]
     fn bad_quantities_say_so() {
         assert_eq!(
-            message(common(&[b"-1"]).unwrap_err()),
+            common(&[b"-1"]).unwrap_err().text(),
             "ERR quantity must not be negative"
         );
         for bad in [&b"1.5"[..], b"", b"abc", b"\xff", b"99999999999999999999"] {
             assert_eq!(
-                message(common(&[bad]).unwrap_err()),
+                common(&[bad]).unwrap_err().text(),
                 "ERR quantity is not an integer or out of range"
             );
         }

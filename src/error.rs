@@ -21,4 +21,13 @@ impl CommandError {
     /// A panic was caught (a bug): Redis keeps running and the panic is in its log.
     pub const INTERNAL: CommandError =
         CommandError::Message(c"ERR internal error in the ratelimit module (see the server log)");
+
+    /// The reply's text, for tests.
+    #[cfg(test)]
+    pub fn text(self) -> &'static str {
+        match self {
+            CommandError::WrongArity => "ERR wrong number of arguments",
+            CommandError::Message(message) => message.to_str().unwrap(),
+        }
+    }
 }

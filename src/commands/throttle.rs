@@ -129,21 +129,10 @@ fn throttle(call: &Invocation) -> Result<[i64; 5], CommandError> {
 mod tests {
     use super::*;
 
-    fn parsed(args: &[&[u8]]) -> Result<ThrottleArgs, CommandError> {
-        parse(args)
-    }
-
-    fn message(error: CommandError) -> &'static str {
-        match error {
-            CommandError::Message(message) => message.to_str().unwrap(),
-            CommandError::WrongArity => "wrong arity",
-        }
-    }
-
     #[test]
     fn the_redis_cell_form_parses_unchanged() {
         assert_eq!(
-            parsed(&[b"15", b"30", b"60"]),
+            parse(&[b"15", b"30", b"60"]),
             Ok(ThrottleArgs {
                 max_burst: 15,
                 count: 30,
@@ -155,19 +144,19 @@ mod tests {
             })
         );
         assert_eq!(
-            parsed(&[b"4", b"1", b"1", b"6"]).unwrap().options.quantity,
+            parse(&[b"4", b"1", b"1", b"6"]).unwrap().options.quantity,
             6
         );
     }
 
     #[test]
     fn a_unit_keyword_follows() {
-        let args = parsed(&[b"15", b"30", b"500", b"2", b"ms"]).unwrap();
+        let args = parse(&[b"15", b"30", b"500", b"2", b"ms"]).unwrap();
         assert_eq!(args.period, 500);
         assert_eq!(args.options.unit, Unit::Milliseconds);
         assert_eq!(args.options.quantity, 2);
         assert_eq!(
-            parsed(&[b"1", b"1", b"250", b"US"]).unwrap().options.unit,
+            parse(&[b"1", b"1", b"250", b"US"]).unwrap().options.unit,
             Unit::Microseconds
         );
     }
@@ -175,22 +164,24 @@ mod tests {
     #[test]
     fn each_bad_argument_is_named() {
         assert_eq!(
-            message(parsed(&[b"1.5", b"30", b"60"]).unwrap_err()),
+            parse(&[b"1.5", b"30", b"60"]).unwrap_err().text(),
             "ERR max_burst is not an integer or out of range"
         );
         assert_eq!(
-            message(parsed(&[b"15", b"abc", b"60"]).unwrap_err()),
+            parse(&[b"15", b"abc", b"60"]).unwrap_err().text(),
             "ERR count is not an integer or out of range"
         );
         assert_eq!(
-            message(parsed(&[b"15", b"30", b""]).unwrap_err()),
+            parse(&[b"15", b"30", b""]).unwrap_err().text(),
             "ERR period is not an integer or out of range"
         );
         assert_eq!(
-            message(parsed(&[b"15", b"30", b"60", b"1", b"2"]).unwrap_err()),
-            message(USAGE)
+            parse(&[b"15", b"30", b"60", b"1", b"2"])
+                .unwrap_err()
+                .text(),
+            USAGE.text()
         );
-        assert_eq!(parsed(&[b"15", b"30"]), Err(CommandError::WrongArity));
+        assert_eq!(parse(&[b"15", b"30"]), Err(CommandError::WrongArity));
     }
 
     #[test]
@@ -199,11 +190,11 @@ mod tests {
             let error = Gcra::new(b, c, p, Unit::Seconds)
                 .map_err(invalid)
                 .unwrap_err();
-            assert_eq!(message(error), expected);
+            assert_eq!(error.text(), expected);
         };
         check(-1, 1, 1, "ERR max_burst must not be negative");
         check(1, 0, 1, "ERR count must be positive");
         check(1, 1, -1, "ERR period must be positive");
-        check(i64::MAX, 1, 1, message(invalid(GcraError::BurstTooLong)));
+        check(i64::MAX, 1, 1, invalid(GcraError::BurstTooLong).text());
     }
 }

@@ -377,6 +377,24 @@ mod tests {
         prop::collection::vec((0i64..3_000_000, 0u64..8), 1..200)
     }
 
+    /// Replays `stream` from START, storing the TAT of every admitted request, and shows
+    /// `check` each call (its time, quantity and outcome). Returns the last TAT and time.
+    fn replay(
+        gcra: &Gcra,
+        stream: &[(i64, u64)],
+        mut check: impl FnMut(Ticks, u64, &GcraOutcome),
+    ) -> (Option<Ticks>, Ticks) {
+        let mut tat = None;
+        let mut now = START;
+        for &(gap, quantity) in stream {
+            now += Ticks::from(gap) * TICKS_PER_MICROSECOND;
+            let outcome = gcra.apply(tat, now, quantity);
+            check(now, quantity, &outcome);
+            tat = outcome.new_tat.or(tat);
+        }
+        (tat, now)
+    }
+
     proptest! {
         /// GCRA's bound: between any two admitted requests at t_i <= t_j, the admitted
         /// quantity is at most (t_j - t_i + tau) / T.
@@ -388,23 +406,18 @@ mod tests {
             stream in requests(),
         ) {
             let gcra = Gcra::new(max_burst, count, period, Unit::Seconds).unwrap();
-            let mut tat = None;
-            let mut now = START;
             let mut admitted: Vec<(Ticks, u64)> = Vec::new();
-            for (gap, quantity) in stream {
-                now += Ticks::from(gap) * TICKS_PER_MICROSECOND;
-                let outcome = gcra.apply(tat, now, quantity);
+            replay(&gcra, &stream, |now, quantity, outcome| {
                 let verdict = outcome.verdict;
-                prop_assert!(verdict.remaining >= 0 && verdict.remaining <= verdict.limit);
-                prop_assert!(verdict.reset_after >= 0 && verdict.reset_after <= gcra.tolerance);
+                assert!(verdict.remaining >= 0 && verdict.remaining <= verdict.limit);
+                assert!(verdict.reset_after >= 0 && verdict.reset_after <= gcra.tolerance);
                 if !verdict.limited && quantity > 0 {
-                    prop_assert_eq!(outcome.new_tat, Some(now + verdict.reset_after));
-                    tat = outcome.new_tat;
+                    assert_eq!(outcome.new_tat, Some(now + verdict.reset_after));
                     admitted.push((now, quantity));
                 } else {
-                    prop_assert_eq!(outcome.new_tat, None);
+                    assert_eq!(outcome.new_tat, None);
                 }
-            }
+            });
             for i in 0..admitted.len() {
                 let mut total = 0u64;
                 for &(at, quantity) in &admitted[i..] {
@@ -426,14 +439,7 @@ mod tests {
             quantity in 1u64..12,
         ) {
             let gcra = Gcra::new(max_burst, count, period, Unit::Seconds).unwrap();
-            let mut tat = None;
-            let mut now = START;
-            for (gap, q) in stream {
-                now += Ticks::from(gap) * TICKS_PER_MICROSECOND;
-                if let Some(new_tat) = gcra.apply(tat, now, q).new_tat {
-                    tat = Some(new_tat);
-                }
-            }
+            let (tat, now) = replay(&gcra, &stream, |_, _, _| {});
             let verdict = gcra.apply(tat, now, quantity).verdict;
             if let Some(wait) = verdict.retry_after {
                 prop_assert!(verdict.limited);

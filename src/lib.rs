@@ -67,10 +67,18 @@ fn initialize(ctx: &Context, args: &[RedisString]) -> Status {
         )
     };
     redis::handler::log_panics_to_redis();
-    let debug_commands = args.iter().any(|arg| {
-        arg.as_slice()
+    let mut debug_commands = false;
+    for arg in args {
+        if arg
+            .as_slice()
             .eq_ignore_ascii_case(commands::debug::ENABLING_ARGUMENT.as_bytes())
-    });
+        {
+            debug_commands = true;
+        } else {
+            ctx.log_warning("ratelimit: unknown module argument (the only one is debug-commands)");
+            return Status::Err;
+        }
+    }
     let debug_specs: &[&redis::metadata::CommandSpec] = if debug_commands {
         &[&commands::debug::PANIC_SPEC]
     } else {

@@ -38,3 +38,13 @@ fn the_repositorys_redis_conf_loads_the_module() {
     );
     assert!(server.log().contains("Module 'ratelimit' loaded"));
 }
+
+#[test]
+fn an_unknown_module_argument_stops_the_load() {
+    let log = Server::builder()
+        .module_arg("no-such-option")
+        .try_start()
+        .err()
+        .expect("the server started with an unknown module argument");
+    assert!(log.contains("unknown module argument"), "{log}");
+}

@@ -95,28 +95,34 @@ impl ServerBuilder {
 
     /// Starts the server and waits until it answers `PING`.
     pub fn start(self) -> Server {
-        let mut last_log = String::new();
+        self.try_start()
+            .unwrap_or_else(|log| panic!("redis-server did not start; its log:\n{log}"))
+    }
+
+    /// Starts the server, or returns its log if it exits or never answers.
+    pub fn try_start(self) -> Result<Server, String> {
+        let mut log = String::new();
         for _ in 0..PORT_ATTEMPTS {
             let (port, dir) = (free_port(), fresh_dir());
             match self.launch(port, &dir) {
                 Ok(process) => {
-                    return Server {
+                    return Ok(Server {
                         process: Some(process),
                         port,
                         dir,
                         builder: self,
-                    }
+                    })
                 }
-                Err(log) => {
+                Err(failure) => {
                     let _ = fs::remove_dir_all(&dir);
+                    log = failure;
                     if !log.contains("Address already in use") {
-                        panic!("redis-server did not start; its log:\n{log}");
+                        break;
                     }
-                    last_log = log;
                 }
             }
         }
-        panic!("redis-server found no free port; its last log:\n{last_log}");
+        Err(log)
     }
 
     /// Runs redis-server on `port` with `dir` for its data and log, and waits until it

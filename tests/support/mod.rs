@@ -36,7 +36,29 @@ pub fn module_path() -> PathBuf {
         "the module is not built at {}: run `make test` (or `cargo build --release` first)",
         path.display()
     );
+    let built = modified(&path);
+    let sources = [repository().join("src"), repository().join("Cargo.toml")];
+    assert!(
+        sources.iter().all(|source| newest_modification(source) <= built),
+        "the module at {} is older than the sources: run `make test` (or `cargo build --release` first)",
+        path.display()
+    );
     path
+}
+
+fn modified(path: &Path) -> std::time::SystemTime {
+    fs::metadata(path).and_then(|meta| meta.modified()).unwrap()
+}
+
+/// The latest modification time of a file, or of any file below a directory.
+fn newest_modification(path: &Path) -> std::time::SystemTime {
+    let own = modified(path);
+    match fs::read_dir(path) {
+        Ok(entries) => entries
+            .map(|entry| newest_modification(&entry.unwrap().path()))
+            .fold(own, std::cmp::max),
+        Err(_) => own,
+    }
 }
 
 /// The repository's root.

@@ -86,12 +86,19 @@ fn command_calls(server: &Server, command: &str) -> i64 {
 fn replicas_hold_the_masters_bytes_and_expiry() {
     let master = Server::start();
     let replica = Server::start_replica(&master);
+    // A replica without the module holds the same plain strings.
+    let bare_replica = Server::builder()
+        .without_module()
+        .replica_of(&master)
+        .start();
+    bare_replica.wait_for_replication_link();
     let mut con = master.connect();
     workload(&mut con);
-    master.wait_for_replicas(1);
+    master.wait_for_replicas(2);
     let on_master = snapshots(&mut con);
     assert_expected_keys(&on_master);
     assert_eq!(snapshots(&mut replica.connect()), on_master);
+    assert_eq!(snapshots(&mut bare_replica.connect()), on_master);
     // What reached the replica were writes, not commands to run again.
     assert!(command_calls(&replica, "set") > 0);
     assert_eq!(command_calls(&replica, "cl.throttle"), 0);

@@ -124,25 +124,22 @@ impl LimiterKey {
         Ok(())
     }
 
-    /// Writes the bytes in place (creating or resizing the string only when needed) and the
-    /// expiry. False if Redis refused either.
+    /// Writes the bytes in place and the expiry. The steady state (our key, already the
+    /// right length) takes one DMA call; a missing key (DMA gives an empty string) or a
+    /// resized one is created or resized first. False if Redis refused any step.
     fn store(&mut self, value: &[u8], expire_at_ms: i64) -> bool {
         let ok = raw::Status::Ok as c_int;
+        let write = raw::REDISMODULE_WRITE as c_int;
         unsafe {
-            let current = raw::RedisModule_ValueLength.unwrap()(self.key);
-            let exists = raw::RedisModule_KeyType.unwrap()(self.key)
-                != raw::REDISMODULE_KEYTYPE_EMPTY as c_int;
-            if (!exists || current != value.len())
-                && raw::RedisModule_StringTruncate.unwrap()(self.key, value.len()) != ok
-            {
-                return false;
-            }
+            let dma = raw::RedisModule_StringDMA.unwrap();
             let mut len = 0;
-            let ptr = raw::RedisModule_StringDMA.unwrap()(
-                self.key,
-                &mut len,
-                raw::REDISMODULE_WRITE as c_int,
-            );
+            let mut ptr = dma(self.key, &mut len, write);
+            if !ptr.is_null() && len != value.len() {
+                if raw::RedisModule_StringTruncate.unwrap()(self.key, value.len()) != ok {
+                    return false;
+                }
+                ptr = dma(self.key, &mut len, write);
+            }
             if ptr.is_null() || len != value.len() {
                 return false;
             }

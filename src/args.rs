@@ -104,13 +104,19 @@ pub fn parse_options<'a>(
             options.unit = unit;
         } else if command_keyword(arg, &mut tail)? {
             // Taken by the command.
-        } else if first {
+        } else if first && looks_numeric(arg) {
             options.quantity = parse_quantity(arg)?;
         } else {
             return Err(syntax_error);
         }
     }
     Ok(options)
+}
+
+/// Whether `arg` was meant as a number (a quantity) rather than a mistyped keyword.
+fn looks_numeric(arg: &[u8]) -> bool {
+    arg.first()
+        .is_some_and(|&first| first.is_ascii_digit() || first == b'-' || first == b'+')
 }
 
 fn parse_quantity(arg: &[u8]) -> Result<u64, CommandError> {
@@ -188,7 +194,7 @@ mod tests {
             common(&[b"-1"]).unwrap_err().text(),
             "ERR quantity must not be negative"
         );
-        for bad in [&b"1.5"[..], b"", b"abc", b"\xff", b"99999999999999999999"] {
+        for bad in [&b"1.5"[..], b"-", b"+x", b"1e3", b"99999999999999999999"] {
             assert_eq!(
                 common(&[bad]).unwrap_err().text(),
                 "ERR quantity is not an integer or out of range"
@@ -205,6 +211,9 @@ mod tests {
             &[b"ms", b"us"],
             &[b"5", b"ms", b"extra"],
             &[b"5", b"minutes"],
+            &[b"minutes"],
+            &[b""],
+            &[b"\xff"],
         ] {
             assert_eq!(common(tail), Err(SYNTAX), "{tail:?}");
         }

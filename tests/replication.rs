@@ -18,40 +18,69 @@ fn key(i: usize) -> String {
     format!("limiter:{i}")
 }
 
-/// Admitted, refused, peeked and oversized requests, in seconds and milliseconds, alone and
-/// in a transaction, over `KEYS` keys.
+/// The command, key and parameters of limiter `i` (before the quantity), and the keywords
+/// after it: each command and algorithm in turn, in seconds and milliseconds. Every key
+/// lives for 20 s or more, longer than the tests take.
+fn limiter(i: usize) -> (Vec<String>, Vec<&'static str>) {
+    let key = key(i);
+    let words = |words: &[&str]| words.iter().map(|word| word.to_string()).collect();
+    match i % 4 {
+        0 => {
+            let burst = (i % 3).to_string();
+            let (count, period, unit) = match i % 3 {
+                0 => ("30", "600", "S"),
+                1 => ("1", "3600", "S"),
+                _ => ("10", "600000", "MS"),
+            };
+            (
+                words(&["CL.THROTTLE", &key, &burst, count, period]),
+                vec![unit],
+            )
+        }
+        1 => (words(&["RL.WINDOW", &key, "5", "600"]), vec!["FIXED"]),
+        2 => (
+            words(&["RL.WINDOW", &key, "5", "600000"]),
+            vec!["SLIDING", "MS"],
+        ),
+        _ => (
+            words(&["RL.WINDOW", &key, "5", "600"]),
+            vec!["BUCKETS", "60"],
+        ),
+    }
+}
+
+/// A request of `quantity` to limiter `i`.
+fn request(i: usize, quantity: &str) -> Vec<String> {
+    let (mut command, keywords) = limiter(i);
+    command.push(quantity.to_owned());
+    command.extend(keywords.iter().map(|word| word.to_string()));
+    command
+}
+
+fn call(con: &mut Connection, i: usize, quantity: &str) -> Vec<i64> {
+    ints(con, &request(i, quantity))
+}
+
+/// Admitted, refused, peeked and oversized requests of every command and algorithm, alone
+/// and in a transaction, over `KEYS` keys.
 fn workload(con: &mut Connection) {
     for i in 0..KEYS {
-        let key = key(i);
-        let burst = (i % 4).to_string();
-        // Every key lives for 20 s or more, longer than the tests take.
-        let (count, period, unit) = match i % 3 {
-            0 => ("30", "600", "S"),
-            1 => ("1", "3600", "S"),
-            _ => ("10", "600000", "MS"),
-        };
-        let call = |con: &mut Connection, quantity: &str| {
-            ints(
-                con,
-                &["CL.THROTTLE", &key, &burst, count, period, quantity, unit],
-            )
-        };
         if i % 5 == 4 {
             // Only peeks and oversized requests: the key must never exist.
-            call(con, "0");
-            call(con, "1000");
+            call(con, i, "0");
+            call(con, i, "1000");
             continue;
         }
         for _ in 0..(i % 7) {
-            call(con, "1");
+            call(con, i, "1");
         }
-        call(con, "0");
-        call(con, "2");
-        call(con, "1000");
+        call(con, i, "0");
+        call(con, i, "2");
+        call(con, i, "1000");
     }
     let _: () = query(con, &["MULTI"]);
-    for i in 0..3 {
-        let _: () = query(con, &["CL.THROTTLE", &key(i), "5", "10", "60"]);
+    for i in 0..4 {
+        let _: () = query(con, &request(i, "1"));
     }
     let _: Vec<Vec<i64>> = query(con, &["EXEC"]);
 }
@@ -102,6 +131,7 @@ fn replicas_hold_the_masters_bytes_and_expiry() {
     // What reached the replica were writes, not commands to run again.
     assert!(command_calls(&replica, "set") > 0);
     assert_eq!(command_calls(&replica, "cl.throttle"), 0);
+    assert_eq!(command_calls(&replica, "rl.window"), 0);
 }
 
 #[test]
@@ -123,6 +153,7 @@ fn an_aof_reload_a_second_later_restores_the_same_state() {
     let aof = String::from_utf8_lossy(&aof).to_lowercase();
     assert!(aof.contains("pxat"), "{aof}");
     assert!(!aof.contains("cl.throttle"), "{aof}");
+    assert!(!aof.contains("rl.window"), "{aof}");
 
     // So does a restart from it.
     server.restart();

@@ -4,29 +4,12 @@
 mod support;
 
 use redis::Connection;
-use support::{error, ints, query, snapshot, Server};
+use support::{bytes_per_key, changes, error, ints, query, server_millis, snapshot, Server};
 
 fn throttle(con: &mut Connection, args: &[&str]) -> Vec<i64> {
     let mut command = vec!["CL.THROTTLE"];
     command.extend_from_slice(args);
     ints(con, &command)
-}
-
-/// Milliseconds since the epoch, by the server's clock.
-fn server_millis(con: &mut Connection) -> i64 {
-    let (seconds, micros): (i64, i64) = query(con, &["TIME"]);
-    seconds * 1_000 + micros / 1_000
-}
-
-/// Writes the server has counted since the last save.
-fn changes(con: &mut Connection) -> i64 {
-    let info: String = query(con, &["INFO", "persistence"]);
-    info.lines()
-        .find_map(|line| line.strip_prefix("rdb_changes_since_last_save:"))
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap()
 }
 
 #[test]
@@ -96,24 +79,6 @@ fn state_is_one_small_string_that_expires_when_the_bucket_is_full() {
     assert_eq!(later_expire_at, expire_at + 1_440_000);
     let usage: i64 = query(&mut con, &["MEMORY", "USAGE", "k"]);
     assert!(usage <= 64, "MEMORY USAGE {usage}");
-}
-
-/// `used_memory` growth per key over `keys` keys named `<prefix>NNNNNN` (8 characters).
-fn bytes_per_key(con: &mut Connection, keys: usize, command: impl Fn(&str) -> redis::Cmd) -> f64 {
-    let used = |con: &mut Connection| -> f64 {
-        let info: String = query(con, &["INFO", "memory"]);
-        let line = info
-            .lines()
-            .find_map(|line| line.strip_prefix("used_memory:"));
-        line.unwrap().trim().parse().unwrap()
-    };
-    let before = used(con);
-    let mut pipe = redis::pipe();
-    for i in 0..keys {
-        pipe.add_command(command(&format!("{i:08}"))).ignore();
-    }
-    let _: () = pipe.query(con).unwrap();
-    (used(con) - before) / keys as f64
 }
 
 #[test]
@@ -336,7 +301,7 @@ fn bad_arguments_get_clear_errors_and_change_nothing() {
         (&["k", "1", "1", " 1"], "ERR period is not an integer or out of range"),
         (&["k", "1", "1", "99999999999999999999"], "ERR period is not an integer or out of range"),
         (&["k", "1", "1", "1", "1.5"], "ERR quantity is not an integer or out of range"),
-        (&["k", "1", "1", "1", "abc"], "ERR quantity is not an integer or out of range"),
+        (&["k", "1", "1", "1", "-"], "ERR quantity is not an integer or out of range"),
         (&["k", "-1", "1", "1"], "ERR max_burst must not be negative"),
         (&["k", "1", "-1", "1"], "ERR count must be positive"),
         (&["k", "1", "0", "1"], "ERR count must be positive"),
@@ -361,6 +326,10 @@ fn bad_arguments_get_clear_errors_and_change_nothing() {
         ),
         (
             &["k", "1", "1", "1", "1", "MS", "MS"],
+            "ERR syntax error. Usage: CL.THROTTLE key max_burst count period [quantity] [S|MS|US]",
+        ),
+        (
+            &["k", "1", "1", "1", "abc"],
             "ERR syntax error. Usage: CL.THROTTLE key max_burst count period [quantity] [S|MS|US]",
         ),
         (

@@ -3,11 +3,12 @@
 
 pub mod debug;
 pub mod throttle;
+pub mod window;
 
 use crate::redis::metadata::{Arg, CommandSpec};
 
 /// Every command the module registers.
-pub static ALL: [&CommandSpec; 1] = [&throttle::SPEC];
+pub static ALL: [&CommandSpec; 2] = [&throttle::SPEC, &window::SPEC];
 
 /// The unit keyword all commands accept, for `COMMAND DOCS`.
 const UNIT_ARG: Arg = Arg::one_of(

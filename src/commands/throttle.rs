@@ -12,8 +12,9 @@ use crate::core::time::{ceil_millis, Rounding, Unit};
 use crate::error::CommandError;
 use crate::redis::clock;
 use crate::redis::handler::{self, Invocation};
-use crate::redis::key::{Access, LimiterKey};
+use crate::redis::key::Access;
 use crate::redis::metadata::{Arg, ArgKind, CommandSpec};
+use crate::redis::string_state::{decide_on_string_key, Decision};
 
 use super::UNIT_ARG;
 
@@ -105,24 +106,23 @@ fn throttle(call: &Invocation) -> Result<[i64; 5], CommandError> {
     let gcra =
         Gcra::new(args.max_burst, args.count, args.period, args.options.unit).map_err(invalid)?;
     let quantity = args.options.quantity;
-    // Peeks and quantities that can never fit only read: no write, no signal, no propagation.
-    let may_write = quantity > 0 && quantity <= gcra.limit() as u64;
-    let access = if may_write {
-        Access::Write
-    } else {
-        Access::Read
-    };
-    let mut key = LimiterKey::open(call.ctx, call.key_name(), access);
-    let stored = match key.read(is_gcra_length)? {
-        Some(value) => Some(decode_gcra(value).ok_or(CommandError::WRONG_TYPE)?),
-        None => None,
-    };
-    let outcome = gcra.apply(stored, clock::now(), quantity);
-    if let Some(tat) = outcome.new_tat {
-        key.write(&encode_gcra(tat), ceil_millis(tat))?;
-    }
+    let access = Access::for_request(quantity, gcra.limit() as u64);
+    let verdict = decide_on_string_key(call, access, is_gcra_length, |stored, new_state| {
+        let stored = match stored {
+            Some(value) => Some(decode_gcra(value).ok_or(CommandError::WRONG_TYPE)?),
+            None => None,
+        };
+        let outcome = gcra.apply(stored, clock::now(), quantity);
+        Ok(Decision {
+            verdict: outcome.verdict,
+            expire_at_ms: outcome.new_tat.map(|tat| {
+                new_state.extend_from_slice(&encode_gcra(tat));
+                ceil_millis(tat)
+            }),
+        })
+    })?;
     let unit = args.options.unit;
-    Ok(outcome.verdict.to_reply(unit, rounding(unit)))
+    Ok(verdict.to_reply(unit, rounding(unit)))
 }
 
 #[cfg(test)]

@@ -5,3 +5,4 @@ pub mod codec;
 pub mod gcra;
 pub mod time;
 pub mod verdict;
+pub mod window;

@@ -13,12 +13,17 @@ const LATEST_MICROS: i64 = i64::MAX / 1_000;
 /// the instant Redis itself uses for expiry, constant through a command, a MULTI/EXEC
 /// or a script; on 7.0 it is the real-time clock, with microsecond precision.
 pub fn now() -> Ticks {
+    from_micros(now_micros())
+}
+
+/// The current time in microseconds since the Unix epoch, from the same clock as [`now`].
+pub fn now_micros() -> i64 {
     // SAFETY: the function pointer, when present, was filled in by Redis at load.
     let micros = match unsafe { raw::RedisModule_CachedMicroseconds } {
         Some(cached_micros) => unsafe { cached_micros() },
         None => realtime_micros(),
     };
-    from_micros(micros.clamp(0, LATEST_MICROS))
+    micros.clamp(0, LATEST_MICROS)
 }
 
 fn realtime_micros() -> i64 {

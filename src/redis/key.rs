@@ -22,6 +22,18 @@ pub enum Access {
     Write,
 }
 
+impl Access {
+    /// What a request of `quantity` against a limit of `limit` needs: peeks (0) and
+    /// quantities that can never fit only read, so they write, signal and propagate nothing.
+    pub fn for_request(quantity: u64, limit: u64) -> Access {
+        if quantity > 0 && quantity <= limit {
+            Access::Write
+        } else {
+            Access::Read
+        }
+    }
+}
+
 /// An open key holding (or about to hold) a limiter's state. Closed on drop.
 pub struct LimiterKey {
     ctx: *mut raw::RedisModuleCtx,

@@ -43,7 +43,7 @@ pub struct Arg {
     pub name: &'static CStr,
     /// Its type.
     pub kind: ArgKind,
-    /// For a pure token, the token itself.
+    /// The keyword that introduces it, or for a pure token, the token itself.
     pub token: Option<&'static CStr>,
     /// Whether it may be left out.
     pub optional: bool,
@@ -68,6 +68,14 @@ impl Arg {
         Arg {
             token: Some(token),
             ..Arg::new(token, ArgKind::PureToken)
+        }
+    }
+
+    /// The same argument, introduced by the keyword `token`.
+    pub const fn after_token(self, token: &'static CStr) -> Arg {
+        Arg {
+            token: Some(token),
+            ..self
         }
     }
 

@@ -4,3 +4,4 @@ pub mod clock;
 pub mod handler;
 pub mod key;
 pub mod metadata;
+pub mod string_state;

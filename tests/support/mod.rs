@@ -426,6 +426,45 @@ pub fn snapshot(con: &mut Connection, key: &[u8]) -> Option<(Vec<u8>, i64)> {
     value.map(|value| (value, expire_at))
 }
 
+/// Milliseconds since the epoch, by the server's clock.
+pub fn server_millis(con: &mut Connection) -> i64 {
+    let (seconds, micros): (i64, i64) = query(con, &["TIME"]);
+    seconds * 1_000 + micros / 1_000
+}
+
+/// Writes the server has counted since the last save.
+pub fn changes(con: &mut Connection) -> i64 {
+    let info: String = query(con, &["INFO", "persistence"]);
+    info.lines()
+        .find_map(|line| line.strip_prefix("rdb_changes_since_last_save:"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// `used_memory` growth per key over `keys` keys named `<prefix>NNNNNN` (8 characters).
+pub fn bytes_per_key(
+    con: &mut Connection,
+    keys: usize,
+    command: impl Fn(&str) -> redis::Cmd,
+) -> f64 {
+    let used = |con: &mut Connection| -> f64 {
+        let info: String = query(con, &["INFO", "memory"]);
+        let line = info
+            .lines()
+            .find_map(|line| line.strip_prefix("used_memory:"));
+        line.unwrap().trim().parse().unwrap()
+    };
+    let before = used(con);
+    let mut pipe = redis::pipe();
+    for i in 0..keys {
+        pipe.add_command(command(&format!("{i:08}"))).ignore();
+    }
+    let _: () = pipe.query(con).unwrap();
+    (used(con) - before) / keys as f64
+}
+
 fn describe<A: AsRef<[u8]>>(args: &[A]) -> String {
     args.iter()
         .map(|arg| String::from_utf8_lossy(arg.as_ref()).into_owned())

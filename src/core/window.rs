@@ -1,0 +1,413 @@
+//! Window counters: a fixed window, the sliding-window counter, and a rolling window of `n`
+//! buckets, as one limiter over a short row of counters.
+//!
+//! Time is cut into buckets: `n` equal buckets per window for `BUCKETS n`, one bucket per
+//! window otherwise. Bucket `k` starts at `k * window / n` microseconds since the Unix epoch
+//! (rounded up to a whole microsecond), so windows are aligned to multiples of `window`.
+//! The limiter keeps the counts of its last few buckets, newest last:
+//!
+//! - `FIXED` keeps one: the current window's count; admits when `count + q <= limit`.
+//! - `SLIDING` keeps two, the previous and the current window, and admits when
+//!   `previous * (1 - elapsed / window) + current + q <= limit`, compared exactly in integers.
+//! - `BUCKETS n` keeps `n`: admits when the sum of the last `n` buckets plus `q` is at most
+//!   `limit`; buckets roll off one at a time.
+//!
+//! Only admitted requests are counted. All times are whole microseconds, the server clock's
+//! resolution.
+
+use super::time::{Ticks, Unit, TICKS_PER_MICROSECOND};
+use super::verdict::Verdict;
+
+/// The most buckets `BUCKETS n` accepts: an hour of one-second buckets.
+pub const MAX_BUCKETS: i64 = 3_600;
+
+/// Tag of a `FIXED` state.
+const FIXED_TAG: u8 = 0xF9;
+/// Tag of a `SLIDING` state.
+const SLIDING_TAG: u8 = 0xFA;
+/// Tag of a `BUCKETS` state.
+const BUCKETS_TAG: u8 = 0xFB;
+
+/// Bytes before the counters: the tag, then 7 bytes holding the newest bucket's start (54
+/// bits of microseconds, enough for the year 2541) and the counters' width (2 bits).
+const HEADER_LEN: usize = 8;
+/// Bits of the newest bucket's start in the header.
+const START_BITS: u32 = 54;
+
+/// The longest state: `MAX_BUCKETS` counters of 8 bytes.
+pub const MAX_STATE_LEN: usize = HEADER_LEN + 8 * MAX_BUCKETS as usize;
+
+/// The longest window: 2^63 - 1 nanoseconds, as for `CL.THROTTLE`.
+const MAX_WINDOW_MICROS: i64 = i64::MAX / 1_000;
+
+/// Which window counter.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Algorithm {
+    /// One count per window, windows aligned to the epoch.
+    Fixed,
+    /// The previous window's count, weighted by how much of it still overlaps, plus the
+    /// current one.
+    Sliding,
+    /// The window cut into this many buckets.
+    Buckets(u16),
+}
+
+/// Why a set of window parameters is refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WindowError {
+    /// `limit` zero or below.
+    NonPositiveLimit,
+    /// `window` zero or below.
+    NonPositiveWindow,
+    /// `window` longer than 2^63 - 1 ns, or `window * n` microseconds beyond 2^63 - 1.
+    WindowTooLong,
+    /// `BUCKETS n` outside `1..=MAX_BUCKETS`.
+    BucketsOutOfRange,
+    /// Buckets shorter than a microsecond, the clock's resolution.
+    BucketTooShort,
+}
+
+/// Why a stored value cannot be used.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StateError {
+    /// Not a window counter's state at all.
+    Foreign,
+    /// The state of another window algorithm.
+    OtherAlgorithm,
+}
+
+/// A window limiter's parameters, validated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WindowLimiter {
+    algorithm: Algorithm,
+    limit: u64,
+    /// The window, in microseconds.
+    window: i64,
+    /// Buckets per window.
+    per_window: i64,
+    /// Buckets kept: the ones that can still count.
+    slots: usize,
+}
+
+/// Working memory reused from call to call, so that a call allocates nothing once warm.
+#[derive(Default)]
+pub struct Scratch {
+    counts: Vec<u64>,
+}
+
+/// The decision for one request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WindowOutcome {
+    /// The reply, before rounding.
+    pub verdict: Verdict,
+    /// When the request changed the state: the new state was written to the output buffer,
+    /// and the key should expire at this Unix time in milliseconds. `None` for a refused
+    /// request or a peek, which change nothing.
+    pub expire_at_ms: Option<i64>,
+}
+
+impl WindowLimiter {
+    /// Validates the parameters: at most `limit` per `window` `unit`s, counted by
+    /// `algorithm`.
+    pub fn new(
+        limit: i64,
+        window: i64,
+        unit: Unit,
+        algorithm: Algorithm,
+    ) -> Result<WindowLimiter, WindowError> {
+        if limit <= 0 {
+            return Err(WindowError::NonPositiveLimit);
+        }
+        if window <= 0 {
+            return Err(WindowError::NonPositiveWindow);
+        }
+        let window = window
+            .checked_mul((unit.ticks() / TICKS_PER_MICROSECOND) as i64)
+            .filter(|&micros| micros <= MAX_WINDOW_MICROS)
+            .ok_or(WindowError::WindowTooLong)?;
+        let (per_window, slots) = match algorithm {
+            Algorithm::Fixed => (1, 1),
+            Algorithm::Sliding => (1, 2),
+            Algorithm::Buckets(n) => {
+                let n = i64::from(n);
+                if !(1..=MAX_BUCKETS).contains(&n) {
+                    return Err(WindowError::BucketsOutOfRange);
+                }
+                if window < n {
+                    return Err(WindowError::BucketTooShort);
+                }
+                // Bucket arithmetic multiplies offsets within a window by n.
+                window.checked_mul(n).ok_or(WindowError::WindowTooLong)?;
+                (n, n as usize)
+            }
+        };
+        Ok(WindowLimiter {
+            algorithm,
+            limit: limit as u64,
+            window,
+            per_window,
+            slots,
+        })
+    }
+
+    /// The largest quantity ever admitted.
+    pub fn limit(&self) -> u64 {
+        self.limit
+    }
+
+    /// The bucket holding instant `micros` (not negative).
+    fn bucket_of(&self, micros: i64) -> i64 {
+        let (windows, offset) = (micros / self.window, micros % self.window);
+        // Both products stay within i64: windows * n <= micros, offset * n < window * n.
+        windows * self.per_window + offset * self.per_window / self.window
+    }
+
+    /// The first microsecond of bucket `bucket`.
+    fn bucket_start(&self, bucket: i64) -> i64 {
+        let (windows, index) = (bucket / self.per_window, bucket % self.per_window);
+        windows * self.window + (index * self.window + self.per_window - 1) / self.per_window
+    }
+
+    /// Decides a request of `quantity` at `now` (microseconds since the epoch), given the
+    /// stored value (`None` for a new or expired key). When the request changes the state,
+    /// the new value is written to `value` (cleared first) and the outcome says when the
+    /// key should expire. A `quantity` of 0 is a peek and never writes.
+    pub fn apply(
+        &self,
+        stored: Option<&[u8]>,
+        now: i64,
+        quantity: u64,
+        scratch: &mut Scratch,
+        value: &mut Vec<u8>,
+    ) -> Result<WindowOutcome, StateError> {
+        let now = now.max(0);
+        let counts = &mut scratch.counts;
+        let mut newest = self.bucket_of(now);
+        match stored {
+            Some(stored) => {
+                let stored_start = self.decode(stored, counts)?;
+                let stored_newest = self.bucket_of(stored_start);
+                // A clock that went back keeps counting in the newest bucket it knows.
+                if newest > stored_newest {
+                    self.roll(counts, newest - stored_newest);
+                } else {
+                    newest = stored_newest;
+                }
+            }
+            None => {
+                counts.clear();
+                counts.resize(self.slots, 0);
+            }
+        }
+        let used: u64 = counts
+            .iter()
+            .fold(0, |sum, &count| sum.saturating_add(count));
+        let admitted =
+            quantity <= self.limit && self.room(counts, used, newest, now, quantity) >= 0;
+        let charged = if admitted { quantity } else { 0 };
+        *counts.last_mut().expect("at least one slot") += charged;
+        let verdict = Verdict {
+            limited: !admitted,
+            limit: self.limit as i64,
+            remaining: self.remaining(counts, newest, now, used.saturating_add(charged)),
+            retry_after: (!admitted && quantity <= self.limit)
+                .then(|| self.retry_at(counts, newest, used, quantity) - now)
+                .map(micros_to_ticks),
+            reset_after: micros_to_ticks(self.reset_at(counts, newest).map_or(0, |at| at - now)),
+        };
+        if charged == 0 {
+            return Ok(WindowOutcome {
+                verdict,
+                expire_at_ms: None,
+            });
+        }
+        self.encode(counts, self.bucket_start(newest), value);
+        let expire_at = self.bucket_start(newest + self.slots as i64);
+        Ok(WindowOutcome {
+            verdict,
+            expire_at_ms: Some((expire_at + 999) / 1_000),
+        })
+    }
+
+    /// Moves the counts `buckets` buckets on: the oldest roll off, new empty ones arrive.
+    fn roll(&self, counts: &mut [u64], buckets: i64) {
+        let shift = usize::try_from(buckets).map_or(counts.len(), |b| b.min(counts.len()));
+        counts.rotate_left(shift);
+        let len = counts.len();
+        counts[len - shift..].fill(0);
+    }
+
+    /// How much room is left for `quantity`: not negative when it fits. In units of
+    /// quantity for `FIXED` and `BUCKETS`, of quantity-microseconds for `SLIDING`.
+    /// `used` is the sum of the counts.
+    fn room(&self, counts: &[u64], used: u64, newest: i64, now: i64, quantity: u64) -> i128 {
+        match self.algorithm {
+            Algorithm::Fixed | Algorithm::Buckets(_) => {
+                self.limit as i128 - used as i128 - quantity as i128
+            }
+            Algorithm::Sliding => {
+                let window = i128::from(self.window);
+                let overlap = i128::from(self.window - self.elapsed(newest, now));
+                let (previous, current) = (i128::from(counts[0]), i128::from(counts[1]));
+                self.limit as i128 * window
+                    - previous * overlap
+                    - (current + quantity as i128) * window
+            }
+        }
+    }
+
+    /// Microseconds since the start of the current window, within `0..window`; 0 when the
+    /// clock is behind the newest bucket.
+    fn elapsed(&self, newest: i64, now: i64) -> i64 {
+        (now - self.bucket_start(newest)).clamp(0, self.window - 1)
+    }
+
+    /// Whole units that still fit now (`used` is the sum of the counts).
+    fn remaining(&self, counts: &[u64], newest: i64, now: i64, used: u64) -> i64 {
+        let room = match self.algorithm {
+            Algorithm::Fixed | Algorithm::Buckets(_) => self.limit.saturating_sub(used) as i128,
+            Algorithm::Sliding => self
+                .room(counts, used, newest, now, 0)
+                .max(0)
+                .div_euclid(i128::from(self.window)),
+        };
+        room as i64
+    }
+
+    /// The instant `quantity` (at most `limit`, refused at `now`) will fit, absent other
+    /// traffic.
+    fn retry_at(&self, counts: &[u64], newest: i64, used: u64, quantity: u64) -> i64 {
+        match self.algorithm {
+            Algorithm::Fixed | Algorithm::Buckets(_) => {
+                // The oldest buckets leave first: find the one whose departure frees enough.
+                let excess = used.saturating_add(quantity) - self.limit;
+                let oldest = newest - (self.slots as i64 - 1);
+                let mut freed = 0u64;
+                for (age, &count) in counts.iter().enumerate() {
+                    freed = freed.saturating_add(count);
+                    if freed >= excess {
+                        return self.bucket_start(oldest + age as i64 + self.slots as i64);
+                    }
+                }
+                // Unreachable: every count leaving frees `used`, and the excess is at most
+                // that; the latest possible answer is still a correct one.
+                self.bucket_start(newest + self.slots as i64)
+            }
+            Algorithm::Sliding => {
+                // Within the current window, the previous count's weight falls linearly:
+                // fits once previous * (window - elapsed) <= (limit - current - q) * window.
+                let window = i128::from(self.window);
+                let (previous, current) = (i128::from(counts[0]), i128::from(counts[1]));
+                let quantity = quantity as i128;
+                let spare = (self.limit as i128 - current - quantity) * window;
+                if spare >= 0 && previous > 0 {
+                    let overlap = (spare / previous).min(window);
+                    return self.bucket_start(newest) + (window - overlap) as i64;
+                }
+                // Otherwise in the next window, where the current count becomes the previous.
+                let spare = (self.limit as i128 - quantity) * window;
+                let overlap = if current > 0 {
+                    (spare / current).min(window)
+                } else {
+                    window
+                };
+                self.bucket_start(newest + 1) + (window - overlap) as i64
+            }
+        }
+    }
+
+    /// When every counted request has left the window, or `None` when none is counted.
+    fn reset_at(&self, counts: &[u64], newest: i64) -> Option<i64> {
+        let newest_counted = counts.iter().rposition(|&count| count > 0)?;
+        let age = (counts.len() - 1 - newest_counted) as i64;
+        Some(self.bucket_start(newest - age + self.slots as i64))
+    }
+
+    fn tag(&self) -> u8 {
+        match self.algorithm {
+            Algorithm::Fixed => FIXED_TAG,
+            Algorithm::Sliding => SLIDING_TAG,
+            Algorithm::Buckets(_) => BUCKETS_TAG,
+        }
+    }
+
+    /// Reads a stored state into `counts` (oldest first, exactly `slots` of them) and
+    /// returns the start of its newest bucket.
+    ///
+    /// A state kept with another `BUCKETS n` keeps its newest counts; older ones that no
+    /// longer have a bucket of their own are added to the oldest kept bucket, so nothing
+    /// counted is forgotten before its time.
+    fn decode(&self, value: &[u8], counts: &mut Vec<u64>) -> Result<i64, StateError> {
+        let (&tag, rest) = value.split_first().ok_or(StateError::Foreign)?;
+        if ![FIXED_TAG, SLIDING_TAG, BUCKETS_TAG].contains(&tag) {
+            return Err(StateError::Foreign);
+        }
+        if tag != self.tag() {
+            return Err(StateError::OtherAlgorithm);
+        }
+        if rest.len() < HEADER_LEN {
+            return Err(StateError::Foreign);
+        }
+        let header = read_le(&rest[..HEADER_LEN - 1]);
+        let start = (header & ((1 << START_BITS) - 1)) as i64;
+        let width = 1usize << (header >> START_BITS);
+        let body = &rest[HEADER_LEN - 1..];
+        let stored_slots = body.len() / width;
+        let expected = match self.algorithm {
+            Algorithm::Fixed => stored_slots == 1,
+            Algorithm::Sliding => stored_slots == 2,
+            Algorithm::Buckets(_) => (1..=MAX_BUCKETS as usize).contains(&stored_slots),
+        };
+        if body.len() % width != 0 || !expected {
+            return Err(StateError::Foreign);
+        }
+        counts.clear();
+        counts.resize(self.slots, 0);
+        let kept = stored_slots.min(self.slots);
+        let dropped = stored_slots - kept;
+        for (slot, chunk) in body.chunks_exact(width).enumerate() {
+            let target = (slot.saturating_sub(dropped) + self.slots - kept).min(self.slots - 1);
+            counts[target] = counts[target].saturating_add(read_le(chunk));
+        }
+        Ok(start)
+    }
+
+    /// Writes the state: the tag, the newest bucket's start and the counters' width, then
+    /// the counts, oldest first, each in the fewest of 1, 2, 4 or 8 bytes that holds both
+    /// the limit and every count.
+    fn encode(&self, counts: &[u64], newest_start: i64, value: &mut Vec<u8>) {
+        let largest = counts.iter().copied().fold(self.limit, u64::max);
+        let width_code: u64 = match largest {
+            0..=0xFF => 0,
+            0x100..=0xFFFF => 1,
+            0x1_0000..=0xFFFF_FFFF => 2,
+            _ => 3,
+        };
+        let width = 1usize << width_code;
+        value.clear();
+        value.push(self.tag());
+        let header = (newest_start as u64) | (width_code << START_BITS);
+        value.extend_from_slice(&header.to_le_bytes()[..HEADER_LEN - 1]);
+        for &count in counts {
+            value.extend_from_slice(&count.to_le_bytes()[..width]);
+        }
+    }
+}
+
+/// Whether a string of `len` bytes may hold a window counter's state.
+pub fn is_window_length(len: usize) -> bool {
+    (HEADER_LEN + 1..=MAX_STATE_LEN).contains(&len)
+}
+
+fn read_le(bytes: &[u8]) -> u64 {
+    let mut word = [0; 8];
+    word[..bytes.len()].copy_from_slice(bytes);
+    u64::from_le_bytes(word)
+}
+
+fn micros_to_ticks(micros: i64) -> Ticks {
+    Ticks::from(micros.max(0)) * TICKS_PER_MICROSECOND
+}
+
+#[cfg(test)]
+mod tests;

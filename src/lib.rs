@@ -13,6 +13,8 @@ mod redis;
 
 use redis_module::{raw, redis_module, Context, RedisString, Status};
 
+use redis::log_type::LOG_TYPE;
+
 // Redis' allocator in the module, so that Redis accounts for (and can limit) its memory;
 // the system's in unit tests, which run outside Redis.
 #[cfg(not(test))]
@@ -50,6 +52,21 @@ fn server_api_complete() -> bool {
         RedisModule_ReplyWithLongLong,
         RedisModule_ReplyWithError,
         RedisModule_WrongArity,
+        RedisModule_ReplyWithSimpleString,
+        RedisModule_GetContextFlags,
+        RedisModule_ReplicateVerbatim,
+        RedisModule_ModuleTypeGetType,
+        RedisModule_ModuleTypeGetValue,
+        RedisModule_ModuleTypeSetValue,
+        RedisModule_SaveUnsigned,
+        RedisModule_LoadUnsigned,
+        RedisModule_SaveStringBuffer,
+        RedisModule_LoadStringBuffer,
+        RedisModule_IsIOError,
+        RedisModule_Free,
+        RedisModule_EmitAOF,
+        RedisModule_DigestAddStringBuffer,
+        RedisModule_DigestEndSequence,
     )
 }
 
@@ -100,7 +117,7 @@ redis_module! {
     name: "ratelimit",
     version: MODULE_VERSION,
     allocator: (ModuleAllocator, ModuleAllocator),
-    data_types: [],
+    data_types: [LOG_TYPE],
     init: initialize,
     commands: [],
 }

@@ -202,7 +202,11 @@ fn bad_arguments_get_clear_errors_and_change_nothing() {
         (&["k", "10", "5", "US", "BUCKETS", "6"], "ERR window / BUCKETS must be at least 1 microsecond"),
         (
             &["k", "10", &i64_max],
-            "ERR window is too long: the limit is 2^63 nanoseconds (292 years), and window * BUCKETS must stay below 2^63 microseconds",
+            "ERR window is too long: the limit is 2^63 nanoseconds (292 years)",
+        ),
+        (
+            &["k", "10", "9223372036854775", "US", "BUCKETS", "3600"],
+            "ERR window is too long for BUCKETS: window * BUCKETS must stay below 2^63 microseconds",
         ),
         (&["k", "10", "60", "FIXED", "SLIDING"], USAGE),
         (&["k", "10", "60", "fixed", "FIXED"], USAGE),

@@ -2,13 +2,22 @@
 //! through the shared layers in `crate::args` and `crate::redis`.
 
 pub mod debug;
+pub mod log;
 pub mod throttle;
 pub mod window;
 
+use crate::core::window::{WindowError, MAX_BUCKETS};
+use crate::error::CommandError;
 use crate::redis::metadata::{Arg, CommandSpec};
 
 /// Every command the module registers.
-pub static ALL: [&CommandSpec; 2] = [&throttle::SPEC, &window::SPEC];
+pub static ALL: [&CommandSpec; 5] = [
+    &throttle::SPEC,
+    &window::SPEC,
+    &log::SPEC,
+    &log::REPLAY_SPEC,
+    &log::LOAD_CHUNK_SPEC,
+];
 
 /// The unit keyword all commands accept, for `COMMAND DOCS`.
 const UNIT_ARG: Arg = Arg::one_of(
@@ -16,3 +25,25 @@ const UNIT_ARG: Arg = Arg::one_of(
     &[Arg::token(c"S"), Arg::token(c"MS"), Arg::token(c"US")],
 )
 .optional();
+
+/// The reply to a `BUCKETS` count out of range.
+const BUCKETS_RANGE: CommandError =
+    CommandError::Message(c"ERR BUCKETS must be an integer from 1 to 3600");
+
+const _: () = assert!(MAX_BUCKETS == 3_600, "BUCKETS_RANGE names the maximum");
+
+/// The replies to window and limit parameters `RL.WINDOW` and `RL.LOG` refuse.
+fn window_error(error: WindowError) -> CommandError {
+    CommandError::Message(match error {
+        WindowError::NonPositiveLimit => c"ERR limit must be positive",
+        WindowError::NonPositiveWindow => c"ERR window must be positive",
+        WindowError::WindowTooLong => {
+            c"ERR window is too long: the limit is 2^63 nanoseconds (292 years)"
+        }
+        WindowError::WindowTooLongForBuckets => {
+            c"ERR window is too long for BUCKETS: window * BUCKETS must stay below 2^63 microseconds"
+        }
+        WindowError::BucketsOutOfRange => return BUCKETS_RANGE,
+        WindowError::BucketTooShort => c"ERR window / BUCKETS must be at least 1 microsecond",
+    })
+}

@@ -8,9 +8,7 @@ use redis_module::raw;
 
 use crate::args::{integer_argument, is_keyword, parse_integer, parse_options, CommonOptions};
 use crate::core::time::Rounding;
-use crate::core::window::{
-    is_window_length, Algorithm, Scratch, StateError, WindowError, WindowLimiter, MAX_BUCKETS,
-};
+use crate::core::window::{is_window_length, Algorithm, Scratch, StateError, WindowLimiter};
 use crate::error::CommandError;
 use crate::redis::clock;
 use crate::redis::handler::{self, Invocation};
@@ -18,7 +16,7 @@ use crate::redis::key::Access;
 use crate::redis::metadata::{Arg, ArgKind, CommandSpec};
 use crate::redis::string_state::{decide_on_string_key, Decision};
 
-use super::UNIT_ARG;
+use super::{window_error, BUCKETS_RANGE, UNIT_ARG};
 
 /// The command's registration.
 pub static SPEC: CommandSpec = CommandSpec {
@@ -56,11 +54,6 @@ const REQUIRED_ARGUMENTS: usize = 4;
 const USAGE: CommandError = CommandError::Message(
     c"ERR syntax error. Usage: RL.WINDOW key limit window [quantity] [FIXED|SLIDING|BUCKETS n] [S|MS|US]",
 );
-
-const BUCKETS_RANGE: CommandError =
-    CommandError::Message(c"ERR BUCKETS must be an integer from 1 to 3600");
-
-const _: () = assert!(MAX_BUCKETS == 3_600, "BUCKETS_RANGE names the maximum");
 
 thread_local! {
     static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
@@ -116,18 +109,6 @@ fn parse(args: &[&[u8]]) -> Result<WindowArgs, CommandError> {
     })
 }
 
-fn invalid(error: WindowError) -> CommandError {
-    CommandError::Message(match error {
-        WindowError::NonPositiveLimit => c"ERR limit must be positive",
-        WindowError::NonPositiveWindow => c"ERR window must be positive",
-        WindowError::WindowTooLong => {
-            c"ERR window is too long: the limit is 2^63 nanoseconds (292 years), and window * BUCKETS must stay below 2^63 microseconds"
-        }
-        WindowError::BucketsOutOfRange => return BUCKETS_RANGE,
-        WindowError::BucketTooShort => c"ERR window / BUCKETS must be at least 1 microsecond",
-    })
-}
-
 fn unusable(error: StateError) -> CommandError {
     match error {
         StateError::Foreign => CommandError::WRONG_TYPE,
@@ -140,7 +121,7 @@ fn unusable(error: StateError) -> CommandError {
 fn window(call: &Invocation) -> Result<[i64; 5], CommandError> {
     let args = parse(&call.args[2..])?;
     let limiter = WindowLimiter::new(args.limit, args.window, args.options.unit, args.algorithm)
-        .map_err(invalid)?;
+        .map_err(window_error)?;
     let quantity = args.options.quantity;
     let access = Access::for_request(quantity, limiter.limit());
     let verdict = decide_on_string_key(call, access, is_window_length, |stored, new_state| {
@@ -161,6 +142,7 @@ fn window(call: &Invocation) -> Result<[i64; 5], CommandError> {
 mod tests {
     use super::*;
     use crate::core::time::Unit;
+    use crate::core::window::WindowError;
 
     fn algorithm(args: &[&[u8]]) -> Result<Algorithm, CommandError> {
         parse(args).map(|args| args.algorithm)
@@ -236,7 +218,7 @@ mod tests {
     fn invalid_parameters_get_their_own_messages() {
         let check = |limit, window, algorithm, expected: &str| {
             let error = WindowLimiter::new(limit, window, Unit::Seconds, algorithm)
-                .map_err(invalid)
+                .map_err(window_error)
                 .unwrap_err();
             assert_eq!(error.text(), expected);
         };
@@ -248,11 +230,11 @@ mod tests {
             1,
             i64::MAX,
             Algorithm::Fixed,
-            invalid(WindowError::WindowTooLong).text(),
+            window_error(WindowError::WindowTooLong).text(),
         );
         let error = WindowLimiter::new(1, 5, Unit::Microseconds, Algorithm::Buckets(6));
         assert_eq!(
-            error.map_err(invalid).unwrap_err().text(),
+            error.map_err(window_error).unwrap_err().text(),
             "ERR window / BUCKETS must be at least 1 microsecond"
         );
     }

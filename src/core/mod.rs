@@ -3,6 +3,7 @@
 
 pub mod codec;
 pub mod gcra;
+pub mod log;
 pub mod time;
 pub mod verdict;
 pub mod window;

@@ -15,7 +15,7 @@
 //! Only admitted requests are counted. All times are whole microseconds, the server clock's
 //! resolution.
 
-use super::time::{Ticks, Unit, TICKS_PER_MICROSECOND};
+use super::time::{from_micros, Unit, TICKS_PER_MICROSECOND};
 use super::verdict::Verdict;
 
 /// The most buckets `BUCKETS n` accepts: an hour of one-second buckets.
@@ -59,8 +59,10 @@ pub enum WindowError {
     NonPositiveLimit,
     /// `window` zero or below.
     NonPositiveWindow,
-    /// `window` longer than 2^63 - 1 ns, or `window * n` microseconds beyond 2^63 - 1.
+    /// `window` longer than 2^63 - 1 ns.
     WindowTooLong,
+    /// `window * n` microseconds beyond 2^63 - 1 (`BUCKETS n`).
+    WindowTooLongForBuckets,
     /// `BUCKETS n` outside `1..=MAX_BUCKETS`.
     BucketsOutOfRange,
     /// Buckets shorter than a microsecond, the clock's resolution.
@@ -115,16 +117,8 @@ impl WindowLimiter {
         unit: Unit,
         algorithm: Algorithm,
     ) -> Result<WindowLimiter, WindowError> {
-        if limit <= 0 {
-            return Err(WindowError::NonPositiveLimit);
-        }
-        if window <= 0 {
-            return Err(WindowError::NonPositiveWindow);
-        }
-        let window = window
-            .checked_mul((unit.ticks() / TICKS_PER_MICROSECOND) as i64)
-            .filter(|&micros| micros <= MAX_WINDOW_MICROS)
-            .ok_or(WindowError::WindowTooLong)?;
+        let limit = validate_limit(limit)?;
+        let window = window_micros(window, unit)?;
         let (per_window, slots) = match algorithm {
             Algorithm::Fixed => (1, 1),
             Algorithm::Sliding => (1, 2),
@@ -137,13 +131,15 @@ impl WindowLimiter {
                     return Err(WindowError::BucketTooShort);
                 }
                 // Bucket arithmetic multiplies offsets within a window by n.
-                window.checked_mul(n).ok_or(WindowError::WindowTooLong)?;
+                window
+                    .checked_mul(n)
+                    .ok_or(WindowError::WindowTooLongForBuckets)?;
                 (n, n as usize)
             }
         };
         Ok(WindowLimiter {
             algorithm,
-            limit: limit as u64,
+            limit,
             window,
             per_window,
             slots,
@@ -212,8 +208,12 @@ impl WindowLimiter {
             remaining: self.remaining(counts, newest, now, used.saturating_add(charged)),
             retry_after: (!admitted && quantity <= self.limit)
                 .then(|| self.retry_at(counts, newest, used, quantity) - now)
-                .map(micros_to_ticks),
-            reset_after: micros_to_ticks(self.reset_at(counts, newest).map_or(0, |at| at - now)),
+                .map(|micros| from_micros(micros.max(0))),
+            reset_after: from_micros(
+                self.reset_at(counts, newest)
+                    .map_or(0, |at| at - now)
+                    .max(0),
+            ),
         };
         if charged == 0 {
             return Ok(WindowOutcome {
@@ -394,6 +394,25 @@ impl WindowLimiter {
     }
 }
 
+/// Checks a limit: at least 1.
+pub fn validate_limit(limit: i64) -> Result<u64, WindowError> {
+    u64::try_from(limit)
+        .ok()
+        .filter(|&limit| limit > 0)
+        .ok_or(WindowError::NonPositiveLimit)
+}
+
+/// A window of `window` `unit`s in microseconds: positive, and at most 2^63 - 1 ns.
+pub fn window_micros(window: i64, unit: Unit) -> Result<i64, WindowError> {
+    if window <= 0 {
+        return Err(WindowError::NonPositiveWindow);
+    }
+    window
+        .checked_mul((unit.ticks() / TICKS_PER_MICROSECOND) as i64)
+        .filter(|&micros| micros <= MAX_WINDOW_MICROS)
+        .ok_or(WindowError::WindowTooLong)
+}
+
 /// Whether a string of `len` bytes may hold a window counter's state.
 pub fn is_window_length(len: usize) -> bool {
     (HEADER_LEN + 1..=MAX_STATE_LEN).contains(&len)
@@ -403,10 +422,6 @@ fn read_le(bytes: &[u8]) -> u64 {
     let mut word = [0; 8];
     word[..bytes.len()].copy_from_slice(bytes);
     u64::from_le_bytes(word)
-}
-
-fn micros_to_ticks(micros: i64) -> Ticks {
-    Ticks::from(micros.max(0)) * TICKS_PER_MICROSECOND
 }
 
 #[cfg(test)]

@@ -29,19 +29,44 @@ impl Invocation<'_> {
     }
 }
 
-/// A command's body: its reply is always the same five integers, or an error.
-pub type CommandBody = fn(&Invocation) -> Result<[i64; 5], CommandError>;
+/// What a command's body replies when it succeeds.
+pub trait Reply {
+    /// Sends the reply.
+    ///
+    /// # Safety
+    /// `ctx` must be the running command's context.
+    unsafe fn send(self, ctx: *mut raw::RedisModuleCtx);
+}
+
+/// The limiters' reply: five integers.
+impl Reply for [i64; 5] {
+    unsafe fn send(self, ctx: *mut raw::RedisModuleCtx) {
+        unsafe {
+            raw::RedisModule_ReplyWithArray.unwrap()(ctx, self.len() as _);
+            for value in self {
+                raw::RedisModule_ReplyWithLongLong.unwrap()(ctx, value);
+            }
+        }
+    }
+}
+
+/// `+OK`.
+impl Reply for () {
+    unsafe fn send(self, ctx: *mut raw::RedisModuleCtx) {
+        unsafe { raw::RedisModule_ReplyWithSimpleString.unwrap()(ctx, c"OK".as_ptr()) };
+    }
+}
 
 /// Runs `body` for a call with `argc` arguments, of which at least `min_arguments`.
 ///
 /// # Safety
 /// `ctx`, `argv` and `argc` must come from Redis' command callback.
-pub unsafe fn run(
+pub unsafe fn run<R: Reply>(
     ctx: *mut raw::RedisModuleCtx,
     argv: *mut *mut raw::RedisModuleString,
     argc: c_int,
     min_arguments: usize,
-    body: CommandBody,
+    body: fn(&Invocation) -> Result<R, CommandError>,
 ) -> c_int {
     let result = panic::catch_unwind(AssertUnwindSafe(|| {
         let count = usize::try_from(argc).unwrap_or(0);
@@ -63,7 +88,7 @@ pub unsafe fn run(
     let result = result.unwrap_or(Err(CommandError::INTERNAL));
     unsafe {
         match result {
-            Ok(values) => reply_integers(ctx, &values),
+            Ok(reply) => reply.send(ctx),
             Err(error) => reply_error(ctx, error),
         }
     }
@@ -81,15 +106,6 @@ unsafe fn string_bytes<'a>(string: *mut raw::RedisModuleString) -> &'a [u8] {
         &[]
     } else {
         unsafe { std::slice::from_raw_parts(ptr.cast(), len) }
-    }
-}
-
-unsafe fn reply_integers(ctx: *mut raw::RedisModuleCtx, values: &[i64]) {
-    unsafe {
-        raw::RedisModule_ReplyWithArray.unwrap()(ctx, values.len() as _);
-        for &value in values {
-            raw::RedisModule_ReplyWithLongLong.unwrap()(ctx, value);
-        }
     }
 }
 

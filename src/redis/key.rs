@@ -131,8 +131,8 @@ impl LimiterKey {
                 c"PXAT".as_ptr(),
                 expire_at_ms as c_longlong,
             );
-            raw::RedisModule_SignalModifiedKey.unwrap()(self.ctx, self.name);
         }
+        self.signal_modified();
         Ok(())
     }
 
@@ -158,6 +158,75 @@ impl LimiterKey {
             std::ptr::copy_nonoverlapping(value.as_ptr(), ptr.cast::<u8>(), len);
             raw::RedisModule_SetAbsExpire.unwrap()(self.key, expire_at_ms) == ok
         }
+    }
+}
+
+impl LimiterKey {
+    /// The key's value when it holds a value of the module type `value_type`: `None` when
+    /// the key does not exist, `WRONGTYPE` for any other value.
+    pub fn module_value<T>(
+        &self,
+        value_type: *mut raw::RedisModuleType,
+    ) -> Result<Option<*mut T>, CommandError> {
+        // SAFETY: `self.key` is open (or null, which both functions accept).
+        unsafe {
+            match raw::RedisModule_KeyType.unwrap()(self.key) as isize {
+                raw::REDISMODULE_KEYTYPE_EMPTY => Ok(None),
+                raw::REDISMODULE_KEYTYPE_MODULE
+                    if raw::RedisModule_ModuleTypeGetType.unwrap()(self.key) == value_type =>
+                {
+                    Ok(Some(
+                        raw::RedisModule_ModuleTypeGetValue.unwrap()(self.key).cast(),
+                    ))
+                }
+                _ => Err(CommandError::WRONG_TYPE),
+            }
+        }
+    }
+
+    /// Stores `value` in the key, which must be open for writing and empty; Redis owns it
+    /// from then on and frees it with the type's `free` callback.
+    pub fn set_module_value<T>(
+        &mut self,
+        value_type: *mut raw::RedisModuleType,
+        value: Box<T>,
+    ) -> Result<(), CommandError> {
+        if self.access != Access::Write {
+            return Err(CommandError::INTERNAL);
+        }
+        let value = Box::into_raw(value);
+        // SAFETY: a key open for writing; on failure the value is still ours to free.
+        let status = unsafe {
+            raw::RedisModule_ModuleTypeSetValue.unwrap()(self.key, value_type, value.cast())
+        };
+        if status != raw::Status::Ok as c_int {
+            drop(unsafe { Box::from_raw(value) });
+            return Err(CommandError::INTERNAL);
+        }
+        Ok(())
+    }
+
+    /// After the key's module value was changed in place: sets its absolute expiry (Unix
+    /// ms) and signals the change to `WATCH` and client tracking. Propagating the change is
+    /// the caller's.
+    pub fn changed_in_place(&mut self, expire_at_ms: Option<i64>) -> Result<(), CommandError> {
+        if self.access != Access::Write {
+            return Err(CommandError::INTERNAL);
+        }
+        if let Some(expire_at_ms) = expire_at_ms {
+            // SAFETY: an open key holding a value.
+            let status = unsafe { raw::RedisModule_SetAbsExpire.unwrap()(self.key, expire_at_ms) };
+            if status != raw::Status::Ok as c_int {
+                return Err(CommandError::INTERNAL);
+            }
+        }
+        self.signal_modified();
+        Ok(())
+    }
+
+    fn signal_modified(&self) {
+        // SAFETY: the context and name of the running command.
+        unsafe { raw::RedisModule_SignalModifiedKey.unwrap()(self.ctx, self.name) };
     }
 }
 

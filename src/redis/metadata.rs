@@ -103,6 +103,8 @@ pub enum ArgKind {
     Key,
     /// An integer.
     Integer,
+    /// A string.
+    String,
     /// A keyword standing alone.
     PureToken,
     /// Exactly one of the subarguments.
@@ -211,6 +213,7 @@ fn c_args(args: &[Arg]) -> CArgs {
             type_: match arg.kind {
                 ArgKind::Key => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_KEY,
                 ArgKind::Integer => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_INTEGER,
+                ArgKind::String => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_STRING,
                 ArgKind::PureToken => {
                     raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_PURE_TOKEN
                 }

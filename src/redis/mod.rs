@@ -3,5 +3,6 @@
 pub mod clock;
 pub mod handler;
 pub mod key;
+pub mod log_type;
 pub mod metadata;
 pub mod string_state;

@@ -345,7 +345,7 @@ fn refuses_parameters_it_cannot_honour() {
     );
     assert_eq!(
         new(1, i64::MAX / 1_000, Microseconds, Buckets(3_600)),
-        Err(WindowError::WindowTooLong)
+        Err(WindowError::WindowTooLongForBuckets)
     );
     assert!(new(i64::MAX, 1, Seconds, Sliding).is_ok());
 }

@@ -1,0 +1,418 @@
+//! RL.LOG against a live redis-server: exact refill, memory per logged request, the native
+//! type's persistence (RDB, AOF, DUMP/RESTORE, COPY), replicas, and every refusal.
+
+mod support;
+
+use std::thread;
+use std::time::{Duration, Instant};
+
+use redis::Connection;
+use support::{changes, error, ints, query, server_millis, Server};
+
+fn log(con: &mut Connection, args: &[&str]) -> Vec<i64> {
+    let mut command = vec!["RL.LOG"];
+    command.extend_from_slice(args);
+    ints(con, &command)
+}
+
+const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
+
+/// A key's serialized value (DUMP) and absolute expiry, or `None` when it does not exist.
+fn state(con: &mut Connection, key: &str) -> Option<(Vec<u8>, i64)> {
+    let dump: Option<Vec<u8>> = query(con, &["DUMP", key]);
+    let expire_at: i64 = query(con, &["PEXPIRETIME", key]);
+    dump.map(|dump| (dump, expire_at))
+}
+
+/// Logs of several shapes: merged entries, quantities, a long log, a full one, a stale one.
+fn workload(con: &mut Connection) -> Vec<String> {
+    let mut pipe = redis::pipe();
+    for i in 0..3_000 {
+        pipe.add_command(support::command(&["RL.LOG", "long", "5000", "600"]))
+            .ignore();
+        if i % 100 == 0 {
+            pipe.add_command(support::command(&[
+                "RL.LOG", "weighted", "100000", "600", "777",
+            ]))
+            .ignore();
+        }
+    }
+    for _ in 0..20 {
+        pipe.add_command(support::command(&["RL.LOG", "full", "10", "600000", "MS"]))
+            .ignore();
+    }
+    pipe.add_command(support::command(&["RL.LOG", "peeked", "10", "600", "0"]))
+        .ignore();
+    // One call of 3,072,000 makes 3,000 entries of 1,024.
+    pipe.add_command(support::command(&[
+        "RL.LOG", "split", "10000000", "600", "3072000",
+    ]))
+    .ignore();
+    let _: () = pipe.query(con).unwrap();
+    ["long", "weighted", "full", "peeked", "split"]
+        .map(String::from)
+        .to_vec()
+}
+
+fn states(con: &mut Connection, keys: &[String]) -> Vec<Option<(Vec<u8>, i64)>> {
+    keys.iter().map(|key| state(con, key)).collect()
+}
+
+#[test]
+fn refills_exactly_as_the_oldest_requests_leave() {
+    let server = Server::start();
+    let mut con = server.connect();
+    let t0 = Instant::now();
+    for remaining in [4, 3, 2] {
+        assert_eq!(
+            log(&mut con, &["k", "5", "2000", "MS"])[..4],
+            [0, 5, remaining, -1]
+        );
+    }
+    thread::sleep(Duration::from_millis(1_000).saturating_sub(t0.elapsed()));
+    for remaining in [1, 0] {
+        assert_eq!(
+            log(&mut con, &["k", "5", "2000", "MS"])[..4],
+            [0, 5, remaining, -1]
+        );
+    }
+    let refused = log(&mut con, &["k", "5", "2000", "MS"]);
+    assert_eq!(refused[..3], [1, 5, 0]);
+    assert!((900..=1_000).contains(&refused[3]), "{refused:?}");
+    thread::sleep(Duration::from_millis(2_100).saturating_sub(t0.elapsed()));
+    // The 3 from t0 have left, the 2 from t0 + 1 s have not: exactly 3 more.
+    let replies: Vec<Vec<i64>> = (0..5)
+        .map(|_| log(&mut con, &["k", "5", "2000", "MS"]))
+        .collect();
+    let admitted = replies.iter().filter(|reply| reply[0] == 0).count();
+    assert_eq!(admitted, 3, "{replies:?}");
+    let retry = replies[3][3];
+    assert!((850..=950).contains(&retry), "{replies:?}");
+}
+
+#[test]
+fn state_is_one_native_key_that_expires_with_its_newest_entry() {
+    let server = Server::start();
+    let mut con = server.connect();
+    let before = server_millis(&mut con);
+    assert_eq!(log(&mut con, &["k", "5", "60", "2"]), [0, 5, 3, -1, 60]);
+    let after = server_millis(&mut con);
+    let key_type: String = query(&mut con, &["TYPE", "k"]);
+    assert_eq!(key_type, "ratelimit");
+    let expire_at: i64 = query(&mut con, &["PEXPIRETIME", "k"]);
+    assert!(
+        (before + 60_000..=after + 60_001).contains(&expire_at),
+        "{expire_at}"
+    );
+    // A refused request, a peek and an oversized one change nothing.
+    log(&mut con, &["k", "5", "60", "3"]);
+    let writes = changes(&mut con);
+    let dump = state(&mut con, "k");
+    assert_eq!(log(&mut con, &["k", "5", "60", "1"])[..3], [1, 5, 0]);
+    assert_eq!(log(&mut con, &["k", "5", "60", "0"])[..4], [0, 5, 0, -1]);
+    assert_eq!(log(&mut con, &["k", "5", "60", "6"])[..4], [1, 5, 0, -1]);
+    assert_eq!(state(&mut con, "k"), dump);
+    assert_eq!(changes(&mut con), writes);
+    // Peeks and oversized requests never create a key.
+    assert_eq!(log(&mut con, &["new", "5", "60", "0"]), [0, 5, 5, -1, 0]);
+    assert_eq!(log(&mut con, &["new", "5", "60", "6"]), [1, 5, 5, -1, 0]);
+    let exists: i64 = query(&mut con, &["EXISTS", "new"]);
+    assert_eq!(exists, 0);
+    // The key disappears when its newest entry leaves the window.
+    log(&mut con, &["short", "5", "300", "MS"]);
+    let gone = support::wait_until(Duration::from_secs(3), || {
+        query::<i64, _>(&mut server.connect(), &["EXISTS", "short"]) == 0
+    });
+    assert!(gone);
+}
+
+#[test]
+fn a_logged_request_costs_a_few_bytes_not_a_sorted_set_entry() {
+    let server = Server::start();
+    let mut con = server.connect();
+    // Read on the same connection: a new one would be counted too.
+    let used = |con: &mut Connection| -> i64 {
+        let info: String = query(con, &["INFO", "memory"]);
+        let line = info
+            .lines()
+            .find_map(|line| line.strip_prefix("used_memory:"));
+        line.unwrap().trim().parse().unwrap()
+    };
+    let entries = 10_000;
+    let pipeline = |con: &mut Connection, args: &[&str]| {
+        let mut pipe = redis::pipe();
+        for i in 0..entries {
+            let mut command = support::command(args);
+            if args[0] == "ZADD" {
+                command
+                    .arg(i)
+                    .arg(format!("{}-{i}", 1_700_000_000_000_000i64 + i as i64));
+            }
+            pipe.add_command(command).ignore();
+        }
+        let _: () = pipe.query(con).unwrap();
+    };
+    // The same pipeline first, on a key then deleted: the server's buffers for a pipeline
+    // this long (about 50 KB, as for any command) grow once, before the baseline.
+    for _ in 0..2 {
+        pipeline(&mut con, &["RL.LOG", "warm-up", "10000", "3600"]);
+        let _: i64 = query(&mut con, &["DEL", "warm-up"]);
+    }
+    let before = used(&mut con);
+    pipeline(&mut con, &["RL.LOG", "hot", "10000", "3600"]);
+    let growth = (used(&mut con) - before) as f64 / entries as f64;
+    let usage: i64 = query(&mut con, &["MEMORY", "USAGE", "hot"]);
+    let usage = usage as f64 / entries as f64;
+    // The usual Lua log: a sorted-set member per request.
+    let before = used(&mut con);
+    pipeline(&mut con, &["ZADD", "zlog"]);
+    let zset = (used(&mut con) - before) as f64 / entries as f64;
+    eprintln!(
+        "bytes per logged request: used_memory {growth}, MEMORY USAGE {usage}, sorted set {zset}"
+    );
+    // 8.2 bytes of log per entry (80,000 bytes in jemalloc's 81,920 class), plus about
+    // 25 KB the server keeps for a pipeline this long: 10.7 on Redis 7.0.15.
+    assert!(growth <= 12.0, "used_memory grew {growth} bytes per entry");
+    assert!(usage <= 8.1, "MEMORY USAGE {usage} bytes per entry");
+    assert!(zset > 100.0, "the sorted set took {zset} bytes per entry");
+}
+
+#[test]
+fn rdb_save_and_load_and_dump_restore_and_copy_keep_the_log() {
+    let mut server = Server::start();
+    let mut con = server.connect();
+    let keys = workload(&mut con);
+    let before = states(&mut con, &keys);
+    let exists: Vec<bool> = before.iter().map(Option::is_some).collect();
+    assert_eq!(exists, [true, true, true, false, true]);
+    let digest: Vec<String> = query(&mut con, &["DEBUG", "DIGEST-VALUE", "long"]);
+    let _: () = query(&mut con, &["DEBUG", "RELOAD"]);
+    assert_eq!(states(&mut con, &keys), before);
+    let _: () = query(&mut con, &["SAVE"]);
+    server.restart();
+    let mut con = server.connect();
+    assert_eq!(states(&mut con, &keys), before);
+    let after: Vec<String> = query(&mut con, &["DEBUG", "DIGEST-VALUE", "long"]);
+    assert_eq!(after, digest);
+
+    let (dump, expire_at) = before[0].clone().unwrap();
+    let _: () = query(
+        &mut con,
+        &[
+            b"RESTORE".as_slice(),
+            b"restored",
+            expire_at.to_string().as_bytes(),
+            &dump,
+            b"ABSTTL",
+        ],
+    );
+    assert_eq!(state(&mut con, "restored"), before[0]);
+    let copied: i64 = query(&mut con, &["COPY", "long", "copied"]);
+    assert_eq!(copied, 1);
+    assert_eq!(state(&mut con, "copied"), before[0]);
+    let digest_of_copy: Vec<String> = query(&mut con, &["DEBUG", "DIGEST-VALUE", "copied"]);
+    assert_eq!(digest_of_copy, digest);
+    // The copy is its own log.
+    log(&mut con, &["copied", "5000", "600"]);
+    assert_eq!(state(&mut con, "long"), before[0]);
+    assert_ne!(state(&mut con, "copied"), before[0]);
+}
+
+#[test]
+fn the_aof_holds_a_few_integers_per_call_and_replays_to_the_same_log() {
+    let mut server = Server::builder()
+        .aof()
+        .arg("aof-use-rdb-preamble", "no")
+        .start();
+    let mut con = server.connect();
+    let keys = workload(&mut con);
+    let before = states(&mut con, &keys);
+    let aof = read_aof(&server);
+    let calls = aof.matches("rl.log.replay").count();
+    assert_eq!(calls, 3_000 + 30 + 10 + 1);
+    assert!(
+        !aof.contains("rl.log\r\n"),
+        "the command itself is never logged"
+    );
+    // O(1) per call, whatever the log's length: the 3,000th call on "long" is as short as
+    // the first.
+    assert!(
+        aof.len() / calls < 160,
+        "{} bytes per call",
+        aof.len() / calls
+    );
+    thread::sleep(Duration::from_millis(1_100));
+    let _: () = query(&mut con, &["DEBUG", "LOADAOF"]);
+    assert_eq!(states(&mut con, &keys), before);
+    server.restart();
+    assert_eq!(states(&mut server.connect(), &keys), before);
+}
+
+#[test]
+fn a_rewritten_aof_rebuilds_the_log_in_chunks() {
+    let mut server = Server::builder()
+        .aof()
+        .arg("aof-use-rdb-preamble", "no")
+        .start();
+    let mut con = server.connect();
+    let keys = workload(&mut con);
+    let before = states(&mut con, &keys);
+    let _: String = query(&mut con, &["BGREWRITEAOF"]);
+    let rewritten = support::wait_until(Duration::from_secs(20), || {
+        server
+            .info_field("persistence", "aof_rewrite_in_progress")
+            .as_deref()
+            == Some("0")
+            && server
+                .info_field("persistence", "aof_rewrite_scheduled")
+                .as_deref()
+                == Some("0")
+            && read_aof(&server).contains("rl.log.loadchunk")
+    });
+    assert!(rewritten, "the AOF rewrite did not finish");
+    let aof = read_aof(&server);
+    assert!(!aof.contains("rl.log.replay"), "{aof}");
+    // 3,000 entries of "split" take 3 chunks of 1,024 entries; the others one or more.
+    let chunks = aof.matches("rl.log.loadchunk").count();
+    assert!(chunks >= 3 + 3, "{chunks} chunks");
+    server.restart();
+    assert_eq!(states(&mut server.connect(), &keys), before);
+}
+
+#[test]
+fn replicas_hold_the_same_log_and_expiry() {
+    let master = Server::start();
+    let replica = Server::start_replica(&master);
+    let mut con = master.connect();
+    let keys = workload(&mut con);
+    master.wait_for_replicas(1);
+    let on_master = states(&mut con, &keys);
+    assert_eq!(states(&mut replica.connect(), &keys), on_master);
+    let replayed = replica.info_field("commandstats", "cmdstat_rl.log.replay");
+    assert!(replayed.is_some_and(|stats| stats.starts_with("calls=3041,")));
+    assert!(replica
+        .info_field("commandstats", "cmdstat_rl.log")
+        .is_none());
+}
+
+#[test]
+fn bad_arguments_and_other_types_are_refused_and_change_nothing() {
+    let server = Server::start();
+    let mut con = server.connect();
+    let usage = "ERR syntax error. Usage: RL.LOG key limit window [quantity] [S|MS|US]";
+    let arity = "ERR wrong number of arguments for 'rl.log' command";
+    let i64_max = i64::MAX.to_string();
+    let cases: &[(&[&str], &str)] = &[
+        (&["k"], arity),
+        (&["k", "5"], arity),
+        (
+            &["k", "five", "60"],
+            "ERR limit is not an integer or out of range",
+        ),
+        (
+            &["k", "5", "6e1"],
+            "ERR window is not an integer or out of range",
+        ),
+        (&["k", "0", "60"], "ERR limit must be positive"),
+        (&["k", "5", "0"], "ERR window must be positive"),
+        (&["k", "5", "-60"], "ERR window must be positive"),
+        (
+            &["k", "5", &i64_max],
+            "ERR window is too long: the limit is 2^63 nanoseconds (292 years)",
+        ),
+        (&["k", "5", "60", "-1"], "ERR quantity must not be negative"),
+        (&["k", "5", "60", "1", "2"], usage),
+        (&["k", "5", "60", "FIXED"], usage),
+        (&["k", "5", "60", "MS", "MS"], usage),
+    ];
+    let writes = changes(&mut con);
+    for (args, expected) in cases {
+        let mut command = vec!["RL.LOG"];
+        command.extend_from_slice(args);
+        assert_eq!(error(&mut con, &command), *expected, "{args:?}");
+    }
+    let internal =
+        "ERR RL.LOG.REPLAY and RL.LOG.LOADCHUNK are internal: only a master or the AOF sends them";
+    assert_eq!(
+        error(&mut con, &["RL.LOG.REPLAY", "k", "5", "1000000", "1", "1"]),
+        internal
+    );
+    assert_eq!(
+        error(&mut con, &["RL.LOG.LOADCHUNK", "k", "12345678"]),
+        internal
+    );
+    assert_eq!(changes(&mut con), writes);
+    let exists: i64 = query(&mut con, &["EXISTS", "k"]);
+    assert_eq!(exists, 0);
+
+    for setup in [
+        &["SET", "text", "hello"][..],
+        &["RPUSH", "list", "a"],
+        &["ZADD", "zset", "1", "m"],
+        &["CL.THROTTLE", "gcra", "5", "1", "60"],
+        &["RL.WINDOW", "window", "5", "60"],
+        &["RL.LOG", "log", "5", "60"],
+    ] {
+        let _: redis::Value = query(&mut con, setup);
+    }
+    for key in ["text", "list", "zset", "gcra", "window"] {
+        for quantity in ["1", "0", "9"] {
+            assert_eq!(
+                error(&mut con, &["RL.LOG", key, "5", "60", quantity]),
+                WRONGTYPE,
+                "{key}"
+            );
+        }
+    }
+    let dump = state(&mut con, "log");
+    assert_eq!(
+        error(&mut con, &["CL.THROTTLE", "log", "5", "1", "60"]),
+        WRONGTYPE
+    );
+    assert_eq!(error(&mut con, &["RL.WINDOW", "log", "5", "60"]), WRONGTYPE);
+    assert_eq!(error(&mut con, &["GET", "log"]), WRONGTYPE);
+    assert_eq!(state(&mut con, "log"), dump);
+}
+
+#[test]
+fn command_info_and_docs_describe_the_command() {
+    let server = Server::start();
+    let mut con = server.connect();
+    let info = format!(
+        "{:?}",
+        query::<redis::Value, _>(&mut con, &["COMMAND", "INFO", "RL.LOG"])
+    );
+    for expected in [
+        "rl.log", "int(-4)", "write", "denyoom", "fast", "RW", "access", "update",
+    ] {
+        assert!(info.contains(expected), "{expected}: {info}");
+    }
+    let keys: Vec<String> = query(
+        &mut con,
+        &["COMMAND", "GETKEYS", "RL.LOG", "user:1", "10", "60", "MS"],
+    );
+    assert_eq!(keys, ["user:1"]);
+    let docs = format!(
+        "{:?}",
+        query::<redis::Value, _>(&mut con, &["COMMAND", "DOCS", "RL.LOG"])
+    );
+    for expected in ["limit", "window", "quantity", "optional", "O(1) amortised"] {
+        assert!(docs.contains(expected), "{expected}: {docs}");
+    }
+}
+
+fn read_aof(server: &Server) -> String {
+    let mut aof = Vec::new();
+    let dir = server.dir().join("appendonlydir");
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .collect();
+    files.sort();
+    for file in files {
+        if !file.to_string_lossy().ends_with(".manifest") {
+            aof.extend(std::fs::read(file).unwrap());
+        }
+    }
+    String::from_utf8_lossy(&aof).to_lowercase()
+}

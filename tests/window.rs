@@ -33,16 +33,12 @@ fn sleep_until(millis: i64) {
     }
 }
 
-/// How many of 10 requests per key, sent at once, each algorithm admits.
-fn admitted(con: &mut Connection, keys: &[(&str, &[&str])]) -> Vec<usize> {
+/// How many of 10 requests per limiter, sent at once, each admits.
+fn admitted(con: &mut Connection, limiters: &[&[&str]]) -> Vec<usize> {
     let mut pipe = redis::pipe();
-    for (key, algorithm) in keys {
+    for limiter in limiters {
         for _ in 0..10 {
-            let mut command = support::command(&["RL.WINDOW", key, "10", "2"]);
-            for word in *algorithm {
-                command.arg(*word);
-            }
-            pipe.add_command(command);
+            pipe.add_command(support::command(limiter));
         }
     }
     let replies: Vec<Vec<i64>> = pipe.query(con).unwrap();
@@ -56,25 +52,29 @@ fn admitted(con: &mut Connection, keys: &[(&str, &[&str])]) -> Vec<usize> {
 fn at_a_window_boundary_fixed_admits_twice_the_limit_and_the_others_do_not() {
     let server = Server::start();
     let mut con = server.connect();
-    let keys: [(&str, &[&str]); 3] = [
-        ("fixed", &["FIXED"]),
-        ("sliding", &["SLIDING"]),
-        ("buckets", &["BUCKETS", "10"]),
+    // 10 per 2 s, each way.
+    let limiters: [&[&str]; 5] = [
+        &["RL.WINDOW", "fixed", "10", "2", "FIXED"],
+        &["RL.WINDOW", "sliding", "10", "2", "SLIDING"],
+        &["RL.WINDOW", "buckets", "10", "2", "BUCKETS", "10"],
+        &["RL.LOG", "log", "10", "2"],
+        &["CL.THROTTLE", "gcra", "9", "10", "2"],
     ];
     // The server's clock is this machine's: the next 2 s boundary at least 400 ms away.
     let now = server_millis(&mut con);
     let boundary = (now + 400) / 2_000 * 2_000 + 2_000;
     sleep_until(boundary - 150);
-    let before = admitted(&mut con, &keys);
+    let before = admitted(&mut con, &limiters);
     sleep_until(boundary + 150);
-    let after = admitted(&mut con, &keys);
+    let after = admitted(&mut con, &limiters);
     eprintln!("admitted before the boundary {before:?}, after it {after:?}");
-    assert_eq!(before, [10, 10, 10]);
+    assert_eq!(before, [10; 5]);
     // FIXED starts over; 150 ms in, SLIDING still weighs the previous 10 at 9.25 (it
-    // would admit one more at 200 ms); the 10 buckets still hold all 10.
+    // would admit one more at 200 ms); the 10 buckets and the log still hold all 10; the
+    // bucket of CL.THROTTLE has refilled one request (one per 200 ms) in 300 ms.
     assert_eq!(after[0], 10);
     assert!(after[1] <= 1, "SLIDING admitted {} after", after[1]);
-    assert_eq!(after[2], 0);
+    assert_eq!(after[2..], [0, 0, 1]);
 }
 
 #[test]

@@ -49,7 +49,14 @@ fn workload(con: &mut Connection) -> Vec<String> {
     ]))
     .ignore();
     let _: () = pipe.query(con).unwrap();
-    ["long", "weighted", "full", "peeked", "split"]
+    // Two calls in a transaction: propagated inside it.
+    let _: () = query(con, &["MULTI"]);
+    for _ in 0..2 {
+        let _: () = query(con, &["RL.LOG", "in-multi", "5", "600", "2"]);
+    }
+    let replies: Vec<Vec<i64>> = query(con, &["EXEC"]);
+    assert_eq!(replies, [[0, 5, 3, -1, 600], [0, 5, 1, -1, 600]]);
+    ["long", "weighted", "full", "peeked", "split", "in-multi"]
         .map(String::from)
         .to_vec()
 }
@@ -184,7 +191,7 @@ fn rdb_save_and_load_and_dump_restore_and_copy_keep_the_log() {
     let keys = workload(&mut con);
     let before = states(&mut con, &keys);
     let exists: Vec<bool> = before.iter().map(Option::is_some).collect();
-    assert_eq!(exists, [true, true, true, false, true]);
+    assert_eq!(exists, [true, true, true, false, true, true]);
     let digest: Vec<String> = query(&mut con, &["DEBUG", "DIGEST-VALUE", "long"]);
     let _: () = query(&mut con, &["DEBUG", "RELOAD"]);
     assert_eq!(states(&mut con, &keys), before);
@@ -229,7 +236,7 @@ fn the_aof_holds_a_few_integers_per_call_and_replays_to_the_same_log() {
     let before = states(&mut con, &keys);
     let aof = read_aof(&server);
     let calls = aof.matches("rl.log.replay").count();
-    assert_eq!(calls, 3_000 + 30 + 10 + 1);
+    assert_eq!(calls, 3_000 + 30 + 10 + 1 + 2);
     assert!(
         !aof.contains("rl.log\r\n"),
         "the command itself is never logged"
@@ -274,7 +281,7 @@ fn a_rewritten_aof_rebuilds_the_log_in_chunks() {
     assert!(!aof.contains("rl.log.replay"), "{aof}");
     // 3,000 entries of "split" take 3 chunks of 1,024 entries; the others one or more.
     let chunks = aof.matches("rl.log.loadchunk").count();
-    assert!(chunks >= 3 + 3, "{chunks} chunks");
+    assert!(chunks >= 3 + 4, "{chunks} chunks");
     server.restart();
     assert_eq!(states(&mut server.connect(), &keys), before);
 }
@@ -289,7 +296,7 @@ fn replicas_hold_the_same_log_and_expiry() {
     let on_master = states(&mut con, &keys);
     assert_eq!(states(&mut replica.connect(), &keys), on_master);
     let replayed = replica.info_field("commandstats", "cmdstat_rl.log.replay");
-    assert!(replayed.is_some_and(|stats| stats.starts_with("calls=3041,")));
+    assert!(replayed.is_some_and(|stats| stats.starts_with("calls=3043,")));
     assert!(replica
         .info_field("commandstats", "cmdstat_rl.log")
         .is_none());

@@ -306,6 +306,10 @@ proptest! {
             now += step;
             if !call(&limiter, &mut log, now, quantity).0.limited && quantity > 0 {
                 admitted.push((now, quantity));
+                // An admitted request leaves no expired entry in front: each entry is
+                // dropped once, which is what makes a call O(1) amortised.
+                let oldest = entry_time(*log.entries.front().unwrap());
+                prop_assert!(oldest + window > now);
             }
             prop_assert!(log.len() as u64 <= limit);
         }

@@ -234,7 +234,7 @@ fn the_aof_holds_a_few_integers_per_call_and_replays_to_the_same_log() {
     let mut con = server.connect();
     let keys = workload(&mut con);
     let before = states(&mut con, &keys);
-    let aof = read_aof(&server);
+    let aof = server.aof();
     let calls = aof.matches("rl.log.replay").count();
     assert_eq!(calls, 3_000 + 30 + 10 + 1 + 2);
     assert!(
@@ -264,20 +264,8 @@ fn a_rewritten_aof_rebuilds_the_log_in_chunks() {
     let mut con = server.connect();
     let keys = workload(&mut con);
     let before = states(&mut con, &keys);
-    let _: String = query(&mut con, &["BGREWRITEAOF"]);
-    let rewritten = support::wait_until(Duration::from_secs(20), || {
-        server
-            .info_field("persistence", "aof_rewrite_in_progress")
-            .as_deref()
-            == Some("0")
-            && server
-                .info_field("persistence", "aof_rewrite_scheduled")
-                .as_deref()
-                == Some("0")
-            && read_aof(&server).contains("rl.log.loadchunk")
-    });
-    assert!(rewritten, "the AOF rewrite did not finish");
-    let aof = read_aof(&server);
+    server.rewrite_aof();
+    let aof = server.aof();
     assert!(!aof.contains("rl.log.replay"), "{aof}");
     // 3,000 entries of "split" take 3 chunks of 1,024 entries; the others one or more.
     let chunks = aof.matches("rl.log.loadchunk").count();
@@ -384,42 +372,12 @@ fn bad_arguments_and_other_types_are_refused_and_change_nothing() {
 #[test]
 fn command_info_and_docs_describe_the_command() {
     let server = Server::start();
-    let mut con = server.connect();
-    let info = format!(
-        "{:?}",
-        query::<redis::Value, _>(&mut con, &["COMMAND", "INFO", "RL.LOG"])
+    support::assert_command_metadata(
+        &mut server.connect(),
+        &[
+            "rl.log", "int(-4)", "write", "denyoom", "fast", "RW", "access", "update",
+        ],
+        &["RL.LOG", "user:1", "10", "60", "MS"],
+        &["limit", "window", "quantity", "optional", "O(1) amortised"],
     );
-    for expected in [
-        "rl.log", "int(-4)", "write", "denyoom", "fast", "RW", "access", "update",
-    ] {
-        assert!(info.contains(expected), "{expected}: {info}");
-    }
-    let keys: Vec<String> = query(
-        &mut con,
-        &["COMMAND", "GETKEYS", "RL.LOG", "user:1", "10", "60", "MS"],
-    );
-    assert_eq!(keys, ["user:1"]);
-    let docs = format!(
-        "{:?}",
-        query::<redis::Value, _>(&mut con, &["COMMAND", "DOCS", "RL.LOG"])
-    );
-    for expected in ["limit", "window", "quantity", "optional", "O(1) amortised"] {
-        assert!(docs.contains(expected), "{expected}: {docs}");
-    }
-}
-
-fn read_aof(server: &Server) -> String {
-    let mut aof = Vec::new();
-    let dir = server.dir().join("appendonlydir");
-    let mut files: Vec<_> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|entry| entry.unwrap().path())
-        .collect();
-    files.sort();
-    for file in files {
-        if !file.to_string_lossy().ends_with(".manifest") {
-            aof.extend(std::fs::read(file).unwrap());
-        }
-    }
-    String::from_utf8_lossy(&aof).to_lowercase()
 }

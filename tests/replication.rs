@@ -146,11 +146,7 @@ fn an_aof_reload_a_second_later_restores_the_same_state() {
     assert_eq!(snapshots(&mut con), before);
 
     // The AOF holds absolute writes only.
-    let mut aof = Vec::new();
-    for entry in std::fs::read_dir(server.dir().join("appendonlydir")).unwrap() {
-        aof.extend(std::fs::read(entry.unwrap().path()).unwrap());
-    }
-    let aof = String::from_utf8_lossy(&aof).to_lowercase();
+    let aof = server.aof();
     assert!(aof.contains("pxat"), "{aof}");
     assert!(!aof.contains("cl.throttle"), "{aof}");
     assert!(!aof.contains("rl.window"), "{aof}");
@@ -166,18 +162,7 @@ fn a_rewritten_aof_keeps_the_same_state() {
     let mut con = server.connect();
     workload(&mut con);
     let before = snapshots(&mut con);
-    let _: String = query(&mut con, &["BGREWRITEAOF"]);
-    let rewritten = support::wait_until(Duration::from_secs(20), || {
-        server
-            .info_field("persistence", "aof_rewrite_in_progress")
-            .as_deref()
-            == Some("0")
-            && server
-                .info_field("persistence", "aof_rewrite_scheduled")
-                .as_deref()
-                == Some("0")
-    });
-    assert!(rewritten, "the AOF rewrite did not finish");
+    server.rewrite_aof();
     server.restart();
     assert_eq!(snapshots(&mut server.connect()), before);
 }

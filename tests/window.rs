@@ -337,51 +337,28 @@ fn a_fixed_or_sliding_limiter_costs_what_a_short_string_with_a_ttl_costs() {
 #[test]
 fn command_info_and_docs_describe_the_command() {
     let server = Server::start();
-    let mut con = server.connect();
-    let info = format!(
-        "{:?}",
-        query::<redis::Value, _>(&mut con, &["COMMAND", "INFO", "RL.WINDOW"])
-    );
-    for expected in [
-        "rl.window",
-        "int(-4)",
-        "write",
-        "denyoom",
-        "fast",
-        "RW",
-        "access",
-        "update",
-    ] {
-        assert!(info.contains(expected), "{expected}: {info}");
-    }
-    let keys: Vec<String> = query(
-        &mut con,
+    support::assert_command_metadata(
+        &mut server.connect(),
         &[
-            "COMMAND",
-            "GETKEYS",
-            "RL.WINDOW",
-            "user:1",
-            "10",
-            "60",
+            "rl.window",
+            "int(-4)",
+            "write",
+            "denyoom",
+            "fast",
+            "RW",
+            "access",
+            "update",
+        ],
+        &["RL.WINDOW", "user:1", "10", "60", "BUCKETS", "6"],
+        &[
+            "limit",
+            "window",
+            "quantity",
+            "FIXED",
+            "SLIDING",
             "BUCKETS",
-            "6",
+            "optional",
+            "O(N) for BUCKETS N",
         ],
     );
-    assert_eq!(keys, ["user:1"]);
-    let docs = format!(
-        "{:?}",
-        query::<redis::Value, _>(&mut con, &["COMMAND", "DOCS", "RL.WINDOW"])
-    );
-    for expected in [
-        "limit",
-        "window",
-        "quantity",
-        "FIXED",
-        "SLIDING",
-        "BUCKETS",
-        "optional",
-        "O(N) for BUCKETS N",
-    ] {
-        assert!(docs.contains(expected), "{expected}: {docs}");
-    }
 }

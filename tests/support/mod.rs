@@ -286,6 +286,34 @@ impl Server {
 
     /// Stops the server (as a crash would: no save) and starts it again on the same port
     /// and directory, waiting until it answers.
+    /// Starts `BGREWRITEAOF` and waits until the rewrite is done.
+    pub fn rewrite_aof(&self) {
+        let _: String = query(&mut self.connect(), &["BGREWRITEAOF"]);
+        let field = |name| self.info_field("persistence", name);
+        let rewritten = wait_until(STARTUP_TIMEOUT, || {
+            field("aof_rewrite_in_progress").as_deref() == Some("0")
+                && field("aof_rewrite_scheduled").as_deref() == Some("0")
+                && field("aof_last_bgrewrite_status").as_deref() == Some("ok")
+                && field("aof_rewrites").is_some_and(|count| count != "0")
+        });
+        assert!(rewritten, "the AOF rewrite did not finish");
+    }
+
+    /// The AOF's contents (every file the manifest lists, in name order), lowercased.
+    pub fn aof(&self) -> String {
+        let mut files: Vec<_> = fs::read_dir(self.dir().join("appendonlydir"))
+            .unwrap()
+            .map(|entry| entry.unwrap().path())
+            .filter(|path| !path.to_string_lossy().ends_with(".manifest"))
+            .collect();
+        files.sort();
+        let bytes: Vec<u8> = files
+            .iter()
+            .flat_map(|file| fs::read(file).unwrap())
+            .collect();
+        String::from_utf8_lossy(&bytes).to_lowercase()
+    }
+
     pub fn restart(&mut self) {
         self.stop();
         for _ in 0..PORT_ATTEMPTS {
@@ -466,6 +494,31 @@ pub fn bytes_per_key(
     }
     let _: () = pipe.query(con).unwrap();
     (used(con) - before) / keys as f64
+}
+
+/// Checks what `COMMAND INFO`, `COMMAND GETKEYS` and `COMMAND DOCS` say about `command`:
+/// `info` and `docs` words appear in them, and the key of `call` (a full call, key "user:1")
+/// is found.
+pub fn assert_command_metadata(con: &mut Connection, info: &[&str], call: &[&str], docs: &[&str]) {
+    let command = call[0];
+    let described = format!(
+        "{:?}",
+        query::<Value, _>(con, &["COMMAND", "INFO", command])
+    );
+    for expected in info {
+        assert!(described.contains(expected), "{expected}: {described}");
+    }
+    let mut getkeys = vec!["COMMAND", "GETKEYS"];
+    getkeys.extend_from_slice(call);
+    let keys: Vec<String> = query(con, &getkeys);
+    assert_eq!(keys, ["user:1"]);
+    let documented = format!(
+        "{:?}",
+        query::<Value, _>(con, &["COMMAND", "DOCS", command])
+    );
+    for expected in docs {
+        assert!(documented.contains(expected), "{expected}: {documented}");
+    }
 }
 
 fn describe<A: AsRef<[u8]>>(args: &[A]) -> String {

@@ -18,7 +18,9 @@ fn log(con: &mut Connection, args: &[&str]) -> Vec<i64> {
 const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
 
 /// A key's serialized value (DUMP) and absolute expiry, or `None` when it does not exist.
-fn state(con: &mut Connection, key: &str) -> Option<(Vec<u8>, i64)> {
+type State = Option<(Vec<u8>, i64)>;
+
+fn state(con: &mut Connection, key: &str) -> State {
     let dump: Option<Vec<u8>> = query(con, &["DUMP", key]);
     let expire_at: i64 = query(con, &["PEXPIRETIME", key]);
     dump.map(|dump| (dump, expire_at))
@@ -61,7 +63,20 @@ fn workload(con: &mut Connection) -> Vec<String> {
         .to_vec()
 }
 
-fn states(con: &mut Connection, keys: &[String]) -> Vec<Option<(Vec<u8>, i64)>> {
+/// A server appending to a plain AOF (no RDB preamble, so rewrites use the type's
+/// `aof_rewrite`), after the workload; its keys and their states.
+fn aof_server_after_workload() -> (Server, Vec<String>, Vec<State>) {
+    let server = Server::builder()
+        .aof()
+        .arg("aof-use-rdb-preamble", "no")
+        .start();
+    let mut con = server.connect();
+    let keys = workload(&mut con);
+    let before = states(&mut con, &keys);
+    (server, keys, before)
+}
+
+fn states(con: &mut Connection, keys: &[String]) -> Vec<State> {
     keys.iter().map(|key| state(con, key)).collect()
 }
 
@@ -227,13 +242,7 @@ fn rdb_save_and_load_and_dump_restore_and_copy_keep_the_log() {
 
 #[test]
 fn the_aof_holds_a_few_integers_per_call_and_replays_to_the_same_log() {
-    let mut server = Server::builder()
-        .aof()
-        .arg("aof-use-rdb-preamble", "no")
-        .start();
-    let mut con = server.connect();
-    let keys = workload(&mut con);
-    let before = states(&mut con, &keys);
+    let (mut server, keys, before) = aof_server_after_workload();
     let aof = server.aof();
     let calls = aof.matches("rl.log.replay").count();
     assert_eq!(calls, 3_000 + 30 + 10 + 1 + 2);
@@ -249,6 +258,7 @@ fn the_aof_holds_a_few_integers_per_call_and_replays_to_the_same_log() {
         aof.len() / calls
     );
     thread::sleep(Duration::from_millis(1_100));
+    let mut con = server.connect();
     let _: () = query(&mut con, &["DEBUG", "LOADAOF"]);
     assert_eq!(states(&mut con, &keys), before);
     server.restart();
@@ -257,13 +267,7 @@ fn the_aof_holds_a_few_integers_per_call_and_replays_to_the_same_log() {
 
 #[test]
 fn a_rewritten_aof_rebuilds_the_log_in_chunks() {
-    let mut server = Server::builder()
-        .aof()
-        .arg("aof-use-rdb-preamble", "no")
-        .start();
-    let mut con = server.connect();
-    let keys = workload(&mut con);
-    let before = states(&mut con, &keys);
+    let (mut server, keys, before) = aof_server_after_workload();
     server.rewrite_aof();
     let aof = server.aof();
     assert!(!aof.contains("rl.log.replay"), "{aof}");

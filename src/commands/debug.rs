@@ -3,8 +3,6 @@
 //! on a live server that the guard turns any panic into an error reply, closes the key and
 //! keeps Redis running.
 
-use std::ffi::c_int;
-
 use redis_module::raw;
 
 use crate::error::CommandError;
@@ -28,13 +26,7 @@ pub static PANIC_SPEC: CommandSpec = CommandSpec {
     args: &[Arg::new(c"key", ArgKind::Key)],
 };
 
-unsafe extern "C" fn rl_debug_panic(
-    ctx: *mut raw::RedisModuleCtx,
-    argv: *mut *mut raw::RedisModuleString,
-    argc: c_int,
-) -> c_int {
-    unsafe { handler::run(ctx, argv, argc, 2, panic_holding_the_key) }
-}
+handler::command_callback!(rl_debug_panic, 2, panic_holding_the_key);
 
 fn panic_holding_the_key(call: &Invocation) -> Result<[i64; 5], CommandError> {
     let _key = LimiterKey::open(call.ctx, call.key_name(), Access::Read);

@@ -9,7 +9,7 @@
 //!
 //! Both are accepted only from a master's replication stream or while loading the AOF.
 
-use std::ffi::{c_int, c_longlong};
+use std::ffi::c_longlong;
 
 use redis_module::raw;
 
@@ -90,29 +90,11 @@ const INTERNAL_ONLY: CommandError = CommandError::Message(
     c"ERR RL.LOG.REPLAY and RL.LOG.LOADCHUNK are internal: only a master or the AOF sends them",
 );
 
-unsafe extern "C" fn rl_log(
-    ctx: *mut raw::RedisModuleCtx,
-    argv: *mut *mut raw::RedisModuleString,
-    argc: c_int,
-) -> c_int {
-    unsafe { handler::run(ctx, argv, argc, 4, log) }
-}
+handler::command_callback!(rl_log, 4, log);
 
-unsafe extern "C" fn rl_log_replay(
-    ctx: *mut raw::RedisModuleCtx,
-    argv: *mut *mut raw::RedisModuleString,
-    argc: c_int,
-) -> c_int {
-    unsafe { handler::run(ctx, argv, argc, 6, replay) }
-}
+handler::command_callback!(rl_log_replay, 6, replay);
 
-unsafe extern "C" fn rl_log_load_chunk(
-    ctx: *mut raw::RedisModuleCtx,
-    argv: *mut *mut raw::RedisModuleString,
-    argc: c_int,
-) -> c_int {
-    unsafe { handler::run(ctx, argv, argc, 3, load_chunk) }
-}
+handler::command_callback!(rl_log_load_chunk, 3, load_chunk);
 
 fn log(call: &Invocation) -> Result<[i64; 5], CommandError> {
     let [limit, window, tail @ ..] = &call.args[2..] else {

@@ -47,13 +47,7 @@ const USAGE: CommandError = CommandError::Message(
     c"ERR syntax error. Usage: CL.THROTTLE key max_burst count period [quantity] [S|MS|US]",
 );
 
-unsafe extern "C" fn cl_throttle(
-    ctx: *mut raw::RedisModuleCtx,
-    argv: *mut *mut raw::RedisModuleString,
-    argc: c_int,
-) -> c_int {
-    unsafe { handler::run(ctx, argv, argc, REQUIRED_ARGUMENTS, throttle) }
-}
+handler::command_callback!(cl_throttle, REQUIRED_ARGUMENTS, throttle);
 
 /// The parsed arguments.
 #[derive(Debug, PartialEq, Eq)]

@@ -59,13 +59,7 @@ thread_local! {
     static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
 }
 
-unsafe extern "C" fn rl_window(
-    ctx: *mut raw::RedisModuleCtx,
-    argv: *mut *mut raw::RedisModuleString,
-    argc: c_int,
-) -> c_int {
-    unsafe { handler::run(ctx, argv, argc, REQUIRED_ARGUMENTS, window) }
-}
+handler::command_callback!(rl_window, REQUIRED_ARGUMENTS, window);
 
 /// The parsed arguments.
 #[derive(Debug, PartialEq, Eq)]

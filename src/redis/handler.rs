@@ -57,6 +57,22 @@ impl Reply for () {
     }
 }
 
+/// Defines `$callback`, the C function Redis calls for a command: it runs `$body` through
+/// [`run`], with at least `$min_arguments` arguments (counting the command's name).
+macro_rules! command_callback {
+    ($callback:ident, $min_arguments:expr, $body:path) => {
+        unsafe extern "C" fn $callback(
+            ctx: *mut redis_module::raw::RedisModuleCtx,
+            argv: *mut *mut redis_module::raw::RedisModuleString,
+            argc: std::ffi::c_int,
+        ) -> std::ffi::c_int {
+            // SAFETY: Redis calls it as a command callback.
+            unsafe { $crate::redis::handler::run(ctx, argv, argc, $min_arguments, $body) }
+        }
+    };
+}
+pub(crate) use command_callback;
+
 /// Runs `body` for a call with `argc` arguments, of which at least `min_arguments`.
 ///
 /// # Safety

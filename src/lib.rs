@@ -101,12 +101,13 @@ fn initialize(ctx: &Context, args: &[RedisString]) -> Status {
     } else {
         &[]
     };
+    let module_category = redis::metadata::add_module_acl_category(ctx.ctx);
     for spec in commands::ALL.iter().chain(debug_specs) {
         if let Err(reason) = redis::metadata::register(ctx.ctx, spec) {
             ctx.log_warning(reason);
             return Status::Err;
         }
-        if let Err(reason) = redis::metadata::describe(ctx.ctx, spec) {
+        if let Err(reason) = redis::metadata::describe(ctx.ctx, spec, module_category) {
             ctx.log_warning(reason);
         }
     }

@@ -284,7 +284,7 @@ fn replicas_hold_the_same_log_and_expiry() {
     let replica = Server::start_replica(&master);
     let mut con = master.connect();
     let keys = workload(&mut con);
-    master.wait_for_replicas(1);
+    support::wait_for_replicas(&mut con, 1);
     let on_master = states(&mut con, &keys);
     assert_eq!(states(&mut replica.connect(), &keys), on_master);
     let replayed = replica.info_field("commandstats", "cmdstat_rl.log.replay");

@@ -22,6 +22,8 @@ pub static PANIC_SPEC: CommandSpec = CommandSpec {
     summary: c"Panics inside the module (fault injection for tests)",
     complexity: c"O(1)",
     since: c"0.1.0",
+    acl_categories: c"read fast",
+    in_module_category: false,
     key_flags: raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS,
     args: &[Arg::new(c"key", ArgKind::Key)],
 };

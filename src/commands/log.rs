@@ -38,6 +38,8 @@ pub static SPEC: CommandSpec = CommandSpec {
     summary: c"Rate-limits a key with an exact sliding log of the requests it admitted",
     complexity: c"O(1) amortised",
     since: c"0.1.0",
+    acl_categories: c"write fast",
+    in_module_category: true,
     key_flags: KEY_FLAGS,
     args: &[
         Arg::new(c"key", ArgKind::Key),
@@ -57,6 +59,8 @@ pub static REPLAY_SPEC: CommandSpec = CommandSpec {
     summary: c"Internal: applies an RL.LOG call with the master's time (replication and AOF only)",
     complexity: c"O(1) amortised",
     since: c"0.1.0",
+    acl_categories: c"write fast",
+    in_module_category: false,
     key_flags: KEY_FLAGS,
     args: &[
         Arg::new(c"key", ArgKind::Key),
@@ -76,6 +80,8 @@ pub static LOAD_CHUNK_SPEC: CommandSpec = CommandSpec {
     summary: c"Internal: appends serialized entries to a log (AOF rewrite only)",
     complexity: c"O(N) for N entries",
     since: c"0.1.0",
+    acl_categories: c"write slow",
+    in_module_category: false,
     key_flags: raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_INSERT,
     args: &[
         Arg::new(c"key", ArgKind::Key),

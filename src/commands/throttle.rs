@@ -27,6 +27,8 @@ pub static SPEC: CommandSpec = CommandSpec {
     summary: c"Rate-limits a key with GCRA (a leaky bucket), compatible with redis-cell",
     complexity: c"O(1)",
     since: c"0.1.0",
+    acl_categories: c"write fast",
+    in_module_category: true,
     key_flags: raw::REDISMODULE_CMD_KEY_RW
         | raw::REDISMODULE_CMD_KEY_ACCESS
         | raw::REDISMODULE_CMD_KEY_UPDATE,

@@ -27,6 +27,8 @@ pub static SPEC: CommandSpec = CommandSpec {
     summary: c"Rate-limits a key with a fixed window, a sliding-window counter or a rolling window of buckets",
     complexity: c"O(1) for FIXED and SLIDING, O(N) for BUCKETS N",
     since: c"0.1.0",
+    acl_categories: c"write fast",
+    in_module_category: true,
     key_flags: raw::REDISMODULE_CMD_KEY_RW
         | raw::REDISMODULE_CMD_KEY_ACCESS
         | raw::REDISMODULE_CMD_KEY_UPDATE,

@@ -1,8 +1,9 @@
 //! Command registration: the command itself, then everything `COMMAND INFO` and
 //! `COMMAND DOCS` show (arity, key specs, summary, arguments for redis-cli's hints) where
-//! the server supports it (Redis 7.0+); older servers get the command without them.
+//! the server supports it (Redis 7.0+), and ACL categories (Redis 7.2+, and the module's
+//! own `@ratelimit` category on 7.4+). Older servers get the command without what they lack.
 
-use std::ffi::{c_int, CStr};
+use std::ffi::{c_int, CStr, CString};
 use std::mem::size_of;
 use std::ptr;
 
@@ -31,6 +32,12 @@ pub struct CommandSpec {
     pub complexity: &'static CStr,
     /// The module version that introduced the command.
     pub since: &'static CStr,
+    /// ACL categories (`COMMAND INFO`, `ACL CAT`) as `RedisModule_SetCommandACLCategories`
+    /// takes them, without the module's own category.
+    pub acl_categories: &'static CStr,
+    /// Whether the command belongs to the module's `@ratelimit` ACL category: the commands
+    /// users call do, the internal and debug ones do not.
+    pub in_module_category: bool,
     /// Key-spec flags of the single key, the first argument (`REDISMODULE_CMD_KEY_*`).
     pub key_flags: u32,
     /// The arguments after the name, for `COMMAND DOCS` and redis-cli's hints.
@@ -120,6 +127,20 @@ static INFO_VERSION: raw::RedisModuleCommandInfoVersion = raw::RedisModuleComman
     sizeof_arg: size_of::<raw::RedisModuleCommandArg>(),
 };
 
+/// The ACL category the module adds for its commands (`+@ratelimit`), on servers that let
+/// modules add categories (Redis 7.4+).
+pub const MODULE_ACL_CATEGORY: &CStr = c"ratelimit";
+
+/// Adds [`MODULE_ACL_CATEGORY`] to the server's ACL categories; false when the server cannot
+/// (before Redis 7.4) or refuses.
+pub fn add_module_acl_category(ctx: *mut raw::RedisModuleCtx) -> bool {
+    // SAFETY: a function pointer Redis filled in at load, called from OnLoad.
+    unsafe { raw::RedisModule_AddACLCategory }.is_some_and(|add| {
+        let added = unsafe { add(ctx, MODULE_ACL_CATEGORY.as_ptr()) };
+        added == raw::Status::Ok as c_int
+    })
+}
+
 /// Registers `spec`'s command, with its key (always the first argument) at positions 1 1 1.
 pub fn register(ctx: *mut raw::RedisModuleCtx, spec: &CommandSpec) -> Result<(), &'static str> {
     // SAFETY: called from OnLoad with its context; the strings are static C strings.
@@ -140,14 +161,25 @@ pub fn register(ctx: *mut raw::RedisModuleCtx, spec: &CommandSpec) -> Result<(),
     Ok(())
 }
 
-/// Gives a registered command its metadata: arity, key spec, and documentation. Servers
-/// before Redis 7.0 have no API for it and keep the bare command.
-pub fn describe(ctx: *mut raw::RedisModuleCtx, spec: &CommandSpec) -> Result<(), &'static str> {
+/// Gives a registered command its metadata: arity, key spec, documentation, and ACL
+/// categories (with the module's own when `module_category` says the server has it).
+/// Servers before Redis 7.0 have no API for it and keep the bare command.
+pub fn describe(
+    ctx: *mut raw::RedisModuleCtx,
+    spec: &CommandSpec,
+    module_category: bool,
+) -> Result<(), &'static str> {
     let (Some(get_command), Some(set_info)) = (unsafe { raw::RedisModule_GetCommand }, unsafe {
         raw::RedisModule_SetCommandInfo
     }) else {
         return Ok(());
     };
+    // SAFETY: looks up a command this module registered, from OnLoad.
+    let command = unsafe { get_command(ctx, spec.name.as_ptr()) };
+    if command.is_null() {
+        return Err("ratelimit: a registered command could not be found to describe it");
+    }
+    set_acl_categories(command, spec, module_category)?;
     let mut key_specs = [key_spec(spec.key_flags), unsafe { std::mem::zeroed() }];
     let mut args = c_args(spec.args);
     let info = raw::RedisModuleCommandInfo {
@@ -162,9 +194,32 @@ pub fn describe(ctx: *mut raw::RedisModuleCtx, spec: &CommandSpec) -> Result<(),
         args: args.args.as_mut_ptr(),
     };
     // SAFETY: the server copies everything it keeps before returning.
-    let command = unsafe { get_command(ctx, spec.name.as_ptr()) };
-    if command.is_null() || unsafe { set_info(command, &info) } != raw::Status::Ok as c_int {
+    if unsafe { set_info(command, &info) } != raw::Status::Ok as c_int {
         return Err("ratelimit: the server refused a command's metadata (COMMAND INFO and COMMAND DOCS will lack it)");
+    }
+    Ok(())
+}
+
+/// Puts the command in its ACL categories, on servers that have them for module commands
+/// (Redis 7.2+; before, module commands belong to no category but `@all`).
+fn set_acl_categories(
+    command: *mut raw::RedisModuleCommand,
+    spec: &CommandSpec,
+    module_category: bool,
+) -> Result<(), &'static str> {
+    // SAFETY: a function pointer Redis filled in at load.
+    let Some(set_categories) = (unsafe { raw::RedisModule_SetCommandACLCategories }) else {
+        return Ok(());
+    };
+    let mut categories = spec.acl_categories.to_bytes().to_vec();
+    if module_category && spec.in_module_category {
+        categories.push(b' ');
+        categories.extend_from_slice(MODULE_ACL_CATEGORY.to_bytes());
+    }
+    let categories = CString::new(categories).expect("category names hold no NUL");
+    // SAFETY: called from OnLoad; the server parses the string before returning.
+    if unsafe { set_categories(command, categories.as_ptr()) } != raw::Status::Ok as c_int {
+        return Err("ratelimit: the server refused a command's ACL categories");
     }
     Ok(())
 }

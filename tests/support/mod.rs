@@ -10,6 +10,9 @@
 
 #![allow(dead_code)] // Each test crate uses its own part of the harness.
 
+pub mod cluster;
+pub mod workload;
+
 use std::fs;
 use std::io::Read;
 use std::net::TcpListener;
@@ -19,7 +22,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use redis::{Connection, Value};
+use redis::{Connection, ConnectionLike, Value};
 
 /// How long a server may take to accept connections, or a replica to sync.
 const STARTUP_TIMEOUT: Duration = Duration::from_secs(20);
@@ -37,9 +40,9 @@ pub fn module_path() -> PathBuf {
         path.display()
     );
     let built = modified(&path);
-    let sources = [repository().join("src"), repository().join("Cargo.toml")];
+    // Only the sources: a change to Cargo.toml's test dependencies does not relink it.
     assert!(
-        sources.iter().all(|source| newest_modification(source) <= built),
+        newest_modification(&repository().join("src")) <= built,
         "the module at {} is older than the sources: run `make test` (or `cargo build --release` first)",
         path.display()
     );
@@ -62,6 +65,37 @@ fn newest_modification(path: &Path) -> std::time::SystemTime {
             .fold(std::time::SystemTime::UNIX_EPOCH, std::cmp::max),
         Err(_) => modified(path),
     }
+}
+
+/// The redis-server the tests run: `$REDIS_SERVER` (to test another version or Valkey), or
+/// the one on the PATH.
+pub fn server_binary() -> PathBuf {
+    std::env::var_os("REDIS_SERVER").map_or_else(|| PathBuf::from("redis-server"), PathBuf::from)
+}
+
+/// The redis-cli the tests run: `$REDIS_CLI`, or the one beside `$REDIS_SERVER`, or the one
+/// on the PATH.
+pub fn cli_binary() -> PathBuf {
+    if let Some(cli) = std::env::var_os("REDIS_CLI") {
+        return PathBuf::from(cli);
+    }
+    let beside_server = server_binary().with_file_name("redis-cli");
+    if beside_server.is_file() {
+        beside_server
+    } else {
+        PathBuf::from("redis-cli")
+    }
+}
+
+/// The server's version, as (major, minor).
+pub fn server_version(con: &mut impl ConnectionLike) -> (u32, u32) {
+    let info: String = query(con, &["INFO", "server"]);
+    let version = info
+        .lines()
+        .find_map(|line| line.strip_prefix("redis_version:"))
+        .expect("INFO server names the version");
+    let mut numbers = version.trim().split('.').map(|part| part.parse().unwrap());
+    (numbers.next().unwrap(), numbers.next().unwrap())
 }
 
 /// The repository's root.
@@ -154,7 +188,7 @@ impl ServerBuilder {
     /// answers; on failure, stops it and returns its log.
     fn launch(&self, port: u16, dir: &Path) -> Result<Child, String> {
         let log_path = dir.join("server.log");
-        let mut command = Command::new("redis-server");
+        let mut command = Command::new(server_binary());
         if let Some(file) = &self.config_file {
             command.arg(file);
         }
@@ -168,6 +202,8 @@ impl ServerBuilder {
         };
         command.args(["--save", "", "--enable-debug-command", "yes"]);
         command.args(["--enable-module-command", "yes"]);
+        // Replicas sync at once instead of after the default 5 s wait for more of them.
+        command.args(["--repl-diskless-sync-delay", "0"]);
         if self.module {
             command.arg("--loadmodule").arg(module_path());
             command.args(&self.module_args);
@@ -271,21 +307,6 @@ impl Server {
         assert!(ready, "the replica did not sync; its log:\n{}", self.log());
     }
 
-    /// Waits (bounded) until `replicas` replicas have acknowledged every write so far.
-    pub fn wait_for_replicas(&self, replicas: i64) {
-        let acknowledged: i64 = redis::cmd("WAIT")
-            .arg(replicas)
-            .arg(10_000)
-            .query(&mut self.connect())
-            .unwrap();
-        assert_eq!(
-            acknowledged, replicas,
-            "replicas did not acknowledge in time"
-        );
-    }
-
-    /// Stops the server (as a crash would: no save) and starts it again on the same port
-    /// and directory, waiting until it answers.
     /// Starts `BGREWRITEAOF` and waits until the rewrite is done.
     pub fn rewrite_aof(&self) {
         let _: String = query(&mut self.connect(), &["BGREWRITEAOF"]);
@@ -314,6 +335,8 @@ impl Server {
         String::from_utf8_lossy(&bytes).to_lowercase()
     }
 
+    /// Stops the server (as a crash would: no save) and starts it again on the same port
+    /// and directory, waiting until it answers.
     pub fn restart(&mut self) {
         self.stop();
         for _ in 0..PORT_ATTEMPTS {
@@ -422,7 +445,7 @@ pub fn command<A: AsRef<[u8]>>(args: &[A]) -> redis::Cmd {
 
 /// Runs a command that must reply with integers, and returns them.
 #[track_caller]
-pub fn ints<A: AsRef<[u8]>>(con: &mut Connection, args: &[A]) -> Vec<i64> {
+pub fn ints<A: AsRef<[u8]>>(con: &mut impl ConnectionLike, args: &[A]) -> Vec<i64> {
     command(args)
         .query(con)
         .unwrap_or_else(|error| panic!("{} failed: {error}", describe(args)))
@@ -431,7 +454,7 @@ pub fn ints<A: AsRef<[u8]>>(con: &mut Connection, args: &[A]) -> Vec<i64> {
 /// Runs a command that must fail, and returns its error as the server sent it
 /// (`ERR ...`, `WRONGTYPE ...`).
 #[track_caller]
-pub fn error<A: AsRef<[u8]>>(con: &mut Connection, args: &[A]) -> String {
+pub fn error<A: AsRef<[u8]>>(con: &mut impl ConnectionLike, args: &[A]) -> String {
     match command(args).query::<Value>(con) {
         Ok(value) => panic!("{} replied {value:?} instead of an error", describe(args)),
         Err(error) => match (error.code(), error.detail()) {
@@ -444,7 +467,10 @@ pub fn error<A: AsRef<[u8]>>(con: &mut Connection, args: &[A]) -> String {
 
 /// Runs any command and returns its reply.
 #[track_caller]
-pub fn query<T: redis::FromRedisValue, A: AsRef<[u8]>>(con: &mut Connection, args: &[A]) -> T {
+pub fn query<T: redis::FromRedisValue, A: AsRef<[u8]>>(
+    con: &mut impl ConnectionLike,
+    args: &[A],
+) -> T {
     command(args)
         .query(con)
         .unwrap_or_else(|error| panic!("{} failed: {error}", describe(args)))
@@ -455,6 +481,16 @@ pub fn snapshot(con: &mut Connection, key: &[u8]) -> Option<(Vec<u8>, i64)> {
     let value: Option<Vec<u8>> = redis::cmd("GET").arg(key).query(con).unwrap();
     let expire_at: i64 = redis::cmd("PEXPIRETIME").arg(key).query(con).unwrap();
     value.map(|value| (value, expire_at))
+}
+
+/// Waits (bounded) until `replicas` replicas have acknowledged every write made through
+/// `con`. It must be the connection that wrote: `WAIT` waits for its own client's writes.
+pub fn wait_for_replicas(con: &mut Connection, replicas: i64) {
+    let acknowledged: i64 = query(con, &["WAIT", &replicas.to_string(), "10000"]);
+    assert_eq!(
+        acknowledged, replicas,
+        "replicas did not acknowledge in time"
+    );
 }
 
 /// Milliseconds since the epoch, by the server's clock.

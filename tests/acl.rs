@@ -1,0 +1,139 @@
+//! ACL: the commands declare their key (key specs), so key patterns restrict them like any
+//! Redis command; and they sit in ACL categories where the server lets modules say so
+//! (`@write @fast` on Redis 7.2+, and the module's own `@ratelimit` on 7.4+).
+
+mod support;
+
+use redis::{Connection, Value};
+use support::{error, ints, query, server_version, Server};
+
+/// A call of each command on `key`.
+fn calls(key: &str) -> [Vec<&str>; 3] {
+    [
+        vec!["CL.THROTTLE", key, "4", "1", "60"],
+        vec!["RL.WINDOW", key, "5", "60"],
+        vec!["RL.LOG", key, "5", "60"],
+    ]
+}
+
+/// Each command once, on keys `<prefix>0`, `<prefix>1`, `<prefix>2` (one per command, whose
+/// states differ), checking that each admits the request with 4 of 5 remaining.
+fn admit_each(con: &mut Connection, prefix: &str) {
+    for i in 0..3 {
+        let key = format!("{prefix}{i}");
+        let call = &calls(&key)[i];
+        assert_eq!(ints(con, call)[..3], [0, 5, 4], "{call:?}");
+    }
+}
+
+/// A connection authenticated as a new user with the ACL `rules`.
+fn connect_as(server: &Server, user: &str, rules: &[&str]) -> Connection {
+    let mut admin = server.connect();
+    let mut setuser = vec!["ACL", "SETUSER", user, "on", ">pw"];
+    setuser.extend_from_slice(rules);
+    let _: () = query(&mut admin, &setuser);
+    let mut con = server.connect();
+    let _: () = query(&mut con, &["AUTH", user, "pw"]);
+    con
+}
+
+/// Keys in the database.
+fn keys(server: &Server) -> Vec<String> {
+    let mut keys: Vec<String> = query(&mut server.connect(), &["KEYS", "*"]);
+    keys.sort();
+    keys
+}
+
+#[test]
+fn key_patterns_restrict_every_command() {
+    let server = Server::start();
+    let mut con = connect_as(&server, "u", &["~t1:*", "+@all"]);
+    for call in calls("t2:x") {
+        let refused = error(&mut con, &call);
+        assert!(refused.starts_with("NOPERM"), "{call:?}: {refused}");
+    }
+    admit_each(&mut con, "t1:");
+    assert_eq!(keys(&server), ["t1:0", "t1:1", "t1:2"]);
+
+    // The key is declared read-write: read-only access to it is not enough.
+    let mut reader = connect_as(&server, "reader", &["%R~*", "+@all"]);
+    for call in calls("t1:0") {
+        let refused = error(&mut reader, &call);
+        assert!(refused.starts_with("NOPERM"), "{call:?}: {refused}");
+    }
+}
+
+#[test]
+fn command_info_shows_arity_flags_key_specs_and_categories() {
+    let server = Server::start();
+    let mut con = server.connect();
+    let version = server_version(&mut con);
+    for (call, arity) in calls("user:1").iter().zip([-5, -4, -4]) {
+        let info: Vec<Value> = query(&mut con, &["COMMAND", "INFO", call[0]]);
+        let Value::Array(fields) = &info[0] else {
+            panic!("no COMMAND INFO for {}: {info:?}", call[0]);
+        };
+        let field = |i: usize| -> Vec<String> {
+            match &fields[i] {
+                Value::Array(_) | Value::Set(_) => {
+                    redis::from_redis_value(fields[i].clone()).unwrap()
+                }
+                other => vec![redis::from_redis_value(other.clone()).unwrap()],
+            }
+        };
+        assert_eq!(field(0), [call[0].to_lowercase()]);
+        assert_eq!(field(1), [arity.to_string()]);
+        assert_eq!(field(2), ["write", "denyoom", "module", "fast"]);
+        // First key, last key, step.
+        assert_eq!(field(3), ["1"]);
+        assert_eq!(field(4), ["1"]);
+        assert_eq!(field(5), ["1"]);
+        let expected_categories: &[&str] = match version {
+            (major, minor) if (major, minor) >= (7, 4) => &["@write", "@fast", "@ratelimit"],
+            (7, 2..) => &["@write", "@fast"],
+            // Before 7.2 a module cannot put its commands in categories.
+            _ => &[],
+        };
+        assert_eq!(field(6), expected_categories, "{}", call[0]);
+        let key_specs = format!("{:?}", fields[8]);
+        for expected in ["RW", "access", "update", "index", "range"] {
+            assert!(key_specs.contains(expected), "{key_specs}");
+        }
+        let mut getkeys = vec!["COMMAND", "GETKEYS"];
+        getkeys.extend_from_slice(call);
+        let keys: Vec<String> = query(&mut con, &getkeys);
+        assert_eq!(keys, ["user:1"]);
+    }
+}
+
+#[test]
+fn categories_grant_the_commands_where_the_server_has_them() {
+    let server = Server::start();
+    let version = server_version(&mut server.connect());
+    if version < (7, 4) {
+        // No module categories: `@ratelimit` is unknown, and a user is granted the
+        // commands by name.
+        let refused = error(
+            &mut server.connect(),
+            &["ACL", "SETUSER", "u", "+@ratelimit"],
+        );
+        assert!(refused.contains("ratelimit"), "{refused}");
+        let mut con = connect_as(
+            &server,
+            "named",
+            &["~*", "+cl.throttle", "+rl.window", "+rl.log"],
+        );
+        admit_each(&mut con, "k");
+        return;
+    }
+    // `ACL CAT ratelimit` would list nothing: Redis leaves module commands out of it.
+    let categories: Vec<String> = query(&mut server.connect(), &["ACL", "CAT"]);
+    assert!(
+        categories.contains(&"ratelimit".to_owned()),
+        "{categories:?}"
+    );
+    let mut con = connect_as(&server, "limited", &["~*", "+@ratelimit"]);
+    admit_each(&mut con, "k");
+    let refused = error(&mut con, &["GET", "k"]);
+    assert!(refused.starts_with("NOPERM"), "{refused}");
+}

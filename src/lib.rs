@@ -111,6 +111,9 @@ fn initialize(ctx: &Context, args: &[RedisString]) -> Status {
             ctx.log_warning(reason);
         }
     }
+    if let Err(reason) = redis::stats::register_info(ctx.ctx, &commands::STATS) {
+        ctx.log_warning(reason);
+    }
     Status::Ok
 }
 

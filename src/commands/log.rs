@@ -9,7 +9,7 @@
 //!
 //! Both are accepted only from a master's replication stream or while loading the AOF.
 
-use std::ffi::c_longlong;
+use std::ffi::{c_longlong, CStr};
 
 use redis_module::raw;
 
@@ -19,19 +19,26 @@ use crate::core::time::{Rounding, Unit};
 use crate::core::verdict::Verdict;
 use crate::error::CommandError;
 use crate::redis::clock;
-use crate::redis::handler::{self, Invocation};
+use crate::redis::handler::{self, Invocation, LimiterReply};
 use crate::redis::key::{Access, LimiterKey};
 use crate::redis::log_type::log_type;
 use crate::redis::metadata::{Arg, ArgKind, CommandSpec};
+use crate::redis::stats::CommandStats;
 
-use super::{window_error, UNIT_ARG};
+use super::{limiter_reply, window_error, UNIT_ARG};
 
 const KEY_FLAGS: u32 =
     raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_ACCESS | raw::REDISMODULE_CMD_KEY_UPDATE;
 
+/// The command's name.
+const NAME: &CStr = c"rl.log";
+
+/// Its counters, for `INFO`.
+pub static STATS: CommandStats = CommandStats::new(NAME);
+
 /// `RL.LOG`'s registration.
 pub static SPEC: CommandSpec = CommandSpec {
-    name: c"rl.log",
+    name: NAME,
     handler: rl_log,
     flags: c"write deny-oom fast",
     arity: -4,
@@ -96,13 +103,13 @@ const INTERNAL_ONLY: CommandError = CommandError::Message(
     c"ERR RL.LOG.REPLAY and RL.LOG.LOADCHUNK are internal: only a master or the AOF sends them",
 );
 
-handler::command_callback!(rl_log, 4, log);
+handler::command_callback!(rl_log, 4, log, Some(&STATS));
 
 handler::command_callback!(rl_log_replay, 6, replay);
 
 handler::command_callback!(rl_log_load_chunk, 3, load_chunk);
 
-fn log(call: &Invocation) -> Result<[i64; 5], CommandError> {
+fn log(call: &Invocation) -> Result<LimiterReply, CommandError> {
     let [limit, window, tail @ ..] = &call.args[2..] else {
         return Err(CommandError::WrongArity);
     };
@@ -112,7 +119,7 @@ fn log(call: &Invocation) -> Result<[i64; 5], CommandError> {
     let limiter = LogLimiter::new(limit, window, options.unit).map_err(window_error)?;
     let now = clock::now_micros();
     let verdict = decide(call, &limiter, options.quantity, now, Propagation::AsReplay)?;
-    Ok(verdict.to_reply(options.unit, Rounding::Up))
+    Ok(limiter_reply(verdict, &options, Rounding::Up))
 }
 
 fn replay(call: &Invocation) -> Result<[i64; 5], CommandError> {

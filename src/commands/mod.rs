@@ -6,9 +6,14 @@ pub mod log;
 pub mod throttle;
 pub mod window;
 
+use crate::args::CommonOptions;
+use crate::core::time::Rounding;
+use crate::core::verdict::Verdict;
 use crate::core::window::{WindowError, MAX_BUCKETS};
 use crate::error::CommandError;
+use crate::redis::handler::LimiterReply;
 use crate::redis::metadata::{Arg, CommandSpec};
+use crate::redis::stats::CommandStats;
 
 /// Every command the module registers.
 pub static ALL: [&CommandSpec; 5] = [
@@ -18,6 +23,17 @@ pub static ALL: [&CommandSpec; 5] = [
     &log::REPLAY_SPEC,
     &log::LOAD_CHUNK_SPEC,
 ];
+
+/// The counters `INFO ratelimit` shows, one per command clients call.
+pub static STATS: [&CommandStats; 3] = [&throttle::STATS, &window::STATS, &log::STATS];
+
+/// The reply to a client's request, with times in the request's unit.
+fn limiter_reply(verdict: Verdict, options: &CommonOptions, rounding: Rounding) -> LimiterReply {
+    LimiterReply {
+        fields: verdict.to_reply(options.unit, rounding),
+        peek: options.quantity == 0,
+    }
+}
 
 /// The unit keyword all commands accept, for `COMMAND DOCS`.
 const UNIT_ARG: Arg = Arg::one_of(

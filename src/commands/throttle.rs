@@ -1,7 +1,7 @@
 //! `CL.THROTTLE key max_burst count period [quantity] [S | MS | US]`: GCRA, with
 //! redis-cell's arguments and reply, without its defects.
 
-use std::ffi::c_int;
+use std::ffi::{c_int, CStr};
 
 use redis_module::raw;
 
@@ -11,16 +11,23 @@ use crate::core::gcra::{Gcra, GcraError};
 use crate::core::time::{ceil_millis, Rounding, Unit};
 use crate::error::CommandError;
 use crate::redis::clock;
-use crate::redis::handler::{self, Invocation};
+use crate::redis::handler::{self, Invocation, LimiterReply};
 use crate::redis::key::Access;
 use crate::redis::metadata::{Arg, ArgKind, CommandSpec};
+use crate::redis::stats::CommandStats;
 use crate::redis::string_state::{decide_on_string_key, Decision};
 
-use super::UNIT_ARG;
+use super::{limiter_reply, UNIT_ARG};
+
+/// The command's name.
+const NAME: &CStr = c"cl.throttle";
+
+/// Its counters, for `INFO`.
+pub static STATS: CommandStats = CommandStats::new(NAME);
 
 /// The command's registration.
 pub static SPEC: CommandSpec = CommandSpec {
-    name: c"cl.throttle",
+    name: NAME,
     handler: cl_throttle,
     flags: c"write deny-oom fast",
     arity: -(REQUIRED_ARGUMENTS as c_int),
@@ -49,7 +56,7 @@ const USAGE: CommandError = CommandError::Message(
     c"ERR syntax error. Usage: CL.THROTTLE key max_burst count period [quantity] [S|MS|US]",
 );
 
-handler::command_callback!(cl_throttle, REQUIRED_ARGUMENTS, throttle);
+handler::command_callback!(cl_throttle, REQUIRED_ARGUMENTS, throttle, Some(&STATS));
 
 /// The parsed arguments.
 #[derive(Debug, PartialEq, Eq)]
@@ -97,7 +104,7 @@ fn rounding(unit: Unit) -> Rounding {
     }
 }
 
-fn throttle(call: &Invocation) -> Result<[i64; 5], CommandError> {
+fn throttle(call: &Invocation) -> Result<LimiterReply, CommandError> {
     let args = parse(&call.args[2..])?;
     let gcra =
         Gcra::new(args.max_burst, args.count, args.period, args.options.unit).map_err(invalid)?;
@@ -117,8 +124,11 @@ fn throttle(call: &Invocation) -> Result<[i64; 5], CommandError> {
             }),
         })
     })?;
-    let unit = args.options.unit;
-    Ok(verdict.to_reply(unit, rounding(unit)))
+    Ok(limiter_reply(
+        verdict,
+        &args.options,
+        rounding(args.options.unit),
+    ))
 }
 
 #[cfg(test)]

@@ -2,7 +2,7 @@
 //! window counters, one string key per limiter whatever the algorithm.
 
 use std::cell::RefCell;
-use std::ffi::c_int;
+use std::ffi::{c_int, CStr};
 
 use redis_module::raw;
 
@@ -11,16 +11,23 @@ use crate::core::time::Rounding;
 use crate::core::window::{is_window_length, Algorithm, Scratch, StateError, WindowLimiter};
 use crate::error::CommandError;
 use crate::redis::clock;
-use crate::redis::handler::{self, Invocation};
+use crate::redis::handler::{self, Invocation, LimiterReply};
 use crate::redis::key::Access;
 use crate::redis::metadata::{Arg, ArgKind, CommandSpec};
+use crate::redis::stats::CommandStats;
 use crate::redis::string_state::{decide_on_string_key, Decision};
 
-use super::{window_error, BUCKETS_RANGE, UNIT_ARG};
+use super::{limiter_reply, window_error, BUCKETS_RANGE, UNIT_ARG};
+
+/// The command's name.
+const NAME: &CStr = c"rl.window";
+
+/// Its counters, for `INFO`.
+pub static STATS: CommandStats = CommandStats::new(NAME);
 
 /// The command's registration.
 pub static SPEC: CommandSpec = CommandSpec {
-    name: c"rl.window",
+    name: NAME,
     handler: rl_window,
     flags: c"write deny-oom fast",
     arity: -(REQUIRED_ARGUMENTS as c_int),
@@ -61,7 +68,7 @@ thread_local! {
     static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
 }
 
-handler::command_callback!(rl_window, REQUIRED_ARGUMENTS, window);
+handler::command_callback!(rl_window, REQUIRED_ARGUMENTS, window, Some(&STATS));
 
 /// The parsed arguments.
 #[derive(Debug, PartialEq, Eq)]
@@ -114,7 +121,7 @@ fn unusable(error: StateError) -> CommandError {
     }
 }
 
-fn window(call: &Invocation) -> Result<[i64; 5], CommandError> {
+fn window(call: &Invocation) -> Result<LimiterReply, CommandError> {
     let args = parse(&call.args[2..])?;
     let limiter = WindowLimiter::new(args.limit, args.window, args.options.unit, args.algorithm)
         .map_err(window_error)?;
@@ -131,7 +138,7 @@ fn window(call: &Invocation) -> Result<[i64; 5], CommandError> {
             })
         })
     })?;
-    Ok(verdict.to_reply(args.options.unit, Rounding::Up))
+    Ok(limiter_reply(verdict, &args.options, Rounding::Up))
 }
 
 #[cfg(test)]

@@ -8,6 +8,7 @@ use std::panic::{self, AssertUnwindSafe};
 use redis_module::raw;
 
 use crate::error::CommandError;
+use crate::redis::stats::{CommandStats, Outcome};
 
 /// The most arguments any command accepts, counting its name; more is a wrong arity.
 const MAX_ARGUMENTS: usize = 16;
@@ -36,9 +37,14 @@ pub trait Reply {
     /// # Safety
     /// `ctx` must be the running command's context.
     unsafe fn send(self, ctx: *mut raw::RedisModuleCtx);
+
+    /// How the call ended, for the command's counters.
+    fn outcome(&self) -> Outcome {
+        Outcome::Allowed
+    }
 }
 
-/// The limiters' reply: five integers.
+/// The five integers `[limited, limit, remaining, retry_after, reset_after]`.
 impl Reply for [i64; 5] {
     unsafe fn send(self, ctx: *mut raw::RedisModuleCtx) {
         unsafe {
@@ -46,6 +52,28 @@ impl Reply for [i64; 5] {
             for value in self {
                 raw::RedisModule_ReplyWithLongLong.unwrap()(ctx, value);
             }
+        }
+    }
+}
+
+/// A limiter's answer to a client: the five integers, and whether the request only looked.
+pub struct LimiterReply {
+    /// `[limited, limit, remaining, retry_after, reset_after]`.
+    pub fields: [i64; 5],
+    /// The request had a quantity of 0.
+    pub peek: bool,
+}
+
+impl Reply for LimiterReply {
+    unsafe fn send(self, ctx: *mut raw::RedisModuleCtx) {
+        unsafe { self.fields.send(ctx) }
+    }
+
+    fn outcome(&self) -> Outcome {
+        match (self.peek, self.fields[0]) {
+            (true, _) => Outcome::Peek,
+            (false, 0) => Outcome::Allowed,
+            (false, _) => Outcome::Limited,
         }
     }
 }
@@ -58,22 +86,27 @@ impl Reply for () {
 }
 
 /// Defines `$callback`, the C function Redis calls for a command: it runs `$body` through
-/// [`run`], with at least `$min_arguments` arguments (counting the command's name).
+/// [`run`], with at least `$min_arguments` arguments (counting the command's name), and
+/// counts each call in `$stats` when given.
 macro_rules! command_callback {
     ($callback:ident, $min_arguments:expr, $body:path) => {
+        $crate::redis::handler::command_callback!($callback, $min_arguments, $body, None);
+    };
+    ($callback:ident, $min_arguments:expr, $body:path, $stats:expr) => {
         unsafe extern "C" fn $callback(
             ctx: *mut redis_module::raw::RedisModuleCtx,
             argv: *mut *mut redis_module::raw::RedisModuleString,
             argc: std::ffi::c_int,
         ) -> std::ffi::c_int {
             // SAFETY: Redis calls it as a command callback.
-            unsafe { $crate::redis::handler::run(ctx, argv, argc, $min_arguments, $body) }
+            unsafe { $crate::redis::handler::run(ctx, argv, argc, $min_arguments, $body, $stats) }
         }
     };
 }
 pub(crate) use command_callback;
 
-/// Runs `body` for a call with `argc` arguments, of which at least `min_arguments`.
+/// Runs `body` for a call with `argc` arguments, of which at least `min_arguments`, and
+/// counts the call in `stats`.
 ///
 /// # Safety
 /// `ctx`, `argv` and `argc` must come from Redis' command callback.
@@ -83,6 +116,7 @@ pub unsafe fn run<R: Reply>(
     argc: c_int,
     min_arguments: usize,
     body: fn(&Invocation) -> Result<R, CommandError>,
+    stats: Option<&CommandStats>,
 ) -> c_int {
     let result = panic::catch_unwind(AssertUnwindSafe(|| {
         let count = usize::try_from(argc).unwrap_or(0);
@@ -102,6 +136,9 @@ pub unsafe fn run<R: Reply>(
         })
     }));
     let result = result.unwrap_or(Err(CommandError::INTERNAL));
+    if let Some(stats) = stats {
+        stats.record(result.as_ref().map_or(Outcome::Error, Reply::outcome));
+    }
     unsafe {
         match result {
             Ok(reply) => reply.send(ctx),

@@ -5,4 +5,5 @@ pub mod handler;
 pub mod key;
 pub mod log_type;
 pub mod metadata;
+pub mod stats;
 pub mod string_state;

@@ -1,0 +1,170 @@
+//! Per-command counters, shown by `INFO ratelimit` (and `INFO modules`, `INFO everything`):
+//!
+//! ```text
+//! # ratelimit_commands
+//! ratelimit_cl.throttle:calls=5,allowed=3,limited=1,peeks=1,errors=0
+//! ```
+//!
+//! Counting costs two plain increments per call: commands run on Redis' main thread only, so
+//! the counters are atomics written without read-modify-write instructions (a relaxed load
+//! and store), which readers on other threads (a crash report) still see whole.
+
+use std::ffi::{c_int, CStr};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use redis_module::raw;
+
+/// How a call ended, for the counters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Admitted and counted (a quantity of 1 or more).
+    Allowed,
+    /// Refused: over the limit, or a quantity above it.
+    Limited,
+    /// A quantity of 0: answered without counting.
+    Peek,
+    /// An error reply from the module (arguments, `WRONGTYPE`, an internal error). Errors
+    /// Redis gives before the module runs (arity, ACL, `OOM`, `READONLY`, `MOVED`) are in
+    /// `INFO commandstats` as `rejected_calls` instead.
+    Error,
+}
+
+/// One counter, written by Redis' main thread only.
+struct Counter(AtomicU64);
+
+impl Counter {
+    const fn new() -> Counter {
+        Counter(AtomicU64::new(0))
+    }
+
+    /// Adds one. Not a read-modify-write: only the main thread writes.
+    fn bump(&self) {
+        self.0.store(
+            self.0.load(Ordering::Relaxed).wrapping_add(1),
+            Ordering::Relaxed,
+        );
+    }
+
+    fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// The counters of one command, since the module loaded.
+pub struct CommandStats {
+    /// The command's name, as `INFO` shows it.
+    name: &'static CStr,
+    calls: Counter,
+    allowed: Counter,
+    limited: Counter,
+    peeks: Counter,
+    errors: Counter,
+}
+
+impl CommandStats {
+    /// Zeroed counters for the command `name`.
+    pub const fn new(name: &'static CStr) -> CommandStats {
+        CommandStats {
+            name,
+            calls: Counter::new(),
+            allowed: Counter::new(),
+            limited: Counter::new(),
+            peeks: Counter::new(),
+            errors: Counter::new(),
+        }
+    }
+
+    /// Counts a call that ended with `outcome`.
+    pub fn record(&self, outcome: Outcome) {
+        self.calls.bump();
+        match outcome {
+            Outcome::Allowed => &self.allowed,
+            Outcome::Limited => &self.limited,
+            Outcome::Peek => &self.peeks,
+            Outcome::Error => &self.errors,
+        }
+        .bump();
+    }
+
+    /// The counters in `INFO`'s order, with their names.
+    fn fields(&self) -> [(&'static CStr, u64); 5] {
+        [
+            (c"calls", self.calls.get()),
+            (c"allowed", self.allowed.get()),
+            (c"limited", self.limited.get()),
+            (c"peeks", self.peeks.get()),
+            (c"errors", self.errors.get()),
+        ]
+    }
+}
+
+/// The commands `INFO` reports, set once at load.
+static REPORTED: std::sync::OnceLock<&'static [&'static CommandStats]> = std::sync::OnceLock::new();
+
+/// Registers the `INFO` section for the counters of `commands`. It takes the place of the
+/// SDK's default callback, which only added a backtrace to crash reports.
+pub fn register_info(
+    ctx: *mut raw::RedisModuleCtx,
+    commands: &'static [&'static CommandStats],
+) -> Result<(), &'static str> {
+    let _ = REPORTED.set(commands);
+    // SAFETY: a function pointer Redis filled in at load, called from OnLoad.
+    let registered = unsafe { raw::RedisModule_RegisterInfoFunc }.is_some_and(
+        |register| unsafe { register(ctx, Some(add_info)) } == raw::Status::Ok as c_int,
+    );
+    if registered {
+        Ok(())
+    } else {
+        Err("ratelimit: the INFO section could not be registered")
+    }
+}
+
+/// Redis' callback for `INFO`: one section, one line per command.
+extern "C" fn add_info(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_int) {
+    let _ = std::panic::catch_unwind(|| {
+        let commands = REPORTED.get().copied().unwrap_or_default();
+        // SAFETY: Redis' INFO context, during its callback; the names are C strings.
+        unsafe {
+            raw::RedisModule_InfoAddSection.unwrap()(ctx, c"commands".as_ptr());
+            for command in commands {
+                raw::RedisModule_InfoBeginDictField.unwrap()(ctx, command.name.as_ptr());
+                for (name, value) in command.fields() {
+                    raw::RedisModule_InfoAddFieldULongLong.unwrap()(ctx, name.as_ptr(), value);
+                }
+                raw::RedisModule_InfoEndDictField.unwrap()(ctx);
+            }
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_call_counts_once_under_its_outcome() {
+        let stats = CommandStats::new(c"cl.throttle");
+        for outcome in [
+            Outcome::Allowed,
+            Outcome::Allowed,
+            Outcome::Limited,
+            Outcome::Peek,
+            Outcome::Error,
+        ] {
+            stats.record(outcome);
+        }
+        let fields = stats
+            .fields()
+            .map(|(name, value)| (name.to_str().unwrap(), value));
+        assert_eq!(
+            fields,
+            [
+                ("calls", 5),
+                ("allowed", 2),
+                ("limited", 1),
+                ("peeks", 1),
+                ("errors", 1)
+            ]
+        );
+    }
+}

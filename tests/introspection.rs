@@ -1,0 +1,258 @@
+//! What the module tells the tools people already use: `INFO ratelimit` counters per
+//! command, and `COMMAND DOCS`, from which redis-cli builds `help` and its argument hints.
+
+mod support;
+
+use std::collections::HashMap;
+
+use redis::{Connection, Value};
+use support::{error, ints, query, Server};
+
+/// The module's `INFO` lines, `field -> {counter -> value}`.
+fn counters(con: &mut Connection, section: &str) -> HashMap<String, HashMap<String, u64>> {
+    let info: String = query(con, &["INFO", section]);
+    info.lines()
+        .filter_map(|line| line.strip_prefix("ratelimit_"))
+        .map(|line| {
+            let (command, values) = line.trim().split_once(':').unwrap();
+            let values = values
+                .split(',')
+                .map(|pair| {
+                    let (name, value) = pair.split_once('=').unwrap();
+                    (name.to_owned(), value.parse().unwrap())
+                })
+                .collect();
+            (command.to_owned(), values)
+        })
+        .collect()
+}
+
+fn expected(
+    calls: u64,
+    allowed: u64,
+    limited: u64,
+    peeks: u64,
+    errors: u64,
+) -> HashMap<String, u64> {
+    [
+        ("calls", calls),
+        ("allowed", allowed),
+        ("limited", limited),
+        ("peeks", peeks),
+        ("errors", errors),
+    ]
+    .into_iter()
+    .map(|(name, value)| (name.to_owned(), value))
+    .collect()
+}
+
+#[test]
+fn info_counts_each_commands_calls_by_outcome() {
+    let server = Server::start();
+    let mut con = server.connect();
+    let before = counters(&mut con, "ratelimit");
+    assert_eq!(before["cl.throttle"], expected(0, 0, 0, 0, 0));
+
+    // CL.THROTTLE: 2 admitted, 1 refused, 1 oversized (refused), 1 peek, 2 errors.
+    for _ in 0..3 {
+        ints(&mut con, &["CL.THROTTLE", "t", "1", "1", "60"]);
+    }
+    ints(&mut con, &["CL.THROTTLE", "t", "1", "1", "60", "5"]);
+    ints(&mut con, &["CL.THROTTLE", "t", "1", "1", "60", "0"]);
+    error(&mut con, &["CL.THROTTLE", "t", "x", "1", "60"]);
+    let _: () = query(&mut con, &["SET", "text", "hello"]);
+    error(&mut con, &["CL.THROTTLE", "text", "1", "1", "60"]);
+    // Refused by Redis before the module runs: not the module's error, but Redis' own
+    // `rejected_calls`.
+    error(&mut con, &["CL.THROTTLE", "t"]);
+
+    // RL.WINDOW, in a transaction: 1 admitted, 1 refused.
+    let _: () = query(&mut con, &["MULTI"]);
+    for _ in 0..2 {
+        let _: () = query(&mut con, &["RL.WINDOW", "w", "1", "60", "FIXED"]);
+    }
+    let _: Vec<Vec<i64>> = query(&mut con, &["EXEC"]);
+
+    // RL.LOG: 1 admitted, 1 peek, 1 error.
+    ints(&mut con, &["RL.LOG", "l", "5", "60"]);
+    ints(&mut con, &["RL.LOG", "l", "5", "60", "0"]);
+    error(&mut con, &["RL.LOG", "l", "0", "60"]);
+
+    let after = counters(&mut con, "ratelimit");
+    assert_eq!(after["cl.throttle"], expected(7, 2, 2, 1, 2));
+    assert_eq!(after["rl.window"], expected(2, 1, 1, 0, 0));
+    assert_eq!(after["rl.log"], expected(3, 1, 0, 1, 1));
+    assert_eq!(after.len(), 3, "{after:?}");
+    // The same lines under `INFO modules` and `INFO everything`.
+    assert_eq!(counters(&mut con, "modules"), after);
+    assert_eq!(counters(&mut con, "everything"), after);
+    let stats = server
+        .info_field("commandstats", "cmdstat_cl.throttle")
+        .unwrap();
+    assert!(stats.contains("rejected_calls=1"), "{stats}");
+}
+
+#[test]
+fn a_replica_counts_its_own_clients_not_the_masters() {
+    let master = Server::start();
+    let replica = Server::start_replica(&master);
+    let mut con = master.connect();
+    ints(&mut con, &["RL.LOG", "l", "5", "60"]);
+    ints(&mut con, &["CL.THROTTLE", "t", "1", "1", "60"]);
+    support::wait_for_replicas(&mut con, 1);
+    let on_replica = counters(&mut replica.connect(), "ratelimit");
+    for command in ["cl.throttle", "rl.window", "rl.log"] {
+        assert_eq!(on_replica[command], expected(0, 0, 0, 0, 0), "{command}");
+    }
+}
+
+/// One argument of `COMMAND DOCS`: its name, type, token, flags, and its own arguments.
+#[derive(Debug, PartialEq)]
+struct DocArg {
+    name: String,
+    kind: String,
+    token: Option<String>,
+    flags: Vec<String>,
+    arguments: Vec<DocArg>,
+}
+
+/// A RESP2 map (a flat array of names and values) as name -> value.
+fn fields(value: &Value) -> HashMap<String, Value> {
+    let Value::Array(items) = value else {
+        panic!("not a map: {value:?}")
+    };
+    items
+        .chunks(2)
+        .map(|pair| {
+            (
+                redis::from_redis_value(pair[0].clone()).unwrap(),
+                pair[1].clone(),
+            )
+        })
+        .collect()
+}
+
+fn doc_args(value: &Value) -> Vec<DocArg> {
+    let Value::Array(args) = value else {
+        panic!("not an argument list: {value:?}")
+    };
+    args.iter()
+        .map(|arg| {
+            let arg = fields(arg);
+            let text = |name: &str| {
+                arg.get(name)
+                    .map(|value| redis::from_redis_value::<String>(value.clone()).unwrap())
+            };
+            DocArg {
+                name: text("name").unwrap(),
+                kind: text("type").unwrap(),
+                token: text("token"),
+                flags: arg
+                    .get("flags")
+                    .map(|flags| redis::from_redis_value(flags.clone()).unwrap())
+                    .unwrap_or_default(),
+                arguments: arg.get("arguments").map(doc_args).unwrap_or_default(),
+            }
+        })
+        .collect()
+}
+
+fn arg(name: &str, kind: &str) -> DocArg {
+    DocArg {
+        name: name.to_owned(),
+        kind: kind.to_owned(),
+        token: None,
+        flags: vec![],
+        arguments: vec![],
+    }
+}
+
+fn optional(arg: DocArg) -> DocArg {
+    DocArg {
+        flags: vec!["optional".to_owned()],
+        ..arg
+    }
+}
+
+fn token(word: &str) -> DocArg {
+    DocArg {
+        token: Some(word.to_owned()),
+        ..arg(word, "pure-token")
+    }
+}
+
+fn one_of(name: &str, alternatives: Vec<DocArg>) -> DocArg {
+    DocArg {
+        arguments: alternatives,
+        ..optional(arg(name, "oneof"))
+    }
+}
+
+fn unit() -> DocArg {
+    one_of("unit", vec![token("S"), token("MS"), token("US")])
+}
+
+#[test]
+fn command_docs_describe_every_argument() {
+    let server = Server::start();
+    let mut con = server.connect();
+    let buckets = DocArg {
+        token: Some("BUCKETS".to_owned()),
+        ..arg("buckets", "integer")
+    };
+    let commands = [
+        (
+            "cl.throttle",
+            "Rate-limits a key with GCRA (a leaky bucket), compatible with redis-cell",
+            "O(1)",
+            vec![
+                arg("key", "key"),
+                arg("max_burst", "integer"),
+                arg("count", "integer"),
+                arg("period", "integer"),
+                optional(arg("quantity", "integer")),
+                unit(),
+            ],
+        ),
+        (
+            "rl.window",
+            "Rate-limits a key with a fixed window, a sliding-window counter or a rolling window of buckets",
+            "O(1) for FIXED and SLIDING, O(N) for BUCKETS N",
+            vec![
+                arg("key", "key"),
+                arg("limit", "integer"),
+                arg("window", "integer"),
+                optional(arg("quantity", "integer")),
+                one_of(
+                    "algorithm",
+                    vec![token("FIXED"), token("SLIDING"), buckets],
+                ),
+                unit(),
+            ],
+        ),
+        (
+            "rl.log",
+            "Rate-limits a key with an exact sliding log of the requests it admitted",
+            "O(1) amortised",
+            vec![
+                arg("key", "key"),
+                arg("limit", "integer"),
+                arg("window", "integer"),
+                optional(arg("quantity", "integer")),
+                unit(),
+            ],
+        ),
+    ];
+    for (name, summary, complexity, arguments) in commands {
+        let docs: Vec<Value> = query(&mut con, &["COMMAND", "DOCS", name]);
+        assert_eq!(docs.len(), 2, "{name}: {docs:?}");
+        let doc = fields(&docs[1]);
+        let text = |field: &str| -> String { redis::from_redis_value(doc[field].clone()).unwrap() };
+        assert_eq!(text("summary"), summary);
+        assert_eq!(text("since"), "0.1.0");
+        assert_eq!(text("group"), "module");
+        assert_eq!(text("module"), "ratelimit");
+        assert_eq!(text("complexity"), complexity);
+        assert_eq!(doc_args(&doc["arguments"]), arguments, "{name}");
+    }
+}

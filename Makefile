@@ -1,7 +1,8 @@
 # redis-ratelimit: build, run and test the Redis module.
 #
 #   make run    build the module and start redis-server in the foreground on 127.0.0.1:6379
-#   make test   unit, property and integration tests (against real redis-server processes)
+#   make test   unit, property and integration tests (against real redis-server processes),
+#               and the client examples and HTTP service under examples/
 #   make lint   rustfmt check and clippy with warnings as errors
 #
 # System packages come from Debian's archive: as root they are installed with apt-get,
@@ -15,7 +16,11 @@ BUILD_PACKAGES := build-essential libclang-dev
 # What running and testing need besides.
 SERVER_PACKAGES := redis-server redis-tools
 
-.PHONY: all build run test lint deps-build deps-server clean
+# The examples' clients: redis-py in a virtualenv, ioredis from npm.
+EXAMPLES_VENV := $(CURDIR)/target/examples-venv
+EXAMPLES_PYTHON := $(EXAMPLES_VENV)/bin/python
+
+.PHONY: all build run test lint deps-build deps-server deps-examples examples-deps clean
 
 all: build
 
@@ -25,8 +30,8 @@ build: deps-build
 run: deps-server build
 	redis-server redis.conf
 
-test: deps-server build
-	RATELIMIT_MODULE=$(MODULE) $(CARGO) test --release
+test: deps-server build examples-deps
+	RATELIMIT_MODULE=$(MODULE) EXAMPLES_PYTHON=$(EXAMPLES_PYTHON) $(CARGO) test --release
 
 lint: deps-build
 	$(CARGO) fmt --check
@@ -38,8 +43,27 @@ deps-build:
 deps-server: deps-build
 	@$(call ensure_packages,$(SERVER_PACKAGES))
 
+# Python with venv and Node.js with npm, as commands: a Node.js from elsewhere (NodeSource)
+# is as good as Debian's packages, which would conflict with it.
+deps-examples:
+	@missing=""; \
+	python3 -c 'import venv, ensurepip' 2>/dev/null || missing="$$missing python3 python3-venv"; \
+	command -v npm >/dev/null 2>&1 || missing="$$missing nodejs npm"; \
+	$(install_missing)
+
+examples-deps: deps-examples $(EXAMPLES_VENV)/installed examples/node/node_modules/.package-lock.json
+
+$(EXAMPLES_VENV)/installed: examples/python/requirements.txt
+	python3 -m venv $(EXAMPLES_VENV)
+	$(EXAMPLES_PYTHON) -m pip install --quiet --disable-pip-version-check -r $<
+	touch $@
+
+examples/node/node_modules/.package-lock.json: examples/node/package-lock.json
+	npm ci --prefix examples/node --no-audit --no-fund --loglevel=error
+
 clean:
 	$(CARGO) clean
+	rm -rf examples/node/node_modules
 
 # Installs the Debian packages in $(1) that are missing (as root), or stops naming them.
 # Without dpkg (not Debian), only the commands they provide are looked for.
@@ -56,6 +80,11 @@ for package in $(1); do \
     esac; \
   fi; \
 done; \
+$(install_missing)
+endef
+
+# Installs the Debian packages in $$missing (as root, with apt-get), or stops naming them.
+define install_missing
 if [ -n "$$missing" ]; then \
   if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
     echo "Installing system packages:$$missing"; \

@@ -7,3 +7,6 @@ pub mod log;
 pub mod time;
 pub mod verdict;
 pub mod window;
+
+#[cfg(test)]
+mod tests;

@@ -45,9 +45,9 @@ fn workload(con: &mut Connection) -> Vec<String> {
     }
     pipe.add_command(support::command(&["RL.LOG", "peeked", "10", "600", "0"]))
         .ignore();
-    // One call of 3,072,000 makes 3,000 entries of 1,024.
+    // One call of the highest limit, 1,048,576, makes 1,024 entries of 1,024.
     pipe.add_command(support::command(&[
-        "RL.LOG", "split", "10000000", "600", "3072000",
+        "RL.LOG", "split", "1048576", "600", "1048576",
     ]))
     .ignore();
     let _: () = pipe.query(con).unwrap();
@@ -271,7 +271,7 @@ fn a_rewritten_aof_rebuilds_the_log_in_chunks() {
     server.rewrite_aof();
     let aof = server.aof();
     assert!(!aof.contains("rl.log.replay"), "{aof}");
-    // 3,000 entries of "split" take 3 chunks of 1,024 entries; the others one or more.
+    // 3,000 entries of "long" take 3 chunks of 1,024 entries; the others one or more.
     let chunks = aof.matches("rl.log.loadchunk").count();
     assert!(chunks >= 3 + 4, "{chunks} chunks");
     server.restart();
@@ -313,6 +313,10 @@ fn bad_arguments_and_other_types_are_refused_and_change_nothing() {
             "ERR window is not an integer or out of range",
         ),
         (&["k", "0", "60"], "ERR limit must be positive"),
+        (
+            &["k", "1048577", "60"],
+            "ERR limit is too high for RL.LOG: at most 1048576 (RL.WINDOW and CL.THROTTLE take any limit)",
+        ),
         (&["k", "5", "0"], "ERR window must be positive"),
         (&["k", "5", "-60"], "ERR window must be positive"),
         (

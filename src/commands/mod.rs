@@ -47,6 +47,10 @@ const BUCKETS_RANGE: CommandError =
     CommandError::Message(c"ERR BUCKETS must be an integer from 1 to 3600");
 
 const _: () = assert!(MAX_BUCKETS == 3_600, "BUCKETS_RANGE names the maximum");
+const _: () = assert!(
+    crate::core::log::MAX_LIMIT == 1_048_576,
+    "window_error names RL.LOG's maximum limit"
+);
 
 /// The replies to window and limit parameters `RL.WINDOW` and `RL.LOG` refuse.
 fn window_error(error: WindowError) -> CommandError {
@@ -61,5 +65,8 @@ fn window_error(error: WindowError) -> CommandError {
         }
         WindowError::BucketsOutOfRange => return BUCKETS_RANGE,
         WindowError::BucketTooShort => c"ERR window / BUCKETS must be at least 1 microsecond",
+        WindowError::LimitTooHighForLog => {
+            c"ERR limit is too high for RL.LOG: at most 1048576 (RL.WINDOW and CL.THROTTLE take any limit)"
+        }
     })
 }

@@ -19,6 +19,10 @@ use super::window::{validate_limit, window_micros, WindowError};
 const COUNT_BITS: u32 = 10;
 /// The most one entry counts.
 const MAX_ENTRY_COUNT: u64 = 1 << COUNT_BITS;
+/// The highest `limit` a log takes: it bounds every call's work, since a request of
+/// `quantity` takes up to `quantity / 1024` entries (1,024 at most), and a log's memory
+/// (`limit` entries, 8 MiB).
+pub const MAX_LIMIT: u64 = 1 << 20;
 /// Bytes of an entry in the serialized form.
 pub const ENTRY_LEN: usize = 8;
 
@@ -175,8 +179,12 @@ struct Live {
 impl LogLimiter {
     /// Validates the parameters: at most `limit` per `window` `unit`s.
     pub fn new(limit: i64, window: i64, unit: Unit) -> Result<LogLimiter, WindowError> {
+        let limit = validate_limit(limit)?;
+        if limit > MAX_LIMIT {
+            return Err(WindowError::LimitTooHighForLog);
+        }
         Ok(LogLimiter {
-            limit: validate_limit(limit)?,
+            limit,
             window: window_micros(window, unit)?,
         })
     }

@@ -67,6 +67,8 @@ pub enum WindowError {
     BucketsOutOfRange,
     /// Buckets shorter than a microsecond, the clock's resolution.
     BucketTooShort,
+    /// An `RL.LOG` limit above [`crate::core::log::MAX_LIMIT`].
+    LimitTooHighForLog,
 }
 
 /// Why a stored value cannot be used.

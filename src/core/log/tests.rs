@@ -200,6 +200,16 @@ fn refuses_parameters_it_cannot_honour() {
         LogLimiter::new(0, 1, Unit::Seconds),
         Err(WindowError::NonPositiveLimit)
     );
+    // A request may take up to quantity / 1024 entries: the limit bounds each call's work.
+    assert!(LogLimiter::new(MAX_LIMIT as i64, 1, Unit::Seconds).is_ok());
+    assert_eq!(
+        LogLimiter::new(MAX_LIMIT as i64 + 1, 1, Unit::Seconds),
+        Err(WindowError::LimitTooHighForLog)
+    );
+    assert_eq!(
+        LogLimiter::new(i64::MAX, 1, Unit::Seconds),
+        Err(WindowError::LimitTooHighForLog)
+    );
     assert_eq!(
         LogLimiter::new(1, 0, Unit::Seconds),
         Err(WindowError::NonPositiveWindow)

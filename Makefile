@@ -4,6 +4,8 @@
 #   make test   unit, property and integration tests (against real redis-server processes),
 #               and the client examples and HTTP service under examples/
 #   make lint   rustfmt check and clippy with warnings as errors
+#   make stress longer fuzzing and soak runs (minutes)
+#   make valgrind  the integration tests with every server under valgrind's memcheck
 #
 # System packages come from Debian's archive: as root they are installed with apt-get,
 # otherwise the target stops and names them.
@@ -20,7 +22,7 @@ SERVER_PACKAGES := redis-server redis-tools
 EXAMPLES_VENV := $(CURDIR)/target/examples-venv
 EXAMPLES_PYTHON := $(EXAMPLES_VENV)/bin/python
 
-.PHONY: all build run test lint deps-build deps-server deps-examples examples-deps clean
+.PHONY: all build run test lint stress valgrind deps-build deps-server deps-examples examples-deps clean
 
 all: build
 
@@ -32,6 +34,20 @@ run: deps-server build
 
 test: deps-server build examples-deps
 	RATELIMIT_MODULE=$(MODULE) EXAMPLES_PYTHON=$(EXAMPLES_PYTHON) $(CARGO) test --release
+
+# Ten times the fuzzing and the soak of `make test`, each with its own seed.
+stress: deps-server build
+	FUZZ_INVOCATIONS=2000000 FUZZ_SEED=$$(date +%s) RATELIMIT_MODULE=$(MODULE) $(CARGO) test --release --test fuzz
+	SOAK_KEYS=10000000 RATELIMIT_MODULE=$(MODULE) $(CARGO) test --release --test soak
+
+# Every server the integration tests start runs under memcheck; a test fails on any invalid
+# access, uninitialised read or definite leak in the module. Shorter fuzzing and soak, and
+# not the Cluster and the examples (the same code, six times as many servers).
+VALGRIND_TESTS := acl atomicity faults fuzz guard introspection loading log persistence replication soak throttle window
+valgrind: deps-server build
+	@command -v valgrind >/dev/null 2>&1 || { missing=" valgrind"; $(install_missing); }
+	RATELIMIT_VALGRIND=1 FUZZ_INVOCATIONS=20000 SOAK_KEYS=20000 RATELIMIT_MODULE=$(MODULE) \
+	  $(CARGO) test --release $(addprefix --test ,$(VALGRIND_TESTS))
 
 lint: deps-build
 	$(CARGO) fmt --check

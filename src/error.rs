@@ -22,6 +22,11 @@ impl CommandError {
     pub const INTERNAL: CommandError =
         CommandError::Message(c"ERR internal error in the ratelimit module (see the server log)");
 
+    /// Over `maxmemory` after Redis' evictions: Redis' own reply to a `deny-oom` command,
+    /// given by the module to the calls that would write (peeks and refusals still answer).
+    pub const OUT_OF_MEMORY: CommandError =
+        CommandError::Message(c"OOM command not allowed when used memory > 'maxmemory'.");
+
     /// The reply's text, for tests.
     #[cfg(test)]
     pub fn text(self) -> &'static str {

@@ -83,7 +83,7 @@ fn command_info_shows_arity_flags_key_specs_and_categories() {
         };
         assert_eq!(field(0), [call[0].to_lowercase()]);
         assert_eq!(field(1), [arity.to_string()]);
-        assert_eq!(field(2), ["write", "denyoom", "module", "fast"]);
+        assert_eq!(field(2), ["write", "module", "fast"]);
         // First key, last key, step.
         assert_eq!(field(3), ["1"]);
         assert_eq!(field(4), ["1"]);

@@ -307,7 +307,7 @@ fn keyspace(con: &mut Connection) -> (u64, u64) {
 
 #[test]
 fn random_invocations_never_crash_or_leave_a_key_without_ttl() {
-    let seed = env_number("FUZZ_SEED", 0x5eed_0f_f022);
+    let seed = env_number("FUZZ_SEED", 0x005e_ed0f_f022);
     let invocations = env_number("FUZZ_INVOCATIONS", 100_000) as usize;
     let server = Server::start();
     let mut con = server.connect();

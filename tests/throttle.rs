@@ -469,7 +469,7 @@ fn command_info_tells_the_truth() {
         .collect();
     assert_eq!(name, "cl.throttle");
     assert_eq!(arity, -5);
-    for flag in ["write", "denyoom", "fast"] {
+    for flag in ["write", "fast"] {
         assert!(flags.contains(&flag.to_owned()), "{flags:?}");
     }
     assert_eq!(positions, [1, 1, 1]);

@@ -343,7 +343,6 @@ fn command_info_and_docs_describe_the_command() {
             "rl.window",
             "int(-4)",
             "write",
-            "denyoom",
             "fast",
             "RW",
             "access",

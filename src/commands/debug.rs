@@ -31,6 +31,6 @@ pub static PANIC_SPEC: CommandSpec = CommandSpec {
 handler::command_callback!(rl_debug_panic, 2, panic_holding_the_key);
 
 fn panic_holding_the_key(call: &Invocation) -> Result<[i64; 5], CommandError> {
-    let _key = LimiterKey::open(call.ctx, call.key_name(), Access::Read);
+    let _key = LimiterKey::open(call.ctx, call.key_name(), Access::Read)?;
     panic!("RL.DEBUG.PANIC was called");
 }

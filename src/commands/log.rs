@@ -40,7 +40,7 @@ pub static STATS: CommandStats = CommandStats::new(NAME);
 pub static SPEC: CommandSpec = CommandSpec {
     name: NAME,
     handler: rl_log,
-    flags: c"write deny-oom fast",
+    flags: c"write fast",
     arity: -4,
     summary: c"Rate-limits a key with an exact sliding log of the requests it admitted",
     complexity: c"O(1) amortised",
@@ -159,7 +159,7 @@ fn decide(
     propagation: Propagation,
 ) -> Result<Verdict, CommandError> {
     let access = Access::for_request(quantity, limiter.limit());
-    let mut key = LimiterKey::open(call.ctx, call.key_name(), access);
+    let mut key = LimiterKey::open(call.ctx, call.key_name(), access)?;
     let stored = key.module_value::<SlidingLog>(log_type())?;
     // SAFETY: Redis owns the value and keeps it while the key is open; nothing else runs.
     let stored = stored.map(|log| unsafe { &mut *log });
@@ -222,7 +222,7 @@ fn replicate_verbatim(call: &Invocation) {
 
 fn load_chunk(call: &Invocation) -> Result<(), CommandError> {
     internal_only(call)?;
-    let mut key = LimiterKey::open(call.ctx, call.key_name(), Access::Write);
+    let mut key = LimiterKey::open(call.ctx, call.key_name(), Access::Write)?;
     let invalid =
         CommandError::Message(c"ERR RL.LOG.LOADCHUNK: not a whole number of ordered entries");
     let entries = call.args[2];

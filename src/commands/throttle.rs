@@ -29,7 +29,7 @@ pub static STATS: CommandStats = CommandStats::new(NAME);
 pub static SPEC: CommandSpec = CommandSpec {
     name: NAME,
     handler: cl_throttle,
-    flags: c"write deny-oom fast",
+    flags: c"write fast",
     arity: -(REQUIRED_ARGUMENTS as c_int),
     summary: c"Rate-limits a key with GCRA (a leaky bucket), compatible with redis-cell",
     complexity: c"O(1)",

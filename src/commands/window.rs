@@ -29,7 +29,7 @@ pub static STATS: CommandStats = CommandStats::new(NAME);
 pub static SPEC: CommandSpec = CommandSpec {
     name: NAME,
     handler: rl_window,
-    flags: c"write deny-oom fast",
+    flags: c"write fast",
     arity: -(REQUIRED_ARGUMENTS as c_int),
     summary: c"Rate-limits a key with a fixed window, a sliding-window counter or a rolling window of buckets",
     complexity: c"O(1) for FIXED and SLIDING, O(N) for BUCKETS N",

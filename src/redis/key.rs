@@ -43,26 +43,44 @@ pub struct LimiterKey {
     key: *mut raw::RedisModuleKey,
 }
 
+/// Whether a client's call runs over `maxmemory`: never for what a master or the AOF sends.
+fn out_of_memory(ctx: *mut raw::RedisModuleCtx) -> bool {
+    // SAFETY: the running command's context.
+    let flags = unsafe { raw::RedisModule_GetContextFlags.unwrap()(ctx) } as u32;
+    let applying = raw::REDISMODULE_CTX_FLAGS_REPLICATED | raw::REDISMODULE_CTX_FLAGS_LOADING;
+    flags & raw::REDISMODULE_CTX_FLAGS_OOM != 0 && flags & applying == 0
+}
+
 impl LimiterKey {
     /// Opens `name` for `access`. Opening does not create the key, and opening for writing
     /// signals nothing to `WATCH` or client tracking until something is written.
+    ///
+    /// Over `maxmemory` (after Redis' own evictions), a client's call that may write gets
+    /// Redis' `OOM` error, as a `deny-oom` command would; reads still answer, which is why
+    /// the commands are not flagged `deny-oom` (Redis would refuse peeks too). What a master
+    /// or the AOF sends is always applied, as Redis does for its own commands.
     pub fn open(
         ctx: *mut raw::RedisModuleCtx,
         name: *mut raw::RedisModuleString,
         access: Access,
-    ) -> LimiterKey {
+    ) -> Result<LimiterKey, CommandError> {
         let mode = match access {
             Access::Read => raw::REDISMODULE_READ,
-            Access::Write => raw::REDISMODULE_READ | raw::REDISMODULE_WRITE,
+            Access::Write => {
+                if out_of_memory(ctx) {
+                    return Err(CommandError::OUT_OF_MEMORY);
+                }
+                raw::REDISMODULE_READ | raw::REDISMODULE_WRITE
+            }
         };
         // SAFETY: `ctx` and `name` come from the running command.
         let key = unsafe { raw::RedisModule_OpenKey.unwrap()(ctx, name, mode as c_int) };
-        LimiterKey {
+        Ok(LimiterKey {
             ctx,
             name,
             access,
             key,
-        }
+        })
     }
 
     /// The key's value: `None` when the key does not exist, its bytes when it is a string

@@ -11,21 +11,20 @@
 #![allow(dead_code)] // Each test crate uses its own part of the harness.
 
 pub mod cluster;
+pub mod valgrind;
 pub mod workload;
 
 use std::fs;
 use std::io::Read;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use redis::{Connection, ConnectionLike, Value};
 
-/// How long a server may take to accept connections, or a replica to sync.
-const STARTUP_TIMEOUT: Duration = Duration::from_secs(20);
 /// Attempts at finding a port no other test grabbed in the meantime.
 const PORT_ATTEMPTS: usize = 5;
 
@@ -188,7 +187,7 @@ impl ServerBuilder {
     /// answers; on failure, stops it and returns its log.
     fn launch(&self, port: u16, dir: &Path) -> Result<Child, String> {
         let log_path = dir.join("server.log");
-        let mut command = Command::new(server_binary());
+        let mut command = valgrind::server_command(&server_binary(), dir);
         if let Some(file) = &self.config_file {
             command.arg(file);
         }
@@ -216,7 +215,7 @@ impl ServerBuilder {
             .spawn()
             .expect("redis-server could not be run: is it installed? (`make test` installs it)");
         let mut exited = false;
-        let ready = wait_until(STARTUP_TIMEOUT, || {
+        let ready = wait_until(valgrind::startup_timeout(), || {
             exited = matches!(process.try_wait(), Ok(Some(_)));
             exited || ping(port)
         });
@@ -299,7 +298,7 @@ impl Server {
 
     /// Waits (bounded) until this replica's link to its master is up.
     pub fn wait_for_replication_link(&self) {
-        let ready = wait_until(STARTUP_TIMEOUT, || {
+        let ready = wait_until(valgrind::startup_timeout(), || {
             self.info_field("replication", "master_link_status")
                 .as_deref()
                 == Some("up")
@@ -311,7 +310,7 @@ impl Server {
     pub fn rewrite_aof(&self) {
         let _: String = query(&mut self.connect(), &["BGREWRITEAOF"]);
         let field = |name| self.info_field("persistence", name);
-        let rewritten = wait_until(STARTUP_TIMEOUT, || {
+        let rewritten = wait_until(valgrind::startup_timeout(), || {
             field("aof_rewrite_in_progress").as_deref() == Some("0")
                 && field("aof_rewrite_scheduled").as_deref() == Some("0")
                 && field("aof_last_bgrewrite_status").as_deref() == Some("ok")
@@ -335,8 +334,8 @@ impl Server {
         String::from_utf8_lossy(&bytes).to_lowercase()
     }
 
-    /// Stops the server (as a crash would: no save) and starts it again on the same port
-    /// and directory, waiting until it answers.
+    /// Stops the server (as a crash would: no save), if it runs, and starts it again on the
+    /// same port and directory, waiting until it answers.
     pub fn restart(&mut self) {
         self.stop();
         for _ in 0..PORT_ATTEMPTS {
@@ -354,10 +353,30 @@ impl Server {
         panic!("the port stayed busy after the restart");
     }
 
-    fn stop(&mut self) {
+    /// Kills the server with SIGKILL, as a crash would; `restart` brings it back.
+    pub fn kill(&mut self) {
         if let Some(mut process) = self.process.take() {
             let _ = process.kill();
             let _ = process.wait();
+        }
+    }
+
+    /// Stops the server: killed, or under valgrind terminated so that valgrind reports,
+    /// and then any problem it found in the module fails the test.
+    fn stop(&mut self) {
+        if !valgrind::enabled() {
+            return self.kill();
+        }
+        if let Some(mut process) = self.process.take() {
+            valgrind::stop(&mut process);
+            let problems = valgrind::module_problems(&self.dir);
+            if !problems.is_empty() && !thread::panicking() {
+                panic!(
+                    "valgrind found problems in the module ({}):\n{}",
+                    self.dir.display(),
+                    problems.join("\n")
+                );
+            }
         }
     }
 }

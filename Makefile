@@ -5,6 +5,7 @@
 #               and the client examples and HTTP service under examples/
 #   make lint   rustfmt check and clippy with warnings as errors
 #   make stress longer fuzzing and soak runs (minutes)
+#   make bench  the module against INCR, SET ... PX and Lua scripts: BENCHMARKS.md, bench/chart.svg
 #   make valgrind  the integration tests with every server under valgrind's memcheck
 #
 # System packages come from Debian's archive: as root they are installed with apt-get,
@@ -22,7 +23,7 @@ SERVER_PACKAGES := redis-server redis-tools
 EXAMPLES_VENV := $(CURDIR)/target/examples-venv
 EXAMPLES_PYTHON := $(EXAMPLES_VENV)/bin/python
 
-.PHONY: all build run test lint stress valgrind deps-build deps-server deps-examples examples-deps clean
+.PHONY: all build run test lint bench stress valgrind deps-build deps-server deps-examples examples-deps clean
 
 all: build
 
@@ -34,6 +35,12 @@ run: deps-server build
 
 test: deps-server build examples-deps
 	RATELIMIT_MODULE=$(MODULE) EXAMPLES_PYTHON=$(EXAMPLES_PYTHON) $(CARGO) test --release
+
+# Speed, instructions (with valgrind) and memory, written to BENCHMARKS.md and bench/chart.svg.
+bench: deps-server build
+	@command -v python3 >/dev/null 2>&1 || { missing=" python3"; $(install_missing); }
+	@command -v valgrind >/dev/null 2>&1 || echo "valgrind is missing (apt-get install valgrind): no instruction counts"
+	python3 bench/run.py
 
 # Ten times the fuzzing and the soak of `make test`, each with its own seed.
 stress: deps-server build

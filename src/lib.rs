@@ -101,6 +101,7 @@ fn initialize(ctx: &Context, args: &[RedisString]) -> Status {
     } else {
         &[]
     };
+    redis::propagation::watch(ctx.ctx);
     let module_category = redis::metadata::add_module_acl_category(ctx.ctx);
     for spec in commands::ALL.iter().chain(debug_specs) {
         if let Err(reason) = redis::metadata::register(ctx.ctx, spec) {

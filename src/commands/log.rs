@@ -183,7 +183,7 @@ fn decide(
     };
     if expire_at_ms.is_some() {
         key.changed_in_place(expire_at_ms)?;
-        propagate(call, limiter, quantity, now, propagation);
+        key.propagate(|| propagate(call, limiter, quantity, now, propagation));
     }
     Ok(verdict)
 }

@@ -12,6 +12,7 @@ use std::ffi::{c_int, c_longlong};
 use redis_module::raw;
 
 use crate::error::CommandError;
+use crate::redis::propagation;
 
 /// How a command uses the key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -39,14 +40,16 @@ pub struct LimiterKey {
     ctx: *mut raw::RedisModuleCtx,
     name: *mut raw::RedisModuleString,
     access: Access,
+    /// The context flags, read once when opened for writing (0 for reading).
+    flags: c_int,
     /// Null when opened for reading and the key does not exist.
     key: *mut raw::RedisModuleKey,
 }
 
-/// Whether a client's call runs over `maxmemory`: never for what a master or the AOF sends.
-fn out_of_memory(ctx: *mut raw::RedisModuleCtx) -> bool {
-    // SAFETY: the running command's context.
-    let flags = unsafe { raw::RedisModule_GetContextFlags.unwrap()(ctx) } as u32;
+/// Whether a client's call runs over `maxmemory`, by the context flags: never for what a
+/// master or the AOF sends.
+fn out_of_memory(flags: c_int) -> bool {
+    let flags = flags as u32;
     let applying = raw::REDISMODULE_CTX_FLAGS_REPLICATED | raw::REDISMODULE_CTX_FLAGS_LOADING;
     flags & raw::REDISMODULE_CTX_FLAGS_OOM != 0 && flags & applying == 0
 }
@@ -64,13 +67,15 @@ impl LimiterKey {
         name: *mut raw::RedisModuleString,
         access: Access,
     ) -> Result<LimiterKey, CommandError> {
-        let mode = match access {
-            Access::Read => raw::REDISMODULE_READ,
+        let (mode, flags) = match access {
+            Access::Read => (raw::REDISMODULE_READ, 0),
             Access::Write => {
-                if out_of_memory(ctx) {
+                // SAFETY: the running command's context.
+                let flags = unsafe { raw::RedisModule_GetContextFlags.unwrap()(ctx) };
+                if out_of_memory(flags) {
                     return Err(CommandError::OUT_OF_MEMORY);
                 }
-                raw::REDISMODULE_READ | raw::REDISMODULE_WRITE
+                (raw::REDISMODULE_READ | raw::REDISMODULE_WRITE, flags)
             }
         };
         // SAFETY: `ctx` and `name` come from the running command.
@@ -79,6 +84,7 @@ impl LimiterKey {
             ctx,
             name,
             access,
+            flags,
             key,
         })
     }
@@ -138,7 +144,7 @@ impl LimiterKey {
             }
             return Err(CommandError::INTERNAL);
         }
-        unsafe {
+        self.propagate(|| unsafe {
             raw::RedisModule_Replicate.unwrap()(
                 self.ctx,
                 c"SET".as_ptr(),
@@ -149,9 +155,21 @@ impl LimiterKey {
                 c"PXAT".as_ptr(),
                 expire_at_ms as c_longlong,
             );
-        }
+        });
         self.signal_modified();
         Ok(())
+    }
+
+    /// Propagates a write of this key with `replicate`, which builds its effect, when an
+    /// AOF or a replica may receive it; otherwise only counts the change (see
+    /// [`propagation`]).
+    pub fn propagate(&self, replicate: impl FnOnce()) {
+        if propagation::effects_needed(self.flags) {
+            replicate();
+        } else {
+            // SAFETY: the running command's context.
+            unsafe { propagation::count_without_effect(self.ctx) };
+        }
     }
 
     /// Writes the bytes in place and the expiry. The steady state (our key, already the

@@ -5,5 +5,6 @@ pub mod handler;
 pub mod key;
 pub mod log_type;
 pub mod metadata;
+pub mod propagation;
 pub mod stats;
 pub mod string_state;

@@ -334,6 +334,14 @@ impl Server {
         String::from_utf8_lossy(&bytes).to_lowercase()
     }
 
+    /// Restarts it as [`Server::restart`] does, with `args` added to its command line.
+    pub fn restart_with(&mut self, args: &[(&str, &str)]) {
+        for (name, value) in args {
+            self.builder = self.builder.clone().arg(name, value);
+        }
+        self.restart();
+    }
+
     /// Stops the server (as a crash would: no save), if it runs, and starts it again on the
     /// same port and directory, waiting until it answers.
     pub fn restart(&mut self) {

@@ -413,18 +413,23 @@ def chart_svg(with_instructions: bool) -> str:
              f'font-family="sans-serif" font-size="13">',
              f'<rect width="{width}" height="{height}" fill="white"/>',
              f'<text x="{left}" y="22" font-size="15">{unit}: shorter is better</text>']
+    # The reference lines first, under the bars; their labels at either end.
+    for factor, dash, label_y, anchor, shift in [
+        (1, "", height - 14, "end", -3),
+        (1.5, ' stroke-dasharray="4,3"', height - 14, "start", 3),
+    ]:
+        x = left + floor * factor * scale
+        parts.append(f'<line x1="{x:.1f}" y1="34" x2="{x:.1f}" y2="{height - 30}" stroke="#444"{dash}/>')
+        parts.append(f'<text x="{x + shift:.1f}" y="{label_y}" font-size="11" text-anchor="{anchor}">'
+                     f'{"SET ... PX" if factor == 1 else "1.5x SET ... PX"}</text>')
     for i, (name, group, value) in enumerate(values):
         y = 40 + i * row
         parts.append(f'<text x="{left - 8}" y="{y + 16}" text-anchor="end">{name}</text>')
         parts.append(f'<rect x="{left}" y="{y + 3}" width="{value * scale:.1f}" height="{row - 8}" '
                      f'fill="{colors[group]}"/>')
         label = f"{value:,.0f}" if with_instructions else f"{value:.2f}"
-        parts.append(f'<text x="{left + value * scale + 6:.1f}" y="{y + 16}">{label}</text>')
-    for factor, dash in [(1, ""), (1.5, ' stroke-dasharray="4,3"')]:
-        x = left + floor * factor * scale
-        parts.append(f'<line x1="{x:.1f}" y1="34" x2="{x:.1f}" y2="{height - 30}" stroke="black"{dash}/>')
-        parts.append(f'<text x="{x + 3:.1f}" y="{height - 14}" font-size="11">'
-                     f'{"SET ... PX" if factor == 1 else "1.5x SET ... PX"}</text>')
+        label_x = max(left + value * scale, left + floor * 1.5 * scale) + 6
+        parts.append(f'<text x="{label_x:.1f}" y="{y + 16}">{label}</text>')
     parts.append("</svg>")
     return "\n".join(parts) + "\n"
 

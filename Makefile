@@ -50,7 +50,7 @@ stress: deps-server build
 # Every server the integration tests start runs under memcheck; a test fails on any invalid
 # access, uninitialised read or definite leak in the module. Shorter fuzzing and soak, and
 # not the Cluster and the examples (the same code, six times as many servers).
-VALGRIND_TESTS := acl atomicity faults fuzz guard introspection loading log persistence replication soak throttle window
+VALGRIND_TESTS := acl atomicity faults fuzz guard introspection loading log persistence propagation replication soak throttle window
 valgrind: deps-server build
 	@command -v valgrind >/dev/null 2>&1 || { missing=" valgrind"; $(install_missing); }
 	RATELIMIT_VALGRIND=1 FUZZ_INVOCATIONS=20000 SOAK_KEYS=20000 RATELIMIT_MODULE=$(MODULE) \

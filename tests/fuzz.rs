@@ -11,7 +11,7 @@
 mod support;
 
 use redis::{Connection, Value};
-use support::{query, Server};
+use support::{keyspace, query, Server};
 
 /// A small, seedable generator (xorshift64*): the same seed, the same invocations.
 struct Rng(u64);
@@ -286,23 +286,6 @@ fn dumps(con: &mut Connection) -> Vec<(Option<Vec<u8>>, i64)> {
             (dump, expire_at)
         })
         .collect()
-}
-
-/// `INFO keyspace`'s keys and expires for db0.
-fn keyspace(con: &mut Connection) -> (u64, u64) {
-    let info: String = query(con, &["INFO", "keyspace"]);
-    let line = info
-        .lines()
-        .find_map(|line| line.strip_prefix("db0:"))
-        .unwrap_or("keys=0,expires=0");
-    let field = |name: &str| {
-        line.split(',')
-            .find_map(|pair| pair.strip_prefix(name)?.strip_prefix('='))
-            .unwrap()
-            .parse()
-            .unwrap()
-    };
-    (field("keys"), field("expires"))
 }
 
 #[test]

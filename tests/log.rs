@@ -7,7 +7,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use redis::Connection;
-use support::{changes, error, ints, query, server_millis, Server};
+use support::{changes, error, ints, query, server_millis, used_memory, Server};
 
 fn log(con: &mut Connection, args: &[&str]) -> Vec<i64> {
     let mut command = vec!["RL.LOG"];
@@ -157,14 +157,6 @@ fn state_is_one_native_key_that_expires_with_its_newest_entry() {
 fn a_logged_request_costs_a_few_bytes_not_a_sorted_set_entry() {
     let server = Server::start();
     let mut con = server.connect();
-    // Read on the same connection: a new one would be counted too.
-    let used = |con: &mut Connection| -> i64 {
-        let info: String = query(con, &["INFO", "memory"]);
-        let line = info
-            .lines()
-            .find_map(|line| line.strip_prefix("used_memory:"));
-        line.unwrap().trim().parse().unwrap()
-    };
     let entries = 10_000;
     let pipeline = |con: &mut Connection, args: &[&str]| {
         let mut pipe = redis::pipe();
@@ -185,15 +177,15 @@ fn a_logged_request_costs_a_few_bytes_not_a_sorted_set_entry() {
         pipeline(&mut con, &["RL.LOG", "warm-up", "10000", "3600"]);
         let _: i64 = query(&mut con, &["DEL", "warm-up"]);
     }
-    let before = used(&mut con);
+    let before = used_memory(&mut con);
     pipeline(&mut con, &["RL.LOG", "hot", "10000", "3600"]);
-    let growth = (used(&mut con) - before) as f64 / entries as f64;
+    let growth = (used_memory(&mut con) - before) as f64 / entries as f64;
     let usage: i64 = query(&mut con, &["MEMORY", "USAGE", "hot"]);
     let usage = usage as f64 / entries as f64;
     // The usual Lua log: a sorted-set member per request.
-    let before = used(&mut con);
+    let before = used_memory(&mut con);
     pipeline(&mut con, &["ZADD", "zlog"]);
-    let zset = (used(&mut con) - before) as f64 / entries as f64;
+    let zset = (used_memory(&mut con) - before) as f64 / entries as f64;
     eprintln!(
         "bytes per logged request: used_memory {growth}, MEMORY USAGE {usage}, sorted set {zset}"
     );

@@ -11,31 +11,7 @@ mod support;
 use std::time::Duration;
 
 use redis::Connection;
-use support::{query, wait_until, Server};
-
-fn used_memory(con: &mut Connection) -> i64 {
-    let info: String = query(con, &["INFO", "memory"]);
-    let line = info
-        .lines()
-        .find_map(|line| line.strip_prefix("used_memory:"));
-    line.unwrap().trim().parse().unwrap()
-}
-
-/// `INFO keyspace`'s keys and expires for db0.
-fn keyspace(con: &mut Connection) -> (u64, u64) {
-    let info: String = query(con, &["INFO", "keyspace"]);
-    let Some(line) = info.lines().find_map(|line| line.strip_prefix("db0:")) else {
-        return (0, 0);
-    };
-    let field = |name: &str| {
-        line.split(',')
-            .find_map(|pair| pair.strip_prefix(name)?.strip_prefix('='))
-            .unwrap()
-            .parse()
-            .unwrap()
-    };
-    (field("keys"), field("expires"))
-}
+use support::{keyspace, used_memory, wait_until, Server};
 
 /// A request on key `i`, every command and algorithm in turn, each with a window of
 /// `seconds` (longer than writing them all takes, so that they are all there at once).

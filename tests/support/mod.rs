@@ -544,20 +544,39 @@ pub fn bytes_per_key(
     keys: usize,
     command: impl Fn(&str) -> redis::Cmd,
 ) -> f64 {
-    let used = |con: &mut Connection| -> f64 {
-        let info: String = query(con, &["INFO", "memory"]);
-        let line = info
-            .lines()
-            .find_map(|line| line.strip_prefix("used_memory:"));
-        line.unwrap().trim().parse().unwrap()
-    };
-    let before = used(con);
+    let before = used_memory(con);
     let mut pipe = redis::pipe();
     for i in 0..keys {
         pipe.add_command(command(&format!("{i:08}"))).ignore();
     }
     let _: () = pipe.query(con).unwrap();
-    (used(con) - before) / keys as f64
+    (used_memory(con) - before) as f64 / keys as f64
+}
+
+/// `used_memory` from `INFO memory`. Read it on the connection that did the work: a new
+/// connection adds its own buffers.
+pub fn used_memory(con: &mut Connection) -> i64 {
+    let info: String = query(con, &["INFO", "memory"]);
+    let line = info
+        .lines()
+        .find_map(|line| line.strip_prefix("used_memory:"));
+    line.unwrap().trim().parse().unwrap()
+}
+
+/// `INFO keyspace`'s keys and expires in db0 (zeros when it is empty).
+pub fn keyspace(con: &mut Connection) -> (u64, u64) {
+    let info: String = query(con, &["INFO", "keyspace"]);
+    let Some(line) = info.lines().find_map(|line| line.strip_prefix("db0:")) else {
+        return (0, 0);
+    };
+    let field = |name: &str| {
+        line.split(',')
+            .find_map(|pair| pair.strip_prefix(name)?.strip_prefix('='))
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    (field("keys"), field("expires"))
 }
 
 /// Checks what `COMMAND INFO`, `COMMAND GETKEYS` and `COMMAND DOCS` say about `command`:

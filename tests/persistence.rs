@@ -8,11 +8,25 @@ mod support;
 use std::thread;
 use std::time::Duration;
 
-use support::workload::Workload;
+use support::workload::{Standing, State, Workload};
 use support::{query, wait_until, Server};
 
 fn workload() -> Workload {
     Workload::new("limiter:", 42)
+}
+
+/// Restarts `server` and checks that it holds the `before` states and that every limit
+/// goes on from `standings`.
+fn assert_a_restart_restores(
+    server: &mut Server,
+    workload: &Workload,
+    before: &[State],
+    standings: &[Standing],
+) {
+    server.restart();
+    let mut con = server.connect();
+    assert_eq!(workload.states(&mut con), before);
+    workload.assert_continues(&mut con, standings);
 }
 
 /// After the workload and an AOF rewrite (with the RDB preamble or not), then more calls
@@ -41,10 +55,7 @@ fn assert_aof_restores_the_state(rdb_preamble: &str) {
     let _: () = query(&mut con, &["DEBUG", "LOADAOF"]);
     assert_eq!(workload.states(&mut con), before);
 
-    server.restart();
-    let mut con = server.connect();
-    assert_eq!(workload.states(&mut con), before);
-    workload.assert_continues(&mut con, &standings);
+    assert_a_restart_restores(&mut server, &workload, &before, &standings);
 }
 
 #[test]
@@ -78,10 +89,7 @@ fn rdb_snapshots_restore_the_state() {
             && field("rdb_changes_since_last_save").as_deref() == Some("0")
     });
     assert!(saved, "BGSAVE did not finish");
-    server.restart();
-    let mut con = server.connect();
-    assert_eq!(workload.states(&mut con), before);
-    workload.assert_continues(&mut con, &standings);
+    assert_a_restart_restores(&mut server, &workload, &before, &standings);
 }
 
 #[test]

@@ -25,10 +25,9 @@ use crate::redis::log_type::log_type;
 use crate::redis::metadata::{Arg, ArgKind, CommandSpec};
 use crate::redis::stats::CommandStats;
 
-use super::{limiter_reply, window_error, UNIT_ARG};
-
-const KEY_FLAGS: u32 =
-    raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_ACCESS | raw::REDISMODULE_CMD_KEY_UPDATE;
+use super::{
+    limiter_reply, window_error, LIMITER_ACL_CATEGORIES, LIMITER_FLAGS, LIMITER_KEY_FLAGS, UNIT_ARG,
+};
 
 /// The command's name.
 const NAME: &CStr = c"rl.log";
@@ -40,14 +39,14 @@ pub static STATS: CommandStats = CommandStats::new(NAME);
 pub static SPEC: CommandSpec = CommandSpec {
     name: NAME,
     handler: rl_log,
-    flags: c"write fast",
+    flags: LIMITER_FLAGS,
     arity: -4,
     summary: c"Rate-limits a key with an exact sliding log of the requests it admitted",
     complexity: c"O(1) amortised",
     since: c"0.1.0",
-    acl_categories: c"write fast",
+    acl_categories: LIMITER_ACL_CATEGORIES,
     in_module_category: true,
-    key_flags: KEY_FLAGS,
+    key_flags: LIMITER_KEY_FLAGS,
     args: &[
         Arg::new(c"key", ArgKind::Key),
         Arg::new(c"limit", ArgKind::Integer),
@@ -68,7 +67,7 @@ pub static REPLAY_SPEC: CommandSpec = CommandSpec {
     since: c"0.1.0",
     acl_categories: c"write fast",
     in_module_category: false,
-    key_flags: KEY_FLAGS,
+    key_flags: LIMITER_KEY_FLAGS,
     args: &[
         Arg::new(c"key", ArgKind::Key),
         Arg::new(c"limit", ArgKind::Integer),

@@ -35,6 +35,18 @@ fn limiter_reply(verdict: Verdict, options: &CommonOptions, rounding: Rounding) 
     }
 }
 
+/// The flags of the commands clients call: `write` (they may write their key), `fast`. Not
+/// `deny-oom`: the module refuses only the calls that would write (see `LimiterKey::open`).
+const LIMITER_FLAGS: &std::ffi::CStr = c"write fast";
+
+/// Their ACL categories (beside the module's own, where the server has it).
+const LIMITER_ACL_CATEGORIES: &std::ffi::CStr = c"write fast";
+
+/// Their key spec: the key is read and may be rewritten.
+const LIMITER_KEY_FLAGS: u32 = redis_module::raw::REDISMODULE_CMD_KEY_RW
+    | redis_module::raw::REDISMODULE_CMD_KEY_ACCESS
+    | redis_module::raw::REDISMODULE_CMD_KEY_UPDATE;
+
 /// The unit keyword all commands accept, for `COMMAND DOCS`.
 const UNIT_ARG: Arg = Arg::one_of(
     c"unit",

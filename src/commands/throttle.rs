@@ -3,8 +3,6 @@
 
 use std::ffi::{c_int, CStr};
 
-use redis_module::raw;
-
 use crate::args::{integer_argument, parse_options, CommonOptions};
 use crate::core::codec::{decode_gcra, encode_gcra, is_gcra_length};
 use crate::core::gcra::{Gcra, GcraError};
@@ -17,7 +15,7 @@ use crate::redis::metadata::{Arg, ArgKind, CommandSpec};
 use crate::redis::stats::CommandStats;
 use crate::redis::string_state::{decide_on_string_key, Decision};
 
-use super::{limiter_reply, UNIT_ARG};
+use super::{limiter_reply, LIMITER_ACL_CATEGORIES, LIMITER_FLAGS, LIMITER_KEY_FLAGS, UNIT_ARG};
 
 /// The command's name.
 const NAME: &CStr = c"cl.throttle";
@@ -29,16 +27,14 @@ pub static STATS: CommandStats = CommandStats::new(NAME);
 pub static SPEC: CommandSpec = CommandSpec {
     name: NAME,
     handler: cl_throttle,
-    flags: c"write fast",
+    flags: LIMITER_FLAGS,
     arity: -(REQUIRED_ARGUMENTS as c_int),
     summary: c"Rate-limits a key with GCRA (a leaky bucket), compatible with redis-cell",
     complexity: c"O(1)",
     since: c"0.1.0",
-    acl_categories: c"write fast",
+    acl_categories: LIMITER_ACL_CATEGORIES,
     in_module_category: true,
-    key_flags: raw::REDISMODULE_CMD_KEY_RW
-        | raw::REDISMODULE_CMD_KEY_ACCESS
-        | raw::REDISMODULE_CMD_KEY_UPDATE,
+    key_flags: LIMITER_KEY_FLAGS,
     args: &[
         Arg::new(c"key", ArgKind::Key),
         Arg::new(c"max_burst", ArgKind::Integer),

@@ -4,8 +4,6 @@
 use std::cell::RefCell;
 use std::ffi::{c_int, CStr};
 
-use redis_module::raw;
-
 use crate::args::{integer_argument, is_keyword, parse_integer, parse_options, CommonOptions};
 use crate::core::time::Rounding;
 use crate::core::window::{is_window_length, Algorithm, Scratch, StateError, WindowLimiter};
@@ -17,7 +15,10 @@ use crate::redis::metadata::{Arg, ArgKind, CommandSpec};
 use crate::redis::stats::CommandStats;
 use crate::redis::string_state::{decide_on_string_key, Decision};
 
-use super::{limiter_reply, window_error, BUCKETS_RANGE, UNIT_ARG};
+use super::{
+    limiter_reply, window_error, BUCKETS_RANGE, LIMITER_ACL_CATEGORIES, LIMITER_FLAGS,
+    LIMITER_KEY_FLAGS, UNIT_ARG,
+};
 
 /// The command's name.
 const NAME: &CStr = c"rl.window";
@@ -29,16 +30,14 @@ pub static STATS: CommandStats = CommandStats::new(NAME);
 pub static SPEC: CommandSpec = CommandSpec {
     name: NAME,
     handler: rl_window,
-    flags: c"write fast",
+    flags: LIMITER_FLAGS,
     arity: -(REQUIRED_ARGUMENTS as c_int),
     summary: c"Rate-limits a key with a fixed window, a sliding-window counter or a rolling window of buckets",
     complexity: c"O(1) for FIXED and SLIDING, O(N) for BUCKETS N",
     since: c"0.1.0",
-    acl_categories: c"write fast",
+    acl_categories: LIMITER_ACL_CATEGORIES,
     in_module_category: true,
-    key_flags: raw::REDISMODULE_CMD_KEY_RW
-        | raw::REDISMODULE_CMD_KEY_ACCESS
-        | raw::REDISMODULE_CMD_KEY_UPDATE,
+    key_flags: LIMITER_KEY_FLAGS,
     args: &[
         Arg::new(c"key", ArgKind::Key),
         Arg::new(c"limit", ArgKind::Integer),

@@ -3,6 +3,8 @@
 #   make run    build the module and start redis-server in the foreground on 127.0.0.1:6379
 #   make test   unit, property and integration tests (against real redis-server processes),
 #               and the client examples and HTTP service under examples/
+#   make test-servers  the integration tests against the newest Redis 8 and Valkey 9, built
+#               from Debian's source packages (cached under target/servers/)
 #   make lint   rustfmt check and clippy with warnings as errors
 #   make stress longer fuzzing and soak runs (minutes)
 #   make bench  the module against INCR, SET ... PX and Lua scripts: BENCHMARKS.md, bench/chart.svg
@@ -23,7 +25,11 @@ SERVER_PACKAGES := redis-server redis-tools
 EXAMPLES_VENV := $(CURDIR)/target/examples-venv
 EXAMPLES_PYTHON := $(EXAMPLES_VENV)/bin/python
 
-.PHONY: all build run test lint bench stress valgrind deps-build deps-server deps-examples examples-deps clean
+# The other servers test-servers runs the suite against: package:major, the newest release of
+# that major in Debian's sid or experimental.
+OTHER_SERVERS := redis:8 valkey:9
+
+.PHONY: all build run test test-servers lint bench stress valgrind deps-build deps-server deps-examples examples-deps clean
 
 all: build
 
@@ -35,6 +41,16 @@ run: deps-server build
 
 test: deps-server build examples-deps
 	RATELIMIT_MODULE=$(MODULE) EXAMPLES_PYTHON=$(EXAMPLES_PYTHON) $(CARGO) test --release
+
+# The integration tests (not the unit tests, which involve no server) against each of
+# OTHER_SERVERS, built by tests/servers/build.sh on the first run.
+test-servers: deps-server build examples-deps
+	@for spec in $(OTHER_SERVERS); do \
+	  server=$$(tests/servers/build.sh $${spec%%:*} $${spec##*:}) || exit 1; \
+	  echo "== the integration tests against $$server ($$($$server --version | cut -d' ' -f1-3))"; \
+	  REDIS_SERVER=$$server RATELIMIT_MODULE=$(MODULE) EXAMPLES_PYTHON=$(EXAMPLES_PYTHON) \
+	    $(CARGO) test --release --test '*' || exit 1; \
+	done
 
 # Speed, instructions (with valgrind) and memory, written to BENCHMARKS.md and bench/chart.svg.
 bench: deps-server build

@@ -1,11 +1,12 @@
 //! ACL: the commands declare their key (key specs), so key patterns restrict them like any
 //! Redis command; and they sit in ACL categories where the server lets modules say so
-//! (`@write @fast` on Redis 7.2+, and the module's own `@ratelimit` on 7.4+).
+//! (`@write @fast` on Redis 7.2+ and Valkey, and the module's own `@ratelimit` on Redis 7.4+ and
+//! Valkey 8+).
 
 mod support;
 
 use redis::{Connection, Value};
-use support::{error, ints, query, server_version, Server};
+use support::{error, ints, query, Server, ServerRelease};
 
 /// A call of each command on `key`.
 fn calls(key: &str) -> [Vec<&str>; 3] {
@@ -67,7 +68,7 @@ fn key_patterns_restrict_every_command() {
 fn command_info_shows_arity_flags_key_specs_and_categories() {
     let server = Server::start();
     let mut con = server.connect();
-    let version = server_version(&mut con);
+    let release = ServerRelease::of(&mut con);
     for (call, arity) in calls("user:1").iter().zip([-5, -4, -4]) {
         let info: Vec<Value> = query(&mut con, &["COMMAND", "INFO", call[0]]);
         let Value::Array(fields) = &info[0] else {
@@ -88,11 +89,13 @@ fn command_info_shows_arity_flags_key_specs_and_categories() {
         assert_eq!(field(3), ["1"]);
         assert_eq!(field(4), ["1"]);
         assert_eq!(field(5), ["1"]);
-        let expected_categories: &[&str] = match version {
-            (major, minor) if (major, minor) >= (7, 4) => &["@write", "@fast", "@ratelimit"],
-            (7, 2..) => &["@write", "@fast"],
-            // Before 7.2 a module cannot put its commands in categories.
-            _ => &[],
+        let expected_categories: &[&str] = if release.has_module_acl_categories() {
+            &["@write", "@fast", "@ratelimit"]
+        } else if release.has_module_command_categories() {
+            &["@write", "@fast"]
+        } else {
+            // Before Redis 7.2 a module cannot put its commands in categories.
+            &[]
         };
         assert_eq!(field(6), expected_categories, "{}", call[0]);
         let key_specs = format!("{:?}", fields[8]);
@@ -109,8 +112,7 @@ fn command_info_shows_arity_flags_key_specs_and_categories() {
 #[test]
 fn categories_grant_the_commands_where_the_server_has_them() {
     let server = Server::start();
-    let version = server_version(&mut server.connect());
-    if version < (7, 4) {
+    if !ServerRelease::of(&mut server.connect()).has_module_acl_categories() {
         // No module categories: `@ratelimit` is unknown, and a user is granted the
         // commands by name.
         let refused = error(

@@ -12,13 +12,7 @@ fn module_load_at_runtime_registers_the_commands() {
     let mut con = server.connect();
     let path = support::module_path();
     let _: () = query(&mut con, &["MODULE", "LOAD", path.to_str().unwrap()]);
-    let modules: Vec<Vec<redis::Value>> = query(&mut con, &["MODULE", "LIST"]);
-    let fields = |module: &[redis::Value]| -> (String, i64) {
-        let name = redis::from_redis_value(module[1].clone()).unwrap();
-        let version = redis::from_redis_value(module[3].clone()).unwrap();
-        (name, version)
-    };
-    assert_eq!(fields(&modules[0]), ("ratelimit".to_owned(), 100));
+    assert_eq!(support::module_version(&mut con, "ratelimit"), Some(100));
     assert_eq!(
         ints(&mut con, &["CL.THROTTLE", "k", "15", "30", "60"]),
         [0, 16, 15, -1, 2]

@@ -193,7 +193,12 @@ fn a_logged_request_costs_a_few_bytes_not_a_sorted_set_entry() {
     // 25 KB the server keeps for a pipeline this long: 10.7 on Redis 7.0.15.
     assert!(growth <= 12.0, "used_memory grew {growth} bytes per entry");
     assert!(usage <= 8.1, "MEMORY USAGE {usage} bytes per entry");
-    assert!(zset > 100.0, "the sorted set took {zset} bytes per entry");
+    // A sorted-set member costs about 130 bytes on Redis 7.0 and 80-91 on Redis 8.6 and
+    // Valkey 8.1+: compared with the one measured here, on the same server.
+    assert!(
+        growth * 5.0 < zset,
+        "the log took {growth} bytes per entry, the sorted set {zset}"
+    );
 }
 
 #[test]

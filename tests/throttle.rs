@@ -4,7 +4,9 @@
 mod support;
 
 use redis::Connection;
-use support::{bytes_per_key, changes, error, ints, query, server_millis, snapshot, Server};
+use support::{
+    bytes_per_key, changes, error, ints, query, server_millis, snapshot, Server, ServerRelease,
+};
 
 fn throttle(con: &mut Connection, args: &[&str]) -> Vec<i64> {
     let mut command = vec!["CL.THROTTLE"];
@@ -89,16 +91,16 @@ fn a_limiter_costs_what_any_12_byte_string_with_a_ttl_costs() {
     let limiter = bytes_per_key(&mut con, keys, |key| {
         support::command(&["CL.THROTTLE", key, "15", "30", "3600"])
     });
-    let _: () = query(&mut con, &["FLUSHALL"]);
+    let _: () = query(&mut con, &["FLUSHALL", "SYNC"]);
     let string = bytes_per_key(&mut con, keys, |key| {
         support::command(&["SET", key, "twelve bytes", "PX", "3600000"])
     });
-    // 133 and 132 bytes on Redis 7.0.15 (x86-64, jemalloc).
+    // 133 and 132 bytes on Redis 7.0.15 (x86-64, jemalloc); 83 and 75 on Valkey 9.1.
+    let overhead = ServerRelease::of(&mut con).in_place_string_overhead();
     assert!(
-        limiter <= string + 2.0,
+        limiter <= string + overhead + 2.0,
         "{limiter} bytes per limiter, {string} per string"
     );
-    assert!(limiter <= 136.0, "{limiter} bytes per limiter");
 }
 
 #[test]

@@ -14,6 +14,7 @@ pub mod cluster;
 pub mod valgrind;
 pub mod workload;
 
+use std::collections::HashMap;
 use std::fs;
 use std::io::Read;
 use std::net::TcpListener;
@@ -72,13 +73,15 @@ pub fn server_binary() -> PathBuf {
     std::env::var_os("REDIS_SERVER").map_or_else(|| PathBuf::from("redis-server"), PathBuf::from)
 }
 
-/// The redis-cli the tests run: `$REDIS_CLI`, or the one beside `$REDIS_SERVER`, or the one
-/// on the PATH.
+/// The cli the tests run: `$REDIS_CLI`, or the one beside `$REDIS_SERVER` (`redis-cli` beside
+/// `redis-server`, `valkey-cli` beside `valkey-server`), or `redis-cli` on the PATH.
 pub fn cli_binary() -> PathBuf {
     if let Some(cli) = std::env::var_os("REDIS_CLI") {
         return PathBuf::from(cli);
     }
-    let beside_server = server_binary().with_file_name("redis-cli");
+    let server = server_binary();
+    let name = server.file_name().unwrap_or_default().to_string_lossy();
+    let beside_server = server.with_file_name(name.replace("server", "cli"));
     if beside_server.is_file() {
         beside_server
     } else {
@@ -86,15 +89,74 @@ pub fn cli_binary() -> PathBuf {
     }
 }
 
-/// The server's version, as (major, minor).
-pub fn server_version(con: &mut impl ConnectionLike) -> (u32, u32) {
-    let info: String = query(con, &["INFO", "server"]);
-    let version = info
-        .lines()
-        .find_map(|line| line.strip_prefix("redis_version:"))
+/// What the server under test is, from `INFO server`: Redis or Valkey, and its own release.
+/// (Valkey reports `redis_version:7.2.4` whatever its release; its own is `valkey_version`.)
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ServerRelease {
+    /// Valkey rather than Redis.
+    pub valkey: bool,
+    /// The release as (major, minor).
+    pub version: (u32, u32),
+}
+
+impl ServerRelease {
+    /// The release of the server behind `con`.
+    pub fn of(con: &mut impl ConnectionLike) -> ServerRelease {
+        let info: String = query(con, &["INFO", "server"]);
+        let field = |name: &str| {
+            info.lines()
+                .find_map(|line| line.strip_prefix(name)?.strip_prefix(':'))
+                .map(str::trim)
+        };
+        let valkey = field("server_name") == Some("valkey");
+        let version = if valkey {
+            field("valkey_version")
+        } else {
+            field("redis_version")
+        }
         .expect("INFO server names the version");
-    let mut numbers = version.trim().split('.').map(|part| part.parse().unwrap());
-    (numbers.next().unwrap(), numbers.next().unwrap())
+        let mut numbers = version.split('.').map(|part| part.parse().unwrap());
+        ServerRelease {
+            valkey,
+            version: (numbers.next().unwrap(), numbers.next().unwrap()),
+        }
+    }
+
+    /// Whether modules can put their commands in ACL categories: Redis 7.2+, every Valkey.
+    pub fn has_module_command_categories(self) -> bool {
+        self.valkey || self.version >= (7, 2)
+    }
+
+    /// The bytes a short string the module rewrites in place costs beyond the same string
+    /// written by `SET`: Valkey 8+ keeps `SET`'s short strings embedded in the key's own
+    /// object, and a write through the module's direct memory access makes the value a
+    /// separate allocation (8 bytes more, measured on Valkey 9.1). Redis stores both alike.
+    pub fn in_place_string_overhead(self) -> f64 {
+        if self.valkey && self.version >= (8, 0) {
+            8.0
+        } else {
+            0.0
+        }
+    }
+
+    /// Whether modules can add ACL categories of their own: Redis 7.4+, Valkey 8+.
+    pub fn has_module_acl_categories(self) -> bool {
+        if self.valkey {
+            self.version >= (8, 0)
+        } else {
+            self.version >= (7, 4)
+        }
+    }
+}
+
+/// The version `MODULE LIST` shows for the module `name`, if it is loaded. Servers list
+/// built-in modules too (Redis 8's `vectorset`, Valkey 9's `lua`), in no fixed order.
+pub fn module_version(con: &mut impl ConnectionLike, name: &str) -> Option<i64> {
+    let modules: Vec<HashMap<String, Value>> = query(con, &["MODULE", "LIST"]);
+    modules.into_iter().find_map(|module| {
+        let listed: String = redis::from_redis_value(module.get("name")?.clone()).ok()?;
+        (listed == name).then(|| redis::from_redis_value(module.get("ver")?.clone()).ok())?
+    })
 }
 
 /// The repository's root.

@@ -33,12 +33,62 @@ fn the_repositorys_redis_conf_loads_the_module() {
     assert!(server.log().contains("Module 'ratelimit' loaded"));
 }
 
+/// The module's own lines in a server log: `<ratelimit> ...` at any level, and the line of
+/// a failed load, which Redis writes under `<module>` since the name is not yet known.
+fn module_lines(log: &str) -> Vec<&str> {
+    log.lines()
+        .filter(|line| line.contains("<ratelimit>") || line.contains("<module>"))
+        .collect()
+}
+
 #[test]
-fn an_unknown_module_argument_stops_the_load() {
+fn an_unknown_module_argument_stops_the_load_naming_it() {
+    // A `%` is data, not a format; a control byte is shown escaped.
     let log = Server::builder()
-        .module_arg("no-such-option")
+        .module_arg("no-such%s-option\x01")
         .try_start()
         .err()
         .expect("the server started with an unknown module argument");
-    assert!(log.contains("unknown module argument"), "{log}");
+    let lines = module_lines(&log);
+    assert_eq!(lines.len(), 1, "{log}");
+    assert!(
+        lines[0].ends_with(
+            "# <ratelimit> unknown module argument 'no-such%s-option\\x01': the only one is debug-commands"
+        ),
+        "{log}"
+    );
+    assert!(!log.contains("ratelimit: "), "a doubled prefix: {log}");
+}
+
+#[test]
+fn a_second_load_is_refused_and_the_log_says_why() {
+    let server = Server::start();
+    let mut con = server.connect();
+    let path = support::module_path();
+    let refused = support::error(&mut con, &["MODULE", "LOAD", path.to_str().unwrap()]);
+    assert!(refused.starts_with("ERR"), "{refused}");
+    let log = server.log();
+    assert!(
+        log.contains("# <module> ratelimit is already loaded (see MODULE LIST): a module is loaded once per server"),
+        "{log}"
+    );
+    // The first one is untouched.
+    assert_eq!(support::module_version(&mut con, "ratelimit"), Some(100));
+    assert_eq!(
+        ints(&mut con, &["CL.THROTTLE", "k", "15", "30", "60"]),
+        [0, 16, 15, -1, 2]
+    );
+}
+
+#[test]
+fn a_normal_load_logs_no_warning() {
+    let server = Server::start();
+    let _ = server.connect();
+    let log = server.log();
+    let warnings: Vec<&str> = module_lines(&log)
+        .into_iter()
+        .filter(|line| line.contains(" # "))
+        .collect();
+    assert!(warnings.is_empty(), "{warnings:?}");
+    assert!(log.contains("Module 'ratelimit' loaded"), "{log}");
 }

@@ -26,11 +26,13 @@ pub static PANIC_SPEC: CommandSpec = CommandSpec {
     in_module_category: false,
     key_flags: raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS,
     args: &[Arg::new(c"key", ArgKind::Key)],
+    event: c"rl.debug.panic",
+    stats: None,
 };
 
-handler::command_callback!(rl_debug_panic, 2, panic_holding_the_key);
+handler::command_callback!(rl_debug_panic, PANIC_SPEC, panic_holding_the_key);
 
 fn panic_holding_the_key(call: &Invocation) -> Result<[i64; 5], CommandError> {
-    let _key = LimiterKey::open(call.ctx, call.key_name(), Access::Read)?;
+    let _key = LimiterKey::open(call, call.key_name(), Access::Read)?;
     panic!("RL.DEBUG.PANIC was called");
 }

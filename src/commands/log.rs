@@ -54,6 +54,8 @@ pub static SPEC: CommandSpec = CommandSpec {
         Arg::new(c"quantity", ArgKind::Integer).optional(),
         UNIT_ARG,
     ],
+    event: NAME,
+    stats: Some(&STATS),
 };
 
 /// `RL.LOG.REPLAY`'s registration.
@@ -75,6 +77,8 @@ pub static REPLAY_SPEC: CommandSpec = CommandSpec {
         Arg::new(c"quantity", ArgKind::Integer),
         Arg::new(c"now_us", ArgKind::Integer),
     ],
+    event: NAME,
+    stats: None,
 };
 
 /// `RL.LOG.LOADCHUNK`'s registration.
@@ -93,6 +97,8 @@ pub static LOAD_CHUNK_SPEC: CommandSpec = CommandSpec {
         Arg::new(c"key", ArgKind::Key),
         Arg::new(c"entries", ArgKind::String),
     ],
+    event: NAME,
+    stats: None,
 };
 
 const USAGE: CommandError =
@@ -102,11 +108,11 @@ const INTERNAL_ONLY: CommandError = CommandError::Message(
     c"ERR RL.LOG.REPLAY and RL.LOG.LOADCHUNK are internal: only a master or the AOF sends them",
 );
 
-handler::command_callback!(rl_log, 4, log, Some(&STATS));
+handler::command_callback!(rl_log, SPEC, log);
 
-handler::command_callback!(rl_log_replay, 6, replay);
+handler::command_callback!(rl_log_replay, REPLAY_SPEC, replay);
 
-handler::command_callback!(rl_log_load_chunk, 3, load_chunk);
+handler::command_callback!(rl_log_load_chunk, LOAD_CHUNK_SPEC, load_chunk);
 
 fn log(call: &Invocation) -> Result<LimiterReply, CommandError> {
     let [limit, window, tail @ ..] = &call.args[2..] else {
@@ -158,7 +164,7 @@ fn decide(
     propagation: Propagation,
 ) -> Result<Verdict, CommandError> {
     let access = Access::for_request(quantity, limiter.limit());
-    let mut key = LimiterKey::open(call.ctx, call.key_name(), access)?;
+    let mut key = LimiterKey::open(call, call.key_name(), access)?;
     let stored = key.module_value::<SlidingLog>(log_type())?;
     // SAFETY: Redis owns the value and keeps it while the key is open; nothing else runs.
     let stored = stored.map(|log| unsafe { &mut *log });
@@ -221,7 +227,7 @@ fn replicate_verbatim(call: &Invocation) {
 
 fn load_chunk(call: &Invocation) -> Result<(), CommandError> {
     internal_only(call)?;
-    let mut key = LimiterKey::open(call.ctx, call.key_name(), Access::Write)?;
+    let mut key = LimiterKey::open(call, call.key_name(), Access::Write)?;
     let invalid =
         CommandError::Message(c"ERR RL.LOG.LOADCHUNK: not a whole number of ordered entries");
     let entries = call.args[2];

@@ -43,6 +43,8 @@ pub static SPEC: CommandSpec = CommandSpec {
         Arg::new(c"quantity", ArgKind::Integer).optional(),
         UNIT_ARG,
     ],
+    event: NAME,
+    stats: Some(&STATS),
 };
 
 /// The command's name and its four required arguments.
@@ -52,7 +54,7 @@ const USAGE: CommandError = CommandError::Message(
     c"ERR syntax error. Usage: CL.THROTTLE key max_burst count period [quantity] [S|MS|US]",
 );
 
-handler::command_callback!(cl_throttle, REQUIRED_ARGUMENTS, throttle, Some(&STATS));
+handler::command_callback!(cl_throttle, SPEC, throttle);
 
 /// The parsed arguments.
 #[derive(Debug, PartialEq, Eq)]

@@ -54,6 +54,8 @@ pub static SPEC: CommandSpec = CommandSpec {
         .optional(),
         UNIT_ARG,
     ],
+    event: NAME,
+    stats: Some(&STATS),
 };
 
 /// The command's name and its three required arguments.
@@ -67,7 +69,7 @@ thread_local! {
     static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
 }
 
-handler::command_callback!(rl_window, REQUIRED_ARGUMENTS, window, Some(&STATS));
+handler::command_callback!(rl_window, SPEC, window);
 
 /// The parsed arguments.
 #[derive(Debug, PartialEq, Eq)]

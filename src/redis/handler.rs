@@ -8,7 +8,8 @@ use std::panic::{self, AssertUnwindSafe};
 use redis_module::raw;
 
 use crate::error::CommandError;
-use crate::redis::stats::{CommandStats, Outcome};
+use crate::redis::metadata::CommandSpec;
+use crate::redis::stats::Outcome;
 
 /// The most arguments any command accepts, counting its name; more is a wrong arity.
 const MAX_ARGUMENTS: usize = 16;
@@ -17,6 +18,8 @@ const MAX_ARGUMENTS: usize = 16;
 pub struct Invocation<'a> {
     /// The Redis context of the call.
     pub ctx: *mut raw::RedisModuleCtx,
+    /// The command called.
+    pub spec: &'static CommandSpec,
     /// The arguments as Redis strings, the command's name first.
     argv: &'a [*mut raw::RedisModuleString],
     /// The same arguments as bytes.
@@ -85,28 +88,24 @@ impl Reply for () {
     }
 }
 
-/// Defines `$callback`, the C function Redis calls for a command: it runs `$body` through
-/// [`run`], with at least `$min_arguments` arguments (counting the command's name), and
-/// counts each call in `$stats` when given.
+/// Defines `$callback`, the C function Redis calls for the command `$spec`: it runs `$body`
+/// through [`run`].
 macro_rules! command_callback {
-    ($callback:ident, $min_arguments:expr, $body:path) => {
-        $crate::redis::handler::command_callback!($callback, $min_arguments, $body, None);
-    };
-    ($callback:ident, $min_arguments:expr, $body:path, $stats:expr) => {
+    ($callback:ident, $spec:path, $body:path) => {
         unsafe extern "C" fn $callback(
             ctx: *mut redis_module::raw::RedisModuleCtx,
             argv: *mut *mut redis_module::raw::RedisModuleString,
             argc: std::ffi::c_int,
         ) -> std::ffi::c_int {
             // SAFETY: Redis calls it as a command callback.
-            unsafe { $crate::redis::handler::run(ctx, argv, argc, $min_arguments, $body, $stats) }
+            unsafe { $crate::redis::handler::run(ctx, argv, argc, &$spec, $body) }
         }
     };
 }
 pub(crate) use command_callback;
 
-/// Runs `body` for a call with `argc` arguments, of which at least `min_arguments`, and
-/// counts the call in `stats`.
+/// Runs `body` for a call of `spec` with `argc` arguments, and counts the call in the
+/// command's counters.
 ///
 /// # Safety
 /// `ctx`, `argv` and `argc` must come from Redis' command callback.
@@ -114,13 +113,12 @@ pub unsafe fn run<R: Reply>(
     ctx: *mut raw::RedisModuleCtx,
     argv: *mut *mut raw::RedisModuleString,
     argc: c_int,
-    min_arguments: usize,
+    spec: &'static CommandSpec,
     body: fn(&Invocation) -> Result<R, CommandError>,
-    stats: Option<&CommandStats>,
 ) -> c_int {
     let result = panic::catch_unwind(AssertUnwindSafe(|| {
         let count = usize::try_from(argc).unwrap_or(0);
-        if argv.is_null() || count < min_arguments || count > MAX_ARGUMENTS {
+        if argv.is_null() || count < spec.min_arguments() || count > MAX_ARGUMENTS {
             return Err(CommandError::WrongArity);
         }
         // SAFETY: Redis passes `argc` valid strings in `argv`.
@@ -131,12 +129,13 @@ pub unsafe fn run<R: Reply>(
         }
         body(&Invocation {
             ctx,
+            spec,
             argv,
             args: &bytes[..count],
         })
     }));
     let result = result.unwrap_or(Err(CommandError::INTERNAL));
-    if let Some(stats) = stats {
+    if let Some(stats) = spec.stats {
         stats.record(result.as_ref().map_or(Outcome::Error, Reply::outcome));
     }
     unsafe {
@@ -152,7 +151,7 @@ pub unsafe fn run<R: Reply>(
 ///
 /// # Safety
 /// `string` must be a live Redis string; the slice must not outlive it.
-unsafe fn string_bytes<'a>(string: *mut raw::RedisModuleString) -> &'a [u8] {
+pub unsafe fn string_bytes<'a>(string: *mut raw::RedisModuleString) -> &'a [u8] {
     let mut len = 0;
     let ptr = unsafe { raw::RedisModule_StringPtrLen.unwrap()(string, &mut len) };
     if ptr.is_null() || len == 0 {

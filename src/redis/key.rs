@@ -7,11 +7,12 @@
 //! whatever its own clock says. The value is an ordinary string, so replicas need nothing
 //! from the module to hold it.
 
-use std::ffi::{c_int, c_longlong};
+use std::ffi::{c_int, c_longlong, CStr};
 
 use redis_module::raw;
 
 use crate::error::CommandError;
+use crate::redis::handler::Invocation;
 use crate::redis::propagation;
 
 /// How a command uses the key.
@@ -39,6 +40,8 @@ impl Access {
 pub struct LimiterKey {
     ctx: *mut raw::RedisModuleCtx,
     name: *mut raw::RedisModuleString,
+    /// The keyspace event a write fires: the command's.
+    event: &'static CStr,
     access: Access,
     /// The context flags, read once when opened for writing (0 for reading).
     flags: c_int,
@@ -63,10 +66,11 @@ impl LimiterKey {
     /// the commands are not flagged `deny-oom` (Redis would refuse peeks too). What a master
     /// or the AOF sends is always applied, as Redis does for its own commands.
     pub fn open(
-        ctx: *mut raw::RedisModuleCtx,
+        call: &Invocation,
         name: *mut raw::RedisModuleString,
         access: Access,
     ) -> Result<LimiterKey, CommandError> {
+        let ctx = call.ctx;
         let (mode, flags) = match access {
             Access::Read => (raw::REDISMODULE_READ, 0),
             Access::Write => {
@@ -83,6 +87,7 @@ impl LimiterKey {
         Ok(LimiterKey {
             ctx,
             name,
+            event: call.spec.event,
             access,
             flags,
             key,
@@ -156,7 +161,7 @@ impl LimiterKey {
                 expire_at_ms as c_longlong,
             );
         });
-        self.signal_modified();
+        self.signal_modified(raw::REDISMODULE_NOTIFY_STRING);
         Ok(())
     }
 
@@ -256,13 +261,25 @@ impl LimiterKey {
                 return Err(CommandError::INTERNAL);
             }
         }
-        self.signal_modified();
+        self.signal_modified(raw::REDISMODULE_NOTIFY_MODULE);
         Ok(())
     }
 
-    fn signal_modified(&self) {
-        // SAFETY: the context and name of the running command.
-        unsafe { raw::RedisModule_SignalModifiedKey.unwrap()(self.ctx, self.name) };
+    /// Tells `WATCH`, client tracking and keyspace-event subscribers that the key changed.
+    /// The event is the command's name, in the class of the key's type (`$` for strings, `d`
+    /// for the module's type), as Redis' own commands and other modules' do. With
+    /// notifications off, Redis returns at its first check.
+    fn signal_modified(&self, class: c_int) {
+        // SAFETY: the context and name of the running command; the event is a C string.
+        unsafe {
+            raw::RedisModule_SignalModifiedKey.unwrap()(self.ctx, self.name);
+            raw::RedisModule_NotifyKeyspaceEvent.unwrap()(
+                self.ctx,
+                class,
+                self.event.as_ptr(),
+                self.name,
+            );
+        }
     }
 }
 

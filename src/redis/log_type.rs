@@ -9,8 +9,9 @@
 use std::ffi::{c_int, c_void};
 use std::panic::{self, AssertUnwindSafe};
 use std::ptr;
+use std::sync::atomic::{AtomicPtr, Ordering};
 
-use redis_module::{native_types::RedisType, raw};
+use redis_module::raw;
 
 use crate::core::log::{SlidingLog, ENTRY_LEN};
 
@@ -23,11 +24,15 @@ const ENTRIES_PER_AOF_COMMAND: usize = 1_024;
 /// The command an AOF rewrite emits to rebuild a log, chunk by chunk.
 pub const LOAD_CHUNK_COMMAND: &std::ffi::CStr = c"RL.LOG.LOADCHUNK";
 
-/// The data type, created when the module loads.
-pub static LOG_TYPE: RedisType = RedisType::new(
-    "ratelimit",
-    ENCODING_VERSION,
-    raw::RedisModuleTypeMethods {
+/// The data type's name, what `TYPE` shows: exactly 9 characters, as Redis requires.
+const TYPE_NAME: &std::ffi::CStr = c"ratelimit";
+
+/// The data type, once created.
+static LOG_TYPE: AtomicPtr<raw::RedisModuleType> = AtomicPtr::new(ptr::null_mut());
+
+/// Creates the data type, from OnLoad.
+pub fn create(ctx: *mut raw::RedisModuleCtx) -> Result<(), String> {
+    let mut methods = raw::RedisModuleTypeMethods {
         version: raw::REDISMODULE_TYPE_METHOD_VERSION as u64,
         rdb_load: Some(rdb_load),
         rdb_save: Some(rdb_save),
@@ -47,12 +52,26 @@ pub static LOG_TYPE: RedisType = RedisType::new(
         unlink2: None,
         copy2: None,
         aux_save2: None,
-    },
-);
+    };
+    // SAFETY: called from OnLoad; Redis copies the methods.
+    let created = unsafe {
+        raw::RedisModule_CreateDataType.unwrap()(
+            ctx,
+            TYPE_NAME.as_ptr(),
+            ENCODING_VERSION,
+            &mut methods,
+        )
+    };
+    if created.is_null() {
+        return Err("the server refused to create the data type 'ratelimit' (is another module using the name?)".to_owned());
+    }
+    LOG_TYPE.store(created, Ordering::Relaxed);
+    Ok(())
+}
 
 /// The registered type, for key checks.
 pub fn log_type() -> *mut raw::RedisModuleType {
-    *LOG_TYPE.raw_type.borrow()
+    LOG_TYPE.load(Ordering::Relaxed)
 }
 
 /// Runs a callback with panics caught: Redis must never see one. `fallback` is what the

@@ -9,6 +9,8 @@ use std::ptr;
 
 use redis_module::raw;
 
+use crate::redis::stats::CommandStats;
+
 /// The C signature of a command callback.
 pub type Handler = unsafe extern "C" fn(
     *mut raw::RedisModuleCtx,
@@ -42,6 +44,19 @@ pub struct CommandSpec {
     pub key_flags: u32,
     /// The arguments after the name, for `COMMAND DOCS` and redis-cli's hints.
     pub args: &'static [Arg],
+    /// The keyspace event its writes fire (`notify-keyspace-events`): the name of the
+    /// command clients call, also for the internal commands that carry its effect.
+    pub event: &'static CStr,
+    /// Its counters in `INFO`, for the commands clients call.
+    pub stats: Option<&'static CommandStats>,
+}
+
+impl CommandSpec {
+    /// The fewest arguments a call has, counting the name: Redis' arity, positive when exact,
+    /// negative for "at least".
+    pub fn min_arguments(&self) -> usize {
+        self.arity.unsigned_abs() as usize
+    }
 }
 
 /// One argument in `COMMAND DOCS`.
@@ -142,7 +157,7 @@ pub fn add_module_acl_category(ctx: *mut raw::RedisModuleCtx) -> bool {
 }
 
 /// Registers `spec`'s command, with its key (always the first argument) at positions 1 1 1.
-pub fn register(ctx: *mut raw::RedisModuleCtx, spec: &CommandSpec) -> Result<(), &'static str> {
+pub fn register(ctx: *mut raw::RedisModuleCtx, spec: &CommandSpec) -> Result<(), String> {
     // SAFETY: called from OnLoad with its context; the strings are static C strings.
     let created = unsafe {
         raw::RedisModule_CreateCommand.unwrap()(
@@ -156,7 +171,10 @@ pub fn register(ctx: *mut raw::RedisModuleCtx, spec: &CommandSpec) -> Result<(),
         )
     };
     if created != raw::Status::Ok as c_int {
-        return Err("ratelimit: RedisModule_CreateCommand failed");
+        return Err(format!(
+            "the server refused to create the command {} (is another module using the name?)",
+            spec.name.to_string_lossy()
+        ));
     }
     Ok(())
 }
@@ -177,7 +195,7 @@ pub fn describe(
     // SAFETY: looks up a command this module registered, from OnLoad.
     let command = unsafe { get_command(ctx, spec.name.as_ptr()) };
     if command.is_null() {
-        return Err("ratelimit: a registered command could not be found to describe it");
+        return Err("a registered command could not be found to describe it");
     }
     set_acl_categories(command, spec, module_category)?;
     let mut key_specs = [key_spec(spec.key_flags), unsafe { std::mem::zeroed() }];
@@ -195,7 +213,9 @@ pub fn describe(
     };
     // SAFETY: the server copies everything it keeps before returning.
     if unsafe { set_info(command, &info) } != raw::Status::Ok as c_int {
-        return Err("ratelimit: the server refused a command's metadata (COMMAND INFO and COMMAND DOCS will lack it)");
+        return Err(
+            "the server refused a command's metadata (COMMAND INFO and COMMAND DOCS will lack it)",
+        );
     }
     Ok(())
 }
@@ -219,7 +239,7 @@ fn set_acl_categories(
     let categories = CString::new(categories).expect("category names hold no NUL");
     // SAFETY: called from OnLoad; the server parses the string before returning.
     if unsafe { set_categories(command, categories.as_ptr()) } != raw::Status::Ok as c_int {
-        return Err("ratelimit: the server refused a command's ACL categories");
+        return Err("the server refused a command's ACL categories");
     }
     Ok(())
 }

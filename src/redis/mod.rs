@@ -3,6 +3,7 @@
 pub mod clock;
 pub mod handler;
 pub mod key;
+pub mod load;
 pub mod log_type;
 pub mod metadata;
 pub mod propagation;

@@ -115,7 +115,7 @@ pub fn register_info(
     if registered {
         Ok(())
     } else {
-        Err("ratelimit: the INFO section could not be registered")
+        Err("the INFO section could not be registered")
     }
 }
 

@@ -33,7 +33,7 @@ pub fn decide_on_string_key(
     is_state_length: fn(usize) -> bool,
     decide: impl FnOnce(Option<&[u8]>, &mut Vec<u8>) -> Result<Decision, CommandError>,
 ) -> Result<Verdict, CommandError> {
-    let mut key = LimiterKey::open(call.ctx, call.key_name(), access)?;
+    let mut key = LimiterKey::open(call, call.key_name(), access)?;
     NEW_STATE.with_borrow_mut(|new_state| {
         new_state.clear();
         let decision = decide(key.read(is_state_length)?, new_state)?;

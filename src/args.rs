@@ -6,13 +6,20 @@
 //! ```
 //!
 //! `quantity` (default 1) is the first optional argument when present. Keywords follow, in
-//! any order, each at most once, in any letter case. Every command takes a unit keyword,
-//! `S` (seconds, the default), `MS` (milliseconds) or `US` (microseconds), which sets the
-//! unit of its period or window argument and of the times in its reply; a command can
-//! accept keywords of its own (`RL.WINDOW`'s algorithms). The redis-cell form of
-//! `CL.THROTTLE` has no keyword, so it keeps its meaning.
+//! any order, each at most once, in any letter case. Every limiter command takes
+//!
+//! - a unit keyword, `S` (seconds, the default), `MS` (milliseconds) or `US`
+//!   (microseconds), which sets the unit of its period or window argument, of `BLOCK`'s
+//!   duration, and of the times in its reply;
+//! - `REFUND`: give `quantity` back instead of taking it;
+//! - `BLOCK duration`: a refusal because the limit is used up keeps the key refused for
+//!   `duration`;
+//!
+//! and a command can accept keywords of its own (`RL.WINDOW`'s algorithms, `RL.ALL`'s
+//! `DETAILS`). The redis-cell form of `CL.THROTTLE` has no keyword, so it keeps its meaning.
 
-use crate::core::time::Unit;
+use crate::core::request::{Action, Request};
+use crate::core::time::{Unit, TICKS_PER_MICROSECOND};
 use crate::error::CommandError;
 
 /// Parses a decimal `i64`: an optional `+` or `-`, then ASCII digits, nothing else (no
@@ -35,8 +42,12 @@ pub fn integer_argument(
 pub struct CommonOptions {
     /// How much this request counts for; 0 is a peek.
     pub quantity: u64,
-    /// The unit of the period or window argument and of the reply's times.
+    /// The unit of the period or window argument, of `BLOCK`, and of the reply's times.
     pub unit: Unit,
+    /// `REFUND`: give `quantity` back.
+    pub refund: bool,
+    /// `BLOCK duration`, in microseconds.
+    pub block: Option<i64>,
 }
 
 impl Default for CommonOptions {
@@ -44,9 +55,33 @@ impl Default for CommonOptions {
         CommonOptions {
             quantity: 1,
             unit: Unit::Seconds,
+            refund: false,
+            block: None,
         }
     }
 }
+
+impl CommonOptions {
+    /// What the call asks of its limiters.
+    pub fn request(&self) -> Request {
+        Request {
+            action: if self.refund {
+                Action::Refund
+            } else {
+                Action::Take
+            },
+            quantity: self.quantity,
+            block: self.block,
+        }
+    }
+}
+
+/// The reply to a `BLOCK` duration that is not a positive integer.
+const BLOCK_NOT_POSITIVE: CommandError =
+    CommandError::Message(c"ERR BLOCK must be a positive integer");
+
+/// The longest block: 2^63 - 1 nanoseconds, as for periods and windows.
+const MAX_BLOCK_MICROS: i64 = i64::MAX / 1_000;
 
 /// The optional arguments still to be read; a command's own keyword takes its value from
 /// here.
@@ -56,6 +91,16 @@ pub struct Tail<'a> {
 }
 
 impl<'a> Tail<'a> {
+    /// The arguments `args`, none read yet.
+    pub fn new(args: &'a [&'a [u8]]) -> Tail<'a> {
+        Tail { args, read: 0 }
+    }
+
+    /// How many arguments were read.
+    pub fn read(&self) -> usize {
+        self.read
+    }
+
     /// The next argument, consuming it.
     pub fn next_argument(&mut self) -> Option<&'a [u8]> {
         let arg = self.args.get(self.read).copied();
@@ -90,10 +135,8 @@ pub fn parse_options<'a>(
 ) -> Result<CommonOptions, CommandError> {
     let mut options = CommonOptions::default();
     let mut unit_given = false;
-    let mut tail = Tail {
-        args: tail,
-        read: 0,
-    };
+    let mut block = None;
+    let mut tail = Tail::new(tail);
     while let Some(arg) = tail.next_argument() {
         let first = tail.read == 1;
         if let Some(unit) = unit_keyword(arg) {
@@ -102,6 +145,17 @@ pub fn parse_options<'a>(
             }
             unit_given = true;
             options.unit = unit;
+        } else if is_keyword(arg, "REFUND") {
+            if options.refund {
+                return Err(syntax_error);
+            }
+            options.refund = true;
+        } else if is_keyword(arg, "BLOCK") {
+            let duration = tail.next_argument().ok_or(syntax_error)?;
+            let duration = parse_integer(duration).filter(|&duration| duration > 0);
+            if block.replace(duration.ok_or(BLOCK_NOT_POSITIVE)?).is_some() {
+                return Err(syntax_error);
+            }
         } else if command_keyword(arg, &mut tail)? {
             // Taken by the command.
         } else if first && looks_numeric(arg) {
@@ -109,6 +163,22 @@ pub fn parse_options<'a>(
         } else {
             return Err(syntax_error);
         }
+    }
+    if let Some(duration) = block {
+        if options.refund {
+            return Err(CommandError::Message(
+                c"ERR REFUND and BLOCK cannot be combined: a refund is never refused",
+            ));
+        }
+        let per_unit = (options.unit.ticks() / TICKS_PER_MICROSECOND) as i64;
+        options.block = Some(
+            duration
+                .checked_mul(per_unit)
+                .filter(|&micros| micros <= MAX_BLOCK_MICROS)
+                .ok_or(CommandError::Message(
+                    c"ERR BLOCK is too long: the limit is 2^63 nanoseconds (292 years)",
+                ))?,
+        );
     }
     Ok(options)
 }
@@ -165,13 +235,8 @@ mod tests {
 
     #[test]
     fn nothing_optional_means_one_in_seconds() {
-        assert_eq!(
-            common(&[]),
-            Ok(CommonOptions {
-                quantity: 1,
-                unit: Unit::Seconds
-            })
-        );
+        assert_eq!(common(&[]), Ok(CommonOptions::default()));
+        assert_eq!(CommonOptions::default().request(), Request::take(1));
     }
 
     #[test]
@@ -181,7 +246,8 @@ mod tests {
             common(&[b"7", b"ms"]).unwrap(),
             CommonOptions {
                 quantity: 7,
-                unit: Unit::Milliseconds
+                unit: Unit::Milliseconds,
+                ..CommonOptions::default()
             }
         );
         assert_eq!(common(&[b"Us"]).unwrap().unit, Unit::Microseconds);
@@ -217,6 +283,50 @@ mod tests {
         ] {
             assert_eq!(common(tail), Err(SYNTAX), "{tail:?}");
         }
+    }
+
+    #[test]
+    fn refund_and_block_in_any_case_and_order() {
+        let options = common(&[b"2", b"refund", b"MS"]).unwrap();
+        assert_eq!(
+            options.request(),
+            Request {
+                action: Action::Refund,
+                quantity: 2,
+                block: None
+            }
+        );
+        let options = common(&[b"Block", b"900", b"ms"]).unwrap();
+        assert_eq!(options.block, Some(900_000));
+        assert_eq!(common(&[b"BLOCK", b"2"]).unwrap().block, Some(2_000_000));
+        assert_eq!(common(&[b"US", b"BLOCK", b"7"]).unwrap().block, Some(7));
+    }
+
+    #[test]
+    fn bad_refunds_and_blocks_say_so() {
+        let error = |tail: &[&[u8]]| common(tail).unwrap_err().text();
+        for bad in [&b"0"[..], b"-5", b"1.5", b"x"] {
+            assert_eq!(
+                error(&[b"BLOCK", bad]),
+                "ERR BLOCK must be a positive integer"
+            );
+        }
+        assert_eq!(error(&[b"BLOCK"]), SYNTAX.text());
+        assert_eq!(error(&[b"BLOCK", b"1", b"BLOCK", b"2"]), SYNTAX.text());
+        assert_eq!(error(&[b"REFUND", b"REFUND"]), SYNTAX.text());
+        assert_eq!(error(&[b"REFUND", b"3"]), SYNTAX.text());
+        assert_eq!(
+            error(&[b"REFUND", b"BLOCK", b"5"]),
+            "ERR REFUND and BLOCK cannot be combined: a refund is never refused"
+        );
+        assert_eq!(
+            error(&[b"BLOCK", b"9223372036854775807"]),
+            "ERR BLOCK is too long: the limit is 2^63 nanoseconds (292 years)"
+        );
+        assert_eq!(
+            error(&[b"-3", b"REFUND"]),
+            "ERR quantity must not be negative"
+        );
     }
 
     #[test]

@@ -27,18 +27,27 @@ fn counters(con: &mut Connection, section: &str) -> HashMap<String, HashMap<Stri
         .collect()
 }
 
-fn expected(
-    calls: u64,
-    allowed: u64,
-    limited: u64,
-    peeks: u64,
-    errors: u64,
-) -> HashMap<String, u64> {
+/// The counters of one line: calls, allowed, limited, peeks, refunds, errors.
+/// The commands clients call, each with its line in `INFO`.
+const COMMANDS: [&str; 8] = [
+    "cl.throttle",
+    "cl.throttle_ro",
+    "rl.window",
+    "rl.window_ro",
+    "rl.log",
+    "rl.log_ro",
+    "rl.all",
+    "rl.all_ro",
+];
+
+fn expected(counts: [u64; 6]) -> HashMap<String, u64> {
+    let [calls, allowed, limited, peeks, refunds, errors] = counts;
     [
         ("calls", calls),
         ("allowed", allowed),
         ("limited", limited),
         ("peeks", peeks),
+        ("refunds", refunds),
         ("errors", errors),
     ]
     .into_iter()
@@ -51,7 +60,9 @@ fn info_counts_each_commands_calls_by_outcome() {
     let server = Server::start();
     let mut con = server.connect();
     let before = counters(&mut con, "ratelimit");
-    assert_eq!(before["cl.throttle"], expected(0, 0, 0, 0, 0));
+    for command in COMMANDS {
+        assert_eq!(before[command], expected([0; 6]), "{command}");
+    }
 
     // CL.THROTTLE: 2 admitted, 1 refused, 1 oversized (refused), 1 peek, 2 errors.
     for _ in 0..3 {
@@ -73,16 +84,41 @@ fn info_counts_each_commands_calls_by_outcome() {
     }
     let _: Vec<Vec<i64>> = query(&mut con, &["EXEC"]);
 
-    // RL.LOG: 1 admitted, 1 peek, 1 error.
+    // RL.LOG: 1 admitted, 1 peek, 1 refund, 1 error.
     ints(&mut con, &["RL.LOG", "l", "5", "60"]);
     ints(&mut con, &["RL.LOG", "l", "5", "60", "0"]);
+    ints(&mut con, &["RL.LOG", "l", "5", "60", "REFUND"]);
     error(&mut con, &["RL.LOG", "l", "0", "60"]);
 
+    // RL.ALL: 1 admitted, 1 refused, 1 error; the read-only variants count apart.
+    let all = [
+        "RL.ALL", "2", "a1", "a2", "THROTTLE", "0", "1", "60", "LOG", "5", "60",
+    ];
+    ints(&mut con, &all);
+    ints(&mut con, &all);
+    error(
+        &mut con,
+        &[
+            "RL.ALL", "2", "a1", "a1", "LOG", "5", "60", "LOG", "5", "60",
+        ],
+    );
+    let mut all_ro = all;
+    all_ro[0] = "RL.ALL_RO";
+    ints(&mut con, &all_ro);
+    ints(&mut con, &["CL.THROTTLE_RO", "t", "1", "1", "60", "0"]);
+    ints(&mut con, &["RL.WINDOW_RO", "w", "1", "60", "FIXED"]);
+    ints(&mut con, &["RL.LOG_RO", "l", "5", "60"]);
+
     let after = counters(&mut con, "ratelimit");
-    assert_eq!(after["cl.throttle"], expected(7, 2, 2, 1, 2));
-    assert_eq!(after["rl.window"], expected(2, 1, 1, 0, 0));
-    assert_eq!(after["rl.log"], expected(3, 1, 0, 1, 1));
-    assert_eq!(after.len(), 3, "{after:?}");
+    assert_eq!(after["cl.throttle"], expected([7, 2, 2, 1, 0, 2]));
+    assert_eq!(after["rl.window"], expected([2, 1, 1, 0, 0, 0]));
+    assert_eq!(after["rl.log"], expected([4, 1, 0, 1, 1, 1]));
+    assert_eq!(after["rl.all"], expected([3, 1, 1, 0, 0, 1]));
+    assert_eq!(after["rl.all_ro"], expected([1, 0, 1, 0, 0, 0]));
+    assert_eq!(after["cl.throttle_ro"], expected([1, 0, 0, 1, 0, 0]));
+    assert_eq!(after["rl.window_ro"], expected([1, 0, 1, 0, 0, 0]));
+    assert_eq!(after["rl.log_ro"], expected([1, 1, 0, 0, 0, 0]));
+    assert_eq!(after.len(), COMMANDS.len(), "{after:?}");
     // The same lines under `INFO modules` and `INFO everything`.
     assert_eq!(counters(&mut con, "modules"), after);
     assert_eq!(counters(&mut con, "everything"), after);
@@ -101,13 +137,13 @@ fn a_replica_counts_its_own_clients_not_the_masters() {
     ints(&mut con, &["CL.THROTTLE", "t", "1", "1", "60"]);
     support::wait_for_replicas(&mut con, 1);
     let on_replica = counters(&mut replica.connect(), "ratelimit");
-    for command in ["cl.throttle", "rl.window", "rl.log"] {
-        assert_eq!(on_replica[command], expected(0, 0, 0, 0, 0), "{command}");
+    for command in COMMANDS {
+        assert_eq!(on_replica[command], expected([0; 6]), "{command}");
     }
 }
 
 /// One argument of `COMMAND DOCS`: its name, type, token, flags, and its own arguments.
-#[derive(Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 struct DocArg {
     name: String,
     kind: String,
@@ -192,19 +228,49 @@ fn unit() -> DocArg {
     one_of("unit", vec![token("S"), token("MS"), token("US")])
 }
 
+fn multiple(arg: DocArg) -> DocArg {
+    DocArg {
+        flags: [arg.flags, vec!["multiple".to_owned()]].concat(),
+        ..arg
+    }
+}
+
+fn block(name: &str, parts: Vec<DocArg>) -> DocArg {
+    DocArg {
+        arguments: parts,
+        ..arg(name, "block")
+    }
+}
+
+/// The options every limiter command ends with: `[BLOCK duration]`, then `[REFUND]` for the
+/// writing commands.
+fn options(writing: bool) -> Vec<DocArg> {
+    let mut options = vec![optional(DocArg {
+        token: Some("BLOCK".to_owned()),
+        ..arg("duration", "integer")
+    })];
+    if writing {
+        options.push(optional(token("REFUND")));
+    }
+    options
+}
+
 #[test]
 fn command_docs_describe_every_argument() {
     let server = Server::start();
     let mut con = server.connect();
-    let buckets = DocArg {
+    let buckets = || DocArg {
         token: Some("BUCKETS".to_owned()),
         ..arg("buckets", "integer")
     };
-    let commands = [
-        (
-            "cl.throttle",
-            "Rate-limits a key with GCRA (a leaky bucket), compatible with redis-cell",
-            "O(1)",
+    let algorithm = || {
+        one_of(
+            "algorithm",
+            vec![token("FIXED"), token("SLIDING"), buckets()],
+        )
+    };
+    let throttle = |writing| {
+        [
             vec![
                 arg("key", "key"),
                 arg("max_burst", "integer"),
@@ -213,46 +279,152 @@ fn command_docs_describe_every_argument() {
                 optional(arg("quantity", "integer")),
                 unit(),
             ],
+            options(writing),
+        ]
+        .concat()
+    };
+    let window = |writing| {
+        [
+            vec![
+                arg("key", "key"),
+                arg("limit", "integer"),
+                arg("window", "integer"),
+                optional(arg("quantity", "integer")),
+                algorithm(),
+                unit(),
+            ],
+            options(writing),
+        ]
+        .concat()
+    };
+    let log = |writing| {
+        [
+            vec![
+                arg("key", "key"),
+                arg("limit", "integer"),
+                arg("window", "integer"),
+                optional(arg("quantity", "integer")),
+                unit(),
+            ],
+            options(writing),
+        ]
+        .concat()
+    };
+    let all = |writing: bool| {
+        let limiter = DocArg {
+            flags: vec!["multiple".to_owned()],
+            arguments: vec![
+                block(
+                    "throttle",
+                    vec![
+                        token("THROTTLE"),
+                        arg("max_burst", "integer"),
+                        arg("count", "integer"),
+                        arg("period", "integer"),
+                    ],
+                ),
+                block(
+                    "window",
+                    vec![
+                        token("WINDOW"),
+                        arg("limit", "integer"),
+                        arg("window", "integer"),
+                        algorithm(),
+                    ],
+                ),
+                block(
+                    "log",
+                    vec![
+                        token("LOG"),
+                        arg("limit", "integer"),
+                        arg("window", "integer"),
+                    ],
+                ),
+            ],
+            ..arg("limiter", "oneof")
+        };
+        let mut args = vec![
+            arg("numkeys", "integer"),
+            multiple(arg("key", "key")),
+            limiter,
+            optional(arg("quantity", "integer")),
+            unit(),
+        ];
+        args.extend(options(false));
+        args.push(optional(token("DETAILS")));
+        if writing {
+            args.push(optional(token("REFUND")));
+        }
+        args
+    };
+    let commands = [
+        (
+            "cl.throttle",
+            "Rate-limits a key with GCRA (a leaky bucket), compatible with redis-cell",
+            "O(1)",
+            "0.1.0",
+            throttle(true),
+        ),
+        (
+            "cl.throttle_ro",
+            "The reply CL.THROTTLE would give, without writing anything",
+            "O(1)",
+            "0.2.0",
+            throttle(false),
         ),
         (
             "rl.window",
             "Rate-limits a key with a fixed window, a sliding-window counter or a rolling window of buckets",
             "O(1) for FIXED and SLIDING, O(N) for BUCKETS N",
-            vec![
-                arg("key", "key"),
-                arg("limit", "integer"),
-                arg("window", "integer"),
-                optional(arg("quantity", "integer")),
-                one_of(
-                    "algorithm",
-                    vec![token("FIXED"), token("SLIDING"), buckets],
-                ),
-                unit(),
-            ],
+            "0.1.0",
+            window(true),
+        ),
+        (
+            "rl.window_ro",
+            "The reply RL.WINDOW would give, without writing anything",
+            "O(1) for FIXED and SLIDING, O(N) for BUCKETS N",
+            "0.2.0",
+            window(false),
         ),
         (
             "rl.log",
             "Rate-limits a key with an exact sliding log of the requests it admitted",
             "O(1) amortised",
-            vec![
-                arg("key", "key"),
-                arg("limit", "integer"),
-                arg("window", "integer"),
-                optional(arg("quantity", "integer")),
-                unit(),
-            ],
+            "0.1.0",
+            log(true),
+        ),
+        (
+            "rl.log_ro",
+            "The reply RL.LOG would give, without writing anything",
+            "O(1) amortised",
+            "0.2.0",
+            log(false),
+        ),
+        (
+            "rl.all",
+            "Checks a request against several limiters at once: charged to all if all admit it, to none otherwise",
+            "O(N) for N limiters (as each limiter's own command)",
+            "0.2.0",
+            all(true),
+        ),
+        (
+            "rl.all_ro",
+            "The reply RL.ALL would give, without writing anything",
+            "O(N) for N limiters (as each limiter's own command)",
+            "0.2.0",
+            all(false),
         ),
     ];
-    for (name, summary, complexity, arguments) in commands {
+    for (name, summary, complexity, since, arguments) in commands {
         let docs: Vec<Value> = query(&mut con, &["COMMAND", "DOCS", name]);
         assert_eq!(docs.len(), 2, "{name}: {docs:?}");
         let doc = fields(&docs[1]);
         let text = |field: &str| -> String { redis::from_redis_value(doc[field].clone()).unwrap() };
-        assert_eq!(text("summary"), summary);
-        assert_eq!(text("since"), "0.1.0");
+        assert_eq!(text("summary"), summary, "{name}");
+        assert_eq!(text("since"), since, "{name}");
         assert_eq!(text("group"), "module");
         assert_eq!(text("module"), "ratelimit");
-        assert_eq!(text("complexity"), complexity);
+        assert_eq!(text("complexity"), complexity, "{name}");
         assert_eq!(doc_args(&doc["arguments"]), arguments, "{name}");
     }
 }

@@ -320,27 +320,27 @@ fn bad_arguments_get_clear_errors_and_change_nothing() {
         ),
         (
             &["k", "1", "1", "1", "1", "2"],
-            "ERR syntax error. Usage: CL.THROTTLE key max_burst count period [quantity] [S|MS|US]",
+            "ERR syntax error. Usage: CL.THROTTLE key max_burst count period [quantity] [S|MS|US] [BLOCK duration] [REFUND]",
         ),
         (
             &["k", "1", "1", "1", "MS", "1"],
-            "ERR syntax error. Usage: CL.THROTTLE key max_burst count period [quantity] [S|MS|US]",
+            "ERR syntax error. Usage: CL.THROTTLE key max_burst count period [quantity] [S|MS|US] [BLOCK duration] [REFUND]",
         ),
         (
             &["k", "1", "1", "1", "1", "MS", "MS"],
-            "ERR syntax error. Usage: CL.THROTTLE key max_burst count period [quantity] [S|MS|US]",
+            "ERR syntax error. Usage: CL.THROTTLE key max_burst count period [quantity] [S|MS|US] [BLOCK duration] [REFUND]",
         ),
         (
             &["k", "1", "1", "1", "abc"],
-            "ERR syntax error. Usage: CL.THROTTLE key max_burst count period [quantity] [S|MS|US]",
+            "ERR syntax error. Usage: CL.THROTTLE key max_burst count period [quantity] [S|MS|US] [BLOCK duration] [REFUND]",
         ),
         (
             &["k", "1", "1", "1", "1", "minutes"],
-            "ERR syntax error. Usage: CL.THROTTLE key max_burst count period [quantity] [S|MS|US]",
+            "ERR syntax error. Usage: CL.THROTTLE key max_burst count period [quantity] [S|MS|US] [BLOCK duration] [REFUND]",
         ),
         (
             &["k", "1", "1", "1", "1", "MS", "a", "b", "c", "d", "e", "f", "g", "h", "i", "j"],
-            "ERR wrong number of arguments for 'cl.throttle' command",
+            "ERR syntax error. Usage: CL.THROTTLE key max_burst count period [quantity] [S|MS|US] [BLOCK duration] [REFUND]",
         ),
     ];
     let writes = changes(&mut con);

@@ -18,7 +18,7 @@ fn window(con: &mut Connection, args: &[&str]) -> Vec<i64> {
 }
 
 const USAGE: &str =
-    "ERR syntax error. Usage: RL.WINDOW key limit window [quantity] [FIXED|SLIDING|BUCKETS n] [S|MS|US]";
+    "ERR syntax error. Usage: RL.WINDOW key limit window [quantity] [FIXED|SLIDING|BUCKETS n] [S|MS|US] [BLOCK duration] [REFUND]";
 const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
 
 fn local_millis() -> i64 {
@@ -216,7 +216,7 @@ fn bad_arguments_get_clear_errors_and_change_nothing() {
         (&["k", "10", "60", "FIXED", "1"], USAGE),
         (&["k", "10", "60", "SLIDNG"], USAGE),
         (&["k", "10", "60", "1", "2"], USAGE),
-        (&["k", "1", "1", "1", "MS", "a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k"], arity),
+        (&["k", "1", "1", "1", "MS", "a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k"], USAGE),
     ];
     let writes = changes(&mut con);
     for (args, expected) in cases {

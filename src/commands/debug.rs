@@ -8,7 +8,7 @@ use redis_module::raw;
 use crate::error::CommandError;
 use crate::redis::handler::{self, Invocation};
 use crate::redis::key::{Access, LimiterKey};
-use crate::redis::metadata::{Arg, ArgKind, CommandSpec};
+use crate::redis::metadata::{Arg, ArgKind, CommandSpec, Keys};
 
 /// The module argument that registers the commands of this file.
 pub const ENABLING_ARGUMENT: &str = "debug-commands";
@@ -24,7 +24,7 @@ pub static PANIC_SPEC: CommandSpec = CommandSpec {
     since: c"0.1.0",
     acl_categories: c"read fast",
     in_module_category: false,
-    key_flags: raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS,
+    keys: Keys::One(raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS),
     args: &[Arg::new(c"key", ArgKind::Key)],
     event: c"rl.debug.panic",
     stats: None,

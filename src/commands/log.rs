@@ -1,81 +1,109 @@
-//! `RL.LOG key limit window [quantity] [S | MS | US]`: the exact sliding log, in the module's
-//! native type; and the two internal commands that carry it to replicas and the AOF:
+//! `RL.LOG key limit window [quantity] [S | MS | US] [BLOCK duration] [REFUND]`: the exact
+//! sliding log, in the module's native type; `RL.LOG_RO`, the same decision without
+//! writing; and the two internal commands that carry logs to replicas and the AOF:
 //!
-//! - `RL.LOG.REPLAY key limit window_us quantity now_us`: what the master propagates for a
-//!   call that changed a log. The call is run again with the master's clock reading, so a
-//!   replica or an AOF replay reaches the same log and the same absolute expiry, and what
-//!   is propagated is a few integers, whatever the log's length.
-//! - `RL.LOG.LOADCHUNK key entries`: what an AOF rewrite emits to rebuild a log.
+//! - `RL.LOG.REPLAY key limit window_us quantity now_us [REFUND] [BLOCK block_us]`: what
+//!   the master propagates for a call that changed a log. The call is run again with the
+//!   master's clock reading, so a replica or an AOF replay reaches the same log and the same
+//!   absolute expiry, and what is propagated is a few integers, whatever the log's length.
+//! - `RL.LOG.LOADCHUNK key entries [BLOCKED until_us]`: what an AOF rewrite emits to
+//!   rebuild a log.
 //!
 //! Both are accepted only from a master's replication stream or while loading the AOF.
 
-use std::ffi::{c_longlong, CStr};
+use std::ffi::{c_int, CStr};
 
 use redis_module::raw;
 
-use crate::args::{integer_argument, parse_options};
+use crate::args::{integer_argument, is_keyword, parse_options, CommonOptions};
+use crate::core::limiter::Limiter;
 use crate::core::log::{LogLimiter, SlidingLog};
+use crate::core::request::{Action, Request};
 use crate::core::time::{Rounding, Unit};
-use crate::core::verdict::Verdict;
 use crate::error::CommandError;
-use crate::redis::clock;
+use crate::redis::engine::{self, LogEffect, Mode, Named};
 use crate::redis::handler::{self, Invocation, LimiterReply};
 use crate::redis::key::{Access, LimiterKey};
-use crate::redis::log_type::log_type;
-use crate::redis::metadata::{Arg, ArgKind, CommandSpec};
+use crate::redis::metadata::{Arg, ArgKind, CommandSpec, Keys};
+use crate::redis::native_type::BLOCKED_KEYWORD;
 use crate::redis::stats::CommandStats;
 
 use super::{
-    limiter_reply, window_error, LIMITER_ACL_CATEGORIES, LIMITER_FLAGS, LIMITER_KEY_FLAGS, UNIT_ARG,
+    limiter_spec, single, window_error, without_refund, BLOCK_ARG, QUANTITY_ARG, REFUND_ARG,
+    UNIT_ARG, WRITE_KEY_FLAGS,
 };
 
-/// The command's name.
 const NAME: &CStr = c"rl.log";
+const NAME_RO: &CStr = c"rl.log_ro";
 
-/// Its counters, for `INFO`.
+/// `RL.LOG`'s counters, for `INFO`.
 pub static STATS: CommandStats = CommandStats::new(NAME);
+/// `RL.LOG_RO`'s counters.
+pub static STATS_RO: CommandStats = CommandStats::new(NAME_RO);
+
+/// The command's name and its three required arguments.
+const REQUIRED_ARGUMENTS: c_int = 4;
+
+const ARGS: &[Arg] = &[
+    Arg::new(c"key", ArgKind::Key),
+    Arg::new(c"limit", ArgKind::Integer),
+    Arg::new(c"window", ArgKind::Integer),
+    QUANTITY_ARG,
+    UNIT_ARG,
+    BLOCK_ARG,
+    REFUND_ARG,
+];
 
 /// `RL.LOG`'s registration.
-pub static SPEC: CommandSpec = CommandSpec {
-    name: NAME,
-    handler: rl_log,
-    flags: LIMITER_FLAGS,
-    arity: -4,
-    summary: c"Rate-limits a key with an exact sliding log of the requests it admitted",
-    complexity: c"O(1) amortised",
-    since: c"0.1.0",
-    acl_categories: LIMITER_ACL_CATEGORIES,
-    in_module_category: true,
-    key_flags: LIMITER_KEY_FLAGS,
-    args: &[
-        Arg::new(c"key", ArgKind::Key),
-        Arg::new(c"limit", ArgKind::Integer),
-        Arg::new(c"window", ArgKind::Integer),
-        Arg::new(c"quantity", ArgKind::Integer).optional(),
-        UNIT_ARG,
-    ],
-    event: NAME,
-    stats: Some(&STATS),
-};
+pub static SPEC: CommandSpec = limiter_spec(
+    NAME,
+    rl_log,
+    Mode::Write,
+    -REQUIRED_ARGUMENTS,
+    c"Rate-limits a key with an exact sliding log of the requests it admitted",
+    c"O(1) amortised",
+    c"0.1.0",
+    false,
+    ARGS,
+    &STATS,
+);
+
+/// `RL.LOG_RO`'s registration.
+pub static SPEC_RO: CommandSpec = limiter_spec(
+    NAME_RO,
+    rl_log_ro,
+    Mode::ReadOnly,
+    -REQUIRED_ARGUMENTS,
+    c"The reply RL.LOG would give, without writing anything",
+    c"O(1) amortised",
+    c"0.2.0",
+    false,
+    without_refund(ARGS),
+    &STATS_RO,
+);
 
 /// `RL.LOG.REPLAY`'s registration.
 pub static REPLAY_SPEC: CommandSpec = CommandSpec {
     name: c"rl.log.replay",
     handler: rl_log_replay,
     flags: c"write fast",
-    arity: 6,
+    arity: -6,
     summary: c"Internal: applies an RL.LOG call with the master's time (replication and AOF only)",
     complexity: c"O(1) amortised",
     since: c"0.1.0",
     acl_categories: c"write fast",
     in_module_category: false,
-    key_flags: LIMITER_KEY_FLAGS,
+    keys: Keys::One(WRITE_KEY_FLAGS),
     args: &[
         Arg::new(c"key", ArgKind::Key),
         Arg::new(c"limit", ArgKind::Integer),
         Arg::new(c"window_us", ArgKind::Integer),
         Arg::new(c"quantity", ArgKind::Integer),
         Arg::new(c"now_us", ArgKind::Integer),
+        Arg::token(c"REFUND").optional(),
+        Arg::new(c"block_us", ArgKind::Integer)
+            .after_token(c"BLOCK")
+            .optional(),
     ],
     event: NAME,
     stats: None,
@@ -86,164 +114,153 @@ pub static LOAD_CHUNK_SPEC: CommandSpec = CommandSpec {
     name: c"rl.log.loadchunk",
     handler: rl_log_load_chunk,
     flags: c"write",
-    arity: 3,
+    arity: -3,
     summary: c"Internal: appends serialized entries to a log (AOF rewrite only)",
     complexity: c"O(N) for N entries",
     since: c"0.1.0",
     acl_categories: c"write slow",
     in_module_category: false,
-    key_flags: raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_INSERT,
+    keys: Keys::One(raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_INSERT),
     args: &[
         Arg::new(c"key", ArgKind::Key),
         Arg::new(c"entries", ArgKind::String),
+        Arg::new(c"until_us", ArgKind::Integer)
+            .after_token(c"BLOCKED")
+            .optional(),
     ],
     event: NAME,
     stats: None,
 };
 
-const USAGE: CommandError =
-    CommandError::Message(c"ERR syntax error. Usage: RL.LOG key limit window [quantity] [S|MS|US]");
+const USAGE: CommandError = CommandError::Message(
+    c"ERR syntax error. Usage: RL.LOG key limit window [quantity] [S|MS|US] [BLOCK duration] [REFUND]",
+);
 
 const INTERNAL_ONLY: CommandError = CommandError::Message(
     c"ERR RL.LOG.REPLAY and RL.LOG.LOADCHUNK are internal: only a master or the AOF sends them",
 );
 
 handler::command_callback!(rl_log, SPEC, log);
-
+handler::command_callback!(rl_log_ro, SPEC_RO, log_ro);
 handler::command_callback!(rl_log_replay, REPLAY_SPEC, replay);
-
 handler::command_callback!(rl_log_load_chunk, LOAD_CHUNK_SPEC, load_chunk);
 
 fn log(call: &Invocation) -> Result<LimiterReply, CommandError> {
-    let [limit, window, tail @ ..] = &call.args[2..] else {
+    run(call, Mode::Write)
+}
+
+fn log_ro(call: &Invocation) -> Result<LimiterReply, CommandError> {
+    run(call, Mode::ReadOnly)
+}
+
+fn run(call: &Invocation, mode: Mode) -> Result<LimiterReply, CommandError> {
+    let (params, options) = parse(&call.args[2..])?;
+    let limiter = params.limiter(options.unit)?;
+    single(call, limiter, &options, mode, Rounding::Up)
+}
+
+/// Parses the arguments after the command's name and key.
+fn parse(args: &[&[u8]]) -> Result<(Params, CommonOptions), CommandError> {
+    let [limit, window, tail @ ..] = args else {
         return Err(CommandError::WrongArity);
     };
-    let limit = integer_argument(limit, c"ERR limit is not an integer or out of range")?;
-    let window = integer_argument(window, c"ERR window is not an integer or out of range")?;
-    let options = parse_options(tail, USAGE, |_, _| Ok(false))?;
-    let limiter = LogLimiter::new(limit, window, options.unit).map_err(window_error)?;
-    let now = clock::now_micros();
-    let verdict = decide(call, &limiter, options.quantity, now, Propagation::AsReplay)?;
-    Ok(limiter_reply(verdict, &options, Rounding::Up))
+    Ok((
+        Params::parse(limit, window)?,
+        parse_options(tail, USAGE, |_, _| Ok(false))?,
+    ))
+}
+
+/// The log's parameters as given: `limit window`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Params {
+    limit: i64,
+    window: i64,
+}
+
+impl Params {
+    /// Parses `limit window`.
+    pub fn parse(limit: &[u8], window: &[u8]) -> Result<Params, CommandError> {
+        Ok(Params {
+            limit: integer_argument(limit, c"ERR limit is not an integer or out of range")?,
+            window: integer_argument(window, c"ERR window is not an integer or out of range")?,
+        })
+    }
+
+    /// The limiter, with `window` in `unit`s.
+    pub fn limiter(&self, unit: Unit) -> Result<Limiter, CommandError> {
+        LogLimiter::new(self.limit, self.window, unit)
+            .map(Limiter::Log)
+            .map_err(window_error)
+    }
 }
 
 fn replay(call: &Invocation) -> Result<[i64; 5], CommandError> {
     internal_only(call)?;
-    let [limit, window, quantity, now] = &call.args[2..] else {
+    let [limit, window, quantity, now, tail @ ..] = &call.args[2..] else {
         return Err(CommandError::WrongArity);
     };
     let integer = |arg| integer_argument(arg, c"ERR RL.LOG.REPLAY takes integers");
     let limiter = LogLimiter::new(integer(limit)?, integer(window)?, Unit::Microseconds)
         .map_err(window_error)?;
     let quantity = u64::try_from(integer(quantity)?).map_err(|_| USAGE)?;
-    let verdict = decide(
-        call,
-        &limiter,
-        quantity,
-        integer(now)?,
-        Propagation::Verbatim,
-    )?;
-    Ok(verdict.to_reply(Unit::Microseconds, Rounding::Up))
-}
-
-/// How a call that changed a log reaches replicas and the AOF.
-enum Propagation {
-    /// As `RL.LOG.REPLAY` with the master's time: for `RL.LOG` itself.
-    AsReplay,
-    /// As it came: for the internal commands, already deterministic.
-    Verbatim,
-}
-
-/// Decides a request of `quantity` at `now` on the call's key, logs it if admitted, and
-/// propagates any change.
-fn decide(
-    call: &Invocation,
-    limiter: &LogLimiter,
-    quantity: u64,
-    now: i64,
-    propagation: Propagation,
-) -> Result<Verdict, CommandError> {
-    let access = Access::for_request(quantity, limiter.limit());
-    let mut key = LimiterKey::open(call, call.key_name(), access)?;
-    let stored = key.module_value::<SlidingLog>(log_type())?;
-    // SAFETY: Redis owns the value and keeps it while the key is open; nothing else runs.
-    let stored = stored.map(|log| unsafe { &mut *log });
-    if access == Access::Read {
-        return Ok(limiter.inspect(stored.as_deref(), now, quantity));
-    }
-    let (verdict, expire_at_ms) = match stored {
-        Some(log) => {
-            let (verdict, changed) = limiter.apply(log, now, quantity);
-            (verdict, changed.then(|| limiter.expire_at_ms(log)))
-        }
-        None => {
-            let mut log = Box::<SlidingLog>::default();
-            let (verdict, changed) = limiter.apply(&mut log, now, quantity);
-            let expire_at_ms = limiter.expire_at_ms(&log);
-            if changed {
-                key.set_module_value(log_type(), log)?;
-            }
-            (verdict, changed.then_some(expire_at_ms))
-        }
+    let request = match tail {
+        [] => Request::take(quantity),
+        [refund] if is_keyword(refund, "REFUND") => Request {
+            action: Action::Refund,
+            ..Request::take(quantity)
+        },
+        [block, duration] if is_keyword(block, "BLOCK") => Request {
+            block: Some(integer(duration)?.max(1)),
+            ..Request::take(quantity)
+        },
+        _ => return Err(USAGE),
     };
-    if expire_at_ms.is_some() {
-        key.changed_in_place(expire_at_ms)?;
-        key.propagate(|| propagate(call, limiter, quantity, now, propagation));
-    }
-    Ok(verdict)
-}
-
-fn propagate(
-    call: &Invocation,
-    limiter: &LogLimiter,
-    quantity: u64,
-    now: i64,
-    propagation: Propagation,
-) {
-    // SAFETY: the running command's context and key; integers passed as `l`.
-    unsafe {
-        match propagation {
-            Propagation::AsReplay => {
-                raw::RedisModule_Replicate.unwrap()(
-                    call.ctx,
-                    c"RL.LOG.REPLAY".as_ptr(),
-                    c"sllll".as_ptr(),
-                    call.key_name(),
-                    limiter.limit() as c_longlong,
-                    limiter.window_micros() as c_longlong,
-                    quantity as c_longlong,
-                    now as c_longlong,
-                );
-            }
-            Propagation::Verbatim => replicate_verbatim(call),
-        }
-    }
-}
-
-fn replicate_verbatim(call: &Invocation) {
-    // SAFETY: the running command's context.
-    unsafe { raw::RedisModule_ReplicateVerbatim.unwrap()(call.ctx) };
+    let named = Named {
+        key: call.key_name(),
+        limiter: Limiter::Log(limiter),
+    };
+    let outcome = engine::run(
+        call,
+        &[named],
+        &request,
+        Mode::Write,
+        integer(now)?,
+        LogEffect::Verbatim,
+    )?;
+    Ok(outcome.verdicts()[0].to_reply(Unit::Microseconds, Rounding::Up))
 }
 
 fn load_chunk(call: &Invocation) -> Result<(), CommandError> {
     internal_only(call)?;
-    let mut key = LimiterKey::open(call, call.key_name(), Access::Write)?;
     let invalid =
         CommandError::Message(c"ERR RL.LOG.LOADCHUNK: not a whole number of ordered entries");
+    let blocked_until = match &call.args[3..] {
+        [] => None,
+        [keyword, until] if is_keyword(keyword, BLOCKED_KEYWORD.to_str().unwrap_or_default()) => {
+            Some(integer_argument(until, c"ERR RL.LOG.LOADCHUNK takes integers")?.max(0))
+        }
+        _ => return Err(invalid),
+    };
+    let mut key = LimiterKey::open(call, call.key_name(), Access::Write)?;
     let entries = call.args[2];
-    match key.module_value::<SlidingLog>(log_type())? {
-        // SAFETY: as in `decide`.
-        Some(log) => unsafe { &mut *log }
-            .append_serialized(entries)
-            .ok_or(invalid)?,
+    let append = |log: &mut SlidingLog| {
+        log.append_serialized(entries).ok_or(invalid)?;
+        if let Some(until) = blocked_until {
+            log.set_blocked_until(until);
+        }
+        Ok::<(), CommandError>(())
+    };
+    match key.native_borrow::<SlidingLog>()? {
+        Some(mut log) => append(&mut log)?,
         None => {
-            let mut log = Box::<SlidingLog>::default();
-            log.append_serialized(entries).ok_or(invalid)?;
-            key.set_module_value(log_type(), log)?;
+            let mut log = SlidingLog::default();
+            append(&mut log)?;
+            key.set_native(log)?;
         }
     }
     key.changed_in_place(None)?;
-    replicate_verbatim(call);
+    // SAFETY: the running command's context.
+    unsafe { raw::RedisModule_ReplicateVerbatim.unwrap()(call.ctx) };
     Ok(())
 }
 

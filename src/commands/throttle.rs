@@ -1,84 +1,136 @@
-//! `CL.THROTTLE key max_burst count period [quantity] [S | MS | US]`: GCRA, with
-//! redis-cell's arguments and reply, without its defects.
+//! `CL.THROTTLE key max_burst count period [quantity] [S | MS | US] [BLOCK duration]
+//! [REFUND]`: GCRA, with redis-cell's arguments and reply, without its defects; and
+//! `CL.THROTTLE_RO`, the same decision without writing.
 
 use std::ffi::{c_int, CStr};
 
 use crate::args::{integer_argument, parse_options, CommonOptions};
-use crate::core::codec::{decode_gcra, encode_gcra, is_gcra_length};
 use crate::core::gcra::{Gcra, GcraError};
-use crate::core::time::{ceil_millis, Rounding, Unit};
+use crate::core::limiter::Limiter;
+use crate::core::time::{Rounding, Unit};
 use crate::error::CommandError;
-use crate::redis::clock;
+use crate::redis::engine::Mode;
 use crate::redis::handler::{self, Invocation, LimiterReply};
-use crate::redis::key::Access;
 use crate::redis::metadata::{Arg, ArgKind, CommandSpec};
 use crate::redis::stats::CommandStats;
-use crate::redis::string_state::{decide_on_string_key, Decision};
 
-use super::{limiter_reply, LIMITER_ACL_CATEGORIES, LIMITER_FLAGS, LIMITER_KEY_FLAGS, UNIT_ARG};
+use super::{limiter_spec, single, without_refund, BLOCK_ARG, QUANTITY_ARG, REFUND_ARG, UNIT_ARG};
 
-/// The command's name.
 const NAME: &CStr = c"cl.throttle";
+const NAME_RO: &CStr = c"cl.throttle_ro";
 
-/// Its counters, for `INFO`.
+/// `CL.THROTTLE`'s counters, for `INFO`.
 pub static STATS: CommandStats = CommandStats::new(NAME);
-
-/// The command's registration.
-pub static SPEC: CommandSpec = CommandSpec {
-    name: NAME,
-    handler: cl_throttle,
-    flags: LIMITER_FLAGS,
-    arity: -(REQUIRED_ARGUMENTS as c_int),
-    summary: c"Rate-limits a key with GCRA (a leaky bucket), compatible with redis-cell",
-    complexity: c"O(1)",
-    since: c"0.1.0",
-    acl_categories: LIMITER_ACL_CATEGORIES,
-    in_module_category: true,
-    key_flags: LIMITER_KEY_FLAGS,
-    args: &[
-        Arg::new(c"key", ArgKind::Key),
-        Arg::new(c"max_burst", ArgKind::Integer),
-        Arg::new(c"count", ArgKind::Integer),
-        Arg::new(c"period", ArgKind::Integer),
-        Arg::new(c"quantity", ArgKind::Integer).optional(),
-        UNIT_ARG,
-    ],
-    event: NAME,
-    stats: Some(&STATS),
-};
+/// `CL.THROTTLE_RO`'s counters.
+pub static STATS_RO: CommandStats = CommandStats::new(NAME_RO);
 
 /// The command's name and its four required arguments.
-const REQUIRED_ARGUMENTS: usize = 5;
+const REQUIRED_ARGUMENTS: c_int = 5;
+
+const SUMMARY: &CStr = c"Rate-limits a key with GCRA (a leaky bucket), compatible with redis-cell";
+
+const ARGS: &[Arg] = &[
+    Arg::new(c"key", ArgKind::Key),
+    Arg::new(c"max_burst", ArgKind::Integer),
+    Arg::new(c"count", ArgKind::Integer),
+    Arg::new(c"period", ArgKind::Integer),
+    QUANTITY_ARG,
+    UNIT_ARG,
+    BLOCK_ARG,
+    REFUND_ARG,
+];
+
+/// `CL.THROTTLE`'s registration.
+pub static SPEC: CommandSpec = limiter_spec(
+    NAME,
+    cl_throttle,
+    Mode::Write,
+    -REQUIRED_ARGUMENTS,
+    SUMMARY,
+    c"O(1)",
+    c"0.1.0",
+    false,
+    ARGS,
+    &STATS,
+);
+
+/// `CL.THROTTLE_RO`'s registration.
+pub static SPEC_RO: CommandSpec = limiter_spec(
+    NAME_RO,
+    cl_throttle_ro,
+    Mode::ReadOnly,
+    -REQUIRED_ARGUMENTS,
+    c"The reply CL.THROTTLE would give, without writing anything",
+    c"O(1)",
+    c"0.2.0",
+    false,
+    without_refund(ARGS),
+    &STATS_RO,
+);
 
 const USAGE: CommandError = CommandError::Message(
-    c"ERR syntax error. Usage: CL.THROTTLE key max_burst count period [quantity] [S|MS|US]",
+    c"ERR syntax error. Usage: CL.THROTTLE key max_burst count period [quantity] [S|MS|US] [BLOCK duration] [REFUND]",
 );
 
 handler::command_callback!(cl_throttle, SPEC, throttle);
+handler::command_callback!(cl_throttle_ro, SPEC_RO, throttle_ro);
 
-/// The parsed arguments.
-#[derive(Debug, PartialEq, Eq)]
-struct ThrottleArgs {
-    max_burst: i64,
-    count: i64,
-    period: i64,
-    options: CommonOptions,
+fn throttle(call: &Invocation) -> Result<LimiterReply, CommandError> {
+    run(call, Mode::Write)
+}
+
+fn throttle_ro(call: &Invocation) -> Result<LimiterReply, CommandError> {
+    run(call, Mode::ReadOnly)
+}
+
+fn run(call: &Invocation, mode: Mode) -> Result<LimiterReply, CommandError> {
+    let (params, options) = parse(&call.args[2..])?;
+    let limiter = params.limiter(options.unit)?;
+    single(call, limiter, &options, mode, rounding(options.unit))
 }
 
 /// Parses the arguments after the command's name and key.
-fn parse(args: &[&[u8]]) -> Result<ThrottleArgs, CommandError> {
-    let [max_burst, count, period, tail @ ..] = args else {
+fn parse(args: &[&[u8]]) -> Result<(Params, CommonOptions), CommandError> {
+    if args.len() < 3 {
         return Err(CommandError::WrongArity);
-    };
-    Ok(ThrottleArgs {
-        max_burst: integer_argument(
-            max_burst,
-            c"ERR max_burst is not an integer or out of range",
-        )?,
-        count: integer_argument(count, c"ERR count is not an integer or out of range")?,
-        period: integer_argument(period, c"ERR period is not an integer or out of range")?,
-        options: parse_options(tail, USAGE, |_, _| Ok(false))?,
-    })
+    }
+    let (required, tail) = args.split_at(3);
+    Ok((
+        Params::parse(required)?,
+        parse_options(tail, USAGE, |_, _| Ok(false))?,
+    ))
+}
+
+/// GCRA's parameters as given: `max_burst count period`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Params {
+    max_burst: i64,
+    count: i64,
+    period: i64,
+}
+
+impl Params {
+    /// Parses `max_burst count period`.
+    pub fn parse(args: &[&[u8]]) -> Result<Params, CommandError> {
+        let [max_burst, count, period] = args else {
+            return Err(CommandError::WrongArity);
+        };
+        Ok(Params {
+            max_burst: integer_argument(
+                max_burst,
+                c"ERR max_burst is not an integer or out of range",
+            )?,
+            count: integer_argument(count, c"ERR count is not an integer or out of range")?,
+            period: integer_argument(period, c"ERR period is not an integer or out of range")?,
+        })
+    }
+
+    /// The limiter, with `period` in `unit`s.
+    pub fn limiter(&self, unit: Unit) -> Result<Limiter, CommandError> {
+        Gcra::new(self.max_burst, self.count, self.period, unit)
+            .map(Limiter::Throttle)
+            .map_err(invalid)
+    }
 }
 
 fn invalid(error: GcraError) -> CommandError {
@@ -102,33 +154,6 @@ fn rounding(unit: Unit) -> Rounding {
     }
 }
 
-fn throttle(call: &Invocation) -> Result<LimiterReply, CommandError> {
-    let args = parse(&call.args[2..])?;
-    let gcra =
-        Gcra::new(args.max_burst, args.count, args.period, args.options.unit).map_err(invalid)?;
-    let quantity = args.options.quantity;
-    let access = Access::for_request(quantity, gcra.limit() as u64);
-    let verdict = decide_on_string_key(call, access, is_gcra_length, |stored, new_state| {
-        let stored = match stored {
-            Some(value) => Some(decode_gcra(value).ok_or(CommandError::WRONG_TYPE)?),
-            None => None,
-        };
-        let outcome = gcra.apply(stored, clock::now(), quantity);
-        Ok(Decision {
-            verdict: outcome.verdict,
-            expire_at_ms: outcome.new_tat.map(|tat| {
-                new_state.extend_from_slice(&encode_gcra(tat));
-                ceil_millis(tat)
-            }),
-        })
-    })?;
-    Ok(limiter_reply(
-        verdict,
-        &args.options,
-        rounding(args.options.unit),
-    ))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -137,54 +162,46 @@ mod tests {
     fn the_redis_cell_form_parses_unchanged() {
         assert_eq!(
             parse(&[b"15", b"30", b"60"]),
-            Ok(ThrottleArgs {
-                max_burst: 15,
-                count: 30,
-                period: 60,
-                options: CommonOptions {
-                    quantity: 1,
-                    unit: Unit::Seconds
+            Ok((
+                Params {
+                    max_burst: 15,
+                    count: 30,
+                    period: 60
                 },
-            })
+                CommonOptions::default()
+            ))
         );
-        assert_eq!(
-            parse(&[b"4", b"1", b"1", b"6"]).unwrap().options.quantity,
-            6
-        );
+        assert_eq!(parse(&[b"4", b"1", b"1", b"6"]).unwrap().1.quantity, 6);
     }
 
     #[test]
     fn a_unit_keyword_follows() {
-        let args = parse(&[b"15", b"30", b"500", b"2", b"ms"]).unwrap();
-        assert_eq!(args.period, 500);
-        assert_eq!(args.options.unit, Unit::Milliseconds);
-        assert_eq!(args.options.quantity, 2);
+        let (params, options) = parse(&[b"15", b"30", b"500", b"2", b"ms"]).unwrap();
+        assert_eq!(params.period, 500);
+        assert_eq!(options.unit, Unit::Milliseconds);
+        assert_eq!(options.quantity, 2);
         assert_eq!(
-            parse(&[b"1", b"1", b"250", b"US"]).unwrap().options.unit,
+            parse(&[b"1", b"1", b"250", b"US"]).unwrap().1.unit,
             Unit::Microseconds
         );
     }
 
     #[test]
     fn each_bad_argument_is_named() {
+        let error = |args: &[&[u8]]| parse(args).unwrap_err().text();
         assert_eq!(
-            parse(&[b"1.5", b"30", b"60"]).unwrap_err().text(),
+            error(&[b"1.5", b"30", b"60"]),
             "ERR max_burst is not an integer or out of range"
         );
         assert_eq!(
-            parse(&[b"15", b"abc", b"60"]).unwrap_err().text(),
+            error(&[b"15", b"abc", b"60"]),
             "ERR count is not an integer or out of range"
         );
         assert_eq!(
-            parse(&[b"15", b"30", b""]).unwrap_err().text(),
+            error(&[b"15", b"30", b""]),
             "ERR period is not an integer or out of range"
         );
-        assert_eq!(
-            parse(&[b"15", b"30", b"60", b"1", b"2"])
-                .unwrap_err()
-                .text(),
-            USAGE.text()
-        );
+        assert_eq!(error(&[b"15", b"30", b"60", b"1", b"2"]), USAGE.text());
         assert_eq!(parse(&[b"15", b"30"]), Err(CommandError::WrongArity));
     }
 

@@ -1,172 +1,200 @@
-//! `RL.WINDOW key limit window [quantity] [FIXED | SLIDING | BUCKETS n] [S | MS | US]`:
-//! window counters, one string key per limiter whatever the algorithm.
+//! `RL.WINDOW key limit window [quantity] [FIXED | SLIDING | BUCKETS n] [S | MS | US]
+//! [BLOCK duration] [REFUND]`: window counters, one string key per limiter whatever the
+//! algorithm; and `RL.WINDOW_RO`, the same decision without writing.
 
-use std::cell::RefCell;
 use std::ffi::{c_int, CStr};
 
-use crate::args::{integer_argument, is_keyword, parse_integer, parse_options, CommonOptions};
-use crate::core::time::Rounding;
-use crate::core::window::{is_window_length, Algorithm, Scratch, StateError, WindowLimiter};
+use crate::args::{
+    integer_argument, is_keyword, parse_integer, parse_options, CommonOptions, Tail,
+};
+use crate::core::limiter::Limiter;
+use crate::core::time::{Rounding, Unit};
+use crate::core::window::{Algorithm, WindowLimiter};
 use crate::error::CommandError;
-use crate::redis::clock;
+use crate::redis::engine::Mode;
 use crate::redis::handler::{self, Invocation, LimiterReply};
-use crate::redis::key::Access;
 use crate::redis::metadata::{Arg, ArgKind, CommandSpec};
 use crate::redis::stats::CommandStats;
-use crate::redis::string_state::{decide_on_string_key, Decision};
 
 use super::{
-    limiter_reply, window_error, BUCKETS_RANGE, LIMITER_ACL_CATEGORIES, LIMITER_FLAGS,
-    LIMITER_KEY_FLAGS, UNIT_ARG,
+    limiter_spec, single, window_error, without_refund, BLOCK_ARG, BUCKETS_RANGE, QUANTITY_ARG,
+    REFUND_ARG, UNIT_ARG,
 };
 
-/// The command's name.
 const NAME: &CStr = c"rl.window";
+const NAME_RO: &CStr = c"rl.window_ro";
 
-/// Its counters, for `INFO`.
+/// `RL.WINDOW`'s counters, for `INFO`.
 pub static STATS: CommandStats = CommandStats::new(NAME);
-
-/// The command's registration.
-pub static SPEC: CommandSpec = CommandSpec {
-    name: NAME,
-    handler: rl_window,
-    flags: LIMITER_FLAGS,
-    arity: -(REQUIRED_ARGUMENTS as c_int),
-    summary: c"Rate-limits a key with a fixed window, a sliding-window counter or a rolling window of buckets",
-    complexity: c"O(1) for FIXED and SLIDING, O(N) for BUCKETS N",
-    since: c"0.1.0",
-    acl_categories: LIMITER_ACL_CATEGORIES,
-    in_module_category: true,
-    key_flags: LIMITER_KEY_FLAGS,
-    args: &[
-        Arg::new(c"key", ArgKind::Key),
-        Arg::new(c"limit", ArgKind::Integer),
-        Arg::new(c"window", ArgKind::Integer),
-        Arg::new(c"quantity", ArgKind::Integer).optional(),
-        Arg::one_of(
-            c"algorithm",
-            &[
-                Arg::token(c"FIXED"),
-                Arg::token(c"SLIDING"),
-                Arg::new(c"buckets", ArgKind::Integer).after_token(c"BUCKETS"),
-            ],
-        )
-        .optional(),
-        UNIT_ARG,
-    ],
-    event: NAME,
-    stats: Some(&STATS),
-};
+/// `RL.WINDOW_RO`'s counters.
+pub static STATS_RO: CommandStats = CommandStats::new(NAME_RO);
 
 /// The command's name and its three required arguments.
-const REQUIRED_ARGUMENTS: usize = 4;
+const REQUIRED_ARGUMENTS: c_int = 4;
 
-const USAGE: CommandError = CommandError::Message(
-    c"ERR syntax error. Usage: RL.WINDOW key limit window [quantity] [FIXED|SLIDING|BUCKETS n] [S|MS|US]",
+const COMPLEXITY: &CStr = c"O(1) for FIXED and SLIDING, O(N) for BUCKETS N";
+
+/// The algorithm keyword, for `COMMAND DOCS`.
+pub const ALGORITHM_ARG: Arg = Arg::one_of(
+    c"algorithm",
+    &[
+        Arg::token(c"FIXED"),
+        Arg::token(c"SLIDING"),
+        Arg::new(c"buckets", ArgKind::Integer).after_token(c"BUCKETS"),
+    ],
+)
+.optional();
+
+const ARGS: &[Arg] = &[
+    Arg::new(c"key", ArgKind::Key),
+    Arg::new(c"limit", ArgKind::Integer),
+    Arg::new(c"window", ArgKind::Integer),
+    QUANTITY_ARG,
+    ALGORITHM_ARG,
+    UNIT_ARG,
+    BLOCK_ARG,
+    REFUND_ARG,
+];
+
+/// `RL.WINDOW`'s registration.
+pub static SPEC: CommandSpec = limiter_spec(
+    NAME,
+    rl_window,
+    Mode::Write,
+    -REQUIRED_ARGUMENTS,
+    c"Rate-limits a key with a fixed window, a sliding-window counter or a rolling window of buckets",
+    COMPLEXITY,
+    c"0.1.0",
+    false,
+    ARGS,
+    &STATS,
 );
 
-thread_local! {
-    static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
-}
+/// `RL.WINDOW_RO`'s registration.
+pub static SPEC_RO: CommandSpec = limiter_spec(
+    NAME_RO,
+    rl_window_ro,
+    Mode::ReadOnly,
+    -REQUIRED_ARGUMENTS,
+    c"The reply RL.WINDOW would give, without writing anything",
+    COMPLEXITY,
+    c"0.2.0",
+    false,
+    without_refund(ARGS),
+    &STATS_RO,
+);
+
+const USAGE: CommandError = CommandError::Message(
+    c"ERR syntax error. Usage: RL.WINDOW key limit window [quantity] [FIXED|SLIDING|BUCKETS n] [S|MS|US] [BLOCK duration] [REFUND]",
+);
 
 handler::command_callback!(rl_window, SPEC, window);
+handler::command_callback!(rl_window_ro, SPEC_RO, window_ro);
 
-/// The parsed arguments.
-#[derive(Debug, PartialEq, Eq)]
-struct WindowArgs {
-    limit: i64,
-    window: i64,
-    algorithm: Algorithm,
-    options: CommonOptions,
+fn window(call: &Invocation) -> Result<LimiterReply, CommandError> {
+    run(call, Mode::Write)
+}
+
+fn window_ro(call: &Invocation) -> Result<LimiterReply, CommandError> {
+    run(call, Mode::ReadOnly)
+}
+
+fn run(call: &Invocation, mode: Mode) -> Result<LimiterReply, CommandError> {
+    let (params, options) = parse(&call.args[2..])?;
+    let limiter = params.limiter(options.unit)?;
+    single(call, limiter, &options, mode, Rounding::Up)
 }
 
 /// Parses the arguments after the command's name and key.
-fn parse(args: &[&[u8]]) -> Result<WindowArgs, CommandError> {
+fn parse(args: &[&[u8]]) -> Result<(Params, CommonOptions), CommandError> {
     let [limit, window, tail @ ..] = args else {
         return Err(CommandError::WrongArity);
     };
-    let limit = integer_argument(limit, c"ERR limit is not an integer or out of range")?;
-    let window = integer_argument(window, c"ERR window is not an integer or out of range")?;
-    let mut algorithm = None;
+    let mut params = Params::parse(limit, window)?;
     let options = parse_options(tail, USAGE, |arg, tail| {
-        let chosen = if is_keyword(arg, "FIXED") {
-            Algorithm::Fixed
-        } else if is_keyword(arg, "SLIDING") {
-            Algorithm::Sliding
-        } else if is_keyword(arg, "BUCKETS") {
-            let n = tail.next_argument().ok_or(USAGE)?;
-            let n = parse_integer(n).and_then(|n| u16::try_from(n).ok());
-            Algorithm::Buckets(n.ok_or(BUCKETS_RANGE)?)
-        } else {
+        let Some(chosen) = algorithm_keyword(arg, tail, USAGE) else {
             return Ok(false);
         };
-        if algorithm.replace(chosen).is_some() {
+        if params.algorithm.replace(chosen?).is_some() {
             return Err(USAGE);
         }
         Ok(true)
     })?;
-    Ok(WindowArgs {
-        limit,
-        window,
-        algorithm: algorithm.unwrap_or(Algorithm::Sliding),
-        options,
-    })
+    Ok((params, options))
 }
 
-fn unusable(error: StateError) -> CommandError {
-    match error {
-        StateError::Foreign => CommandError::WRONG_TYPE,
-        StateError::OtherAlgorithm => CommandError::Message(
-            c"WRONGTYPE the key holds the state of another RL.WINDOW algorithm",
-        ),
+/// `FIXED`, `SLIDING` or `BUCKETS n` (taking `n` from `tail`) when `arg` is one of them;
+/// `syntax_error` when `BUCKETS` has no value.
+pub fn algorithm_keyword(
+    arg: &[u8],
+    tail: &mut Tail,
+    syntax_error: CommandError,
+) -> Option<Result<Algorithm, CommandError>> {
+    if is_keyword(arg, "FIXED") {
+        Some(Ok(Algorithm::Fixed))
+    } else if is_keyword(arg, "SLIDING") {
+        Some(Ok(Algorithm::Sliding))
+    } else if is_keyword(arg, "BUCKETS") {
+        let Some(n) = tail.next_argument() else {
+            return Some(Err(syntax_error));
+        };
+        let n = parse_integer(n).and_then(|n| u16::try_from(n).ok());
+        Some(n.map(Algorithm::Buckets).ok_or(BUCKETS_RANGE))
+    } else {
+        None
     }
 }
 
-fn window(call: &Invocation) -> Result<LimiterReply, CommandError> {
-    let args = parse(&call.args[2..])?;
-    let limiter = WindowLimiter::new(args.limit, args.window, args.options.unit, args.algorithm)
-        .map_err(window_error)?;
-    let quantity = args.options.quantity;
-    let access = Access::for_request(quantity, limiter.limit());
-    let verdict = decide_on_string_key(call, access, is_window_length, |stored, new_state| {
-        SCRATCH.with_borrow_mut(|scratch| {
-            let outcome = limiter
-                .apply(stored, clock::now_micros(), quantity, scratch, new_state)
-                .map_err(unusable)?;
-            Ok(Decision {
-                verdict: outcome.verdict,
-                expire_at_ms: outcome.expire_at_ms,
-            })
+/// The window counter's parameters as given.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Params {
+    limit: i64,
+    window: i64,
+    /// `None` for the default, `SLIDING`.
+    pub algorithm: Option<Algorithm>,
+}
+
+impl Params {
+    /// Parses `limit window`.
+    pub fn parse(limit: &[u8], window: &[u8]) -> Result<Params, CommandError> {
+        Ok(Params {
+            limit: integer_argument(limit, c"ERR limit is not an integer or out of range")?,
+            window: integer_argument(window, c"ERR window is not an integer or out of range")?,
+            algorithm: None,
         })
-    })?;
-    Ok(limiter_reply(verdict, &args.options, Rounding::Up))
+    }
+
+    /// The limiter, with `window` in `unit`s.
+    pub fn limiter(&self, unit: Unit) -> Result<Limiter, CommandError> {
+        let algorithm = self.algorithm.unwrap_or(Algorithm::Sliding);
+        WindowLimiter::new(self.limit, self.window, unit, algorithm)
+            .map(Limiter::Window)
+            .map_err(window_error)
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::time::Unit;
     use crate::core::window::WindowError;
 
     fn algorithm(args: &[&[u8]]) -> Result<Algorithm, CommandError> {
-        parse(args).map(|args| args.algorithm)
+        parse(args).map(|(params, _)| params.algorithm.unwrap_or(Algorithm::Sliding))
     }
 
     #[test]
     fn sliding_is_the_default_and_keywords_take_any_case() {
-        let args = parse(&[b"10", b"60"]).unwrap();
+        let (params, options) = parse(&[b"10", b"60"]).unwrap();
         assert_eq!(
-            args,
-            WindowArgs {
+            params,
+            Params {
                 limit: 10,
                 window: 60,
-                algorithm: Algorithm::Sliding,
-                options: CommonOptions {
-                    quantity: 1,
-                    unit: Unit::Seconds
-                },
+                algorithm: None,
             }
         );
+        assert_eq!(options, CommonOptions::default());
+        assert_eq!(algorithm(&[b"10", b"60"]), Ok(Algorithm::Sliding));
         assert_eq!(algorithm(&[b"10", b"60", b"fixed"]), Ok(Algorithm::Fixed));
         assert_eq!(
             algorithm(&[b"10", b"60", b"Sliding"]),
@@ -180,15 +208,14 @@ mod tests {
 
     #[test]
     fn quantity_first_then_keywords_in_any_order() {
-        let args = parse(&[b"10", b"500", b"3", b"MS", b"BUCKETS", b"5"]).unwrap();
-        assert_eq!(args.algorithm, Algorithm::Buckets(5));
-        assert_eq!(args.options.quantity, 3);
-        assert_eq!(args.options.unit, Unit::Milliseconds);
+        let (params, options) =
+            parse(&[b"10", b"500", b"3", b"MS", b"BUCKETS", b"5", b"refund"]).unwrap();
+        assert_eq!(params.algorithm, Some(Algorithm::Buckets(5)));
+        assert_eq!(options.quantity, 3);
+        assert_eq!(options.unit, Unit::Milliseconds);
+        assert!(options.refund);
         assert_eq!(
-            parse(&[b"10", b"60", b"0", b"FIXED"])
-                .unwrap()
-                .options
-                .quantity,
+            parse(&[b"10", b"60", b"0", b"FIXED"]).unwrap().1.quantity,
             0
         );
     }

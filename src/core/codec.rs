@@ -26,6 +26,47 @@ pub const GCRA_LEN: usize = 12;
 /// decimal. Every instant from 2001 to 2286 has 19 digits.
 pub const REDIS_CELL_LEN: usize = 19;
 
+/// Tag of a value whose key is in a penalty block (`BLOCK`), whatever the algorithm: the
+/// tag, the block's end in microseconds since the epoch (7 bytes, little-endian: 2^56 µs
+/// reaches the year 4253), then the limiter's own state, unchanged.
+pub const BLOCKED_TAG: u8 = 0xFF;
+
+/// Bytes before the limiter's own state in a blocked value.
+pub const BLOCKED_HEADER_LEN: usize = 8;
+
+/// Splits a stored value into the end of its block (0 when it has none) and the limiter's
+/// own state (`None` when a blocked value holds none).
+pub fn split_blocked(value: &[u8]) -> (i64, Option<&[u8]>) {
+    match value.split_first() {
+        Some((&BLOCKED_TAG, rest)) if rest.len() >= BLOCKED_HEADER_LEN - 1 => {
+            let mut until = [0; 8];
+            until[..BLOCKED_HEADER_LEN - 1].copy_from_slice(&rest[..BLOCKED_HEADER_LEN - 1]);
+            let state = &rest[BLOCKED_HEADER_LEN - 1..];
+            (
+                i64::from_le_bytes(until),
+                (!state.is_empty()).then_some(state),
+            )
+        }
+        _ => (0, Some(value)),
+    }
+}
+
+/// Appends the header of a value blocked until `until` (µs since the epoch); the limiter's
+/// state follows it.
+pub fn push_blocked_header(until: i64, value: &mut Vec<u8>) {
+    debug_assert!((0..1 << 56).contains(&until));
+    value.push(BLOCKED_TAG);
+    value.extend_from_slice(&until.to_le_bytes()[..BLOCKED_HEADER_LEN - 1]);
+}
+
+/// Whether a string of `len` bytes may hold a state whose own lengths `is_own_length`
+/// accepts, blocked or not.
+pub fn is_state_length(is_own_length: fn(usize) -> bool, len: usize) -> bool {
+    is_own_length(len)
+        || len == BLOCKED_HEADER_LEN
+        || (len > BLOCKED_HEADER_LEN && is_own_length(len - BLOCKED_HEADER_LEN))
+}
+
 /// Whether a string of `len` bytes may hold a `CL.THROTTLE` state, ours or redis-cell's.
 pub fn is_gcra_length(len: usize) -> bool {
     len == GCRA_LEN || len == REDIS_CELL_LEN
@@ -97,6 +138,25 @@ mod tests {
         assert_eq!(decode_gcra(b"-79528231069212345"), None);
         assert_eq!(decode_gcra(b"+795282310692123456"), None);
         assert_eq!(decode_gcra(b"17952823106921234567"), None);
+    }
+
+    #[test]
+    fn a_blocked_value_wraps_any_state() {
+        let state = encode_gcra(5);
+        let mut value = Vec::new();
+        push_blocked_header(0x0001_0203_0405_0607, &mut value);
+        value.extend_from_slice(&state);
+        assert_eq!(&value[..8], [0xFF, 7, 6, 5, 4, 3, 2, 1]);
+        assert_eq!(
+            split_blocked(&value),
+            (0x0001_0203_0405_0607, Some(&state[..]))
+        );
+        assert_eq!(split_blocked(&value[..8]), (0x0001_0203_0405_0607, None));
+        assert_eq!(split_blocked(&state), (0, Some(&state[..])));
+        assert_eq!(split_blocked(&[0xFF, 1]), (0, Some(&[0xFF, 1][..])));
+        assert!(is_state_length(is_gcra_length, 12) && is_state_length(is_gcra_length, 20));
+        assert!(is_state_length(is_gcra_length, 27) && is_state_length(is_gcra_length, 8));
+        assert!(!is_state_length(is_gcra_length, 13) && !is_state_length(is_gcra_length, 7));
     }
 
     proptest! {

@@ -125,6 +125,23 @@ impl Gcra {
         }
     }
 
+    /// Gives back `quantity` at `now`: the TAT moves back by `quantity` emission intervals,
+    /// never before `now`, so a refund never gives more than a full bucket. The verdict is
+    /// the standing after, as a peek sees it; `new_tat` is `Some` when the state changed (a
+    /// missing or already full bucket has nothing to give back).
+    pub fn refund(&self, stored_tat: Option<Ticks>, now: Ticks, quantity: u64) -> GcraOutcome {
+        let tat = stored_tat.map_or(now, |stored| stored.max(now));
+        let back = self
+            .interval
+            .checked_mul(Ticks::from(quantity))
+            .unwrap_or(Ticks::MAX);
+        let new_tat = tat.saturating_sub(back).max(now);
+        GcraOutcome {
+            verdict: self.apply(Some(new_tat), now, 0).verdict,
+            new_tat: (new_tat < tat).then_some(new_tat),
+        }
+    }
+
     /// Whole units of quantity that still fit in the bucket: at most `limit`, never negative
     /// (the bucket can be over-full after its parameters were tightened).
     fn remaining(&self, backlog: Ticks) -> i64 {
@@ -274,6 +291,29 @@ mod tests {
         let outcome = gcra.apply(None, START, u64::MAX);
         assert_eq!(outcome.verdict.remaining, 5);
         assert_eq!(outcome.verdict.retry_after, None);
+    }
+
+    #[test]
+    fn a_refund_moves_the_tat_back_never_before_now() {
+        let gcra = Gcra::new(4, 1, 1, Unit::Seconds).unwrap();
+        // Three taken at START: the TAT is START + 3 s.
+        let tat = START + ms(3_000);
+        let outcome = gcra.refund(Some(tat), START, 2);
+        assert_eq!(outcome.new_tat, Some(START + ms(1_000)));
+        assert_eq!(
+            outcome.verdict.to_reply(Unit::Seconds, Rounding::RedisCell),
+            [0, 5, 4, -1, 1]
+        );
+        // More than was taken: a full bucket, no more.
+        let outcome = gcra.refund(Some(tat), START + ms(500), 100);
+        assert_eq!(outcome.new_tat, Some(START + ms(500)));
+        assert_eq!(outcome.verdict.remaining, 5);
+        // Nothing to give back: a missing key, or a full bucket.
+        assert_eq!(gcra.refund(None, START, 1).new_tat, None);
+        assert_eq!(gcra.refund(Some(START - ms(1)), START, 1).new_tat, None);
+        assert_eq!(gcra.refund(Some(tat), START, 0).new_tat, None);
+        // A huge quantity does not overflow.
+        assert_eq!(gcra.refund(Some(tat), START, u64::MAX).new_tat, Some(START));
     }
 
     #[test]

@@ -9,8 +9,7 @@
 //! admitted, so the log never holds more than `limit` entries and each call costs O(1)
 //! amortised.
 
-use std::collections::VecDeque;
-
+use super::ring::{self, Ring};
 use super::time::{from_micros, Unit};
 use super::verdict::Verdict;
 use super::window::{validate_limit, window_micros, WindowError};
@@ -26,6 +25,15 @@ pub const MAX_LIMIT: u64 = 1 << 20;
 /// Bytes of an entry in the serialized form.
 pub const ENTRY_LEN: usize = 8;
 
+const _: () = assert!(MAX_LIMIT as usize <= ring::MAX_ENTRIES);
+
+/// The kind tag of a log in the native type's storage.
+pub const LOG_KIND: u8 = 0;
+
+/// Header words: the ring's own, the sum of the counts, the end of a penalty block.
+const TOTAL_WORD: usize = 1;
+const BLOCKED_WORD: usize = 2;
+
 /// A logged request: its time and how much it counted.
 fn entry(time: i64, count: u64) -> u64 {
     debug_assert!((1..=MAX_ENTRY_COUNT).contains(&count));
@@ -40,46 +48,93 @@ fn entry_count(entry: u64) -> u64 {
     (entry & (MAX_ENTRY_COUNT - 1)) + 1
 }
 
-/// One key's log.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// One key's log: its entries, oldest first, in one allocation with the sum of their counts
+/// and the end of the key's penalty block (`BLOCK`), if any.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SlidingLog {
-    entries: VecDeque<u64>,
-    /// The sum of the entries' counts.
-    total: u64,
+    ring: Ring<3, 1>,
+}
+
+impl Default for SlidingLog {
+    fn default() -> Self {
+        SlidingLog {
+            ring: Ring::with_capacity(LOG_KIND, 0),
+        }
+    }
 }
 
 impl SlidingLog {
     /// Entries held.
     pub fn len(&self) -> usize {
-        self.entries.len()
+        self.ring.len()
     }
 
     /// Whether the log holds nothing.
     #[cfg_attr(not(test), allow(dead_code))] // Beside `len`, as clippy asks.
     pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
+        self.ring.is_empty()
     }
 
-    /// Bytes of memory the log holds, beyond its own fixed size.
-    pub fn heap_size(&self) -> usize {
-        self.entries.capacity() * std::mem::size_of::<u64>()
+    /// The sum of the entries' counts.
+    pub fn total(&self) -> u64 {
+        self.ring.header(TOTAL_WORD)
+    }
+
+    fn set_total(&mut self, total: u64) {
+        self.ring.set_header(TOTAL_WORD, total);
+    }
+
+    /// When the key's penalty block ends (microseconds since the epoch), or 0 for none.
+    pub fn blocked_until(&self) -> i64 {
+        self.ring.header(BLOCKED_WORD) as i64
+    }
+
+    /// Sets the end of the key's penalty block (0: none).
+    pub fn set_blocked_until(&mut self, until: i64) {
+        self.ring.set_header(BLOCKED_WORD, until.max(0) as u64);
+    }
+
+    /// The entries, oldest first.
+    fn entries(&self) -> impl DoubleEndedIterator<Item = u64> + '_ {
+        self.ring.iter().map(|[entry]| entry)
+    }
+
+    /// Bytes of memory the log holds: its one allocation.
+    pub fn allocated_bytes(&self) -> usize {
+        self.ring.allocated_bytes()
+    }
+
+    /// Hands the log over as a thin pointer, for Redis to keep as the key's value.
+    pub fn into_raw(self) -> *mut u64 {
+        self.ring.into_raw()
+    }
+
+    /// Takes back a log handed over by [`SlidingLog::into_raw`].
+    ///
+    /// # Safety
+    /// `raw` must come from `SlidingLog::into_raw`, not yet taken back.
+    pub unsafe fn from_raw(raw: *mut u64) -> Self {
+        SlidingLog {
+            ring: unsafe { Ring::from_raw(raw) },
+        }
     }
 
     /// The entries from `first` on, `ENTRY_LEN` little-endian bytes each, appended to `out`.
     pub fn serialize(&self, first: usize, count: usize, out: &mut Vec<u8>) {
-        for &entry in self.entries.range(first..(first + count).min(self.len())) {
-            out.extend_from_slice(&entry.to_le_bytes());
+        for index in first..(first.saturating_add(count)).min(self.len()) {
+            out.extend_from_slice(&self.ring.get(index)[0].to_le_bytes());
         }
     }
 
     /// Appends serialized entries. `None` (and the log unchanged) when `bytes` is not a whole
-    /// number of entries, or its times go back, or the total would overflow.
+    /// number of entries, or its times go back, or the log would grow beyond what any limit
+    /// lets it hold.
     pub fn append_serialized(&mut self, bytes: &[u8]) -> Option<()> {
         if bytes.len() % ENTRY_LEN != 0 {
             return None;
         }
-        let mut last = self.entries.back().map_or(0, |&entry| entry_time(entry));
-        let mut total = self.total;
+        let mut last = self.newest_time().unwrap_or(0);
+        let mut total = self.total();
         for chunk in bytes.chunks_exact(ENTRY_LEN) {
             let entry = u64::from_le_bytes(chunk.try_into().ok()?);
             if entry_time(entry) < last {
@@ -88,75 +143,100 @@ impl SlidingLog {
             last = entry_time(entry);
             total = total.checked_add(entry_count(entry))?;
         }
-        self.entries.reserve_exact(bytes.len() / ENTRY_LEN);
-        self.entries.extend(
-            bytes
-                .chunks_exact(ENTRY_LEN)
-                .map(|chunk| u64::from_le_bytes(chunk.try_into().expect("8 bytes"))),
-        );
-        self.total = total;
+        let entries = self.len() + bytes.len() / ENTRY_LEN;
+        if entries > MAX_LIMIT as usize {
+            return None;
+        }
+        self.ring.reserve(entries)?;
+        for chunk in bytes.chunks_exact(ENTRY_LEN) {
+            let entry = u64::from_le_bytes(chunk.try_into().expect("8 bytes"));
+            self.ring.push_back([entry])?;
+        }
+        self.set_total(total);
         Some(())
     }
 
     fn newest_time(&self) -> Option<i64> {
-        self.entries.back().map(|&entry| entry_time(entry))
+        self.ring.back().map(|[entry]| entry_time(entry))
     }
 
     /// Drops the `entries` oldest entries.
     fn drop_oldest_entries(&mut self, entries: usize) {
-        for entry in self.entries.drain(..entries) {
-            self.total -= entry_count(entry);
+        let mut total = self.total();
+        for _ in 0..entries {
+            let [entry] = self.ring.pop_front().expect("as many entries as counted");
+            total -= entry_count(entry);
         }
+        self.set_total(total);
     }
 
     /// Drops the `units` oldest units of quantity, splitting an entry if need be.
     fn drop_oldest_units(&mut self, mut units: u64) {
+        let mut total = self.total();
         while units > 0 {
-            let Some(oldest) = self.entries.front_mut() else {
-                return;
+            let Some([oldest]) = self.ring.front() else {
+                break;
             };
-            let count = entry_count(*oldest);
+            let count = entry_count(oldest);
             if count > units {
-                *oldest = entry(entry_time(*oldest), count - units);
-                self.total -= units;
-                return;
+                self.ring.set(0, [entry(entry_time(oldest), count - units)]);
+                total -= units;
+                break;
             }
-            self.entries.pop_front();
-            self.total -= count;
+            self.ring.pop_front();
+            total -= count;
             units -= count;
         }
+        self.set_total(total);
+    }
+
+    /// Drops the `units` newest units of quantity, splitting an entry if need be.
+    fn drop_newest_units(&mut self, mut units: u64) {
+        let mut total = self.total();
+        while units > 0 {
+            let Some([newest]) = self.ring.back() else {
+                break;
+            };
+            let count = entry_count(newest);
+            if count > units {
+                let last = self.len() - 1;
+                self.ring
+                    .set(last, [entry(entry_time(newest), count - units)]);
+                total -= units;
+                break;
+            }
+            self.ring.pop_back();
+            total -= count;
+            units -= count;
+        }
+        self.set_total(total);
+        self.ring.shrink_if_sparse();
     }
 
     /// Logs `quantity` at `time` (not before the newest entry), growing the ring by at most
     /// `room_for` entries in total, and giving memory back when it is mostly empty.
     fn push(&mut self, time: i64, mut quantity: u64, room_for: usize) {
-        if let Some(newest) = self.entries.back_mut() {
-            let count = entry_count(*newest);
-            if entry_time(*newest) == time && count < MAX_ENTRY_COUNT {
+        let mut total = self.total();
+        if let Some([newest]) = self.ring.back() {
+            let count = entry_count(newest);
+            if entry_time(newest) == time && count < MAX_ENTRY_COUNT {
                 let merged = quantity.min(MAX_ENTRY_COUNT - count);
-                *newest = entry(time, count + merged);
-                self.total += merged;
+                let last = self.len() - 1;
+                self.ring.set(last, [entry(time, count + merged)]);
+                total += merged;
                 quantity -= merged;
             }
         }
         while quantity > 0 {
             let count = quantity.min(MAX_ENTRY_COUNT);
-            if self.entries.len() == self.entries.capacity() {
-                // Doubling, but never beyond what the limit lets the log hold.
-                let grow = self
-                    .entries
-                    .len()
-                    .max(4)
-                    .min(room_for.saturating_sub(self.len()));
-                self.entries.reserve_exact(grow.max(1));
-            }
-            self.entries.push_back(entry(time, count));
-            self.total += count;
+            self.ring
+                .push_back_bounded([entry(time, count)], room_for)
+                .expect("a log holds at most its limit, below the ring's maximum");
+            total += count;
             quantity -= count;
         }
-        if self.entries.capacity() > 64 && self.entries.len() < self.entries.capacity() / 4 {
-            self.entries.shrink_to(self.entries.len() * 2);
-        }
+        self.set_total(total);
+        self.ring.shrink_if_sparse();
     }
 }
 
@@ -199,12 +279,12 @@ impl LogLimiter {
         self.window
     }
 
-    fn live(&self, log: &SlidingLog, now: i64) -> Live {
+    fn live(&self, log: Option<&SlidingLog>, now: i64) -> Live {
         let mut live = Live {
             expired_entries: 0,
-            used: log.total,
+            used: log.map_or(0, SlidingLog::total),
         };
-        for &entry in &log.entries {
+        for entry in log.into_iter().flat_map(SlidingLog::entries) {
             if entry_time(entry) + self.window > now {
                 break;
             }
@@ -218,18 +298,17 @@ impl LogLimiter {
     /// changing anything: what a peek or an oversized request replies, and what a request
     /// that may be logged will reply.
     pub fn inspect(&self, log: Option<&SlidingLog>, now: i64, quantity: u64) -> Verdict {
-        let empty = SlidingLog::default();
-        let log = log.unwrap_or(&empty);
         self.verdict(log, &self.live(log, now), now, quantity)
     }
 
-    fn verdict(&self, log: &SlidingLog, live: &Live, now: i64, quantity: u64) -> Verdict {
+    fn verdict(&self, log: Option<&SlidingLog>, live: &Live, now: i64, quantity: u64) -> Verdict {
         let admitted = quantity <= self.limit && live.used.saturating_add(quantity) <= self.limit;
         let charged = if admitted { quantity } else { 0 };
+        let newest = log.and_then(SlidingLog::newest_time);
         let reset_at = if charged > 0 {
-            Some(self.logging_time(log, now))
+            Some(newest.map_or(now, |newest| newest.max(now)))
         } else {
-            log.newest_time().filter(|_| live.used > 0)
+            newest.filter(|_| live.used > 0)
         };
         Verdict {
             limited: !admitted,
@@ -243,22 +322,20 @@ impl LogLimiter {
     }
 
     /// When the oldest entries have left for `quantity` (at most `limit`) to fit.
-    fn retry_at(&self, log: &SlidingLog, live: &Live, quantity: u64) -> i64 {
+    fn retry_at(&self, log: Option<&SlidingLog>, live: &Live, quantity: u64) -> i64 {
         let excess = live.used + quantity - self.limit;
         let mut freed = 0;
-        for &entry in log.entries.range(live.expired_entries..) {
+        for entry in log
+            .into_iter()
+            .flat_map(SlidingLog::entries)
+            .skip(live.expired_entries)
+        {
             freed += entry_count(entry);
             if freed >= excess {
                 return entry_time(entry) + self.window;
             }
         }
         unreachable!("the live entries hold `used` units, at least the excess")
-    }
-
-    /// The time a request admitted at `now` is logged at: never before the newest entry, so
-    /// the log stays in order when the clock steps back.
-    fn logging_time(&self, log: &SlidingLog, now: i64) -> i64 {
-        log.newest_time().map_or(now, |newest| newest.max(now))
     }
 
     /// Decides a request of `quantity` (from 1 to `limit`) at `now` and logs it if admitted.
@@ -268,7 +345,7 @@ impl LogLimiter {
     pub fn apply(&self, log: &mut SlidingLog, now: i64, quantity: u64) -> (Verdict, bool) {
         debug_assert!((1..=self.limit).contains(&quantity));
         let now = now.max(0);
-        let mut live = self.live(log, now);
+        let mut live = self.live(Some(log), now);
         let mut changed = false;
         if live.used > self.limit {
             log.drop_oldest_entries(live.expired_entries);
@@ -279,14 +356,39 @@ impl LogLimiter {
             };
             changed = true;
         }
-        let verdict = self.verdict(log, &live, now, quantity);
+        let verdict = self.verdict(Some(log), &live, now, quantity);
         if !verdict.limited {
-            let time = self.logging_time(log, now);
+            let time = log.newest_time().map_or(now, |newest| newest.max(now));
             log.drop_oldest_entries(live.expired_entries);
             log.push(time, quantity, self.limit.try_into().unwrap_or(usize::MAX));
             changed = true;
         }
         (verdict, changed)
+    }
+
+    /// Gives back `quantity` at `now`: the newest units still in the window leave the log,
+    /// never more than it holds there (the expired ones go too). Returns the standing after,
+    /// as a peek sees it, and whether the log changed.
+    pub fn refund(&self, log: &mut SlidingLog, now: i64, quantity: u64) -> (Verdict, bool) {
+        let now = now.max(0);
+        let live = self.live(Some(log), now);
+        let returned = quantity.min(live.used);
+        if returned > 0 {
+            log.drop_oldest_entries(live.expired_entries);
+            log.drop_newest_units(returned);
+        }
+        let live = self.live(Some(log), now);
+        (self.verdict(Some(log), &live, now, 0), returned > 0)
+    }
+
+    /// Whether the log holds nothing that still counts at `now`.
+    pub fn is_spent(&self, log: &SlidingLog, now: i64) -> bool {
+        self.live_units(Some(log), now) == 0
+    }
+
+    /// Units of quantity the log holds that still count at `now`.
+    pub fn live_units(&self, log: Option<&SlidingLog>, now: i64) -> u64 {
+        self.live(log, now).used
     }
 
     /// When the key should expire: when its newest entry leaves the window (Unix ms,

@@ -3,7 +3,7 @@
 use super::time::{span_in_units, Rounding, Ticks, Unit};
 
 /// What a limiter decided for one request, before times are rounded into a reply unit.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Verdict {
     /// The request was refused (and not counted).
     pub limited: bool,

@@ -15,7 +15,7 @@
 //! Only admitted requests are counted. All times are whole microseconds, the server clock's
 //! resolution.
 
-use super::time::{from_micros, Unit, TICKS_PER_MICROSECOND};
+use super::time::{from_micros, Ticks, Unit, TICKS_PER_MICROSECOND};
 use super::verdict::Verdict;
 
 /// The most buckets `BUCKETS n` accepts: an hour of one-second buckets.
@@ -93,6 +93,19 @@ pub struct WindowLimiter {
     slots: usize,
 }
 
+/// What a refund did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WindowRefund {
+    /// The standing after, as a peek sees it.
+    pub verdict: Verdict,
+    /// Whether anything was given back: the new state was then appended to the output
+    /// buffer.
+    pub changed: bool,
+    /// When the key should expire (Unix ms): when the newest counted bucket leaves the
+    /// window; `None` when nothing counts any more.
+    pub expire_at_ms: Option<i64>,
+}
+
 /// Working memory reused from call to call, so that a call allocates nothing once warm.
 #[derive(Default)]
 pub struct Scratch {
@@ -168,8 +181,8 @@ impl WindowLimiter {
 
     /// Decides a request of `quantity` at `now` (microseconds since the epoch), given the
     /// stored value (`None` for a new or expired key). When the request changes the state,
-    /// the new value is written to `value` (cleared first) and the outcome says when the
-    /// key should expire. A `quantity` of 0 is a peek and never writes.
+    /// the new value is appended to `value` and the outcome says when the key should
+    /// expire. A `quantity` of 0 is a peek and never writes.
     pub fn apply(
         &self,
         stored: Option<&[u8]>,
@@ -180,6 +193,84 @@ impl WindowLimiter {
     ) -> Result<WindowOutcome, StateError> {
         let now = now.max(0);
         let counts = &mut scratch.counts;
+        let newest = self.load(stored, now, counts)?;
+        let used = sum(counts);
+        let admitted =
+            quantity <= self.limit && self.room(counts, used, newest, now, quantity) >= 0;
+        let charged = if admitted { quantity } else { 0 };
+        *counts.last_mut().expect("at least one slot") += charged;
+        let verdict = Verdict {
+            limited: !admitted,
+            limit: self.limit as i64,
+            remaining: self.remaining(counts, newest, now, used.saturating_add(charged)),
+            retry_after: (!admitted && quantity <= self.limit)
+                .then(|| self.retry_at(counts, newest, used, quantity) - now)
+                .map(|micros| from_micros(micros.max(0))),
+            reset_after: self.reset_after(counts, newest, now),
+        };
+        if charged == 0 {
+            return Ok(WindowOutcome {
+                verdict,
+                expire_at_ms: None,
+            });
+        }
+        self.encode(counts, self.bucket_start(newest), value);
+        let expire_at = self.bucket_start(newest + self.slots as i64);
+        Ok(WindowOutcome {
+            verdict,
+            expire_at_ms: Some((expire_at + 999) / 1_000),
+        })
+    }
+
+    /// Gives back `quantity` at `now`: subtracted from the newest counted buckets first,
+    /// never below zero. When anything was given back, the new state is appended to `value`
+    /// and the outcome says when the key should expire: when the newest bucket still counted
+    /// leaves the window (`None` when nothing counts any more). The verdict is the standing
+    /// after, as a peek sees it.
+    pub fn refund(
+        &self,
+        stored: Option<&[u8]>,
+        now: i64,
+        quantity: u64,
+        scratch: &mut Scratch,
+        value: &mut Vec<u8>,
+    ) -> Result<WindowRefund, StateError> {
+        let now = now.max(0);
+        let counts = &mut scratch.counts;
+        let newest = self.load(stored, now, counts)?;
+        let mut left = quantity;
+        for count in counts.iter_mut().rev() {
+            let returned = left.min(*count);
+            *count -= returned;
+            left -= returned;
+        }
+        let returned = quantity - left;
+        let used = sum(counts);
+        let verdict = Verdict {
+            limited: self.room(counts, used, newest, now, 0) < 0,
+            limit: self.limit as i64,
+            remaining: self.remaining(counts, newest, now, used),
+            retry_after: None,
+            reset_after: self.reset_after(counts, newest, now),
+        };
+        if returned > 0 {
+            self.encode(counts, self.bucket_start(newest), value);
+        }
+        Ok(WindowRefund {
+            verdict,
+            changed: returned > 0,
+            expire_at_ms: self.reset_at(counts, newest).map(|at| (at + 999) / 1_000),
+        })
+    }
+
+    /// Reads the stored state (or none) into `counts`, rolled on to `now`, and returns the
+    /// newest bucket.
+    fn load(
+        &self,
+        stored: Option<&[u8]>,
+        now: i64,
+        counts: &mut Vec<u64>,
+    ) -> Result<i64, StateError> {
         let mut newest = self.bucket_of(now);
         match stored {
             Some(stored) => {
@@ -197,38 +288,16 @@ impl WindowLimiter {
                 counts.resize(self.slots, 0);
             }
         }
-        let used: u64 = counts
-            .iter()
-            .fold(0, |sum, &count| sum.saturating_add(count));
-        let admitted =
-            quantity <= self.limit && self.room(counts, used, newest, now, quantity) >= 0;
-        let charged = if admitted { quantity } else { 0 };
-        *counts.last_mut().expect("at least one slot") += charged;
-        let verdict = Verdict {
-            limited: !admitted,
-            limit: self.limit as i64,
-            remaining: self.remaining(counts, newest, now, used.saturating_add(charged)),
-            retry_after: (!admitted && quantity <= self.limit)
-                .then(|| self.retry_at(counts, newest, used, quantity) - now)
-                .map(|micros| from_micros(micros.max(0))),
-            reset_after: from_micros(
-                self.reset_at(counts, newest)
-                    .map_or(0, |at| at - now)
-                    .max(0),
-            ),
-        };
-        if charged == 0 {
-            return Ok(WindowOutcome {
-                verdict,
-                expire_at_ms: None,
-            });
-        }
-        self.encode(counts, self.bucket_start(newest), value);
-        let expire_at = self.bucket_start(newest + self.slots as i64);
-        Ok(WindowOutcome {
-            verdict,
-            expire_at_ms: Some((expire_at + 999) / 1_000),
-        })
+        Ok(newest)
+    }
+
+    /// How long until every counted request has left the window.
+    fn reset_after(&self, counts: &[u64], newest: i64, now: i64) -> Ticks {
+        from_micros(
+            self.reset_at(counts, newest)
+                .map_or(0, |at| at - now)
+                .max(0),
+        )
     }
 
     /// Moves the counts `buckets` buckets on: the oldest roll off, new empty ones arrive.
@@ -374,7 +443,7 @@ impl WindowLimiter {
         Ok(start)
     }
 
-    /// Writes the state: the tag, the newest bucket's start and the counters' width, then
+    /// Appends the state to `value`: the tag, the newest bucket's start and the counters' width, then
     /// the counts, oldest first, each in the fewest of 1, 2, 4 or 8 bytes that holds both
     /// the limit and every count.
     fn encode(&self, counts: &[u64], newest_start: i64, value: &mut Vec<u8>) {
@@ -386,7 +455,6 @@ impl WindowLimiter {
             _ => 3,
         };
         let width = 1usize << width_code;
-        value.clear();
         value.push(self.tag());
         let header = (newest_start as u64) | (width_code << START_BITS);
         value.extend_from_slice(&header.to_le_bytes()[..HEADER_LEN - 1]);
@@ -418,6 +486,12 @@ pub fn window_micros(window: i64, unit: Unit) -> Result<i64, WindowError> {
 /// Whether a string of `len` bytes may hold a window counter's state.
 pub fn is_window_length(len: usize) -> bool {
     (HEADER_LEN + 1..=MAX_STATE_LEN).contains(&len)
+}
+
+fn sum(counts: &[u64]) -> u64 {
+    counts
+        .iter()
+        .fold(0, |sum, &count| sum.saturating_add(count))
 }
 
 fn read_le(bytes: &[u8]) -> u64 {

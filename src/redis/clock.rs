@@ -3,20 +3,13 @@
 
 use redis_module::raw;
 
-use crate::core::time::{from_micros, Ticks};
-
 /// Microseconds since the epoch at which readings are capped (2^63 - 1 ns, in 2262), so that
 /// every instant a limiter derives from the clock stays representable.
 const LATEST_MICROS: i64 = i64::MAX / 1_000;
 
-/// The current time. On Redis 7.2+ and Valkey this is the server's cached command time,
-/// the instant Redis itself uses for expiry, constant through a command, a MULTI/EXEC
-/// or a script; on 7.0 it is the real-time clock, with microsecond precision.
-pub fn now() -> Ticks {
-    from_micros(now_micros())
-}
-
-/// The current time in microseconds since the Unix epoch, from the same clock as [`now`].
+/// The current time in microseconds since the Unix epoch. On Redis 7.2+ and Valkey this is
+/// the server's cached command time, the instant Redis itself uses for expiry, constant
+/// through a command, a MULTI/EXEC or a script; on 7.0 it is the real-time clock.
 pub fn now_micros() -> i64 {
     // SAFETY: the function pointer, when present, was filled in by Redis at load.
     let micros = match unsafe { raw::RedisModule_CachedMicroseconds } {

@@ -3,16 +3,20 @@
 //! reply written only once the body has finished, so a reply is never left half-built.
 
 use std::ffi::{c_int, CString};
+use std::mem::MaybeUninit;
 use std::panic::{self, AssertUnwindSafe};
 
 use redis_module::raw;
 
+use crate::core::request::{Action, Request};
 use crate::error::CommandError;
+use crate::redis::engine::MAX_LIMITERS;
 use crate::redis::metadata::CommandSpec;
 use crate::redis::stats::Outcome;
 
 /// The most arguments any command accepts, counting its name; more is a wrong arity.
-const MAX_ARGUMENTS: usize = 16;
+/// `RL.ALL` with 16 limiters of the longest form and every option takes 104.
+const MAX_ARGUMENTS: usize = 128;
 
 /// One call of a command.
 pub struct Invocation<'a> {
@@ -27,9 +31,14 @@ pub struct Invocation<'a> {
 }
 
 impl Invocation<'_> {
-    /// The first argument, which is the key for every command of this module.
+    /// The first argument, which is the key of every single-key command of this module.
     pub fn key_name(&self) -> *mut raw::RedisModuleString {
         self.argv[1]
+    }
+
+    /// Argument `index` (0 is the command's name) as a Redis string.
+    pub fn argument(&self, index: usize) -> *mut raw::RedisModuleString {
+        self.argv[index]
     }
 }
 
@@ -59,24 +68,47 @@ impl Reply for [i64; 5] {
     }
 }
 
-/// A limiter's answer to a client: the five integers, and whether the request only looked.
+/// A limiter command's answer to a client: the five integers, optionally followed by each
+/// limiter's own five (`RL.ALL ... DETAILS`), and what kind of request it answered.
 pub struct LimiterReply {
     /// `[limited, limit, remaining, retry_after, reset_after]`.
     pub fields: [i64; 5],
-    /// The request had a quantity of 0.
-    pub peek: bool,
+    /// Each limiter's own five integers, in key order, when asked for.
+    pub details: Option<Details>,
+    /// What the request asked.
+    pub request: Request,
+}
+
+/// Each limiter's own reply, in key order.
+pub struct Details {
+    /// The replies; the first `len` are used.
+    pub fields: [[i64; 5]; MAX_LIMITERS],
+    /// How many limiters.
+    pub len: usize,
 }
 
 impl Reply for LimiterReply {
     unsafe fn send(self, ctx: *mut raw::RedisModuleCtx) {
-        unsafe { self.fields.send(ctx) }
+        let Some(details) = self.details else {
+            return unsafe { self.fields.send(ctx) };
+        };
+        unsafe {
+            raw::RedisModule_ReplyWithArray.unwrap()(ctx, (5 + details.len) as _);
+            for value in self.fields {
+                raw::RedisModule_ReplyWithLongLong.unwrap()(ctx, value);
+            }
+            for fields in &details.fields[..details.len] {
+                fields.send(ctx);
+            }
+        }
     }
 
     fn outcome(&self) -> Outcome {
-        match (self.peek, self.fields[0]) {
-            (true, _) => Outcome::Peek,
-            (false, 0) => Outcome::Allowed,
-            (false, _) => Outcome::Limited,
+        match (self.request.action, self.request.quantity, self.fields[0]) {
+            (Action::Refund, _, _) => Outcome::Refund,
+            (Action::Take, 0, _) => Outcome::Peek,
+            (Action::Take, _, 0) => Outcome::Allowed,
+            (Action::Take, _, _) => Outcome::Limited,
         }
     }
 }
@@ -123,15 +155,18 @@ pub unsafe fn run<R: Reply>(
         }
         // SAFETY: Redis passes `argc` valid strings in `argv`.
         let argv = unsafe { std::slice::from_raw_parts(argv, count) };
-        let mut bytes: [&[u8]; MAX_ARGUMENTS] = [&[]; MAX_ARGUMENTS];
+        // Only the arguments given are filled: no zeroing of the whole array per call.
+        let mut bytes = [MaybeUninit::<&[u8]>::uninit(); MAX_ARGUMENTS];
         for (slot, &arg) in bytes.iter_mut().zip(argv) {
-            *slot = unsafe { string_bytes(arg) };
+            slot.write(unsafe { string_bytes(arg) });
         }
+        // SAFETY: the first `count` elements were just written.
+        let args = unsafe { std::slice::from_raw_parts(bytes.as_ptr().cast::<&[u8]>(), count) };
         body(&Invocation {
             ctx,
             spec,
             argv,
-            args: &bytes[..count],
+            args,
         })
     }));
     let result = result.unwrap_or(Err(CommandError::INTERNAL));

@@ -11,8 +11,10 @@ use std::ffi::{c_int, c_longlong, CStr};
 
 use redis_module::raw;
 
+use crate::core::ring::raw_kind;
 use crate::error::CommandError;
 use crate::redis::handler::Invocation;
+use crate::redis::native_type::{native_type, Borrowed, Native, View};
 use crate::redis::propagation;
 
 /// How a command uses the key.
@@ -22,18 +24,6 @@ pub enum Access {
     Read,
     /// May write it.
     Write,
-}
-
-impl Access {
-    /// What a request of `quantity` against a limit of `limit` needs: peeks (0) and
-    /// quantities that can never fit only read, so they write, signal and propagate nothing.
-    pub fn for_request(quantity: u64, limit: u64) -> Access {
-        if quantity > 0 && quantity <= limit {
-            Access::Write
-        } else {
-            Access::Read
-        }
-    }
 }
 
 /// An open key holding (or about to hold) a limiter's state. Closed on drop.
@@ -165,6 +155,40 @@ impl LimiterKey {
         Ok(())
     }
 
+    /// Deletes the key and signals the change with the event `class`; propagating it is the
+    /// caller's ([`LimiterKey::replicate_delete`]). The key must have been opened for
+    /// [`Access::Write`].
+    pub fn delete(&mut self, class: c_int) -> Result<(), CommandError> {
+        if self.access != Access::Write {
+            return Err(CommandError::INTERNAL);
+        }
+        // SAFETY: an open key; deleting a missing key is a no-op Redis accepts.
+        let deleted = unsafe { raw::RedisModule_DeleteKey.unwrap()(self.key) };
+        if deleted != raw::Status::Ok as c_int {
+            return Err(CommandError::INTERNAL);
+        }
+        self.signal_modified(class);
+        Ok(())
+    }
+
+    /// Propagates `DEL key`.
+    pub fn replicate_delete(&self) {
+        // SAFETY: the running command's context and key.
+        unsafe {
+            raw::RedisModule_Replicate.unwrap()(
+                self.ctx,
+                c"DEL".as_ptr(),
+                c"s".as_ptr(),
+                self.name,
+            );
+        }
+    }
+
+    /// The key's name, one of the call's arguments.
+    pub fn name(&self) -> *mut raw::RedisModuleString {
+        self.name
+    }
+
     /// Propagates a write of this key with `replicate`, which builds its effect, when an
     /// AOF or a replica may receive it; otherwise only counts the change (see
     /// [`propagation`]).
@@ -203,18 +227,15 @@ impl LimiterKey {
 }
 
 impl LimiterKey {
-    /// The key's value when it holds a value of the module type `value_type`: `None` when
-    /// the key does not exist, `WRONGTYPE` for any other value.
-    pub fn module_value<T>(
-        &self,
-        value_type: *mut raw::RedisModuleType,
-    ) -> Result<Option<*mut T>, CommandError> {
+    /// The key's native value (the module's data type): `None` when the key does not exist,
+    /// `WRONGTYPE` for any other value.
+    pub fn native_value(&self) -> Result<Option<*mut u64>, CommandError> {
         // SAFETY: `self.key` is open (or null, which both functions accept).
         unsafe {
             match raw::RedisModule_KeyType.unwrap()(self.key) as isize {
                 raw::REDISMODULE_KEYTYPE_EMPTY => Ok(None),
                 raw::REDISMODULE_KEYTYPE_MODULE
-                    if raw::RedisModule_ModuleTypeGetType.unwrap()(self.key) == value_type =>
+                    if raw::RedisModule_ModuleTypeGetType.unwrap()(self.key) == native_type() =>
                 {
                     Ok(Some(
                         raw::RedisModule_ModuleTypeGetValue.unwrap()(self.key).cast(),
@@ -225,23 +246,48 @@ impl LimiterKey {
         }
     }
 
-    /// Stores `value` in the key, which must be open for writing and empty; Redis owns it
-    /// from then on and frees it with the type's `free` callback.
-    pub fn set_module_value<T>(
-        &mut self,
-        value_type: *mut raw::RedisModuleType,
-        value: Box<T>,
-    ) -> Result<(), CommandError> {
+    /// The key's native value of kind `T`, read in place; `WRONGTYPE` when the key holds
+    /// another kind (or another type).
+    pub fn native_view<T: Native>(&self) -> Result<Option<View<T>>, CommandError> {
+        match self.native_value()? {
+            None => Ok(None),
+            // SAFETY: the key's own value, unchanged while the key is open.
+            Some(raw) => unsafe { View::of(raw) }
+                .map(Some)
+                .ok_or(CommandError::WRONG_TYPE),
+        }
+    }
+
+    /// The key's native value of kind `T`, to change: it goes back to the key when the
+    /// borrow ends. `None` when the key does not exist. The key must be open for writing.
+    pub fn native_borrow<T: Native>(&mut self) -> Result<Option<Borrowed<T>>, CommandError> {
         if self.access != Access::Write {
             return Err(CommandError::INTERNAL);
         }
-        let value = Box::into_raw(value);
+        match self.native_value()? {
+            None => Ok(None),
+            // SAFETY: the kind is checked first; the key stays open for writing while the
+            // borrow (which holds it) lives.
+            Some(raw) if unsafe { raw_kind(raw) } == T::KIND => {
+                Ok(Some(unsafe { Borrowed::new(self.key, raw) }))
+            }
+            Some(_) => Err(CommandError::WRONG_TYPE),
+        }
+    }
+
+    /// Stores `value` in the key, which must be open for writing and empty; Redis owns it
+    /// from then on and frees it with the type's `free` callback.
+    pub fn set_native<T: Native>(&mut self, value: T) -> Result<(), CommandError> {
+        if self.access != Access::Write {
+            return Err(CommandError::INTERNAL);
+        }
+        let raw = value.into_raw();
         // SAFETY: a key open for writing; on failure the value is still ours to free.
         let status = unsafe {
-            raw::RedisModule_ModuleTypeSetValue.unwrap()(self.key, value_type, value.cast())
+            raw::RedisModule_ModuleTypeSetValue.unwrap()(self.key, native_type(), raw.cast())
         };
         if status != raw::Status::Ok as c_int {
-            drop(unsafe { Box::from_raw(value) });
+            drop(unsafe { T::from_raw(raw) });
             return Err(CommandError::INTERNAL);
         }
         Ok(())
@@ -269,7 +315,7 @@ impl LimiterKey {
     /// The event is the command's name, in the class of the key's type (`$` for strings, `d`
     /// for the module's type), as Redis' own commands and other modules' do. With
     /// notifications off, Redis returns at its first check.
-    fn signal_modified(&self, class: c_int) {
+    pub fn signal_modified(&self, class: c_int) {
         // SAFETY: the context and name of the running command; the event is a C string.
         unsafe {
             raw::RedisModule_SignalModifiedKey.unwrap()(self.ctx, self.name);

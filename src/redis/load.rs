@@ -9,7 +9,7 @@ use std::panic::{self, AssertUnwindSafe};
 use redis_module::raw;
 
 use crate::commands;
-use crate::redis::{handler, log_type, metadata, propagation, stats};
+use crate::redis::{handler, metadata, native_type, propagation, stats};
 
 /// The module's name: `MODULE LIST`, the log's `<ratelimit>` prefix, `MODULE UNLOAD`.
 const MODULE_NAME: &CStr = c"ratelimit";
@@ -85,7 +85,7 @@ fn initialize(
     let debug_commands = parse_arguments(args)?;
     handler::log_panics_to_redis();
     set_module_options(ctx);
-    log_type::create(ctx)?;
+    native_type::create(ctx)?;
     propagation::watch(ctx);
     let module_category = metadata::add_module_acl_category(ctx);
     let debug_specs: &[&metadata::CommandSpec] = if debug_commands {

@@ -40,8 +40,8 @@ pub struct CommandSpec {
     /// Whether the command belongs to the module's `@ratelimit` ACL category: the commands
     /// users call do, the internal and debug ones do not.
     pub in_module_category: bool,
-    /// Key-spec flags of the single key, the first argument (`REDISMODULE_CMD_KEY_*`).
-    pub key_flags: u32,
+    /// Where its keys are, and how it uses them.
+    pub keys: Keys,
     /// The arguments after the name, for `COMMAND DOCS` and redis-cli's hints.
     pub args: &'static [Arg],
     /// The keyspace event its writes fire (`notify-keyspace-events`): the name of the
@@ -59,7 +59,17 @@ impl CommandSpec {
     }
 }
 
+/// Where a command's keys are, with their key-spec flags (`REDISMODULE_CMD_KEY_*`).
+#[derive(Clone, Copy)]
+pub enum Keys {
+    /// One key, the first argument.
+    One(u32),
+    /// `numkeys key [key ...]`: the first argument counts the keys that follow it.
+    Counted(u32),
+}
+
 /// One argument in `COMMAND DOCS`.
+#[derive(Clone, Copy)]
 pub struct Arg {
     /// Its name.
     pub name: &'static CStr,
@@ -69,6 +79,8 @@ pub struct Arg {
     pub token: Option<&'static CStr>,
     /// Whether it may be left out.
     pub optional: bool,
+    /// Whether it may be repeated.
+    pub multiple: bool,
     /// For a one-of or a block, its alternatives or parts.
     pub subargs: &'static [Arg],
 }
@@ -81,6 +93,7 @@ impl Arg {
             kind,
             token: None,
             optional: false,
+            multiple: false,
             subargs: &[],
         }
     }
@@ -109,6 +122,22 @@ impl Arg {
         }
     }
 
+    /// Its parts, in order.
+    pub const fn block(name: &'static CStr, parts: &'static [Arg]) -> Arg {
+        Arg {
+            subargs: parts,
+            ..Arg::new(name, ArgKind::Block)
+        }
+    }
+
+    /// The same argument, which may be repeated.
+    pub const fn multiple(self) -> Arg {
+        Arg {
+            multiple: true,
+            ..self
+        }
+    }
+
     /// The same argument, optional.
     pub const fn optional(self) -> Arg {
         Arg {
@@ -131,6 +160,8 @@ pub enum ArgKind {
     PureToken,
     /// Exactly one of the subarguments.
     OneOf,
+    /// The subarguments, in order.
+    Block,
 }
 
 /// Describes the version of the structures below to the server, which reads them through
@@ -156,8 +187,13 @@ pub fn add_module_acl_category(ctx: *mut raw::RedisModuleCtx) -> bool {
     })
 }
 
-/// Registers `spec`'s command, with its key (always the first argument) at positions 1 1 1.
+/// Registers `spec`'s command: a single key at positions 1 1 1; counted keys are declared
+/// by their key spec only (Redis then finds them per call, as for `EVAL`).
 pub fn register(ctx: *mut raw::RedisModuleCtx, spec: &CommandSpec) -> Result<(), String> {
+    let (first, last, step) = match spec.keys {
+        Keys::One(_) => (1, 1, 1),
+        Keys::Counted(_) => (0, 0, 0),
+    };
     // SAFETY: called from OnLoad with its context; the strings are static C strings.
     let created = unsafe {
         raw::RedisModule_CreateCommand.unwrap()(
@@ -165,9 +201,9 @@ pub fn register(ctx: *mut raw::RedisModuleCtx, spec: &CommandSpec) -> Result<(),
             spec.name.as_ptr(),
             Some(spec.handler),
             spec.flags.as_ptr(),
-            1,
-            1,
-            1,
+            first,
+            last,
+            step,
         )
     };
     if created != raw::Status::Ok as c_int {
@@ -198,7 +234,7 @@ pub fn describe(
         return Err("a registered command could not be found to describe it");
     }
     set_acl_categories(command, spec, module_category)?;
-    let mut key_specs = [key_spec(spec.key_flags), unsafe { std::mem::zeroed() }];
+    let mut key_specs = [key_spec(spec.keys), unsafe { std::mem::zeroed() }];
     let mut args = c_args(spec.args);
     let info = raw::RedisModuleCommandInfo {
         version: &INFO_VERSION,
@@ -244,8 +280,33 @@ fn set_acl_categories(
     Ok(())
 }
 
-/// The single key: found at index 1, a range of one.
-fn key_spec(flags: u32) -> raw::RedisModuleCommandKeySpec {
+/// The key spec: a single key found at index 1, a range of one; or counted keys, whose
+/// number is at index 1 and which follow it (like `EVAL`'s).
+fn key_spec(keys: Keys) -> raw::RedisModuleCommandKeySpec {
+    let (flags, find_keys_type, fk) = match keys {
+        Keys::One(flags) => (
+            flags,
+            raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_RANGE,
+            raw::RedisModuleCommandKeySpec__bindgen_ty_2 {
+                range: raw::RedisModuleCommandKeySpec__bindgen_ty_2__bindgen_ty_1 {
+                    lastkey: 0,
+                    keystep: 1,
+                    limit: 0,
+                },
+            },
+        ),
+        Keys::Counted(flags) => (
+            flags,
+            raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_KEYNUM,
+            raw::RedisModuleCommandKeySpec__bindgen_ty_2 {
+                keynum: raw::RedisModuleCommandKeySpec__bindgen_ty_2__bindgen_ty_2 {
+                    keynumidx: 0,
+                    firstkey: 1,
+                    keystep: 1,
+                },
+            },
+        ),
+    };
     raw::RedisModuleCommandKeySpec {
         notes: ptr::null(),
         flags: u64::from(flags),
@@ -253,14 +314,8 @@ fn key_spec(flags: u32) -> raw::RedisModuleCommandKeySpec {
         bs: raw::RedisModuleCommandKeySpec__bindgen_ty_1 {
             index: raw::RedisModuleCommandKeySpec__bindgen_ty_1__bindgen_ty_1 { pos: 1 },
         },
-        find_keys_type: raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_RANGE,
-        fk: raw::RedisModuleCommandKeySpec__bindgen_ty_2 {
-            range: raw::RedisModuleCommandKeySpec__bindgen_ty_2__bindgen_ty_1 {
-                lastkey: 0,
-                keystep: 1,
-                limit: 0,
-            },
-        },
+        find_keys_type,
+        fk,
     }
 }
 
@@ -293,6 +348,7 @@ fn c_args(args: &[Arg]) -> CArgs {
                     raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_PURE_TOKEN
                 }
                 ArgKind::OneOf => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_ONEOF,
+                ArgKind::Block => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_BLOCK,
             },
             key_spec_index: if matches!(arg.kind, ArgKind::Key) {
                 0
@@ -302,11 +358,15 @@ fn c_args(args: &[Arg]) -> CArgs {
             token: arg.token.map_or(ptr::null(), CStr::as_ptr),
             summary: ptr::null(),
             since: ptr::null(),
-            flags: if arg.optional {
-                raw::REDISMODULE_CMD_ARG_OPTIONAL as c_int
+            flags: (if arg.optional {
+                raw::REDISMODULE_CMD_ARG_OPTIONAL
             } else {
-                raw::REDISMODULE_CMD_ARG_NONE as c_int
-            },
+                raw::REDISMODULE_CMD_ARG_NONE
+            } | if arg.multiple {
+                raw::REDISMODULE_CMD_ARG_MULTIPLE
+            } else {
+                raw::REDISMODULE_CMD_ARG_NONE
+            }) as c_int,
             deprecated_since: ptr::null(),
             subargs,
             display_text: ptr::null(),

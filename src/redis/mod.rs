@@ -1,11 +1,11 @@
 //! The thin layer between Redis and the cores: calls, keys, time and registration.
 
 pub mod clock;
+pub mod engine;
 pub mod handler;
 pub mod key;
 pub mod load;
-pub mod log_type;
 pub mod metadata;
+pub mod native_type;
 pub mod propagation;
 pub mod stats;
-pub mod string_state;

@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! # ratelimit_commands
-//! ratelimit_cl.throttle:calls=5,allowed=3,limited=1,peeks=1,errors=0
+//! ratelimit_cl.throttle:calls=6,allowed=3,limited=1,peeks=1,refunds=1,errors=0
 //! ```
 //!
 //! Counting costs two plain increments per call: commands run on Redis' main thread only, so
@@ -23,6 +23,8 @@ pub enum Outcome {
     Limited,
     /// A quantity of 0: answered without counting.
     Peek,
+    /// `REFUND`: a quantity given back.
+    Refund,
     /// An error reply from the module (arguments, `WRONGTYPE`, an internal error). Errors
     /// Redis gives before the module runs (arity, ACL, `OOM`, `READONLY`, `MOVED`) are in
     /// `INFO commandstats` as `rejected_calls` instead.
@@ -58,6 +60,7 @@ pub struct CommandStats {
     allowed: Counter,
     limited: Counter,
     peeks: Counter,
+    refunds: Counter,
     errors: Counter,
 }
 
@@ -70,6 +73,7 @@ impl CommandStats {
             allowed: Counter::new(),
             limited: Counter::new(),
             peeks: Counter::new(),
+            refunds: Counter::new(),
             errors: Counter::new(),
         }
     }
@@ -81,18 +85,20 @@ impl CommandStats {
             Outcome::Allowed => &self.allowed,
             Outcome::Limited => &self.limited,
             Outcome::Peek => &self.peeks,
+            Outcome::Refund => &self.refunds,
             Outcome::Error => &self.errors,
         }
         .bump();
     }
 
     /// The counters in `INFO`'s order, with their names.
-    fn fields(&self) -> [(&'static CStr, u64); 5] {
+    fn fields(&self) -> [(&'static CStr, u64); 6] {
         [
             (c"calls", self.calls.get()),
             (c"allowed", self.allowed.get()),
             (c"limited", self.limited.get()),
             (c"peeks", self.peeks.get()),
+            (c"refunds", self.refunds.get()),
             (c"errors", self.errors.get()),
         ]
     }
@@ -149,6 +155,7 @@ mod tests {
             Outcome::Allowed,
             Outcome::Limited,
             Outcome::Peek,
+            Outcome::Refund,
             Outcome::Error,
         ] {
             stats.record(outcome);
@@ -159,10 +166,11 @@ mod tests {
         assert_eq!(
             fields,
             [
-                ("calls", 5),
+                ("calls", 6),
                 ("allowed", 2),
                 ("limited", 1),
                 ("peeks", 1),
+                ("refunds", 1),
                 ("errors", 1)
             ]
         );

@@ -618,6 +618,9 @@ pub fn bytes_per_key(
 /// `used_memory` from `INFO memory`. Read it on the connection that did the work: a new
 /// connection adds its own buffers.
 pub fn used_memory(con: &mut Connection) -> i64 {
+    // Redis allocates a command's latency histogram (tens of KB) after its first call: the
+    // first INFO's would land in whatever is measured next.
+    let _: String = query(con, &["INFO", "memory"]);
     let info: String = query(con, &["INFO", "memory"]);
     let line = info
         .lines()

@@ -292,6 +292,7 @@ fn other_values_are_refused() {
     assert_eq!(apply(&fixed, b"hello world"), Err(StateError::Foreign));
     assert_eq!(apply(&buckets, b""), Err(StateError::Foreign));
     // 5 bucket counters of 2 bytes are not 4 buckets of anything... but are 5 buckets.
+    value.clear();
     buckets.encode(&[300, 0, 0, 0], T0, &mut value);
     value.extend_from_slice(&[0, 0]);
     assert_eq!(apply(&buckets, &value), Ok(()));

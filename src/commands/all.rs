@@ -1,0 +1,336 @@
+//! `RL.ALL numkeys key [key ...] limiter [limiter ...] [quantity] [S | MS | US]
+//! [BLOCK duration] [REFUND] [DETAILS]`: several limits, one atomic all-or-nothing
+//! decision; and `RL.ALL_RO`, the same decision without writing. Each limiter is, in key
+//! order, one of
+//!
+//! - `THROTTLE max_burst count period` (GCRA, as `CL.THROTTLE`),
+//! - `WINDOW limit window [FIXED | SLIDING | BUCKETS n]` (as `RL.WINDOW`),
+//! - `LOG limit window` (as `RL.LOG`),
+//!
+//! on the same state as the single commands. The request is admitted, and charged to every
+//! limiter, only if every limiter admits it; otherwise nothing is charged anywhere.
+
+use std::ffi::{c_int, CStr};
+
+use crate::args::{is_keyword, parse_integer, parse_options, CommonOptions, Tail};
+use crate::core::limiter::Limiter;
+use crate::core::time::{Rounding, Unit};
+use crate::core::verdict::Verdict;
+use crate::error::CommandError;
+use crate::redis::clock;
+use crate::redis::engine::{self, LogEffect, Mode, Named, MAX_LIMITERS};
+use crate::redis::handler::{self, Details, Invocation, LimiterReply};
+use crate::redis::metadata::{Arg, ArgKind, CommandSpec};
+use crate::redis::stats::CommandStats;
+
+use super::window::{algorithm_keyword, ALGORITHM_ARG};
+use super::{
+    limiter_spec, log, request, throttle, window, without_refund, BLOCK_ARG, QUANTITY_ARG,
+    REFUND_ARG, UNIT_ARG,
+};
+
+const NAME: &CStr = c"rl.all";
+const NAME_RO: &CStr = c"rl.all_ro";
+
+/// `RL.ALL`'s counters, for `INFO`.
+pub static STATS: CommandStats = CommandStats::new(NAME);
+/// `RL.ALL_RO`'s counters.
+pub static STATS_RO: CommandStats = CommandStats::new(NAME_RO);
+
+/// The command's name, `numkeys`, a key and its limiter (of at least 3 arguments).
+const REQUIRED_ARGUMENTS: c_int = 6;
+
+const COMPLEXITY: &CStr = c"O(N) for N limiters (as each limiter's own command)";
+
+const ARGS: &[Arg] = &[
+    Arg::new(c"numkeys", ArgKind::Integer),
+    Arg::new(c"key", ArgKind::Key).multiple(),
+    Arg::one_of(
+        c"limiter",
+        &[
+            Arg::block(
+                c"throttle",
+                &[
+                    Arg::token(c"THROTTLE"),
+                    Arg::new(c"max_burst", ArgKind::Integer),
+                    Arg::new(c"count", ArgKind::Integer),
+                    Arg::new(c"period", ArgKind::Integer),
+                ],
+            ),
+            Arg::block(
+                c"window",
+                &[
+                    Arg::token(c"WINDOW"),
+                    Arg::new(c"limit", ArgKind::Integer),
+                    Arg::new(c"window", ArgKind::Integer),
+                    ALGORITHM_ARG,
+                ],
+            ),
+            Arg::block(
+                c"log",
+                &[
+                    Arg::token(c"LOG"),
+                    Arg::new(c"limit", ArgKind::Integer),
+                    Arg::new(c"window", ArgKind::Integer),
+                ],
+            ),
+        ],
+    )
+    .multiple(),
+    QUANTITY_ARG,
+    UNIT_ARG,
+    BLOCK_ARG,
+    Arg::token(c"DETAILS").optional(),
+    REFUND_ARG,
+];
+
+/// `RL.ALL`'s registration.
+pub static SPEC: CommandSpec = limiter_spec(
+    NAME,
+    rl_all,
+    Mode::Write,
+    -REQUIRED_ARGUMENTS,
+    c"Checks a request against several limiters at once: charged to all if all admit it, to none otherwise",
+    COMPLEXITY,
+    c"0.2.0",
+    true,
+    ARGS,
+    &STATS,
+);
+
+/// `RL.ALL_RO`'s registration.
+pub static SPEC_RO: CommandSpec = limiter_spec(
+    NAME_RO,
+    rl_all_ro,
+    Mode::ReadOnly,
+    -REQUIRED_ARGUMENTS,
+    c"The reply RL.ALL would give, without writing anything",
+    COMPLEXITY,
+    c"0.2.0",
+    true,
+    without_refund(ARGS),
+    &STATS_RO,
+);
+
+const USAGE: CommandError = CommandError::Message(
+    c"ERR syntax error. Usage: RL.ALL numkeys key [key ...] THROTTLE max_burst count period | WINDOW limit window [FIXED|SLIDING|BUCKETS n] | LOG limit window [...] [quantity] [S|MS|US] [BLOCK duration] [REFUND] [DETAILS]",
+);
+
+handler::command_callback!(rl_all, SPEC, all);
+handler::command_callback!(rl_all_ro, SPEC_RO, all_ro);
+
+fn all(call: &Invocation) -> Result<LimiterReply, CommandError> {
+    run(call, Mode::Write)
+}
+
+fn all_ro(call: &Invocation) -> Result<LimiterReply, CommandError> {
+    run(call, Mode::ReadOnly)
+}
+
+/// A limiter as given, before the unit is known.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Params {
+    Throttle(throttle::Params),
+    Window(window::Params),
+    Log(log::Params),
+}
+
+impl Params {
+    fn limiter(&self, unit: Unit) -> Result<Limiter, CommandError> {
+        match self {
+            Params::Throttle(params) => params.limiter(unit),
+            Params::Window(params) => params.limiter(unit),
+            Params::Log(params) => params.limiter(unit),
+        }
+    }
+}
+
+/// A parsed call: its limiters (as many as keys, in order) and options.
+struct Parsed {
+    params: [Option<Params>; MAX_LIMITERS],
+    keys: usize,
+    options: CommonOptions,
+    details: bool,
+}
+
+fn run(call: &Invocation, mode: Mode) -> Result<LimiterReply, CommandError> {
+    let parsed = parse(&call.args[1..])?;
+    let unit = parsed.options.unit;
+    let named_at = |i: usize| -> Result<Named, CommandError> {
+        let params = parsed.params[i].ok_or(CommandError::INTERNAL)?;
+        Ok(Named {
+            key: call.argument(2 + i),
+            limiter: params.limiter(unit)?,
+        })
+    };
+    // Filled up to `parsed.keys`, the rest copies of the first (unused).
+    let mut named = [named_at(0)?; MAX_LIMITERS];
+    for (i, slot) in named.iter_mut().enumerate().take(parsed.keys).skip(1) {
+        *slot = named_at(i)?;
+    }
+    let request = request(&parsed.options, mode)?;
+    let outcome = engine::run(
+        call,
+        &named[..parsed.keys],
+        &request,
+        mode,
+        clock::now_micros(),
+        LogEffect::Replay,
+    )?;
+    let verdicts = outcome.verdicts();
+    let details = parsed.details.then(|| {
+        let mut details = Details {
+            fields: [[0; 5]; MAX_LIMITERS],
+            len: verdicts.len(),
+        };
+        for (fields, verdict) in details.fields.iter_mut().zip(verdicts) {
+            *fields = verdict.to_reply(unit, Rounding::Up);
+        }
+        details
+    });
+    Ok(LimiterReply {
+        fields: combined(verdicts).to_reply(unit, Rounding::Up),
+        details,
+        request,
+    })
+}
+
+/// The reply for all the limiters together: admitted only if every one admits; the binding
+/// limiter's `limit` and `remaining` (admitted: the fewest remaining; refused: the refusing
+/// limiter that asks the longest wait, or one the quantity can never fit); the longest wait
+/// (-1 if some limiter can never fit it); the longest reset.
+fn combined(verdicts: &[Verdict]) -> Verdict {
+    let reset_after = verdicts
+        .iter()
+        .map(|verdict| verdict.reset_after)
+        .max()
+        .unwrap_or_default();
+    let refusing = verdicts.iter().filter(|verdict| verdict.limited);
+    // Never fitting weighs more than any wait; ties go to the first in key order.
+    let binding = refusing.fold(None, |binding: Option<&Verdict>, verdict| match binding {
+        Some(best) if wait(best) >= wait(verdict) => Some(best),
+        _ => Some(verdict),
+    });
+    let binding = binding.unwrap_or_else(|| {
+        verdicts.iter().fold(&verdicts[0], |best, verdict| {
+            if verdict.remaining < best.remaining {
+                verdict
+            } else {
+                best
+            }
+        })
+    });
+    Verdict {
+        reset_after,
+        ..*binding
+    }
+}
+
+/// How long a refused limiter asks to wait, with "never" the longest.
+fn wait(verdict: &Verdict) -> i128 {
+    verdict.retry_after.unwrap_or(i128::MAX)
+}
+
+/// Parses the arguments after the command's name.
+fn parse(args: &[&[u8]]) -> Result<Parsed, CommandError> {
+    let (&numkeys, args) = args.split_first().ok_or(CommandError::WrongArity)?;
+    let keys = parse_integer(numkeys)
+        .filter(|keys| (1..=MAX_LIMITERS as i64).contains(keys))
+        .ok_or(CommandError::Message(
+            c"ERR numkeys must be an integer from 1 to 16",
+        ))? as usize;
+    if args.len() < keys {
+        return Err(CommandError::Message(
+            c"ERR numkeys is more than the keys given",
+        ));
+    }
+    let (key_names, mut rest) = args.split_at(keys);
+    if !distinct(key_names) {
+        return Err(CommandError::Message(
+            c"ERR RL.ALL names the same key twice",
+        ));
+    }
+    let mut params = [None; MAX_LIMITERS];
+    for slot in &mut params[..keys] {
+        let (&keyword, after) = rest.split_first().ok_or(CommandError::Message(
+            c"ERR fewer limiters than keys: give one limiter per key",
+        ))?;
+        let (parsed, taken) = limiter(keyword, after)?;
+        *slot = Some(parsed);
+        rest = &after[taken..];
+    }
+    if rest.first().is_some_and(|&next| is_limiter_keyword(next)) {
+        return Err(CommandError::Message(
+            c"ERR more limiters than keys: give one limiter per key",
+        ));
+    }
+    let mut details = false;
+    let options = parse_options(rest, USAGE, |arg, _| {
+        if !is_keyword(arg, "DETAILS") {
+            return Ok(false);
+        }
+        if std::mem::replace(&mut details, true) {
+            return Err(USAGE);
+        }
+        Ok(true)
+    })?;
+    Ok(Parsed {
+        params,
+        keys,
+        options,
+        details,
+    })
+}
+
+fn is_limiter_keyword(arg: &[u8]) -> bool {
+    ["THROTTLE", "WINDOW", "LOG"]
+        .iter()
+        .any(|keyword| is_keyword(arg, keyword))
+}
+
+/// One limiter, `keyword` then its arguments from `args`: the parameters, and how many
+/// arguments they took.
+fn limiter(keyword: &[u8], args: &[&[u8]]) -> Result<(Params, usize), CommandError> {
+    let needs = |count: usize, message: &'static CStr| {
+        if args.len() < count || args[..count].iter().any(|&arg| is_limiter_keyword(arg)) {
+            Err(CommandError::Message(message))
+        } else {
+            Ok(())
+        }
+    };
+    if is_keyword(keyword, "THROTTLE") {
+        needs(3, c"ERR THROTTLE takes max_burst count period")?;
+        Ok((Params::Throttle(throttle::Params::parse(&args[..3])?), 3))
+    } else if is_keyword(keyword, "WINDOW") {
+        needs(
+            2,
+            c"ERR WINDOW takes limit window [FIXED|SLIDING|BUCKETS n]",
+        )?;
+        let mut params = window::Params::parse(args[0], args[1])?;
+        let mut tail = Tail::new(&args[2..]);
+        if let Some(next) = tail.next_argument() {
+            if let Some(algorithm) = algorithm_keyword(next, &mut tail, USAGE) {
+                params.algorithm = Some(algorithm?);
+                return Ok((Params::Window(params), 2 + tail.read()));
+            }
+        }
+        Ok((Params::Window(params), 2))
+    } else if is_keyword(keyword, "LOG") {
+        needs(2, c"ERR LOG takes limit window")?;
+        Ok((Params::Log(log::Params::parse(args[0], args[1])?), 2))
+    } else {
+        Err(CommandError::Message(
+            c"ERR unknown limiter: expected THROTTLE, WINDOW or LOG",
+        ))
+    }
+}
+
+/// Whether no key is given twice.
+fn distinct(keys: &[&[u8]]) -> bool {
+    keys.iter()
+        .enumerate()
+        .all(|(i, key)| keys[..i].iter().all(|earlier| earlier != key))
+}
+
+#[cfg(test)]
+mod tests;

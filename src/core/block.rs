@@ -1,0 +1,231 @@
+//! Penalty blocks (`BLOCK duration`): after a refusal because the limit is used up, the key
+//! stays refused for `duration`. The block is part of the key's state (so replicas, restarts
+//! and peeks see it), whatever the algorithm; these rules apply it to what the algorithm
+//! decided.
+//!
+//! - While a block is in force, every take is refused, peeks included, and nothing is
+//!   counted: `limited` 1, `remaining` 0, `retry_after` the time left in the block (or the
+//!   algorithm's own, if longer; -1 stays -1 for a quantity that can never fit), and
+//!   `reset_after` at least the time left. Refused calls do not extend it.
+//! - A refund still gives back what it gives back; the block stays.
+//! - A block starts when a take is refused because the limit is used up (the algorithm has
+//!   a retry time), never for a quantity that can never fit, and that refusal already
+//!   replies as blocked.
+
+use super::request::{Action, Request};
+use super::time::from_micros;
+use super::verdict::Verdict;
+
+/// What a call stores for one limiter.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Write {
+    /// Nothing.
+    Nothing,
+    /// The algorithm's new state (an admitted take, or a refund that gave something back),
+    /// keeping any block in force.
+    State,
+    /// The same state, blocked until this instant (µs since the epoch).
+    StartBlock(i64),
+}
+
+/// One limiter's decision for a request: the reply, and what to store.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Decision {
+    /// The reply, before rounding.
+    pub verdict: Verdict,
+    /// What to store.
+    pub write: Write,
+}
+
+/// The block in force at `now` for a key blocked until `blocked_until` (0 for none): its
+/// end, when that is later than `now`.
+pub fn in_force(blocked_until: i64, now: i64) -> Option<i64> {
+    (blocked_until > now).then_some(blocked_until)
+}
+
+/// The reply while the key is blocked until `until` (later than `now`), given what the
+/// algorithm alone replies.
+pub fn blocked_verdict(verdict: Verdict, until: i64, now: i64) -> Verdict {
+    let left = from_micros(until - now);
+    let never_fits = verdict.limited && verdict.retry_after.is_none();
+    Verdict {
+        limited: true,
+        remaining: 0,
+        retry_after: (!never_fits).then(|| verdict.retry_after.map_or(left, |own| own.max(left))),
+        reset_after: verdict.reset_after.max(left),
+        ..verdict
+    }
+}
+
+/// Applies the block rules to `verdict`, what the algorithm alone decided for `request` at
+/// `now` on a key blocked until `blocked_until` (0: none); `changes` says whether the
+/// algorithm's state would change (an admitted take, or a refund that gives something back).
+pub fn decide(
+    request: &Request,
+    blocked_until: i64,
+    now: i64,
+    verdict: Verdict,
+    changes: bool,
+) -> Decision {
+    let state_if_changed = if changes {
+        Write::State
+    } else {
+        Write::Nothing
+    };
+    match (request.action, in_force(blocked_until, now)) {
+        (Action::Refund, None) => Decision {
+            verdict,
+            write: state_if_changed,
+        },
+        (Action::Refund, Some(until)) => Decision {
+            verdict: blocked_verdict(verdict, until, now),
+            write: state_if_changed,
+        },
+        (Action::Take, Some(until)) => Decision {
+            verdict: blocked_verdict(verdict, until, now),
+            write: Write::Nothing,
+        },
+        (Action::Take, None) if !verdict.limited => Decision {
+            verdict,
+            write: state_if_changed,
+        },
+        (Action::Take, None) => match request.block {
+            Some(duration) if verdict.retry_after.is_some() => {
+                let until = now.saturating_add(duration);
+                Decision {
+                    verdict: blocked_verdict(verdict, until, now),
+                    write: Write::StartBlock(until),
+                }
+            }
+            _ => Decision {
+                verdict,
+                write: Write::Nothing,
+            },
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::time::TICKS_PER_MICROSECOND;
+
+    const NOW: i64 = 1_700_000_000_000_000;
+
+    fn verdict(limited: bool, remaining: i64, retry: Option<i64>, reset: i64) -> Verdict {
+        Verdict {
+            limited,
+            limit: 5,
+            remaining,
+            retry_after: retry.map(from_micros),
+            reset_after: from_micros(reset),
+        }
+    }
+
+    fn request(action: Action, quantity: u64, block: Option<i64>) -> Request {
+        Request {
+            action,
+            quantity,
+            block,
+        }
+    }
+
+    #[test]
+    fn a_refusal_because_the_limit_is_used_up_starts_a_block_and_replies_with_it() {
+        let refused = verdict(true, 0, Some(300), 900);
+        let decision = decide(
+            &request(Action::Take, 1, Some(1_000)),
+            0,
+            NOW,
+            refused,
+            false,
+        );
+        assert_eq!(decision.write, Write::StartBlock(NOW + 1_000));
+        assert_eq!(decision.verdict, verdict(true, 0, Some(1_000), 1_000));
+        // The algorithm's own wait, when longer, is kept.
+        let decision = decide(&request(Action::Take, 1, Some(100)), 0, NOW, refused, false);
+        assert_eq!(decision.verdict, verdict(true, 0, Some(300), 900));
+    }
+
+    #[test]
+    fn no_block_for_a_quantity_that_never_fits_nor_without_the_option() {
+        let never = verdict(true, 5, None, 0);
+        let decision = decide(&request(Action::Take, 9, Some(1_000)), 0, NOW, never, false);
+        assert_eq!(
+            decision,
+            Decision {
+                verdict: never,
+                write: Write::Nothing
+            }
+        );
+        let refused = verdict(true, 0, Some(300), 900);
+        let decision = decide(&request(Action::Take, 1, None), 0, NOW, refused, false);
+        assert_eq!(
+            decision,
+            Decision {
+                verdict: refused,
+                write: Write::Nothing
+            }
+        );
+    }
+
+    #[test]
+    fn during_a_block_every_take_is_refused_and_nothing_is_written() {
+        let until = NOW + 700;
+        for (quantity, algorithm) in [
+            (1, verdict(false, 3, None, 400)),
+            (0, verdict(false, 4, None, 400)),
+            (2, verdict(true, 1, Some(900), 400)),
+        ] {
+            let decision = decide(
+                &request(Action::Take, quantity, None),
+                until,
+                NOW,
+                algorithm,
+                true,
+            );
+            assert_eq!(decision.write, Write::Nothing);
+            let retry = algorithm
+                .retry_after
+                .map_or(700, |own| (own / TICKS_PER_MICROSECOND) as i64)
+                .max(700);
+            assert_eq!(decision.verdict, verdict(true, 0, Some(retry), 700));
+        }
+        // A quantity that never fits still says so.
+        let never = verdict(true, 5, None, 400);
+        let decision = decide(&request(Action::Take, 9, None), until, NOW, never, false);
+        assert_eq!(decision.verdict, verdict(true, 0, None, 700));
+        // A block that has ended is no block.
+        let admitted = verdict(false, 3, None, 400);
+        let decision = decide(&request(Action::Take, 1, None), NOW, NOW, admitted, true);
+        assert_eq!(
+            decision,
+            Decision {
+                verdict: admitted,
+                write: Write::State
+            }
+        );
+    }
+
+    #[test]
+    fn a_refund_gives_back_during_a_block_and_keeps_it() {
+        let after = verdict(false, 5, None, 0);
+        let decision = decide(
+            &request(Action::Refund, 1, None),
+            NOW + 50,
+            NOW,
+            after,
+            true,
+        );
+        assert_eq!(decision.write, Write::State);
+        assert_eq!(decision.verdict, verdict(true, 0, Some(50), 50));
+        let decision = decide(&request(Action::Refund, 1, None), 0, NOW, after, false);
+        assert_eq!(
+            decision,
+            Decision {
+                verdict: after,
+                write: Write::Nothing
+            }
+        );
+    }
+}

@@ -1,0 +1,277 @@
+//! One limiter of any algorithm, and its decision for a request with the block rules
+//! applied: what the Redis layer replies and stores for it.
+//!
+//! - String states (`CL.THROTTLE`'s GCRA, `RL.WINDOW`'s counters) are decided in one step
+//!   that appends the new value to a buffer; the layer stores it only if the call commits.
+//! - Logs (`RL.LOG`) are decided on the log as it is, then changed in place if the call
+//!   commits.
+//!
+//! Deciding never changes anything, so a call over several limiters (`RL.ALL`) decides all
+//! of them before it stores any.
+
+use super::block::{self, Write};
+use super::codec::{decode_gcra, encode_gcra, push_blocked_header, split_blocked};
+use super::gcra::Gcra;
+use super::log::{LogLimiter, SlidingLog};
+use super::request::{Action, Request};
+use super::time::{ceil_millis, from_micros};
+use super::verdict::Verdict;
+use super::window::{Scratch, StateError, WindowLimiter};
+
+/// A limiter's parameters, validated, for one of the algorithms.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Limiter {
+    /// GCRA (`CL.THROTTLE`, `RL.ALL ... THROTTLE`).
+    Throttle(Gcra),
+    /// Window counters (`RL.WINDOW`, `RL.ALL ... WINDOW`).
+    Window(WindowLimiter),
+    /// The sliding log (`RL.LOG`, `RL.ALL ... LOG`).
+    Log(LogLimiter),
+}
+
+impl Limiter {
+    /// The largest quantity it ever admits at once.
+    pub fn limit(&self) -> u64 {
+        match self {
+            Limiter::Throttle(gcra) => gcra.limit() as u64,
+            Limiter::Window(window) => window.limit(),
+            Limiter::Log(log) => log.limit(),
+        }
+    }
+}
+
+/// The first whole millisecond at or after `micros`.
+fn ceil_millis_of_micros(micros: i64) -> i64 {
+    micros.div_euclid(1_000) + i64::from(micros.rem_euclid(1_000) != 0)
+}
+
+/// What to do with a string key after a decision.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StringWrite {
+    /// Nothing.
+    Nothing,
+    /// Store the value the decision wrote to its buffer, expiring at this Unix time in ms.
+    Store(i64),
+    /// Delete the key: a refund left nothing counted, and no block is in force.
+    Delete,
+}
+
+/// A decision on a string key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StringDecision {
+    /// The reply, before rounding.
+    pub verdict: Verdict,
+    /// What to store.
+    pub write: StringWrite,
+    /// Whether what it stores is a block this refusal starts.
+    pub starts_block: bool,
+}
+
+/// What an algorithm alone decided on a string state.
+struct Own {
+    verdict: Verdict,
+    /// Whether its state changes (the new state was appended to the buffer).
+    changes: bool,
+    /// When the new state stops mattering (Unix ms), or `None` when nothing counts.
+    expire_at_ms: Option<i64>,
+}
+
+/// Decides `request` at `now` (µs since the epoch) for a limiter whose state is a string,
+/// given the key's value (`None` for a missing key). What to store is appended to `value`
+/// (cleared first). `StateError` when the value is not this limiter's state; a `Log`
+/// limiter has no string state and always gets `Foreign`.
+pub fn decide_string(
+    limiter: &Limiter,
+    stored: Option<&[u8]>,
+    now: i64,
+    request: &Request,
+    scratch: &mut Scratch,
+    value: &mut Vec<u8>,
+) -> Result<StringDecision, StateError> {
+    let (blocked_until, own_state) = stored.map_or((0, None), split_blocked);
+    value.clear();
+    // A refund during a block stores its state behind the block's header.
+    let kept_block =
+        block::in_force(blocked_until, now).filter(|_| request.action == Action::Refund);
+    if let Some(until) = kept_block {
+        push_blocked_header(until, value);
+    }
+    let mut own = decide_own(limiter, own_state, now, request, scratch, value)?;
+    if blocked_take(request, blocked_until, now, &own.verdict) {
+        // Refused by the block alone: the standing is the uncharged one.
+        own.verdict =
+            decide_own(limiter, own_state, now, &Request::take(0), scratch, value)?.verdict;
+    }
+    let decision = block::decide(request, blocked_until, now, own.verdict, own.changes);
+    let write = match decision.write {
+        Write::Nothing => StringWrite::Nothing,
+        Write::State => match (own.expire_at_ms, kept_block) {
+            (None, None) => StringWrite::Delete,
+            (expire_at_ms, Some(until)) => {
+                StringWrite::Store(expire_at_ms.unwrap_or(0).max(ceil_millis_of_micros(until)))
+            }
+            (Some(expire_at_ms), None) => StringWrite::Store(expire_at_ms),
+        },
+        Write::StartBlock(until) => {
+            value.clear();
+            push_blocked_header(until, value);
+            value.extend_from_slice(own_state.unwrap_or_default());
+            let own_end = ceil_millis(from_micros(now) + own.verdict.reset_after);
+            StringWrite::Store(own_end.max(ceil_millis_of_micros(until)))
+        }
+    };
+    Ok(StringDecision {
+        verdict: decision.verdict,
+        write,
+        starts_block: matches!(decision.write, Write::StartBlock(_)),
+    })
+}
+
+/// Whether `request` is a take the algorithm would admit on a key blocked at `now`: the
+/// block alone refuses it, so its reply is the standing without it.
+fn blocked_take(request: &Request, blocked_until: i64, now: i64, own: &Verdict) -> bool {
+    request.action == Action::Take
+        && !own.limited
+        && request.quantity > 0
+        && block::in_force(blocked_until, now).is_some()
+}
+
+/// The algorithm's own decision on its own state, appending its new state to `value`.
+fn decide_own(
+    limiter: &Limiter,
+    stored: Option<&[u8]>,
+    now: i64,
+    request: &Request,
+    scratch: &mut Scratch,
+    value: &mut Vec<u8>,
+) -> Result<Own, StateError> {
+    let quantity = request.quantity;
+    match (limiter, request.action) {
+        (Limiter::Throttle(gcra), action) => {
+            let stored_tat = stored
+                .map(|state| decode_gcra(state).ok_or(StateError::Foreign))
+                .transpose()?;
+            let now = from_micros(now.max(0));
+            let outcome = match action {
+                Action::Take => gcra.apply(stored_tat, now, quantity),
+                Action::Refund => gcra.refund(stored_tat, now, quantity),
+            };
+            if let Some(tat) = outcome.new_tat {
+                value.extend_from_slice(&encode_gcra(tat));
+            }
+            Ok(Own {
+                verdict: outcome.verdict,
+                changes: outcome.new_tat.is_some(),
+                expire_at_ms: outcome.new_tat.filter(|&tat| tat > now).map(ceil_millis),
+            })
+        }
+        (Limiter::Window(window), Action::Take) => {
+            let outcome = window.apply(stored, now, quantity, scratch, value)?;
+            Ok(Own {
+                verdict: outcome.verdict,
+                changes: outcome.expire_at_ms.is_some(),
+                expire_at_ms: outcome.expire_at_ms,
+            })
+        }
+        (Limiter::Window(window), Action::Refund) => {
+            let refund = window.refund(stored, now, quantity, scratch, value)?;
+            Ok(Own {
+                verdict: refund.verdict,
+                changes: refund.changed,
+                expire_at_ms: refund.expire_at_ms,
+            })
+        }
+        (Limiter::Log(_), _) => Err(StateError::Foreign),
+    }
+}
+
+/// What to do with a log after a decision.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogWrite {
+    /// Nothing.
+    Nothing,
+    /// Log the request ([`commit_log`]).
+    Take,
+    /// Give back the request's quantity ([`commit_log`]).
+    Refund,
+    /// Block the key until this instant (µs since the epoch).
+    StartBlock(i64),
+}
+
+/// Decides `request` at `now` (µs) for a log (`None` for a missing key), changing nothing.
+/// For a refund, the verdict is the standing before it: [`commit_log`] gives the one after.
+pub fn decide_log(
+    limiter: &LogLimiter,
+    log: Option<&SlidingLog>,
+    now: i64,
+    request: &Request,
+) -> (Verdict, LogWrite) {
+    let blocked_until = log.map_or(0, SlidingLog::blocked_until);
+    let (quantity, changes) = match request.action {
+        Action::Take => (request.quantity, request.may_write(limiter.limit())),
+        Action::Refund => (0, request.quantity > 0 && limiter.live_units(log, now) > 0),
+    };
+    let mut verdict = limiter.inspect(log, now, quantity);
+    if blocked_take(request, blocked_until, now, &verdict) {
+        verdict = limiter.inspect(log, now, 0);
+    }
+    let changes = changes && !(request.action == Action::Take && verdict.limited);
+    let decision = block::decide(request, blocked_until, now, verdict, changes);
+    let write = match (decision.write, request.action) {
+        (Write::Nothing, _) => LogWrite::Nothing,
+        (Write::State, Action::Take) => LogWrite::Take,
+        (Write::State, Action::Refund) => LogWrite::Refund,
+        (Write::StartBlock(until), _) => LogWrite::StartBlock(until),
+    };
+    (decision.verdict, write)
+}
+
+/// What committing a log decision did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LogCommit {
+    /// The reply, when committing decides it (a refund's standing after).
+    pub verdict: Option<Verdict>,
+    /// When the key should expire (Unix ms).
+    pub expire_at_ms: i64,
+    /// Whether the key should go: a refund left nothing counted, and no block is in force.
+    pub delete: bool,
+}
+
+/// Carries out `write`, decided by [`decide_log`] for the same request at the same `now`.
+pub fn commit_log(
+    limiter: &LogLimiter,
+    log: &mut SlidingLog,
+    now: i64,
+    request: &Request,
+    write: LogWrite,
+) -> LogCommit {
+    let mut verdict = None;
+    match write {
+        LogWrite::Nothing => {}
+        LogWrite::Take => {
+            if block::in_force(log.blocked_until(), now).is_none() {
+                log.set_blocked_until(0);
+            }
+            limiter.apply(log, now, request.quantity);
+        }
+        LogWrite::Refund => {
+            let (after, _) = limiter.refund(log, now, request.quantity);
+            verdict = Some(match block::in_force(log.blocked_until(), now) {
+                Some(until) => block::blocked_verdict(after, until, now),
+                None => after,
+            });
+        }
+        LogWrite::StartBlock(until) => log.set_blocked_until(until),
+    }
+    let block_end = block::in_force(log.blocked_until(), now).map(ceil_millis_of_micros);
+    let spent = limiter.is_spent(log, now);
+    let own_end = (!spent).then(|| limiter.expire_at_ms(log));
+    LogCommit {
+        verdict,
+        expire_at_ms: own_end.max(block_end).unwrap_or(0),
+        delete: own_end.is_none() && block_end.is_none(),
+    }
+}
+
+#[cfg(test)]
+mod tests;

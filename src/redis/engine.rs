@@ -1,0 +1,335 @@
+//! The one engine behind every limiter command: a call names one limiter (`CL.THROTTLE`,
+//! `RL.WINDOW`, `RL.LOG`) or several (`RL.ALL`), each on its own key, and asks them one
+//! [`Request`]. The engine
+//!
+//! 1. opens every key and decides every limiter, writing nothing (a bad key anywhere, a
+//!    `WRONGTYPE`, stops the call before any write);
+//! 2. settles the call: a take is admitted only if every limiter admits it; a refund always
+//!    is;
+//! 3. stores what the settled call changes (every limiter's new state when admitted, only
+//!    the blocks a refusal starts otherwise, nothing for a read-only call), and propagates
+//!    each change as its effect, which Redis wraps in one `MULTI`/`EXEC` when there are
+//!    several.
+
+use std::cell::RefCell;
+use std::ffi::c_longlong;
+
+use redis_module::raw;
+
+use crate::core::limiter::{commit_log, decide_log, decide_string, Limiter, LogWrite, StringWrite};
+use crate::core::log::{LogLimiter, SlidingLog};
+use crate::core::request::{Action, Request};
+use crate::core::verdict::Verdict;
+use crate::core::window::{Scratch, StateError};
+use crate::error::CommandError;
+use crate::redis::handler::Invocation;
+use crate::redis::key::{Access, LimiterKey};
+
+/// The most limiters one call names.
+pub const MAX_LIMITERS: usize = 16;
+
+/// One limiter a call names: its key and its parameters.
+#[derive(Clone, Copy)]
+pub struct Named {
+    /// The key, one of the call's arguments.
+    pub key: *mut raw::RedisModuleString,
+    /// The limiter.
+    pub limiter: Limiter,
+}
+
+/// Whether a call may write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// A writing command: stores and propagates what it decides.
+    Write,
+    /// A `_RO` variant: the same decision, never stored.
+    ReadOnly,
+}
+
+/// How a log's change reaches replicas and the AOF.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogEffect {
+    /// As `RL.LOG.REPLAY` with the call's time: what a client's call propagates.
+    Replay,
+    /// As the command came: for `RL.LOG.REPLAY` itself, already deterministic.
+    Verbatim,
+}
+
+/// The command an admitted log change propagates.
+pub const REPLAY_COMMAND: &std::ffi::CStr = c"RL.LOG.REPLAY";
+
+/// What a call decided, limiter by limiter (in the order named).
+pub struct Outcome {
+    verdicts: [Verdict; MAX_LIMITERS],
+    len: usize,
+}
+
+impl Outcome {
+    /// Each limiter's reply, as it stands after the call.
+    pub fn verdicts(&self) -> &[Verdict] {
+        &self.verdicts[..self.len]
+    }
+}
+
+thread_local! {
+    /// The new string states of the running call, one buffer per limiter. Commands run on
+    /// Redis' main thread one at a time, so these buffers, kept warm, serve every call
+    /// without allocating.
+    static BUFFERS: RefCell<[Vec<u8>; MAX_LIMITERS]> = RefCell::new(Default::default());
+    /// Working memory of the window counters.
+    static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
+}
+
+/// What one limiter will store if the call commits.
+#[derive(Clone, Copy)]
+enum Plan {
+    String(StringWrite),
+    Log(LogWrite),
+}
+
+/// One limiter, decided.
+struct Decided {
+    key: LimiterKey,
+    limiter: Limiter,
+    verdict: Verdict,
+    plan: Plan,
+    /// Whether the plan is a block this refusal starts.
+    starts_block: bool,
+}
+
+/// Runs `request` at `now` (µs since the epoch, read once for the whole call) against every
+/// limiter in `named`, as described in the module's documentation.
+pub fn run(
+    call: &Invocation,
+    named: &[Named],
+    request: &Request,
+    mode: Mode,
+    now: i64,
+    log_effect: LogEffect,
+) -> Result<Outcome, CommandError> {
+    debug_assert!((1..=MAX_LIMITERS).contains(&named.len()));
+    BUFFERS.with_borrow_mut(|buffers| {
+        SCRATCH.with_borrow_mut(|scratch| {
+            let mut decided: [Option<Decided>; MAX_LIMITERS] = Default::default();
+            for ((slot, named), buffer) in decided.iter_mut().zip(named).zip(buffers.iter_mut()) {
+                *slot = Some(decide(call, named, request, mode, now, scratch, buffer)?);
+            }
+            let decided = &mut decided[..named.len()];
+            let admitted = decided.iter().flatten().all(|one| !one.verdict.limited);
+            // A refusal starts no block when some limiter can never fit the quantity.
+            let never_fits = decided.iter().flatten().any(|one| {
+                request.action == Action::Take && request.quantity > one.limiter.limit()
+            });
+            let mut outcome = Outcome {
+                verdicts: [Verdict::default(); MAX_LIMITERS],
+                len: named.len(),
+            };
+            for (i, one) in decided.iter_mut().flatten().enumerate() {
+                // Admitted (or a refund): every change. Refused: only the blocks it starts.
+                let commits = mode == Mode::Write
+                    && (request.action == Action::Refund
+                        || admitted
+                        || (one.starts_block && !never_fits));
+                let verdict = if commits {
+                    commit(call, one, &buffers[i], request, now, log_effect)?
+                } else if !admitted && !one.verdict.limited {
+                    // Refused elsewhere: this limiter stands as it was, uncharged.
+                    standing(one, now, scratch, &mut Vec::new())?
+                } else {
+                    one.verdict
+                };
+                outcome.verdicts[i] = verdict;
+            }
+            Ok(outcome)
+        })
+    })
+}
+
+/// Opens `named`'s key and decides its limiter, changing nothing.
+fn decide(
+    call: &Invocation,
+    named: &Named,
+    request: &Request,
+    mode: Mode,
+    now: i64,
+    scratch: &mut Scratch,
+    buffer: &mut Vec<u8>,
+) -> Result<Decided, CommandError> {
+    let access = if mode == Mode::Write && request.may_write(named.limiter.limit()) {
+        Access::Write
+    } else {
+        Access::Read
+    };
+    let key = LimiterKey::open(call, named.key, access)?;
+    let (verdict, plan, starts_block) = match &named.limiter {
+        Limiter::Log(limiter) => {
+            let log = key.native_view::<SlidingLog>()?;
+            let (verdict, write) = decide_log(limiter, log.as_deref(), now, request);
+            let starts_block = matches!(write, LogWrite::StartBlock(_));
+            (verdict, Plan::Log(write), starts_block)
+        }
+        limiter => {
+            let stored = key.read(state_length(limiter))?;
+            let decision = decide_string(limiter, stored, now, request, scratch, buffer)
+                .map_err(state_error)?;
+            (
+                decision.verdict,
+                Plan::String(decision.write),
+                decision.starts_block,
+            )
+        }
+    };
+    Ok(Decided {
+        key,
+        limiter: named.limiter,
+        verdict,
+        plan,
+        starts_block,
+    })
+}
+
+/// The lengths a string limiter's value can have, blocked or not.
+fn state_length(limiter: &Limiter) -> impl Fn(usize) -> bool {
+    let own: fn(usize) -> bool = match limiter {
+        Limiter::Throttle(_) => crate::core::codec::is_gcra_length,
+        _ => crate::core::window::is_window_length,
+    };
+    move |len| crate::core::codec::is_state_length(own, len)
+}
+
+/// The reply to a value that is not the limiter's state.
+pub fn state_error(error: StateError) -> CommandError {
+    match error {
+        StateError::Foreign => CommandError::WRONG_TYPE,
+        StateError::OtherAlgorithm => CommandError::Message(
+            c"WRONGTYPE the key holds the state of another RL.WINDOW algorithm",
+        ),
+    }
+}
+
+/// The limiter's standing at `now`, as a peek sees it.
+fn standing(
+    one: &Decided,
+    now: i64,
+    scratch: &mut Scratch,
+    buffer: &mut Vec<u8>,
+) -> Result<Verdict, CommandError> {
+    let peek = Request::take(0);
+    Ok(match &one.limiter {
+        Limiter::Log(limiter) => {
+            let log = one.key.native_view::<SlidingLog>()?;
+            decide_log(limiter, log.as_deref(), now, &peek).0
+        }
+        limiter => {
+            let stored = one.key.read(state_length(limiter))?;
+            decide_string(limiter, stored, now, &peek, scratch, buffer)
+                .map_err(state_error)?
+                .verdict
+        }
+    })
+}
+
+/// Stores what `one` decided, and returns its reply.
+fn commit(
+    call: &Invocation,
+    one: &mut Decided,
+    buffer: &[u8],
+    request: &Request,
+    now: i64,
+    log_effect: LogEffect,
+) -> Result<Verdict, CommandError> {
+    match (one.plan, &one.limiter) {
+        (Plan::String(StringWrite::Nothing), _) | (Plan::Log(LogWrite::Nothing), _) => {}
+        (Plan::String(StringWrite::Store(expire_at_ms)), _) => {
+            one.key.write(buffer, expire_at_ms)?;
+        }
+        (Plan::String(StringWrite::Delete), _) => {
+            one.key.delete(raw::REDISMODULE_NOTIFY_STRING)?;
+            one.key.propagate(|| one.key.replicate_delete());
+        }
+        (Plan::Log(write), Limiter::Log(limiter)) => {
+            let commit = match one.key.native_borrow::<SlidingLog>()? {
+                Some(mut log) => commit_log(limiter, &mut log, now, request, write),
+                None => {
+                    let mut log = SlidingLog::default();
+                    let commit = commit_log(limiter, &mut log, now, request, write);
+                    if !commit.delete {
+                        one.key.set_native(log)?;
+                    }
+                    commit
+                }
+            };
+            if commit.delete {
+                one.key.delete(raw::REDISMODULE_NOTIFY_MODULE)?;
+            } else {
+                one.key.changed_in_place(Some(commit.expire_at_ms))?;
+            }
+            one.key
+                .propagate(|| propagate_log(call, &one.key, limiter, request, now, log_effect));
+            return Ok(commit.verdict.unwrap_or(one.verdict));
+        }
+        (Plan::Log(_), _) => return Err(CommandError::INTERNAL),
+    }
+    Ok(one.verdict)
+}
+
+/// Propagates a log's change: the call again, with the time it ran at, so that replicas and
+/// the AOF reach the same log and expiry (a few integers, whatever the log's length).
+fn propagate_log(
+    call: &Invocation,
+    key: &LimiterKey,
+    limiter: &LogLimiter,
+    request: &Request,
+    now: i64,
+    log_effect: LogEffect,
+) {
+    // SAFETY: the running command's context and key; integers passed as `l`, keywords as `c`.
+    unsafe {
+        if log_effect == LogEffect::Verbatim {
+            raw::RedisModule_ReplicateVerbatim.unwrap()(call.ctx);
+            return;
+        }
+        let replicate = raw::RedisModule_Replicate.unwrap();
+        let (command, name) = (REPLAY_COMMAND.as_ptr(), key.name());
+        let (limit, window) = (
+            limiter.limit() as c_longlong,
+            limiter.window_micros() as c_longlong,
+        );
+        let (quantity, now) = (request.quantity as c_longlong, now as c_longlong);
+        match (request.action, request.block) {
+            (Action::Refund, _) => replicate(
+                call.ctx,
+                command,
+                c"sllllc".as_ptr(),
+                name,
+                limit,
+                window,
+                quantity,
+                now,
+                c"REFUND".as_ptr(),
+            ),
+            (Action::Take, Some(block)) => replicate(
+                call.ctx,
+                command,
+                c"sllllcl".as_ptr(),
+                name,
+                limit,
+                window,
+                quantity,
+                now,
+                c"BLOCK".as_ptr(),
+                block as c_longlong,
+            ),
+            (Action::Take, None) => replicate(
+                call.ctx,
+                command,
+                c"sllll".as_ptr(),
+                name,
+                limit,
+                window,
+                quantity,
+                now,
+            ),
+        };
+    }
+}

@@ -1,0 +1,362 @@
+//! The module's native data type, `ratelimit` (what `TYPE` shows), for the limiters whose
+//! state is more than a short string: `RL.LOG`'s logs. Each value is one allocation (see
+//! [`crate::core::ring`]) whose first word says what it holds, so one type serves every
+//! kind and the callbacks dispatch on it: RDB save and load, AOF rewrite, `MEMORY USAGE`,
+//! `DEBUG DIGEST-VALUE`, `COPY`, free effort and active defragmentation. `DUMP`/`RESTORE`
+//! (and so `MIGRATE` and Cluster resharding) go through the RDB callbacks.
+//!
+//! RDB encoding version 2: the kind, then for a log the end of its penalty block (µs, 0 for
+//! none), the number of entries and the entries as one string of 8-byte little-endian words
+//! (time in µs << 10 | count - 1), oldest first. Version 1 (written before blocks existed)
+//! is a log's entry count and entries, and still loads.
+
+use std::ffi::{c_int, c_void, CStr};
+use std::mem::ManuallyDrop;
+use std::ops::{Deref, DerefMut};
+use std::panic::{self, AssertUnwindSafe};
+use std::ptr;
+use std::sync::atomic::{AtomicPtr, Ordering};
+
+use redis_module::raw;
+
+use crate::core::log::{SlidingLog, ENTRY_LEN, LOG_KIND};
+use crate::core::ring::raw_kind;
+
+/// The RDB encoding version this build writes; it reads this one and every earlier one.
+const ENCODING_VERSION: c_int = 2;
+
+/// Entries per command when the AOF is rewritten: about 8 KB each.
+const ENTRIES_PER_AOF_COMMAND: usize = 1_024;
+
+/// The command an AOF rewrite emits to rebuild a log, chunk by chunk.
+pub const LOAD_CHUNK_COMMAND: &CStr = c"RL.LOG.LOADCHUNK";
+
+/// The keyword of `RL.LOG.LOADCHUNK` that carries the end of a penalty block.
+pub const BLOCKED_KEYWORD: &CStr = c"BLOCKED";
+
+/// The data type's name, what `TYPE` shows: exactly 9 characters, as Redis requires.
+const TYPE_NAME: &CStr = c"ratelimit";
+
+/// The data type, once created.
+static NATIVE_TYPE: AtomicPtr<raw::RedisModuleType> = AtomicPtr::new(ptr::null_mut());
+
+/// A kind of native value: how it is stored and handed to Redis.
+pub trait Native: Sized {
+    /// The kind tag in its first word.
+    const KIND: u8;
+    /// Hands the value over as a thin pointer.
+    fn into_raw(self) -> *mut u64;
+    /// Takes back a value handed over by `into_raw`.
+    ///
+    /// # Safety
+    /// `raw` must come from `into_raw` of this kind, not yet taken back.
+    unsafe fn from_raw(raw: *mut u64) -> Self;
+}
+
+impl Native for SlidingLog {
+    const KIND: u8 = LOG_KIND;
+    fn into_raw(self) -> *mut u64 {
+        SlidingLog::into_raw(self)
+    }
+    unsafe fn from_raw(raw: *mut u64) -> Self {
+        unsafe { SlidingLog::from_raw(raw) }
+    }
+}
+
+/// Creates the data type, from OnLoad.
+pub fn create(ctx: *mut raw::RedisModuleCtx) -> Result<(), String> {
+    let mut methods = raw::RedisModuleTypeMethods {
+        version: raw::REDISMODULE_TYPE_METHOD_VERSION as u64,
+        rdb_load: Some(rdb_load),
+        rdb_save: Some(rdb_save),
+        aof_rewrite: Some(aof_rewrite),
+        mem_usage: Some(mem_usage),
+        digest: Some(digest),
+        free: Some(free),
+        aux_load: None,
+        aux_save: None,
+        aux_save_triggers: 0,
+        free_effort: Some(free_effort),
+        unlink: None,
+        copy: Some(copy),
+        // Servers without RedisModule_DefragAlloc never call it.
+        defrag: unsafe { raw::RedisModule_DefragAlloc }.map(|_| defrag as _),
+        mem_usage2: None,
+        free_effort2: None,
+        unlink2: None,
+        copy2: None,
+        aux_save2: None,
+    };
+    // SAFETY: called from OnLoad; Redis copies the methods.
+    let created = unsafe {
+        raw::RedisModule_CreateDataType.unwrap()(
+            ctx,
+            TYPE_NAME.as_ptr(),
+            ENCODING_VERSION,
+            &mut methods,
+        )
+    };
+    if created.is_null() {
+        return Err("the server refused to create the data type 'ratelimit' (is another module using the name?)".to_owned());
+    }
+    NATIVE_TYPE.store(created, Ordering::Relaxed);
+    Ok(())
+}
+
+/// The registered type, for key checks.
+pub fn native_type() -> *mut raw::RedisModuleType {
+    NATIVE_TYPE.load(Ordering::Relaxed)
+}
+
+/// A native value read in place: never freed by this handle.
+pub struct View<T: Native>(ManuallyDrop<T>);
+
+impl<T: Native> View<T> {
+    /// The value behind `raw`, if it is of kind `T`.
+    ///
+    /// # Safety
+    /// `raw` must be a live value of this type, unchanged while the view lives.
+    pub unsafe fn of(raw: *mut u64) -> Option<Self> {
+        (unsafe { raw_kind(raw) } == T::KIND)
+            .then(|| View(ManuallyDrop::new(unsafe { T::from_raw(raw) })))
+    }
+}
+
+impl<T: Native> Deref for View<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
+/// A native value taken out of an open key to be changed. When dropped (after the change, or
+/// during a panic's unwinding) the key gets the value back, at its new address if the change
+/// moved it, so Redis never holds a freed allocation.
+pub struct Borrowed<T: Native> {
+    key: *mut raw::RedisModuleKey,
+    raw: *mut u64,
+    value: ManuallyDrop<T>,
+}
+
+impl<T: Native> Borrowed<T> {
+    /// The value of the key `key` (open for writing), whose raw value is `raw` of kind `T`.
+    ///
+    /// # Safety
+    /// `raw` must be the key's module value, of this type and kind `T`, and the key must
+    /// stay open for writing while this lives.
+    pub unsafe fn new(key: *mut raw::RedisModuleKey, raw: *mut u64) -> Self {
+        Borrowed {
+            key,
+            raw,
+            value: ManuallyDrop::new(unsafe { T::from_raw(raw) }),
+        }
+    }
+}
+
+impl<T: Native> Deref for Borrowed<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.value
+    }
+}
+
+impl<T: Native> DerefMut for Borrowed<T> {
+    fn deref_mut(&mut self) -> &mut T {
+        &mut self.value
+    }
+}
+
+impl<T: Native> Drop for Borrowed<T> {
+    fn drop(&mut self) {
+        // SAFETY: taken once, here; the key is open for writing and holds this type.
+        let moved = unsafe { ManuallyDrop::take(&mut self.value) }.into_raw();
+        if moved != self.raw {
+            let mut old = ptr::null_mut();
+            unsafe {
+                raw::RedisModule_ModuleTypeReplaceValue.unwrap()(
+                    self.key,
+                    native_type(),
+                    moved.cast(),
+                    &mut old,
+                )
+            };
+        }
+    }
+}
+
+/// Runs a callback with panics caught: Redis must never see one. `fallback` is what the
+/// callback returns instead.
+fn guarded<T>(fallback: T, callback: impl FnOnce() -> T) -> T {
+    panic::catch_unwind(AssertUnwindSafe(callback)).unwrap_or(fallback)
+}
+
+/// The log behind a value Redis holds, when it is one.
+///
+/// # Safety
+/// `value` must be a live value of this type.
+unsafe fn as_log(value: *const c_void) -> Option<View<SlidingLog>> {
+    unsafe { View::of(value.cast_mut().cast()) }
+}
+
+fn serialized(log: &SlidingLog, first: usize, count: usize) -> Vec<u8> {
+    let mut bytes = Vec::with_capacity(count.min(log.len()) * ENTRY_LEN);
+    log.serialize(first, count, &mut bytes);
+    bytes
+}
+
+/// Reads a log's entries: an entry count, then a string of that many entries.
+///
+/// # Safety
+/// `io` must be Redis' loading context.
+unsafe fn load_log_entries(io: *mut raw::RedisModuleIO, log: &mut SlidingLog) -> Option<()> {
+    unsafe {
+        let entries = raw::RedisModule_LoadUnsigned.unwrap()(io);
+        let mut len = 0;
+        let buffer = raw::RedisModule_LoadStringBuffer.unwrap()(io, &mut len);
+        if raw::RedisModule_IsIOError.unwrap()(io) != 0 || buffer.is_null() {
+            return None;
+        }
+        let bytes = std::slice::from_raw_parts(buffer.cast::<u8>(), len);
+        let valid = entries.checked_mul(ENTRY_LEN as u64) == Some(len as u64)
+            && log.append_serialized(bytes).is_some();
+        raw::RedisModule_Free.unwrap()(buffer.cast());
+        valid.then_some(())
+    }
+}
+
+unsafe extern "C" fn rdb_load(io: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
+    guarded(ptr::null_mut(), || unsafe {
+        let load_unsigned = raw::RedisModule_LoadUnsigned.unwrap();
+        let is_error = || raw::RedisModule_IsIOError.unwrap()(io) != 0;
+        let mut log = SlidingLog::default();
+        match encver {
+            1 => load_log_entries(io, &mut log),
+            2 => {
+                let kind = load_unsigned(io);
+                let blocked_until = load_unsigned(io);
+                if is_error() || kind != u64::from(LOG_KIND) || blocked_until > i64::MAX as u64 {
+                    return ptr::null_mut();
+                }
+                log.set_blocked_until(blocked_until as i64);
+                load_log_entries(io, &mut log)
+            }
+            _ => None,
+        }
+        .map_or(ptr::null_mut(), |()| log.into_raw().cast())
+    })
+}
+
+unsafe extern "C" fn rdb_save(io: *mut raw::RedisModuleIO, value: *mut c_void) {
+    guarded((), || unsafe {
+        let Some(log) = as_log(value) else { return };
+        let save_unsigned = raw::RedisModule_SaveUnsigned.unwrap();
+        save_unsigned(io, u64::from(LOG_KIND));
+        save_unsigned(io, log.blocked_until() as u64);
+        let bytes = serialized(&log, 0, log.len());
+        save_unsigned(io, log.len() as u64);
+        raw::RedisModule_SaveStringBuffer.unwrap()(io, bytes.as_ptr().cast(), bytes.len());
+    })
+}
+
+unsafe extern "C" fn aof_rewrite(
+    aof: *mut raw::RedisModuleIO,
+    key: *mut raw::RedisModuleString,
+    value: *mut c_void,
+) {
+    guarded((), || unsafe {
+        let Some(log) = as_log(value) else { return };
+        let emit = raw::RedisModule_EmitAOF.unwrap();
+        // At least one command, so that a log holding only a block is rebuilt too.
+        let chunks = log.len().div_ceil(ENTRIES_PER_AOF_COMMAND).max(1);
+        for chunk in 0..chunks {
+            let bytes = serialized(
+                &log,
+                chunk * ENTRIES_PER_AOF_COMMAND,
+                ENTRIES_PER_AOF_COMMAND,
+            );
+            if chunk + 1 == chunks && log.blocked_until() > 0 {
+                emit(
+                    aof,
+                    LOAD_CHUNK_COMMAND.as_ptr(),
+                    c"sbcl".as_ptr(),
+                    key,
+                    bytes.as_ptr(),
+                    bytes.len(),
+                    BLOCKED_KEYWORD.as_ptr(),
+                    log.blocked_until() as std::ffi::c_longlong,
+                );
+            } else {
+                emit(
+                    aof,
+                    LOAD_CHUNK_COMMAND.as_ptr(),
+                    c"sb".as_ptr(),
+                    key,
+                    bytes.as_ptr(),
+                    bytes.len(),
+                );
+            }
+        }
+    })
+}
+
+unsafe extern "C" fn mem_usage(value: *const c_void) -> usize {
+    guarded(0, || unsafe {
+        as_log(value).map_or(0, |log| log.allocated_bytes())
+    })
+}
+
+unsafe extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
+    guarded((), || unsafe {
+        let Some(log) = as_log(value) else { return };
+        let mut bytes = serialized(&log, 0, log.len());
+        bytes.extend_from_slice(&log.blocked_until().to_le_bytes());
+        raw::RedisModule_DigestAddStringBuffer.unwrap()(md, bytes.as_ptr().cast(), bytes.len());
+        raw::RedisModule_DigestEndSequence.unwrap()(md);
+    })
+}
+
+unsafe extern "C" fn free(value: *mut c_void) {
+    guarded((), || unsafe {
+        if raw_kind(value.cast()) == LOG_KIND {
+            drop(SlidingLog::from_raw(value.cast()));
+        }
+    })
+}
+
+unsafe extern "C" fn free_effort(
+    _key: *mut raw::RedisModuleString,
+    _value: *const c_void,
+) -> usize {
+    // One allocation, whatever the length: freeing is never worth a background thread.
+    1
+}
+
+unsafe extern "C" fn copy(
+    _from_key: *mut raw::RedisModuleString,
+    _to_key: *mut raw::RedisModuleString,
+    value: *const c_void,
+) -> *mut c_void {
+    guarded(ptr::null_mut(), || unsafe {
+        as_log(value).map_or(ptr::null_mut(), |log| {
+            SlidingLog::clone(&log).into_raw().cast()
+        })
+    })
+}
+
+/// Active defragmentation: the value is one allocation, moved whole when the allocator
+/// suggests it.
+unsafe extern "C" fn defrag(
+    ctx: *mut raw::RedisModuleDefragCtx,
+    _key: *mut raw::RedisModuleString,
+    value: *mut *mut c_void,
+) -> c_int {
+    guarded(0, || unsafe {
+        if let Some(defrag_alloc) = raw::RedisModule_DefragAlloc {
+            let moved = defrag_alloc(ctx, *value);
+            if !moved.is_null() {
+                *value = moved;
+            }
+        }
+        0
+    })
+}

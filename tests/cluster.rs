@@ -9,7 +9,7 @@ use std::collections::HashSet;
 
 use support::cluster::Cluster;
 use support::workload::{State, Workload};
-use support::{ints, query};
+use support::{error, ints, query};
 
 /// Limiters in the cluster: every kind and shape ten times, hashed all over the slots.
 const LIMITERS: usize = 420;
@@ -111,4 +111,20 @@ fn limits_hold_across_slots_resharding_and_failover() {
         ints(&mut con, &["RL.LOG", tagged[2], "5", "60"]),
         [0, 5, 4, -1, 60]
     );
+    // RL.ALL over them: one node, one call, all or nothing.
+    assert_eq!(
+        ints(
+            &mut con,
+            &["RL.ALL", "2", tagged[0], tagged[2], "THROTTLE", "9", "10", "60", "LOG", "5", "60"]
+        ),
+        [0, 5, 3, -1, 60]
+    );
+    // Keys in different slots: Redis refuses the call before the module runs.
+    let refused = error(
+        &mut con,
+        &[
+            "RL.ALL", "2", "user:1", "user:2", "LOG", "5", "60", "LOG", "5", "60",
+        ],
+    );
+    assert!(refused.starts_with("CROSSSLOT"), "{refused}");
 }

@@ -104,7 +104,7 @@ const NUMBERS: &[&[u8]] = &[
 /// Keywords, some misspelled or of another command.
 const WORDS: &[&str] = &[
     "S", "MS", "US", "FIXED", "SLIDING", "BUCKETS", "NS", "SLIDNG", "FIX", "bucket", "WINDOW",
-    "LIMIT", "KEEPTTL", "PX",
+    "LIMIT", "KEEPTTL", "PX", "REFUND", "BLOCK", "DETAILS", "THROTTLE", "LOG", "REFUNDS",
 ];
 
 /// One argument: a number, a keyword in a random case, or random bytes.
@@ -158,11 +158,13 @@ fn invocation(rng: &mut Rng, long_key: &[u8]) -> Vec<Vec<u8>> {
     }
     let name = *rng.pick(&[
         "CL.THROTTLE",
-        "cl.throttle",
+        "cl.throttle_ro",
         "RL.WINDOW",
-        "rl.window",
+        "rl.window_ro",
         "RL.LOG",
-        "Rl.Log",
+        "Rl.Log_Ro",
+        "RL.ALL",
+        "rl.all_ro",
         "RL.LOG.REPLAY",
         "RL.LOG.LOADCHUNK",
     ]);
@@ -181,8 +183,76 @@ fn invocation(rng: &mut Rng, long_key: &[u8]) -> Vec<Vec<u8>> {
     command
 }
 
-/// A valid call of one of the three commands.
+/// A valid call of one of the commands, writing or read-only.
 fn well_formed(rng: &mut Rng, long_key: &[u8]) -> Vec<Vec<u8>> {
+    let mut command = if rng.chance(25) {
+        well_formed_all(rng, long_key)
+    } else {
+        well_formed_single(rng, long_key)
+    };
+    // Options every command takes: a block, or a refund of a writing command.
+    match rng.below(10) {
+        0 => command.extend([
+            b"BLOCK".to_vec(),
+            (1 + rng.below(100)).to_string().into_bytes(),
+        ]),
+        1 if !command[0].ends_with(b"_RO") => command.push(b"refund".to_vec()),
+        _ => {}
+    }
+    if rng.chance(20) {
+        let name = String::from_utf8(command[0].clone()).unwrap();
+        command[0] = format!("{name}_RO").into_bytes();
+    }
+    command
+}
+
+/// A valid `RL.ALL` over 1 to 4 limiters, on keys of a tag, so that states build up.
+fn well_formed_all(rng: &mut Rng, long_key: &[u8]) -> Vec<Vec<u8>> {
+    let number =
+        |rng: &mut Rng, low: usize, high: usize| (low + rng.below(high - low + 1)).to_string();
+    let keys = 1 + rng.below(4);
+    let mut words = vec!["RL.ALL".to_owned(), keys.to_string()];
+    let mut limiters = Vec::new();
+    for i in 0..keys {
+        let kind = rng.below(3);
+        words.push(format!("fz:{{all}}:{kind}:{i}:{}", rng.below(5)));
+        match kind {
+            0 => limiters.extend([
+                "THROTTLE".to_owned(),
+                number(rng, 0, 20),
+                number(rng, 1, 100),
+                number(rng, 1, 100),
+            ]),
+            1 => {
+                limiters.extend(["window".to_owned(), number(rng, 1, 50), number(rng, 1, 100)]);
+                match rng.below(4) {
+                    0 => limiters.push("FIXED".to_owned()),
+                    1 => limiters.extend(["BUCKETS".to_owned(), number(rng, 1, 30)]),
+                    _ => {}
+                }
+            }
+            _ => limiters.extend(["Log".to_owned(), number(rng, 1, 50), number(rng, 1, 100)]),
+        }
+    }
+    words.extend(limiters);
+    if rng.chance(70) {
+        words.push(number(rng, 0, 30));
+    }
+    if rng.chance(30) {
+        words.push(rng.pick(&["s", "MS", "Us"]).to_string());
+    }
+    if rng.chance(30) {
+        words.push("DETAILS".to_owned());
+    }
+    let mut command: Vec<Vec<u8>> = words.into_iter().map(String::into_bytes).collect();
+    if rng.chance(5) {
+        command[2] = key(rng, long_key);
+    }
+    command
+}
+
+/// A valid call of one of the single-key commands.
+fn well_formed_single(rng: &mut Rng, long_key: &[u8]) -> Vec<Vec<u8>> {
     let number =
         |rng: &mut Rng, low: usize, high: usize| (low + rng.below(high - low + 1)).to_string();
     let mut words: Vec<String> = match rng.below(3) {
@@ -228,8 +298,9 @@ fn well_formed(rng: &mut Rng, long_key: &[u8]) -> Vec<Vec<u8>> {
     command
 }
 
-/// Checks one reply: a well-formed five-integer reply or an `ERR`/`WRONGTYPE` error, never
-/// the panic guard's.
+/// Checks one reply: a well-formed five-integer reply (followed, for `RL.ALL ... DETAILS`,
+/// by one per limiter) or an `ERR`/`WRONGTYPE`/`CROSSSLOT`-free error, never the panic
+/// guard's.
 fn check_reply(command: &[Vec<u8>], reply: &Value, seed: u64) {
     let shown = || {
         let args: Vec<String> = command
@@ -240,6 +311,10 @@ fn check_reply(command: &[Vec<u8>], reply: &Value, seed: u64) {
     };
     match reply {
         Value::Array(items) => {
+            let (items, details) = items.split_at(items.len().min(5));
+            for detail in details {
+                check_reply(command, detail, seed);
+            }
             let fields: Vec<i64> = items
                 .iter()
                 .map(|item| match item {

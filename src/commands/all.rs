@@ -13,9 +13,9 @@
 use std::ffi::{c_int, CStr};
 
 use crate::args::{is_keyword, parse_integer, parse_options, CommonOptions, Tail};
+use crate::core::all::combined;
 use crate::core::limiter::Limiter;
 use crate::core::time::{Rounding, Unit};
-use crate::core::verdict::Verdict;
 use crate::error::CommandError;
 use crate::redis::clock;
 use crate::redis::engine::{self, LogEffect, Mode, Named, MAX_LIMITERS};
@@ -193,42 +193,6 @@ fn run(call: &Invocation, mode: Mode) -> Result<LimiterReply, CommandError> {
         details,
         request,
     })
-}
-
-/// The reply for all the limiters together: admitted only if every one admits; the binding
-/// limiter's `limit` and `remaining` (admitted: the fewest remaining; refused: the refusing
-/// limiter that asks the longest wait, or one the quantity can never fit); the longest wait
-/// (-1 if some limiter can never fit it); the longest reset.
-fn combined(verdicts: &[Verdict]) -> Verdict {
-    let reset_after = verdicts
-        .iter()
-        .map(|verdict| verdict.reset_after)
-        .max()
-        .unwrap_or_default();
-    let refusing = verdicts.iter().filter(|verdict| verdict.limited);
-    // Never fitting weighs more than any wait; ties go to the first in key order.
-    let binding = refusing.fold(None, |binding: Option<&Verdict>, verdict| match binding {
-        Some(best) if wait(best) >= wait(verdict) => Some(best),
-        _ => Some(verdict),
-    });
-    let binding = binding.unwrap_or_else(|| {
-        verdicts.iter().fold(&verdicts[0], |best, verdict| {
-            if verdict.remaining < best.remaining {
-                verdict
-            } else {
-                best
-            }
-        })
-    });
-    Verdict {
-        reset_after,
-        ..*binding
-    }
-}
-
-/// How long a refused limiter asks to wait, with "never" the longest.
-fn wait(verdict: &Verdict) -> i128 {
-    verdict.retry_after.unwrap_or(i128::MAX)
 }
 
 /// Parses the arguments after the command's name.

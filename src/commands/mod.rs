@@ -63,11 +63,15 @@ const fn limiter_spec(
     args: &'static [Arg],
     stats: &'static CommandStats,
 ) -> CommandSpec {
-    let (flags, acl_categories, key_flags) = match mode {
-        // Not `deny-oom`: the module refuses only the calls that would write (see
-        // `LimiterKey::open`), so that peeks answer over `maxmemory`.
-        Mode::Write => (c"write fast", c"write fast", WRITE_KEY_FLAGS),
-        Mode::ReadOnly => (c"readonly fast", c"read fast", READ_KEY_FLAGS),
+    // Not `deny-oom`: the module refuses only the calls that would write (see
+    // `LimiterKey::open`), so that peeks answer over `maxmemory`. Counted keys are told to
+    // Redis per call (`getkeys-api`): the key spec alone is not what Cluster routing and
+    // `CROSSSLOT` checks read.
+    let (flags, acl_categories, key_flags) = match (mode, counted_keys) {
+        (Mode::Write, false) => (c"write fast", c"write fast", WRITE_KEY_FLAGS),
+        (Mode::Write, true) => (c"write fast getkeys-api", c"write fast", WRITE_KEY_FLAGS),
+        (Mode::ReadOnly, false) => (c"readonly fast", c"read fast", READ_KEY_FLAGS),
+        (Mode::ReadOnly, true) => (c"readonly fast getkeys-api", c"read fast", READ_KEY_FLAGS),
     };
     CommandSpec {
         name,

@@ -9,8 +9,8 @@
 //!   `reset_after` at least the time left. Refused calls do not extend it.
 //! - A refund still gives back what it gives back; the block stays.
 //! - A block starts when a take is refused because the limit is used up (the algorithm has
-//!   a retry time), never for a quantity that can never fit, and that refusal already
-//!   replies as blocked.
+//!   a retry time), never for a quantity that can never fit nor for a peek, and that
+//!   refusal already replies as blocked.
 
 use super::request::{Action, Request};
 use super::time::from_micros;
@@ -90,7 +90,8 @@ pub fn decide(
             write: state_if_changed,
         },
         (Action::Take, None) => match request.block {
-            Some(duration) if verdict.retry_after.is_some() => {
+            // A peek (0) only looks, even at a limiter over its limit: it starts nothing.
+            Some(duration) if verdict.retry_after.is_some() && request.quantity > 0 => {
                 let until = now.saturating_add(duration);
                 Decision {
                     verdict: blocked_verdict(verdict, until, now),
@@ -145,6 +146,19 @@ mod tests {
         // The algorithm's own wait, when longer, is kept.
         let decision = decide(&request(Action::Take, 1, Some(100)), 0, NOW, refused, false);
         assert_eq!(decision.verdict, verdict(true, 0, Some(300), 900));
+    }
+
+    #[test]
+    fn no_block_for_a_peek_at_a_limiter_over_its_limit() {
+        let over = verdict(true, 0, Some(300), 900);
+        let decision = decide(&request(Action::Take, 0, Some(1_000)), 0, NOW, over, false);
+        assert_eq!(
+            decision,
+            Decision {
+                verdict: over,
+                write: Write::Nothing
+            }
+        );
     }
 
     #[test]

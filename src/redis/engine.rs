@@ -16,6 +16,7 @@ use std::ffi::c_longlong;
 
 use redis_module::raw;
 
+use crate::core::all::{conclude, Decided};
 use crate::core::limiter::{commit_log, decide_log, decide_string, Limiter, LogWrite, StringWrite};
 use crate::core::log::{LogLimiter, SlidingLog};
 use crate::core::request::{Action, Request};
@@ -87,14 +88,20 @@ enum Plan {
     Log(LogWrite),
 }
 
-/// One limiter, decided.
-struct Decided {
+/// One limiter of a running call, decided.
+struct Slot<'a> {
+    call: &'a Invocation<'a>,
     key: LimiterKey,
     limiter: Limiter,
+    request: Request,
+    now: i64,
+    log_effect: LogEffect,
     verdict: Verdict,
     plan: Plan,
     /// Whether the plan is a block this refusal starts.
     starts_block: bool,
+    /// The new string state the plan stores.
+    value: &'a [u8],
 }
 
 /// Runs `request` at `now` (µs since the epoch, read once for the whole call) against every
@@ -109,52 +116,35 @@ pub fn run(
 ) -> Result<Outcome, CommandError> {
     debug_assert!((1..=MAX_LIMITERS).contains(&named.len()));
     BUFFERS.with_borrow_mut(|buffers| {
-        SCRATCH.with_borrow_mut(|scratch| {
-            let mut decided: [Option<Decided>; MAX_LIMITERS] = Default::default();
-            for ((slot, named), buffer) in decided.iter_mut().zip(named).zip(buffers.iter_mut()) {
-                *slot = Some(decide(call, named, request, mode, now, scratch, buffer)?);
-            }
-            let decided = &mut decided[..named.len()];
-            let admitted = decided.iter().flatten().all(|one| !one.verdict.limited);
-            // A refusal starts no block when some limiter can never fit the quantity.
-            let never_fits = decided.iter().flatten().any(|one| {
-                request.action == Action::Take && request.quantity > one.limiter.limit()
-            });
-            let mut outcome = Outcome {
-                verdicts: [Verdict::default(); MAX_LIMITERS],
-                len: named.len(),
-            };
-            for (i, one) in decided.iter_mut().flatten().enumerate() {
-                // Admitted (or a refund): every change. Refused: only the blocks it starts.
-                let commits = mode == Mode::Write
-                    && (request.action == Action::Refund
-                        || admitted
-                        || (one.starts_block && !never_fits));
-                let verdict = if commits {
-                    commit(call, one, &buffers[i], request, now, log_effect)?
-                } else if !admitted && !one.verdict.limited {
-                    // Refused elsewhere: this limiter stands as it was, uncharged.
-                    standing(one, now, scratch, &mut Vec::new())?
-                } else {
-                    one.verdict
-                };
-                outcome.verdicts[i] = verdict;
-            }
-            Ok(outcome)
-        })
+        let mut slots: [Option<Slot>; MAX_LIMITERS] = Default::default();
+        for ((slot, named), buffer) in slots.iter_mut().zip(named).zip(buffers.iter_mut()) {
+            *slot = Some(decide(call, named, request, mode, now, log_effect, buffer)?);
+        }
+        let mut outcome = Outcome {
+            verdicts: [Verdict::default(); MAX_LIMITERS],
+            len: named.len(),
+        };
+        conclude(
+            &mut slots,
+            request,
+            mode == Mode::Write,
+            &mut outcome.verdicts,
+        )?;
+        Ok(outcome)
     })
 }
 
-/// Opens `named`'s key and decides its limiter, changing nothing.
-fn decide(
-    call: &Invocation,
+/// Opens `named`'s key and decides its limiter, changing nothing; a new string state goes
+/// to `buffer`.
+fn decide<'a>(
+    call: &'a Invocation<'a>,
     named: &Named,
     request: &Request,
     mode: Mode,
     now: i64,
-    scratch: &mut Scratch,
-    buffer: &mut Vec<u8>,
-) -> Result<Decided, CommandError> {
+    log_effect: LogEffect,
+    buffer: &'a mut Vec<u8>,
+) -> Result<Slot<'a>, CommandError> {
     let access = if mode == Mode::Write && request.may_write(named.limiter.limit()) {
         Access::Write
     } else {
@@ -170,8 +160,10 @@ fn decide(
         }
         limiter => {
             let stored = key.read(state_length(limiter))?;
-            let decision = decide_string(limiter, stored, now, request, scratch, buffer)
-                .map_err(state_error)?;
+            let decision = SCRATCH.with_borrow_mut(|scratch| {
+                decide_string(limiter, stored, now, request, scratch, buffer)
+            });
+            let decision = decision.map_err(state_error)?;
             (
                 decision.verdict,
                 Plan::String(decision.write),
@@ -179,12 +171,17 @@ fn decide(
             )
         }
     };
-    Ok(Decided {
+    Ok(Slot {
+        call,
         key,
         limiter: named.limiter,
+        request: *request,
+        now,
+        log_effect,
         verdict,
         plan,
         starts_block,
+        value: buffer,
     })
 }
 
@@ -207,70 +204,84 @@ pub fn state_error(error: StateError) -> CommandError {
     }
 }
 
-/// The limiter's standing at `now`, as a peek sees it.
-fn standing(
-    one: &Decided,
-    now: i64,
-    scratch: &mut Scratch,
-    buffer: &mut Vec<u8>,
-) -> Result<Verdict, CommandError> {
-    let peek = Request::take(0);
-    Ok(match &one.limiter {
-        Limiter::Log(limiter) => {
-            let log = one.key.native_view::<SlidingLog>()?;
-            decide_log(limiter, log.as_deref(), now, &peek).0
-        }
-        limiter => {
-            let stored = one.key.read(state_length(limiter))?;
-            decide_string(limiter, stored, now, &peek, scratch, buffer)
-                .map_err(state_error)?
-                .verdict
-        }
-    })
-}
+impl Decided for Slot<'_> {
+    type Error = CommandError;
 
-/// Stores what `one` decided, and returns its reply.
-fn commit(
-    call: &Invocation,
-    one: &mut Decided,
-    buffer: &[u8],
-    request: &Request,
-    now: i64,
-    log_effect: LogEffect,
-) -> Result<Verdict, CommandError> {
-    match (one.plan, &one.limiter) {
-        (Plan::String(StringWrite::Nothing), _) | (Plan::Log(LogWrite::Nothing), _) => {}
-        (Plan::String(StringWrite::Store(expire_at_ms)), _) => {
-            one.key.write(buffer, expire_at_ms)?;
-        }
-        (Plan::String(StringWrite::Delete), _) => {
-            one.key.delete(raw::REDISMODULE_NOTIFY_STRING)?;
-            one.key.propagate(|| one.key.replicate_delete());
-        }
-        (Plan::Log(write), Limiter::Log(limiter)) => {
-            let commit = match one.key.native_borrow::<SlidingLog>()? {
-                Some(mut log) => commit_log(limiter, &mut log, now, request, write),
-                None => {
-                    let mut log = SlidingLog::default();
-                    let commit = commit_log(limiter, &mut log, now, request, write);
-                    if !commit.delete {
-                        one.key.set_native(log)?;
-                    }
-                    commit
-                }
-            };
-            if commit.delete {
-                one.key.delete(raw::REDISMODULE_NOTIFY_MODULE)?;
-            } else {
-                one.key.changed_in_place(Some(commit.expire_at_ms))?;
-            }
-            one.key
-                .propagate(|| propagate_log(call, &one.key, limiter, request, now, log_effect));
-            return Ok(commit.verdict.unwrap_or(one.verdict));
-        }
-        (Plan::Log(_), _) => return Err(CommandError::INTERNAL),
+    fn verdict(&self) -> Verdict {
+        self.verdict
     }
-    Ok(one.verdict)
+
+    fn limit(&self) -> u64 {
+        self.limiter.limit()
+    }
+
+    fn starts_block(&self) -> bool {
+        self.starts_block
+    }
+
+    fn standing(&mut self) -> Result<Verdict, CommandError> {
+        let peek = Request::take(0);
+        Ok(match &self.limiter {
+            Limiter::Log(limiter) => {
+                let log = self.key.native_view::<SlidingLog>()?;
+                decide_log(limiter, log.as_deref(), self.now, &peek).0
+            }
+            limiter => {
+                let stored = self.key.read(state_length(limiter))?;
+                SCRATCH
+                    .with_borrow_mut(|scratch| {
+                        decide_string(limiter, stored, self.now, &peek, scratch, &mut Vec::new())
+                    })
+                    .map_err(state_error)?
+                    .verdict
+            }
+        })
+    }
+
+    fn commit(&mut self) -> Result<Verdict, CommandError> {
+        let (request, now) = (self.request, self.now);
+        match (self.plan, &self.limiter) {
+            (Plan::String(StringWrite::Nothing), _) | (Plan::Log(LogWrite::Nothing), _) => {}
+            (Plan::String(StringWrite::Store(expire_at_ms)), _) => {
+                self.key.write(self.value, expire_at_ms)?;
+            }
+            (Plan::String(StringWrite::Delete), _) => {
+                self.key.delete(raw::REDISMODULE_NOTIFY_STRING)?;
+                self.key.propagate(|| self.key.replicate_delete());
+            }
+            (Plan::Log(write), Limiter::Log(limiter)) => {
+                let commit = match self.key.native_borrow::<SlidingLog>()? {
+                    Some(mut log) => commit_log(limiter, &mut log, now, &request, write),
+                    None => {
+                        let mut log = SlidingLog::default();
+                        let commit = commit_log(limiter, &mut log, now, &request, write);
+                        if !commit.delete {
+                            self.key.set_native(log)?;
+                        }
+                        commit
+                    }
+                };
+                if commit.delete {
+                    self.key.delete(raw::REDISMODULE_NOTIFY_MODULE)?;
+                } else {
+                    self.key.changed_in_place(Some(commit.expire_at_ms))?;
+                }
+                self.key.propagate(|| {
+                    propagate_log(
+                        self.call,
+                        &self.key,
+                        limiter,
+                        &request,
+                        now,
+                        self.log_effect,
+                    )
+                });
+                return Ok(commit.verdict.unwrap_or(self.verdict));
+            }
+            (Plan::Log(_), _) => return Err(CommandError::INTERNAL),
+        }
+        Ok(self.verdict)
+    }
 }
 
 /// Propagates a log's change: the call again, with the time it ran at, so that replicas and

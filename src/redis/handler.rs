@@ -11,7 +11,7 @@ use redis_module::raw;
 use crate::core::request::{Action, Request};
 use crate::error::CommandError;
 use crate::redis::engine::MAX_LIMITERS;
-use crate::redis::metadata::CommandSpec;
+use crate::redis::metadata::{CommandSpec, Keys};
 use crate::redis::stats::Outcome;
 
 /// The most arguments any command accepts, counting its name; more is a wrong arity.
@@ -148,6 +148,13 @@ pub unsafe fn run<R: Reply>(
     spec: &'static CommandSpec,
     body: fn(&Invocation) -> Result<R, CommandError>,
 ) -> c_int {
+    if let Keys::Counted(flags) = spec.keys {
+        // SAFETY: the running command's context.
+        if unsafe { raw::RedisModule_IsKeysPositionRequest.unwrap()(ctx) } != 0 {
+            let _ = panic::catch_unwind(|| unsafe { report_counted_keys(ctx, argv, argc, flags) });
+            return raw::Status::Ok as c_int;
+        }
+    }
     let result = panic::catch_unwind(AssertUnwindSafe(|| {
         let count = usize::try_from(argc).unwrap_or(0);
         if argv.is_null() || count < spec.min_arguments() || count > MAX_ARGUMENTS {
@@ -180,6 +187,41 @@ pub unsafe fn run<R: Reply>(
         }
     }
     raw::Status::Ok as c_int
+}
+
+/// Tells Redis where the keys of a `numkeys key [key ...]` call are (for Cluster routing,
+/// `CROSSSLOT`, ACL and `COMMAND GETKEYS`): none when `numkeys` is not a count of keys the
+/// call has, in which case the command itself replies with the error.
+///
+/// # Safety
+/// As for [`run`], during a keys-position request.
+unsafe fn report_counted_keys(
+    ctx: *mut raw::RedisModuleCtx,
+    argv: *mut *mut raw::RedisModuleString,
+    argc: c_int,
+    flags: u32,
+) {
+    let count = usize::try_from(argc).unwrap_or(0);
+    if argv.is_null() || count < 2 {
+        return;
+    }
+    // SAFETY: Redis passes `argc` valid strings in `argv`.
+    let argv = unsafe { std::slice::from_raw_parts(argv, count) };
+    let numkeys = crate::args::parse_integer(unsafe { string_bytes(argv[1]) });
+    let Some(keys) = numkeys
+        .and_then(|keys| usize::try_from(keys).ok())
+        .filter(|keys| (1..=MAX_LIMITERS).contains(keys) && 2 + keys <= count)
+    else {
+        return;
+    };
+    for position in 2..2 + keys {
+        unsafe {
+            match raw::RedisModule_KeyAtPosWithFlags {
+                Some(key_at) => key_at(ctx, position as c_int, flags as c_int),
+                None => raw::RedisModule_KeyAtPos.unwrap()(ctx, position as c_int),
+            }
+        }
+    }
 }
 
 /// The bytes of a Redis string, borrowed.

@@ -178,6 +178,8 @@ fn server_api_complete() -> bool {
         RedisModule_Replicate,
         RedisModule_SignalModifiedKey,
         RedisModule_NotifyKeyspaceEvent,
+        RedisModule_IsKeysPositionRequest,
+        RedisModule_KeyAtPos,
         RedisModule_ReplyWithArray,
         RedisModule_ReplyWithLongLong,
         RedisModule_ReplyWithError,

@@ -11,6 +11,7 @@
 #![allow(dead_code)] // Each test crate uses its own part of the harness.
 
 pub mod cluster;
+pub mod copies;
 pub mod valgrind;
 pub mod workload;
 

@@ -1,0 +1,116 @@
+//! Several limiters, one decision (`RL.ALL`): a take is admitted only if every limiter admits
+//! it, and then charged to every one; refused, it is charged to none. What each limiter
+//! decided alone ([`super::limiter`]) settles the call; [`combined`] is its reply.
+
+use super::request::{Action, Request};
+use super::verdict::Verdict;
+
+/// How a call over several limiters settles.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Settlement {
+    /// A refund, or a take every limiter admits.
+    pub admitted: bool,
+    /// Some limiter can never fit the quantity: then no refusal starts a block.
+    pub never_fits: bool,
+}
+
+impl Settlement {
+    /// Settles `request` given each limiter's own verdict and the most it admits at once.
+    pub fn of(request: &Request, limiters: impl IntoIterator<Item = (Verdict, u64)>) -> Settlement {
+        let mut settlement = Settlement {
+            admitted: true,
+            never_fits: false,
+        };
+        for (verdict, limit) in limiters {
+            settlement.admitted &= !verdict.limited;
+            settlement.never_fits |= request.action == Action::Take && request.quantity > limit;
+        }
+        settlement.admitted |= request.action == Action::Refund;
+        settlement
+    }
+
+    /// Whether a limiter whose own decision starts a block (or not) stores what it decided:
+    /// every change when the call is admitted; only the blocks its refusal starts otherwise.
+    pub fn commits(&self, starts_block: bool) -> bool {
+        self.admitted || (starts_block && !self.never_fits)
+    }
+}
+
+/// One limiter of a call, once decided: what the call needs of it to conclude.
+pub trait Decided {
+    /// Why committing or reading can fail.
+    type Error;
+    /// What it decided alone.
+    fn verdict(&self) -> Verdict;
+    /// The most it admits at once.
+    fn limit(&self) -> u64;
+    /// Whether what it decided is a block its refusal starts.
+    fn starts_block(&self) -> bool;
+    /// Stores what it decided; returns its reply after (a refund's may differ).
+    fn commit(&mut self) -> Result<Verdict, Self::Error>;
+    /// Its standing now, uncharged, as a peek sees it.
+    fn standing(&mut self) -> Result<Verdict, Self::Error>;
+}
+
+/// Concludes a call whose limiters have all decided `request` (the slots that are `Some`,
+/// in order), storing what the settled call changes when `write` (never for a read-only
+/// call), and writes each limiter's reply to `verdicts`: what it decided, or, for a limiter
+/// that would admit a call refused elsewhere, its uncharged standing.
+pub fn conclude<D: Decided>(
+    decided: &mut [Option<D>],
+    request: &Request,
+    write: bool,
+    verdicts: &mut [Verdict],
+) -> Result<(), D::Error> {
+    let settlement = Settlement::of(
+        request,
+        decided
+            .iter()
+            .flatten()
+            .map(|one| (one.verdict(), one.limit())),
+    );
+    for (one, verdict) in decided.iter_mut().flatten().zip(verdicts) {
+        *verdict = if write && settlement.commits(one.starts_block()) {
+            one.commit()?
+        } else if !settlement.admitted && !one.verdict().limited {
+            one.standing()?
+        } else {
+            one.verdict()
+        };
+    }
+    Ok(())
+}
+
+/// The reply for all the limiters together: admitted only if every one admits; the binding
+/// limiter's `limit` and `remaining` (admitted: the fewest remaining; refused: the refusing
+/// limiter that asks the longest wait, or one the quantity can never fit); its wait (`None`
+/// if some limiter can never fit it); the longest reset. Ties go to the first in key order.
+pub fn combined(verdicts: &[Verdict]) -> Verdict {
+    let reset_after = verdicts
+        .iter()
+        .map(|verdict| verdict.reset_after)
+        .max()
+        .unwrap_or_default();
+    let wait = |verdict: &Verdict| verdict.retry_after.unwrap_or(i128::MAX);
+    let refusing = verdicts.iter().filter(|verdict| verdict.limited);
+    let binding = refusing.fold(None, |binding: Option<&Verdict>, verdict| match binding {
+        Some(best) if wait(best) >= wait(verdict) => Some(best),
+        _ => Some(verdict),
+    });
+    let binding = binding.unwrap_or_else(|| {
+        verdicts.iter().fold(&verdicts[0], |best, verdict| {
+            if verdict.remaining < best.remaining {
+                verdict
+            } else {
+                best
+            }
+        })
+    });
+    Verdict {
+        reset_after,
+        ..*binding
+    }
+}
+
+#[cfg(test)]
+mod tests;

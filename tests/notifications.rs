@@ -108,6 +108,56 @@ fn each_write_fires_its_commands_event_and_nothing_else_does() {
 }
 
 #[test]
+fn refunds_blocks_and_rl_all_fire_their_events_and_dry_runs_none() {
+    let server = Server::start();
+    let mut con = server.connect();
+    let _: () = query(
+        &mut con,
+        &["CONFIG", "SET", "notify-keyspace-events", "KEA"],
+    );
+    let mut subscriber = server.connect();
+    let mut subscriber = subscribe(&mut subscriber);
+    // A refund that leaves something, one that empties the key (deleted), a block.
+    ints(&mut con, &["CL.THROTTLE", "t", "4", "1", "60", "3"]);
+    ints(
+        &mut con,
+        &["CL.THROTTLE", "t", "4", "1", "60", "1", "REFUND"],
+    );
+    ints(
+        &mut con,
+        &["CL.THROTTLE", "t", "4", "1", "60", "9", "REFUND"],
+    );
+    ints(&mut con, &["RL.LOG", "l", "1", "60"]);
+    ints(&mut con, &["RL.LOG", "l", "1", "60", "BLOCK", "60"]);
+    // Dry runs write nothing, so they fire nothing.
+    ints(&mut con, &["RL.LOG_RO", "l", "1", "60"]);
+    ints(&mut con, &["CL.THROTTLE_RO", "t", "4", "1", "60"]);
+    // RL.ALL fires its own event on each key it writes.
+    ints(
+        &mut con,
+        &[
+            "RL.ALL", "2", "a", "b", "THROTTLE", "1", "1", "60", "LOG", "2", "60",
+        ],
+    );
+    let expected: Vec<(String, String)> = [
+        event("t", "cl.throttle"),
+        event("t", "cl.throttle"),
+        event("t", "cl.throttle"),
+        event("l", "rl.log"),
+        event("l", "rl.log"),
+        event("a", "rl.all"),
+        event("b", "rl.all"),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    assert_eq!(
+        events_until_marker(&mut subscriber, &mut con, "m"),
+        expected
+    );
+}
+
+#[test]
 fn with_notifications_off_nothing_is_published() {
     let server = Server::start();
     let mut con = server.connect();

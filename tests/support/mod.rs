@@ -173,6 +173,8 @@ pub struct ServerBuilder {
     args: Vec<String>,
     config_file: Option<PathBuf>,
     working_dir: Option<PathBuf>,
+    /// Files written to the data directory before the server starts.
+    files: Vec<(String, Vec<u8>)>,
 }
 
 impl ServerBuilder {
@@ -203,6 +205,13 @@ impl ServerBuilder {
     /// Appends to an AOF, fsynced at every write.
     pub fn aof(self) -> Self {
         self.arg("appendonly", "yes").arg("appendfsync", "always")
+    }
+
+    /// Writes `contents` to the file `name` of the server's data directory before it starts
+    /// (an AOF or an RDB to load).
+    pub fn file(mut self, name: &str, contents: &[u8]) -> Self {
+        self.files.push((name.to_owned(), contents.to_vec()));
+        self
     }
 
     /// Starts `redis-server <file>` from `working_dir` instead of a bare command line (the
@@ -249,6 +258,11 @@ impl ServerBuilder {
     /// Runs redis-server on `port` with `dir` for its data and log, and waits until it
     /// answers; on failure, stops it and returns its log.
     fn launch(&self, port: u16, dir: &Path) -> Result<Child, String> {
+        for (name, contents) in &self.files {
+            if !dir.join(name).exists() {
+                fs::write(dir.join(name), contents).unwrap();
+            }
+        }
         let log_path = dir.join("server.log");
         let mut command = valgrind::server_command(&server_binary(), dir);
         if let Some(file) = &self.config_file {
@@ -308,6 +322,7 @@ impl Server {
             args: Vec::new(),
             config_file: None,
             working_dir: None,
+            files: Vec::new(),
         }
     }
 

@@ -114,7 +114,8 @@ pub fn is_keyword(arg: &[u8], keyword: &str) -> bool {
     arg.eq_ignore_ascii_case(keyword.as_bytes())
 }
 
-fn unit_keyword(arg: &[u8]) -> Option<Unit> {
+/// The unit `arg` names: `S`, `MS` or `US`, in any letter case.
+pub fn unit_keyword(arg: &[u8]) -> Option<Unit> {
     [
         ("S", Unit::Seconds),
         ("MS", Unit::Milliseconds),

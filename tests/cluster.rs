@@ -119,6 +119,14 @@ fn limits_hold_across_slots_resharding_and_failover() {
         ),
         [0, 5, 3, -1, 60]
     );
+    // Leases on a key of any slot, released through the same routing.
+    let acquired = ints(&mut con, &["RL.ACQUIRE", "pool:7", "2", "60"]);
+    assert_eq!(acquired[..5], [0, 2, 1, -1, 60]);
+    let released: i64 = query(
+        &mut con,
+        &["RL.RELEASE", "pool:7", &acquired[5].to_string()],
+    );
+    assert_eq!(released, 1);
     // Keys in different slots: Redis refuses the call before the module runs.
     let refused = error(
         &mut con,

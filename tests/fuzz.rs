@@ -165,8 +165,14 @@ fn invocation(rng: &mut Rng, long_key: &[u8]) -> Vec<Vec<u8>> {
         "Rl.Log_Ro",
         "RL.ALL",
         "rl.all_ro",
+        "RL.ACQUIRE",
+        "rl.acquire_ro",
+        "RL.RELEASE",
+        "rl.renew",
         "RL.LOG.REPLAY",
         "RL.LOG.LOADCHUNK",
+        "RL.LEASE.APPLY",
+        "RL.LEASE.LOADCHUNK",
     ]);
     let mut command = vec![name.as_bytes().to_vec()];
     let arity = match rng.below(10) {
@@ -185,6 +191,9 @@ fn invocation(rng: &mut Rng, long_key: &[u8]) -> Vec<Vec<u8>> {
 
 /// A valid call of one of the commands, writing or read-only.
 fn well_formed(rng: &mut Rng, long_key: &[u8]) -> Vec<Vec<u8>> {
+    if rng.chance(15) {
+        return well_formed_lease(rng, long_key);
+    }
     let mut command = if rng.chance(25) {
         well_formed_all(rng, long_key)
     } else {
@@ -203,6 +212,53 @@ fn well_formed(rng: &mut Rng, long_key: &[u8]) -> Vec<Vec<u8>> {
         let name = String::from_utf8(command[0].clone()).unwrap();
         command[0] = format!("{name}_RO").into_bytes();
     }
+    command
+}
+
+/// A valid call of RL.ACQUIRE, RL.RELEASE or RL.RENEW on a few lease keys; ids are small
+/// numbers or times, mostly unknown, sometimes ones that were given.
+fn well_formed_lease(rng: &mut Rng, long_key: &[u8]) -> Vec<Vec<u8>> {
+    let number =
+        |rng: &mut Rng, low: usize, high: usize| (low + rng.below(high - low + 1)).to_string();
+    let key = if rng.chance(90) {
+        format!("fz:lease:{}", rng.below(10)).into_bytes()
+    } else {
+        key(rng, long_key)
+    };
+    let mut words: Vec<String> = match rng.below(4) {
+        0 | 1 => {
+            let mut words = vec![
+                rng.pick(&["RL.ACQUIRE", "rl.acquire_ro"]).to_string(),
+                number(rng, 1, 20),
+                number(rng, 1, 5000),
+            ];
+            if rng.chance(60) {
+                words.push(number(rng, 0, 25));
+            }
+            if rng.chance(50) {
+                words.push(rng.pick(&["MS", "us", "S"]).to_string());
+            }
+            words
+        }
+        2 => vec![
+            "RL.RELEASE".to_owned(),
+            number(rng, 1, 2_000_000_000_000_000),
+        ],
+        _ => {
+            let mut words = vec![
+                "RL.RENEW".to_owned(),
+                number(rng, 1, 2_000_000_000_000_000),
+                number(rng, 1, 5000),
+            ];
+            if rng.chance(50) {
+                words.push("MS".to_owned());
+            }
+            words
+        }
+    };
+    let name = words.remove(0);
+    let mut command = vec![name.into_bytes(), key];
+    command.extend(words.into_iter().map(String::into_bytes));
     command
 }
 
@@ -310,6 +366,18 @@ fn check_reply(command: &[Vec<u8>], reply: &Value, seed: u64) {
         format!("{args:?} (FUZZ_SEED={seed})")
     };
     match reply {
+        // RL.RELEASE and RL.RENEW: whether the lease was held.
+        Value::Int(held) => assert!(*held == 0 || *held == 1, "{}: {held}", shown()),
+        // RL.ACQUIRE: the five integers and the lease's id (0 when none was given).
+        Value::Array(items) if items.len() == 6 && matches!(items[5], Value::Int(_)) => {
+            let Value::Int(id) = items[5] else {
+                unreachable!()
+            };
+            // A refusal gives no id.
+            let refused = matches!(items[0], Value::Int(1));
+            assert!(id >= 0 && !(refused && id > 0), "{}: {items:?}", shown());
+            check_reply(command, &Value::Array(items[..5].to_vec()), seed);
+        }
         Value::Array(items) => {
             let (items, details) = items.split_at(items.len().min(5));
             for detail in details {

@@ -29,7 +29,7 @@ fn counters(con: &mut Connection, section: &str) -> HashMap<String, HashMap<Stri
 
 /// The counters of one line: calls, allowed, limited, peeks, refunds, errors.
 /// The commands clients call, each with its line in `INFO`.
-const COMMANDS: [&str; 8] = [
+const COMMANDS: [&str; 12] = [
     "cl.throttle",
     "cl.throttle_ro",
     "rl.window",
@@ -38,6 +38,10 @@ const COMMANDS: [&str; 8] = [
     "rl.log_ro",
     "rl.all",
     "rl.all_ro",
+    "rl.acquire",
+    "rl.acquire_ro",
+    "rl.release",
+    "rl.renew",
 ];
 
 fn expected(counts: [u64; 6]) -> HashMap<String, u64> {
@@ -109,6 +113,17 @@ fn info_counts_each_commands_calls_by_outcome() {
     ints(&mut con, &["RL.WINDOW_RO", "w", "1", "60", "FIXED"]);
     ints(&mut con, &["RL.LOG_RO", "l", "5", "60"]);
 
+    // Leases: 1 admitted, 1 refused, 1 peek; RL.RELEASE and RL.RENEW count replies of 1 as
+    // allowed and of 0 as limited.
+    let id = ints(&mut con, &["RL.ACQUIRE", "p", "1", "60"])[5].to_string();
+    ints(&mut con, &["RL.ACQUIRE", "p", "1", "60"]);
+    ints(&mut con, &["RL.ACQUIRE", "p", "1", "60", "0"]);
+    ints(&mut con, &["RL.ACQUIRE_RO", "p", "1", "60"]);
+    let _: i64 = query(&mut con, &["RL.RENEW", "p", &id, "60"]);
+    let _: i64 = query(&mut con, &["RL.RELEASE", "p", &id]);
+    let _: i64 = query(&mut con, &["RL.RELEASE", "p", &id]);
+    error(&mut con, &["RL.RELEASE", "p", "x"]);
+
     let after = counters(&mut con, "ratelimit");
     assert_eq!(after["cl.throttle"], expected([7, 2, 2, 1, 0, 2]));
     assert_eq!(after["rl.window"], expected([2, 1, 1, 0, 0, 0]));
@@ -118,6 +133,10 @@ fn info_counts_each_commands_calls_by_outcome() {
     assert_eq!(after["cl.throttle_ro"], expected([1, 0, 0, 1, 0, 0]));
     assert_eq!(after["rl.window_ro"], expected([1, 0, 1, 0, 0, 0]));
     assert_eq!(after["rl.log_ro"], expected([1, 1, 0, 0, 0, 0]));
+    assert_eq!(after["rl.acquire"], expected([3, 1, 1, 1, 0, 0]));
+    assert_eq!(after["rl.acquire_ro"], expected([1, 0, 1, 0, 0, 0]));
+    assert_eq!(after["rl.renew"], expected([1, 1, 0, 0, 0, 0]));
+    assert_eq!(after["rl.release"], expected([3, 1, 1, 0, 0, 1]));
     assert_eq!(after.len(), COMMANDS.len(), "{after:?}");
     // The same lines under `INFO modules` and `INFO everything`.
     assert_eq!(counters(&mut con, "modules"), after);
@@ -415,7 +434,53 @@ fn command_docs_describe_every_argument() {
             all(false),
         ),
     ];
-    for (name, summary, complexity, since, arguments) in commands {
+    let acquire = || {
+        vec![
+            arg("key", "key"),
+            arg("limit", "integer"),
+            arg("lease", "integer"),
+            optional(arg("quantity", "integer")),
+            unit(),
+        ]
+    };
+    let lease_complexity =
+        "O(1) amortised when leases share a duration, O(N) for N leases held otherwise";
+    let leases = [
+        (
+            "rl.acquire",
+            "Takes slots of a concurrency limit for a lease that ends on its own",
+            lease_complexity,
+            "0.2.0",
+            acquire(),
+        ),
+        (
+            "rl.acquire_ro",
+            "The reply RL.ACQUIRE would give, without writing anything",
+            lease_complexity,
+            "0.2.0",
+            acquire(),
+        ),
+        (
+            "rl.release",
+            "Frees a lease taken by RL.ACQUIRE at once",
+            "O(N) for N leases held",
+            "0.2.0",
+            vec![arg("key", "key"), arg("id", "integer")],
+        ),
+        (
+            "rl.renew",
+            "Extends a lease taken by RL.ACQUIRE to a new duration from now",
+            "O(N) for N leases held",
+            "0.2.0",
+            vec![
+                arg("key", "key"),
+                arg("id", "integer"),
+                arg("lease", "integer"),
+                unit(),
+            ],
+        ),
+    ];
+    for (name, summary, complexity, since, arguments) in commands.into_iter().chain(leases) {
         let docs: Vec<Value> = query(&mut con, &["COMMAND", "DOCS", name]);
         assert_eq!(docs.len(), 2, "{name}: {docs:?}");
         let doc = fields(&docs[1]);

@@ -29,8 +29,8 @@ use crate::redis::native_type::BLOCKED_KEYWORD;
 use crate::redis::stats::CommandStats;
 
 use super::{
-    limiter_spec, single, window_error, without_refund, BLOCK_ARG, QUANTITY_ARG, REFUND_ARG,
-    UNIT_ARG, WRITE_KEY_FLAGS,
+    internal_only, limiter_spec, single, window_error, without_refund, BLOCK_ARG, QUANTITY_ARG,
+    REFUND_ARG, UNIT_ARG, WRITE_KEY_FLAGS,
 };
 
 const NAME: &CStr = c"rl.log";
@@ -134,10 +134,6 @@ pub static LOAD_CHUNK_SPEC: CommandSpec = CommandSpec {
 
 const USAGE: CommandError = CommandError::Message(
     c"ERR syntax error. Usage: RL.LOG key limit window [quantity] [S|MS|US] [BLOCK duration] [REFUND]",
-);
-
-const INTERNAL_ONLY: CommandError = CommandError::Message(
-    c"ERR RL.LOG.REPLAY and RL.LOG.LOADCHUNK are internal: only a master or the AOF sends them",
 );
 
 handler::command_callback!(rl_log, SPEC, log);
@@ -261,16 +257,5 @@ fn load_chunk(call: &Invocation) -> Result<(), CommandError> {
     key.changed_in_place(None)?;
     // SAFETY: the running command's context.
     unsafe { raw::RedisModule_ReplicateVerbatim.unwrap()(call.ctx) };
-    Ok(())
-}
-
-/// Refuses the internal commands from ordinary clients.
-fn internal_only(call: &Invocation) -> Result<(), CommandError> {
-    let allowed = raw::REDISMODULE_CTX_FLAGS_REPLICATED | raw::REDISMODULE_CTX_FLAGS_LOADING;
-    // SAFETY: the running command's context.
-    let flags = unsafe { raw::RedisModule_GetContextFlags.unwrap()(call.ctx) } as u32;
-    if flags & allowed == 0 {
-        return Err(INTERNAL_ONLY);
-    }
     Ok(())
 }

@@ -4,6 +4,7 @@
 
 pub mod all;
 pub mod debug;
+pub mod lease;
 pub mod log;
 pub mod throttle;
 pub mod window;
@@ -23,7 +24,7 @@ use crate::redis::metadata::{Arg, ArgKind, CommandSpec, Handler, Keys};
 use crate::redis::stats::CommandStats;
 
 /// Every command the module registers.
-pub static ALL: [&CommandSpec; 10] = [
+pub static ALL: [&CommandSpec; 16] = [
     &throttle::SPEC,
     &throttle::SPEC_RO,
     &window::SPEC,
@@ -32,12 +33,18 @@ pub static ALL: [&CommandSpec; 10] = [
     &log::SPEC_RO,
     &all::SPEC,
     &all::SPEC_RO,
+    &lease::ACQUIRE_SPEC,
+    &lease::ACQUIRE_RO_SPEC,
+    &lease::RELEASE_SPEC,
+    &lease::RENEW_SPEC,
     &log::REPLAY_SPEC,
     &log::LOAD_CHUNK_SPEC,
+    &lease::APPLY_SPEC,
+    &lease::LOAD_CHUNK_SPEC,
 ];
 
 /// The counters `INFO ratelimit` shows, one per command clients call.
-pub static STATS: [&CommandStats; 8] = [
+pub static STATS: [&CommandStats; 12] = [
     &throttle::STATS,
     &throttle::STATS_RO,
     &window::STATS,
@@ -46,6 +53,10 @@ pub static STATS: [&CommandStats; 8] = [
     &log::STATS_RO,
     &all::STATS,
     &all::STATS_RO,
+    &lease::ACQUIRE_STATS,
+    &lease::ACQUIRE_RO_STATS,
+    &lease::RELEASE_STATS,
+    &lease::RENEW_STATS,
 ];
 
 /// The description of a limiter command, writing or read-only: what differs between the
@@ -154,6 +165,24 @@ fn window_error(error: WindowError) -> CommandError {
             c"ERR limit is too high for RL.LOG: at most 1048576 (RL.WINDOW and CL.THROTTLE take any limit)"
         }
     })
+}
+
+/// The reply to an internal command from an ordinary client.
+const INTERNAL_ONLY: CommandError = CommandError::Message(
+    c"ERR RL.LOG.REPLAY, RL.LOG.LOADCHUNK, RL.LEASE.APPLY and RL.LEASE.LOADCHUNK are internal: only a master or the AOF sends them",
+);
+
+/// Refuses the internal commands from ordinary clients: they are accepted only from a
+/// master's replication stream or while loading.
+fn internal_only(call: &Invocation) -> Result<(), CommandError> {
+    let allowed = redis_module::raw::REDISMODULE_CTX_FLAGS_REPLICATED
+        | redis_module::raw::REDISMODULE_CTX_FLAGS_LOADING;
+    // SAFETY: the running command's context.
+    let flags = unsafe { redis_module::raw::RedisModule_GetContextFlags.unwrap()(call.ctx) };
+    if flags as u32 & allowed == 0 {
+        return Err(INTERNAL_ONLY);
+    }
+    Ok(())
 }
 
 /// What a call in `mode` asks, from its options: a read-only variant never gives back.

@@ -9,7 +9,7 @@
 //! admitted, so the log never holds more than `limit` entries and each call costs O(1)
 //! amortised.
 
-use super::ring::{self, Ring};
+use super::ring::Ring;
 use super::time::{from_micros, Unit};
 use super::verdict::Verdict;
 use super::window::{validate_limit, window_micros, WindowError};
@@ -25,7 +25,11 @@ pub const MAX_LIMIT: u64 = 1 << 20;
 /// Bytes of an entry in the serialized form.
 pub const ENTRY_LEN: usize = 8;
 
-const _: () = assert!(MAX_LIMIT as usize <= ring::MAX_ENTRIES);
+/// The log's storage: three header words (the ring's, the total, the block's end) and
+/// entries of one word, positions in 21 bits (up to 2^20 entries).
+type LogRing = Ring<3, 1, 21>;
+
+const _: () = assert!(MAX_LIMIT as usize <= LogRing::MAX_ENTRIES);
 
 /// The kind tag of a log in the native type's storage.
 pub const LOG_KIND: u8 = 0;
@@ -52,13 +56,13 @@ fn entry_count(entry: u64) -> u64 {
 /// and the end of the key's penalty block (`BLOCK`), if any.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SlidingLog {
-    ring: Ring<3, 1>,
+    ring: LogRing,
 }
 
 impl Default for SlidingLog {
     fn default() -> Self {
         SlidingLog {
-            ring: Ring::with_capacity(LOG_KIND, 0),
+            ring: LogRing::with_capacity(LOG_KIND, 0),
         }
     }
 }
@@ -115,7 +119,7 @@ impl SlidingLog {
     /// `raw` must come from `SlidingLog::into_raw`, not yet taken back.
     pub unsafe fn from_raw(raw: *mut u64) -> Self {
         SlidingLog {
-            ring: unsafe { Ring::from_raw(raw) },
+            ring: unsafe { LogRing::from_raw(raw) },
         }
     }
 

@@ -5,6 +5,7 @@ pub mod all;
 pub mod block;
 pub mod codec;
 pub mod gcra;
+pub mod lease;
 pub mod limiter;
 pub mod log;
 pub mod request;

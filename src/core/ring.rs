@@ -5,10 +5,11 @@
 //! module-value wrapper on every key, so a log of one entry is one 32-byte allocation on top
 //! (three header words and the entry), not a struct plus a separate buffer.
 //!
-//! Word 0 belongs to the ring: the kind of value (2 bits, set by its owner), the capacity
-//! (21 bits), the index of the first entry (20 bits) and the number of entries (21 bits), so
-//! a ring holds at most [`MAX_ENTRIES`]. Words `1..HEADER` are the owner's. The entries
-//! follow, `WIDTH` words each.
+//! Word 0 belongs to the ring: the kind of value (2 bits, set by its owner), the size class
+//! of the allocation (7 bits, from which the capacity follows), the index of the first entry
+//! and the number of entries (`INDEX_BITS` each, so a ring holds at most `2^(INDEX_BITS -
+//! 1)` entries), and the owner's bits in what is left. Words `1..HEADER` are the owner's.
+//! The entries follow, `WIDTH` words each.
 //!
 //! Capacities are chosen so that the allocation fills one of the allocator's size classes
 //! exactly (jemalloc's: multiples of 16 bytes up to 128, then four classes per doubling), so
@@ -16,62 +17,93 @@
 //! under a quarter full, which keeps every push O(1) amortised and the unused capacity under
 //! a quarter of the whole.
 
-/// The most entries a ring holds.
-pub const MAX_ENTRIES: usize = 1 << 20;
-
 const KIND_BITS: u32 = 2;
-const CAPACITY_BITS: u32 = 21;
-const HEAD_BITS: u32 = 20;
-const LEN_BITS: u32 = 21;
-const _: () = assert!(KIND_BITS + CAPACITY_BITS + HEAD_BITS + LEN_BITS == 64);
-
-const CAPACITY_SHIFT: u32 = KIND_BITS;
-const HEAD_SHIFT: u32 = CAPACITY_SHIFT + CAPACITY_BITS;
-const LEN_SHIFT: u32 = HEAD_SHIFT + HEAD_BITS;
+const CLASS_BITS: u32 = 7;
+const CLASS_SHIFT: u32 = KIND_BITS;
+const HEAD_SHIFT: u32 = CLASS_SHIFT + CLASS_BITS;
 
 /// The allocator's size class for `bytes`: what an allocation of that size really takes.
+#[cfg(test)]
 pub fn size_class(bytes: usize) -> usize {
-    if bytes <= 128 {
-        return bytes.max(16).div_ceil(16) * 16;
-    }
-    // Four classes between consecutive powers of two: (2^k, 2^(k+1)] in steps of 2^(k-2).
-    let k = usize::BITS - 1 - (bytes - 1).leading_zeros();
-    let step = 1usize << (k - 2);
-    bytes.div_ceil(step) * step
+    class_bytes(class_index(bytes))
 }
 
-/// Entries of `WIDTH` words, after `HEADER` header words, in one allocation.
+/// The index of the smallest size class of at least `bytes` (0 for 16 bytes).
+fn class_index(bytes: usize) -> usize {
+    if bytes <= 128 {
+        return bytes.max(16).div_ceil(16) - 1;
+    }
+    // Four classes between consecutive powers of two: (2^k, 2^(k+1)] in steps of 2^(k-2).
+    let k = (usize::BITS - 1 - (bytes - 1).leading_zeros()) as usize;
+    let step = 1usize << (k - 2);
+    let j = (bytes - (1 << k)).div_ceil(step);
+    8 + (k - 7) * 4 + (j - 1)
+}
+
+/// The bytes of size class `index`.
+fn class_bytes(index: usize) -> usize {
+    if index < 8 {
+        return 16 * (index + 1);
+    }
+    let (k, j) = (7 + (index - 8) / 4, (index - 8) % 4 + 1);
+    (1 << k) + j * (1 << (k - 2))
+}
+
+/// Entries of `WIDTH` words, after `HEADER` header words, in one allocation; positions are
+/// counted in `INDEX_BITS` bits.
 #[derive(Clone, PartialEq, Eq)]
-pub struct Ring<const HEADER: usize, const WIDTH: usize> {
+pub struct Ring<const HEADER: usize, const WIDTH: usize, const INDEX_BITS: u32> {
     /// The header, then `capacity * WIDTH` words of entries.
     words: Box<[u64]>,
 }
 
-impl<const HEADER: usize, const WIDTH: usize> std::fmt::Debug for Ring<HEADER, WIDTH> {
+impl<const HEADER: usize, const WIDTH: usize, const INDEX_BITS: u32> std::fmt::Debug
+    for Ring<HEADER, WIDTH, INDEX_BITS>
+{
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Ring")
+            .field("owner_bits", &self.owner_bits())
             .field("header", &&self.words[1..HEADER])
             .field("entries", &self.iter().collect::<Vec<_>>())
             .finish()
     }
 }
 
-impl<const HEADER: usize, const WIDTH: usize> Ring<HEADER, WIDTH> {
+impl<const HEADER: usize, const WIDTH: usize, const INDEX_BITS: u32>
+    Ring<HEADER, WIDTH, INDEX_BITS>
+{
+    /// The most entries a ring holds.
+    pub const MAX_ENTRIES: usize = 1 << (INDEX_BITS - 1);
+    const LEN_SHIFT: u32 = HEAD_SHIFT + INDEX_BITS;
+    const OWNER_SHIFT: u32 = Self::LEN_SHIFT + INDEX_BITS;
+    /// Bits of word 0 left to the owner.
+    pub const OWNER_BITS: u32 = 64 - Self::OWNER_SHIFT;
+
     /// An empty ring of the given kind, with room for `capacity` entries (rounded up to fill
     /// the size class).
     pub fn with_capacity(kind: u8, capacity: usize) -> Self {
-        let capacity = Self::class_capacity(capacity);
-        let mut words = vec![0; HEADER + capacity * WIDTH].into_boxed_slice();
-        words[0] = u64::from(kind) & ((1 << KIND_BITS) - 1);
+        let class = Self::class_for(capacity);
+        let words = vec![0; Self::words_of_class(class)].into_boxed_slice();
         let mut ring = Ring { words };
-        ring.set_layout(capacity, 0, 0);
+        ring.words[0] = u64::from(kind) & ((1 << KIND_BITS) - 1);
+        ring.set_layout(class, 0, 0);
         ring
     }
 
-    /// The capacity, at least `entries`, at which the allocation fills its size class.
-    fn class_capacity(entries: usize) -> usize {
-        let bytes = size_class((HEADER + entries * WIDTH) * 8);
-        ((bytes / 8 - HEADER) / WIDTH).min(MAX_ENTRIES)
+    /// The size class that holds at least `entries` (up to the maximum).
+    fn class_for(entries: usize) -> usize {
+        class_index((HEADER + entries.min(Self::MAX_ENTRIES) * WIDTH) * 8)
+    }
+
+    /// The entries an allocation of size class `class` holds.
+    fn capacity_of_class(class: usize) -> usize {
+        ((class_bytes(class) / 8 - HEADER) / WIDTH).min(Self::MAX_ENTRIES)
+    }
+
+    /// The words of an allocation of size class `class`: the whole class, but no more than
+    /// the most entries a ring holds need.
+    fn words_of_class(class: usize) -> usize {
+        HEADER + Self::capacity_of_class(class) * WIDTH
     }
 
     /// The kind its owner gave it.
@@ -83,18 +115,22 @@ impl<const HEADER: usize, const WIDTH: usize> Ring<HEADER, WIDTH> {
         ((self.words[0] >> shift) & ((1 << bits) - 1)) as usize
     }
 
+    fn class(&self) -> usize {
+        self.field(CLASS_SHIFT, CLASS_BITS)
+    }
+
     /// Entries it can hold without growing.
     pub fn capacity(&self) -> usize {
-        self.field(CAPACITY_SHIFT, CAPACITY_BITS)
+        Self::capacity_of_class(self.class())
     }
 
     fn head(&self) -> usize {
-        self.field(HEAD_SHIFT, HEAD_BITS)
+        self.field(HEAD_SHIFT, INDEX_BITS)
     }
 
     /// Entries held.
     pub fn len(&self) -> usize {
-        self.field(LEN_SHIFT, LEN_BITS)
+        self.field(Self::LEN_SHIFT, INDEX_BITS)
     }
 
     /// Whether it holds no entry.
@@ -102,12 +138,37 @@ impl<const HEADER: usize, const WIDTH: usize> Ring<HEADER, WIDTH> {
         self.len() == 0
     }
 
-    fn set_layout(&mut self, capacity: usize, head: usize, len: usize) {
-        debug_assert!(capacity <= MAX_ENTRIES && len <= capacity && (head < capacity || head == 0));
+    /// The owner's bits of word 0.
+    pub fn owner_bits(&self) -> u64 {
+        if Self::OWNER_BITS == 0 {
+            0
+        } else {
+            self.words[0] >> Self::OWNER_SHIFT
+        }
+    }
+
+    /// Sets the owner's bits of word 0 (what does not fit in [`Ring::OWNER_BITS`] is lost).
+    pub fn set_owner_bits(&mut self, bits: u64) {
+        if Self::OWNER_BITS > 0 {
+            self.words[0] = self.words[0] & !Self::OWNER_MASK | bits << Self::OWNER_SHIFT;
+        }
+    }
+
+    /// The bits of word 0 that are the owner's.
+    const OWNER_MASK: u64 = if Self::OWNER_BITS == 0 {
+        0
+    } else {
+        !((1u64 << Self::OWNER_SHIFT) - 1)
+    };
+
+    fn set_layout(&mut self, class: usize, head: usize, len: usize) {
+        debug_assert!(len <= Self::capacity_of_class(class));
+        debug_assert!(head < Self::capacity_of_class(class) || head == 0);
         self.words[0] = u64::from(self.kind())
-            | (capacity as u64) << CAPACITY_SHIFT
+            | self.words[0] & Self::OWNER_MASK
+            | (class as u64) << CLASS_SHIFT
             | (head as u64) << HEAD_SHIFT
-            | (len as u64) << LEN_SHIFT;
+            | (len as u64) << Self::LEN_SHIFT;
     }
 
     /// Header word `index` (from 1; word 0 is the ring's).
@@ -164,14 +225,14 @@ impl<const HEADER: usize, const WIDTH: usize> Ring<HEADER, WIDTH> {
     }
 
     /// Appends an entry, growing to the next size class when full. `None` (and nothing
-    /// changed) when the ring already holds [`MAX_ENTRIES`].
+    /// changed) when the ring already holds [`Ring::MAX_ENTRIES`].
     pub fn push_back(&mut self, entry: [u64; WIDTH]) -> Option<()> {
         let len = self.len();
         if len == self.capacity() {
             self.grow_to(len + 1)?;
         }
-        let (capacity, head) = (self.capacity(), self.head());
-        self.set_layout(capacity, head, len + 1);
+        let (class, head) = (self.class(), self.head());
+        self.set_layout(class, head, len + 1);
         self.set(len, entry);
         Some(())
     }
@@ -182,8 +243,8 @@ impl<const HEADER: usize, const WIDTH: usize> Ring<HEADER, WIDTH> {
     pub fn push_back_bounded(&mut self, entry: [u64; WIDTH], bound: usize) -> Option<()> {
         let len = self.len();
         if len == self.capacity() {
-            let next_class = self.next_class_capacity();
-            self.relocate(Self::class_capacity(next_class.min(bound).max(len + 1)));
+            let class = (self.class() + 1).min(Self::class_for(bound.max(len + 1)));
+            self.relocate(class);
             if len == self.capacity() {
                 return None;
             }
@@ -194,26 +255,26 @@ impl<const HEADER: usize, const WIDTH: usize> Ring<HEADER, WIDTH> {
     /// Removes and returns the first entry.
     pub fn pop_front(&mut self) -> Option<[u64; WIDTH]> {
         let entry = self.front()?;
-        let (capacity, head, len) = (self.capacity(), self.head(), self.len());
-        let head = if len == 1 || head + 1 == capacity {
+        let (class, head, len) = (self.class(), self.head(), self.len());
+        let head = if len == 1 || head + 1 == self.capacity() {
             0
         } else {
             head + 1
         };
-        self.set_layout(capacity, head, len - 1);
+        self.set_layout(class, head, len - 1);
         Some(entry)
     }
 
     /// Removes and returns the last entry.
     pub fn pop_back(&mut self) -> Option<[u64; WIDTH]> {
         let entry = self.back()?;
-        let (capacity, head, len) = (self.capacity(), self.head(), self.len());
-        self.set_layout(capacity, if len == 1 { 0 } else { head }, len - 1);
+        let (class, head, len) = (self.class(), self.head(), self.len());
+        self.set_layout(class, if len == 1 { 0 } else { head }, len - 1);
         Some(entry)
     }
 
     /// Inserts an entry at `index`, shifting the later ones back: O(len - index). `None` when
-    /// full at [`MAX_ENTRIES`].
+    /// full at [`Ring::MAX_ENTRIES`].
     pub fn insert(&mut self, index: usize, entry: [u64; WIDTH]) -> Option<()> {
         assert!(index <= self.len());
         self.push_back(entry)?;
@@ -237,7 +298,7 @@ impl<const HEADER: usize, const WIDTH: usize> Ring<HEADER, WIDTH> {
     }
 
     /// Makes room for at least `entries` entries: the next size class up, or more. `None`
-    /// (and nothing changed) beyond [`MAX_ENTRIES`].
+    /// (and nothing changed) beyond [`Ring::MAX_ENTRIES`].
     pub fn reserve(&mut self, entries: usize) -> Option<()> {
         if entries <= self.capacity() {
             return Some(());
@@ -245,19 +306,14 @@ impl<const HEADER: usize, const WIDTH: usize> Ring<HEADER, WIDTH> {
         self.grow_to(entries)
     }
 
+    /// Grows to the class that holds `entries`, and at least to the next class up, so that
+    /// each growth adds an eighth or more.
     fn grow_to(&mut self, entries: usize) -> Option<()> {
-        if entries > MAX_ENTRIES {
+        if entries > Self::MAX_ENTRIES {
             return None;
         }
-        self.relocate(Self::class_capacity(
-            entries.max(self.next_class_capacity()),
-        ));
+        self.relocate(Self::class_for(entries).max(self.class() + 1));
         Some(())
-    }
-
-    /// The capacity of the next size class up: each growth adds at least an eighth.
-    fn next_class_capacity(&self) -> usize {
-        (size_class(self.allocated_bytes() + 1) / 8 - HEADER).div_ceil(WIDTH)
     }
 
     /// Gives memory back when under a quarter full: down to twice the entries held (in a
@@ -265,26 +321,27 @@ impl<const HEADER: usize, const WIDTH: usize> Ring<HEADER, WIDTH> {
     pub fn shrink_if_sparse(&mut self) {
         let (capacity, len) = (self.capacity(), self.len());
         if capacity > 8 && len < capacity / 4 {
-            let smaller = Self::class_capacity(len * 2);
-            if smaller < capacity {
+            let smaller = Self::class_for(len * 2);
+            if smaller < self.class() {
                 self.relocate(smaller);
             }
         }
     }
 
-    /// Moves the entries, front first, into an allocation for `capacity` entries.
-    fn relocate(&mut self, capacity: usize) {
+    /// Moves the entries, front first, into an allocation of size class `class`.
+    fn relocate(&mut self, class: usize) {
         let len = self.len();
-        debug_assert!(capacity >= len);
-        let mut words = Vec::with_capacity(HEADER + capacity * WIDTH);
+        let words_needed = Self::words_of_class(class);
+        debug_assert!(Self::capacity_of_class(class) >= len);
+        let mut words = Vec::with_capacity(words_needed);
         words.extend_from_slice(&self.words[..HEADER]);
         for index in 0..len {
             let slot = self.slot(index);
             words.extend_from_slice(&self.words[slot..slot + WIDTH]);
         }
-        words.resize(HEADER + capacity * WIDTH, 0);
+        words.resize(words_needed, 0);
         self.words = words.into_boxed_slice();
-        self.set_layout(capacity, 0, len);
+        self.set_layout(class, 0, len);
     }
 
     /// Bytes of memory it holds: its one allocation.
@@ -300,17 +357,16 @@ impl<const HEADER: usize, const WIDTH: usize> Ring<HEADER, WIDTH> {
     /// The total words of the allocation a raw pointer from [`Ring::into_raw`] points to.
     ///
     /// # Safety
-    /// `raw` must come from `into_raw` of a ring with these `HEADER` and `WIDTH`.
+    /// `raw` must come from `into_raw` of a ring with this layout.
     unsafe fn raw_words(raw: *const u64) -> usize {
-        let capacity = ((unsafe { *raw } >> CAPACITY_SHIFT) & ((1 << CAPACITY_BITS) - 1)) as usize;
-        HEADER + capacity * WIDTH
+        let class = ((unsafe { *raw } >> CLASS_SHIFT) & ((1 << CLASS_BITS) - 1)) as usize;
+        Self::words_of_class(class)
     }
 
     /// Takes back a ring handed over by [`Ring::into_raw`].
     ///
     /// # Safety
-    /// `raw` must come from `into_raw` of a ring with these `HEADER` and `WIDTH`, not yet
-    /// taken back.
+    /// `raw` must come from `into_raw` of a ring with this layout, not yet taken back.
     pub unsafe fn from_raw(raw: *mut u64) -> Self {
         let words = unsafe { Self::raw_words(raw) };
         Ring {

@@ -56,8 +56,9 @@ pub trait Reply {
     }
 }
 
-/// The five integers `[limited, limit, remaining, retry_after, reset_after]`.
-impl Reply for [i64; 5] {
+/// Integers: the five `[limited, limit, remaining, retry_after, reset_after]`, or with a
+/// lease id.
+impl<const N: usize> Reply for [i64; N] {
     unsafe fn send(self, ctx: *mut raw::RedisModuleCtx) {
         unsafe {
             raw::RedisModule_ReplyWithArray.unwrap()(ctx, self.len() as _);

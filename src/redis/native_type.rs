@@ -1,14 +1,20 @@
 //! The module's native data type, `ratelimit` (what `TYPE` shows), for the limiters whose
-//! state is more than a short string: `RL.LOG`'s logs. Each value is one allocation (see
-//! [`crate::core::ring`]) whose first word says what it holds, so one type serves every
-//! kind and the callbacks dispatch on it: RDB save and load, AOF rewrite, `MEMORY USAGE`,
-//! `DEBUG DIGEST-VALUE`, `COPY`, free effort and active defragmentation. `DUMP`/`RESTORE`
-//! (and so `MIGRATE` and Cluster resharding) go through the RDB callbacks.
+//! state is more than a short string: `RL.LOG`'s logs and `RL.ACQUIRE`'s lease sets. Each
+//! value is one allocation (see [`crate::core::ring`]) whose first word says what it holds,
+//! so one type serves every kind and the callbacks dispatch on it: RDB save and load, AOF
+//! rewrite, `MEMORY USAGE`, `DEBUG DIGEST-VALUE`, `COPY`, free effort and active
+//! defragmentation. `DUMP`/`RESTORE` (and so `MIGRATE` and Cluster resharding) go through the
+//! RDB callbacks.
 //!
-//! RDB encoding version 2: the kind, then for a log the end of its penalty block (µs, 0 for
-//! none), the number of entries and the entries as one string of 8-byte little-endian words
-//! (time in µs << 10 | count - 1), oldest first. Version 1 (written before blocks existed)
-//! is a log's entry count and entries, and still loads.
+//! RDB encoding version 2: the kind, then
+//! - for a log: the end of its penalty block (µs, 0 for none), the number of entries and
+//!   the entries as one string of 8-byte little-endian words (time in µs << 10 | count - 1),
+//!   oldest first;
+//! - for a lease set: the next id, the number of leases and the leases as one string of
+//!   16-byte entries, the first to end first.
+//!
+//! Version 1 (written before blocks and leases existed) is a log's entry count and entries,
+//! and still loads.
 
 use std::ffi::{c_int, c_void, CStr};
 use std::mem::ManuallyDrop;
@@ -19,6 +25,7 @@ use std::sync::atomic::{AtomicPtr, Ordering};
 
 use redis_module::raw;
 
+use crate::core::lease::{LeaseSet, LEASE_KIND, LEASE_LEN};
 use crate::core::log::{SlidingLog, ENTRY_LEN, LOG_KIND};
 use crate::core::ring::raw_kind;
 
@@ -33,6 +40,9 @@ pub const LOAD_CHUNK_COMMAND: &CStr = c"RL.LOG.LOADCHUNK";
 
 /// The keyword of `RL.LOG.LOADCHUNK` that carries the end of a penalty block.
 pub const BLOCKED_KEYWORD: &CStr = c"BLOCKED";
+
+/// The command an AOF rewrite emits to rebuild a lease set, chunk by chunk.
+pub const LEASE_LOAD_CHUNK_COMMAND: &CStr = c"RL.LEASE.LOADCHUNK";
 
 /// The data type's name, what `TYPE` shows: exactly 9 characters, as Redis requires.
 const TYPE_NAME: &CStr = c"ratelimit";
@@ -60,6 +70,35 @@ impl Native for SlidingLog {
     }
     unsafe fn from_raw(raw: *mut u64) -> Self {
         unsafe { SlidingLog::from_raw(raw) }
+    }
+}
+
+impl Native for LeaseSet {
+    const KIND: u8 = LEASE_KIND;
+    fn into_raw(self) -> *mut u64 {
+        LeaseSet::into_raw(self)
+    }
+    unsafe fn from_raw(raw: *mut u64) -> Self {
+        unsafe { LeaseSet::from_raw(raw) }
+    }
+}
+
+/// A value Redis holds, by kind.
+enum Value {
+    Log(View<SlidingLog>),
+    Leases(View<LeaseSet>),
+}
+
+/// The value behind a pointer Redis holds.
+///
+/// # Safety
+/// `value` must be a live value of this type.
+unsafe fn value(value: *const c_void) -> Option<Value> {
+    let raw = value.cast_mut().cast::<u64>();
+    unsafe {
+        View::of(raw)
+            .map(Value::Log)
+            .or_else(|| View::of(raw).map(Value::Leases))
     }
 }
 
@@ -190,18 +229,36 @@ fn guarded<T>(fallback: T, callback: impl FnOnce() -> T) -> T {
     panic::catch_unwind(AssertUnwindSafe(callback)).unwrap_or(fallback)
 }
 
-/// The log behind a value Redis holds, when it is one.
-///
-/// # Safety
-/// `value` must be a live value of this type.
-unsafe fn as_log(value: *const c_void) -> Option<View<SlidingLog>> {
-    unsafe { View::of(value.cast_mut().cast()) }
-}
-
 fn serialized(log: &SlidingLog, first: usize, count: usize) -> Vec<u8> {
     let mut bytes = Vec::with_capacity(count.min(log.len()) * ENTRY_LEN);
     log.serialize(first, count, &mut bytes);
     bytes
+}
+
+fn serialized_leases(set: &LeaseSet, first: usize, count: usize) -> Vec<u8> {
+    let mut bytes = Vec::with_capacity(count.min(set.len()) * LEASE_LEN);
+    set.serialize(first, count, &mut bytes);
+    bytes
+}
+
+/// Reads a string buffer from the RDB and hands it to `read`, then frees it.
+///
+/// # Safety
+/// `io` must be Redis' loading context.
+unsafe fn load_buffer(
+    io: *mut raw::RedisModuleIO,
+    read: impl FnOnce(&[u8]) -> Option<()>,
+) -> Option<()> {
+    unsafe {
+        let mut len = 0;
+        let buffer = raw::RedisModule_LoadStringBuffer.unwrap()(io, &mut len);
+        if raw::RedisModule_IsIOError.unwrap()(io) != 0 || buffer.is_null() {
+            return None;
+        }
+        let loaded = read(std::slice::from_raw_parts(buffer.cast::<u8>(), len));
+        raw::RedisModule_Free.unwrap()(buffer.cast());
+        loaded
+    }
 }
 
 /// Reads a log's entries: an entry count, then a string of that many entries.
@@ -211,16 +268,28 @@ fn serialized(log: &SlidingLog, first: usize, count: usize) -> Vec<u8> {
 unsafe fn load_log_entries(io: *mut raw::RedisModuleIO, log: &mut SlidingLog) -> Option<()> {
     unsafe {
         let entries = raw::RedisModule_LoadUnsigned.unwrap()(io);
-        let mut len = 0;
-        let buffer = raw::RedisModule_LoadStringBuffer.unwrap()(io, &mut len);
-        if raw::RedisModule_IsIOError.unwrap()(io) != 0 || buffer.is_null() {
-            return None;
-        }
-        let bytes = std::slice::from_raw_parts(buffer.cast::<u8>(), len);
-        let valid = entries.checked_mul(ENTRY_LEN as u64) == Some(len as u64)
-            && log.append_serialized(bytes).is_some();
-        raw::RedisModule_Free.unwrap()(buffer.cast());
-        valid.then_some(())
+        load_buffer(io, |bytes| {
+            (entries.checked_mul(ENTRY_LEN as u64) == Some(bytes.len() as u64)).then_some(())?;
+            log.append_serialized(bytes)
+        })
+    }
+}
+
+/// Reads a lease set after its kind: the next id, the lease count, then the leases.
+///
+/// # Safety
+/// `io` must be Redis' loading context.
+unsafe fn load_leases(io: *mut raw::RedisModuleIO) -> Option<LeaseSet> {
+    unsafe {
+        let load_unsigned = raw::RedisModule_LoadUnsigned.unwrap();
+        let next_id = load_unsigned(io);
+        let leases = load_unsigned(io);
+        let mut set = LeaseSet::default();
+        load_buffer(io, |bytes| {
+            (leases.checked_mul(LEASE_LEN as u64) == Some(bytes.len() as u64)).then_some(())?;
+            set.append_serialized(next_id, bytes)
+        })?;
+        Some(set)
     }
 }
 
@@ -228,33 +297,51 @@ unsafe extern "C" fn rdb_load(io: *mut raw::RedisModuleIO, encver: c_int) -> *mu
     guarded(ptr::null_mut(), || unsafe {
         let load_unsigned = raw::RedisModule_LoadUnsigned.unwrap();
         let is_error = || raw::RedisModule_IsIOError.unwrap()(io) != 0;
-        let mut log = SlidingLog::default();
-        match encver {
-            1 => load_log_entries(io, &mut log),
-            2 => {
-                let kind = load_unsigned(io);
-                let blocked_until = load_unsigned(io);
-                if is_error() || kind != u64::from(LOG_KIND) || blocked_until > i64::MAX as u64 {
-                    return ptr::null_mut();
-                }
-                log.set_blocked_until(blocked_until as i64);
-                load_log_entries(io, &mut log)
+        let loaded = match encver {
+            1 => {
+                let mut log = SlidingLog::default();
+                load_log_entries(io, &mut log).map(|()| log.into_raw())
             }
+            2 => match u8::try_from(load_unsigned(io)) {
+                Ok(LOG_KIND) => {
+                    let blocked_until = load_unsigned(io);
+                    if is_error() || blocked_until > i64::MAX as u64 {
+                        return ptr::null_mut();
+                    }
+                    let mut log = SlidingLog::default();
+                    log.set_blocked_until(blocked_until as i64);
+                    load_log_entries(io, &mut log).map(|()| log.into_raw())
+                }
+                Ok(LEASE_KIND) => load_leases(io).map(LeaseSet::into_raw),
+                _ => None,
+            },
             _ => None,
-        }
-        .map_or(ptr::null_mut(), |()| log.into_raw().cast())
+        };
+        loaded.map_or(ptr::null_mut(), |raw| raw.cast())
     })
 }
 
 unsafe extern "C" fn rdb_save(io: *mut raw::RedisModuleIO, value: *mut c_void) {
     guarded((), || unsafe {
-        let Some(log) = as_log(value) else { return };
         let save_unsigned = raw::RedisModule_SaveUnsigned.unwrap();
-        save_unsigned(io, u64::from(LOG_KIND));
-        save_unsigned(io, log.blocked_until() as u64);
-        let bytes = serialized(&log, 0, log.len());
-        save_unsigned(io, log.len() as u64);
-        raw::RedisModule_SaveStringBuffer.unwrap()(io, bytes.as_ptr().cast(), bytes.len());
+        let save_buffer = raw::RedisModule_SaveStringBuffer.unwrap();
+        match self::value(value) {
+            Some(Value::Log(log)) => {
+                save_unsigned(io, u64::from(LOG_KIND));
+                save_unsigned(io, log.blocked_until() as u64);
+                let bytes = serialized(&log, 0, log.len());
+                save_unsigned(io, log.len() as u64);
+                save_buffer(io, bytes.as_ptr().cast(), bytes.len());
+            }
+            Some(Value::Leases(set)) => {
+                save_unsigned(io, u64::from(LEASE_KIND));
+                save_unsigned(io, set.next_id());
+                let bytes = serialized_leases(&set, 0, set.len());
+                save_unsigned(io, set.len() as u64);
+                save_buffer(io, bytes.as_ptr().cast(), bytes.len());
+            }
+            None => {}
+        }
     })
 }
 
@@ -264,52 +351,81 @@ unsafe extern "C" fn aof_rewrite(
     value: *mut c_void,
 ) {
     guarded((), || unsafe {
-        let Some(log) = as_log(value) else { return };
         let emit = raw::RedisModule_EmitAOF.unwrap();
-        // At least one command, so that a log holding only a block is rebuilt too.
-        let chunks = log.len().div_ceil(ENTRIES_PER_AOF_COMMAND).max(1);
-        for chunk in 0..chunks {
-            let bytes = serialized(
-                &log,
-                chunk * ENTRIES_PER_AOF_COMMAND,
-                ENTRIES_PER_AOF_COMMAND,
-            );
-            if chunk + 1 == chunks && log.blocked_until() > 0 {
-                emit(
-                    aof,
-                    LOAD_CHUNK_COMMAND.as_ptr(),
-                    c"sbcl".as_ptr(),
-                    key,
-                    bytes.as_ptr(),
-                    bytes.len(),
-                    BLOCKED_KEYWORD.as_ptr(),
-                    log.blocked_until() as std::ffi::c_longlong,
-                );
-            } else {
-                emit(
-                    aof,
-                    LOAD_CHUNK_COMMAND.as_ptr(),
-                    c"sb".as_ptr(),
-                    key,
-                    bytes.as_ptr(),
-                    bytes.len(),
-                );
+        match self::value(value) {
+            Some(Value::Log(log)) => {
+                // At least one command, so that a log holding only a block is rebuilt too.
+                let chunks = log.len().div_ceil(ENTRIES_PER_AOF_COMMAND).max(1);
+                for chunk in 0..chunks {
+                    let first = chunk * ENTRIES_PER_AOF_COMMAND;
+                    let bytes = serialized(&log, first, ENTRIES_PER_AOF_COMMAND);
+                    if chunk + 1 == chunks && log.blocked_until() > 0 {
+                        emit(
+                            aof,
+                            LOAD_CHUNK_COMMAND.as_ptr(),
+                            c"sbcl".as_ptr(),
+                            key,
+                            bytes.as_ptr(),
+                            bytes.len(),
+                            BLOCKED_KEYWORD.as_ptr(),
+                            log.blocked_until() as std::ffi::c_longlong,
+                        );
+                    } else {
+                        emit(
+                            aof,
+                            LOAD_CHUNK_COMMAND.as_ptr(),
+                            c"sb".as_ptr(),
+                            key,
+                            bytes.as_ptr(),
+                            bytes.len(),
+                        );
+                    }
+                }
             }
+            Some(Value::Leases(set)) => {
+                for first in (0..set.len().max(1)).step_by(ENTRIES_PER_AOF_COMMAND) {
+                    let bytes = serialized_leases(&set, first, ENTRIES_PER_AOF_COMMAND);
+                    emit(
+                        aof,
+                        LEASE_LOAD_CHUNK_COMMAND.as_ptr(),
+                        c"slb".as_ptr(),
+                        key,
+                        set.next_id() as std::ffi::c_longlong,
+                        bytes.as_ptr(),
+                        bytes.len(),
+                    );
+                }
+            }
+            None => {}
         }
     })
 }
 
 unsafe extern "C" fn mem_usage(value: *const c_void) -> usize {
     guarded(0, || unsafe {
-        as_log(value).map_or(0, |log| log.allocated_bytes())
+        match self::value(value) {
+            Some(Value::Log(log)) => log.allocated_bytes(),
+            Some(Value::Leases(set)) => set.allocated_bytes(),
+            None => 0,
+        }
     })
 }
 
 unsafe extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
     guarded((), || unsafe {
-        let Some(log) = as_log(value) else { return };
-        let mut bytes = serialized(&log, 0, log.len());
-        bytes.extend_from_slice(&log.blocked_until().to_le_bytes());
+        let bytes = match self::value(value) {
+            Some(Value::Log(log)) => {
+                let mut bytes = serialized(&log, 0, log.len());
+                bytes.extend_from_slice(&log.blocked_until().to_le_bytes());
+                bytes
+            }
+            Some(Value::Leases(set)) => {
+                let mut bytes = serialized_leases(&set, 0, set.len());
+                bytes.extend_from_slice(&set.next_id().to_le_bytes());
+                bytes
+            }
+            None => return,
+        };
         raw::RedisModule_DigestAddStringBuffer.unwrap()(md, bytes.as_ptr().cast(), bytes.len());
         raw::RedisModule_DigestEndSequence.unwrap()(md);
     })
@@ -317,8 +433,10 @@ unsafe extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void)
 
 unsafe extern "C" fn free(value: *mut c_void) {
     guarded((), || unsafe {
-        if raw_kind(value.cast()) == LOG_KIND {
-            drop(SlidingLog::from_raw(value.cast()));
+        match raw_kind(value.cast()) {
+            LOG_KIND => drop(SlidingLog::from_raw(value.cast())),
+            LEASE_KIND => drop(LeaseSet::from_raw(value.cast())),
+            _ => {}
         }
     })
 }
@@ -337,9 +455,11 @@ unsafe extern "C" fn copy(
     value: *const c_void,
 ) -> *mut c_void {
     guarded(ptr::null_mut(), || unsafe {
-        as_log(value).map_or(ptr::null_mut(), |log| {
-            SlidingLog::clone(&log).into_raw().cast()
-        })
+        match self::value(value) {
+            Some(Value::Log(log)) => SlidingLog::clone(&log).into_raw().cast(),
+            Some(Value::Leases(set)) => LeaseSet::clone(&set).into_raw().cast(),
+            None => ptr::null_mut(),
+        }
     })
 }
 

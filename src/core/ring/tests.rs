@@ -4,8 +4,8 @@ use proptest::prelude::*;
 
 use super::*;
 
-type LogRing = Ring<3, 1>;
-type LeaseRing = Ring<2, 2>;
+type LogRing = Ring<3, 1, 21>;
+type LeaseRing = Ring<2, 2, 17>;
 
 #[test]
 fn size_classes_are_jemallocs() {
@@ -64,14 +64,43 @@ fn header_kind_and_entries_survive_growth_raw_pointers_and_shrinking() {
 
 #[test]
 fn a_ring_stops_at_its_maximum() {
-    let mut ring = LogRing::with_capacity(0, MAX_ENTRIES);
-    assert_eq!(ring.capacity(), MAX_ENTRIES);
-    for i in 0..MAX_ENTRIES as u64 {
+    let max = LogRing::MAX_ENTRIES;
+    let mut ring = LogRing::with_capacity(0, max);
+    assert_eq!(ring.capacity(), max);
+    for i in 0..max as u64 {
         ring.push_back([i]).unwrap();
     }
     assert_eq!(ring.push_back([0]), None);
-    assert_eq!(ring.reserve(MAX_ENTRIES + 1), None);
-    assert_eq!(ring.len(), MAX_ENTRIES);
+    assert_eq!(ring.reserve(max + 1), None);
+    assert_eq!(ring.len(), max);
+    let max = LeaseRing::MAX_ENTRIES;
+    assert_eq!(max, 1 << 16);
+    let mut ring = LeaseRing::with_capacity(0, 0);
+    for i in 0..max as u64 {
+        ring.push_back_bounded([i, i], max).unwrap();
+    }
+    assert_eq!(ring.push_back([0, 0]), None);
+    // Capped below its class, and still read back whole through a raw pointer.
+    // SAFETY: straight from into_raw of this layout.
+    let ring = unsafe { LeaseRing::from_raw(ring.into_raw()) };
+    assert_eq!(ring.back(), Some([max as u64 - 1; 2]));
+}
+
+#[test]
+fn the_owners_bits_of_word_0_survive_everything() {
+    assert_eq!((LogRing::OWNER_BITS, LeaseRing::OWNER_BITS), (13, 21));
+    let mut ring = LeaseRing::with_capacity(3, 0);
+    ring.set_owner_bits((1 << 21) - 1);
+    for i in 0..50 {
+        ring.push_back([i, i]).unwrap();
+    }
+    while ring.len() > 2 {
+        ring.pop_front();
+    }
+    ring.shrink_if_sparse();
+    assert_eq!((ring.kind(), ring.owner_bits()), (3, (1 << 21) - 1));
+    ring.set_owner_bits(5);
+    assert_eq!((ring.kind(), ring.owner_bits(), ring.len()), (3, 5, 2));
 }
 
 /// One operation on a ring and on its model.
@@ -107,6 +136,7 @@ proptest! {
     fn behaves_as_a_deque_and_always_fills_its_size_class(ops in prop::collection::vec(op(), 0..400)) {
         let mut ring = LeaseRing::with_capacity(1, 0);
         ring.set_header(1, 42);
+        ring.set_owner_bits(77);
         let mut model: VecDeque<[u64; 2]> = VecDeque::new();
         for op in ops {
             match op {
@@ -147,7 +177,7 @@ proptest! {
             prop_assert_eq!(ring.back(), model.back().copied());
             prop_assert!(ring.capacity() >= ring.len());
             prop_assert_eq!(size_class(ring.allocated_bytes()), ring.allocated_bytes());
-            prop_assert_eq!((ring.kind(), ring.header(1)), (1, 42));
+            prop_assert_eq!((ring.kind(), ring.header(1), ring.owner_bits()), (1, 42, 77));
         }
     }
 }

@@ -1,0 +1,410 @@
+//! Concurrency limits with leases (`RL.ACQUIRE`, `RL.RELEASE`, `RL.RENEW`): at most `limit`
+//! slots held at once, each taken for a lease that ends on its own, so that a worker that
+//! dies never keeps its slots.
+//!
+//! A key's leases are kept in one allocation ([`super::ring`]), ordered by when they end,
+//! each 16 bytes: its end in microseconds (54 bits), its id (54 bits) and its quantity (20
+//! bits). Leases that ended are dropped from the front as calls pass, O(1) amortised; the
+//! slots held are kept as a sum. Ids are the master's: the first a key gives is the time in
+//! microseconds, and each next one is one more, or the time if that is later, so ids only
+//! grow within a key, and a key created anew after its leases ended gives ids its earlier
+//! life never gave (that would take more than one acquire per microsecond).
+
+use super::ring::Ring;
+use super::time::{from_micros, Unit};
+use super::verdict::Verdict;
+use super::window::window_micros;
+
+/// The kind tag of a lease set in the native type's storage.
+pub const LEASE_KIND: u8 = 1;
+
+/// The highest `limit` a lease set takes: it bounds the leases a key holds (each takes at
+/// least one slot), and so its memory (1 MiB) and every call's work.
+pub const MAX_LIMIT: u64 = 1 << 16;
+
+/// Bytes of a lease in the serialized form.
+pub const LEASE_LEN: usize = 16;
+
+/// The storage: two header words (the ring's, whose spare bits hold the slots held; the
+/// next id), then leases of two words, positions in 17 bits (up to 2^16 leases).
+type LeaseRing = Ring<2, 2, 17>;
+
+const _: () = assert!(MAX_LIMIT as usize <= LeaseRing::MAX_ENTRIES);
+const _: () = assert!(LeaseRing::OWNER_BITS >= 17, "the slots held fit in word 0");
+
+/// Header word 1: the next id.
+const NEXT_ID_WORD: usize = 1;
+
+/// Bits of a lease's end, and of its id.
+const TIME_BITS: u32 = 54;
+/// Low bits of a word holding the quantity's part.
+const QUANTITY_PART_BITS: u32 = 10;
+const QUANTITY_PART_MASK: u64 = (1 << QUANTITY_PART_BITS) - 1;
+/// The largest id: 54 bits.
+const MAX_ID: u64 = (1 << TIME_BITS) - 1;
+
+/// One lease.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Lease {
+    /// When it ends, in microseconds since the epoch.
+    pub ends: i64,
+    /// Its id.
+    pub id: u64,
+    /// The slots it holds.
+    pub quantity: u64,
+}
+
+impl Lease {
+    fn encode(self) -> [u64; 2] {
+        let quantity = self.quantity - 1;
+        [
+            (self.ends as u64) << QUANTITY_PART_BITS | quantity & QUANTITY_PART_MASK,
+            self.id << QUANTITY_PART_BITS | quantity >> QUANTITY_PART_BITS,
+        ]
+    }
+
+    fn decode([ends, id]: [u64; 2]) -> Lease {
+        Lease {
+            ends: (ends >> QUANTITY_PART_BITS) as i64,
+            id: id >> QUANTITY_PART_BITS,
+            quantity: ((id & QUANTITY_PART_MASK) << QUANTITY_PART_BITS | ends & QUANTITY_PART_MASK)
+                + 1,
+        }
+    }
+
+    /// Whether it still holds its slots at `now`.
+    fn holds_at(&self, now: i64) -> bool {
+        self.ends > now
+    }
+}
+
+/// One key's leases.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LeaseSet {
+    ring: LeaseRing,
+}
+
+impl Default for LeaseSet {
+    fn default() -> Self {
+        LeaseSet {
+            ring: LeaseRing::with_capacity(LEASE_KIND, 0),
+        }
+    }
+}
+
+impl LeaseSet {
+    /// Leases kept (some may have ended, until a call drops them).
+    pub fn len(&self) -> usize {
+        self.ring.len()
+    }
+
+    /// Whether it keeps no lease.
+    #[cfg_attr(not(test), allow(dead_code))] // Beside `len`, as clippy asks.
+    pub fn is_empty(&self) -> bool {
+        self.ring.is_empty()
+    }
+
+    /// The slots its leases hold, ended ones included until dropped.
+    fn held(&self) -> u64 {
+        self.ring.owner_bits()
+    }
+
+    fn set_held(&mut self, held: u64) {
+        self.ring.set_owner_bits(held);
+    }
+
+    /// The id the next lease gets, unless the clock is later.
+    pub fn next_id(&self) -> u64 {
+        self.ring.header(NEXT_ID_WORD)
+    }
+
+    fn set_next_id(&mut self, id: u64) {
+        self.ring.set_header(NEXT_ID_WORD, id);
+    }
+
+    fn lease(&self, index: usize) -> Lease {
+        Lease::decode(self.ring.get(index))
+    }
+
+    /// The leases, the first to end first.
+    pub fn leases(&self) -> impl DoubleEndedIterator<Item = Lease> + '_ {
+        self.ring.iter().map(Lease::decode)
+    }
+
+    /// Bytes of memory it holds: its one allocation.
+    pub fn allocated_bytes(&self) -> usize {
+        self.ring.allocated_bytes()
+    }
+
+    /// Hands the set over as a thin pointer, for Redis to keep as the key's value.
+    pub fn into_raw(self) -> *mut u64 {
+        self.ring.into_raw()
+    }
+
+    /// Takes back a set handed over by [`LeaseSet::into_raw`].
+    ///
+    /// # Safety
+    /// `raw` must come from `LeaseSet::into_raw`, not yet taken back.
+    pub unsafe fn from_raw(raw: *mut u64) -> Self {
+        LeaseSet {
+            ring: unsafe { LeaseRing::from_raw(raw) },
+        }
+    }
+
+    /// The leases from `first` on, [`LEASE_LEN`] little-endian bytes each, appended to `out`.
+    pub fn serialize(&self, first: usize, count: usize, out: &mut Vec<u8>) {
+        for index in first..first.saturating_add(count).min(self.len()) {
+            for word in self.ring.get(index) {
+                out.extend_from_slice(&word.to_le_bytes());
+            }
+        }
+    }
+
+    /// Appends serialized leases, and makes the next id at least `next_id`. `None` (and the
+    /// set unchanged) when `bytes` is not a whole number of leases in order of their ends,
+    /// or holds more than any limit allows.
+    pub fn append_serialized(&mut self, next_id: u64, bytes: &[u8]) -> Option<()> {
+        if bytes.len() % LEASE_LEN != 0 || next_id > MAX_ID {
+            return None;
+        }
+        let decoded = bytes.chunks_exact(LEASE_LEN).map(|chunk| {
+            let word = |i: usize| u64::from_le_bytes(chunk[i * 8..i * 8 + 8].try_into().unwrap());
+            Lease::decode([word(0), word(1)])
+        });
+        let mut last = self
+            .leases()
+            .next_back()
+            .map_or(i64::MIN, |lease| lease.ends);
+        let mut held = self.held();
+        for lease in decoded.clone() {
+            if lease.ends < last || lease.quantity > MAX_LIMIT {
+                return None;
+            }
+            last = lease.ends;
+            held = held
+                .checked_add(lease.quantity)
+                .filter(|&h| h <= MAX_LIMIT)?;
+        }
+        self.ring.reserve(self.len() + bytes.len() / LEASE_LEN)?;
+        for lease in decoded {
+            self.ring.push_back(lease.encode())?;
+        }
+        self.set_held(held);
+        self.set_next_id(self.next_id().max(next_id));
+        Some(())
+    }
+
+    /// The slots held at `now`, and how many leases at the front have ended.
+    fn live(&self, now: i64) -> (u64, usize) {
+        let mut held = self.held();
+        let mut ended = 0;
+        for lease in self.leases() {
+            if lease.holds_at(now) {
+                break;
+            }
+            held -= lease.quantity;
+            ended += 1;
+        }
+        (held, ended)
+    }
+
+    /// Drops the leases that ended by `now`.
+    fn drop_ended(&mut self, now: i64) {
+        let (held, ended) = self.live(now);
+        for _ in 0..ended {
+            self.ring.pop_front();
+        }
+        self.set_held(held);
+        self.ring.shrink_if_sparse();
+    }
+
+    /// Adds `lease` in order of the ends (after any ending at the same time): at the back
+    /// when leases share a duration, O(1).
+    fn insert(&mut self, lease: Lease) {
+        let position = (0..self.len())
+            .rev()
+            .find(|&index| self.lease(index).ends <= lease.ends)
+            .map_or(0, |index| index + 1);
+        self.ring
+            .insert(position, lease.encode())
+            .expect("a set holds at most its limit, below the ring's maximum");
+        self.set_held(self.held() + lease.quantity);
+    }
+
+    /// Removes the lease `id`, if kept, and returns it.
+    fn take(&mut self, id: u64) -> Option<Lease> {
+        let index = (0..self.len()).find(|&index| self.lease(index).id == id)?;
+        let lease = Lease::decode(self.ring.remove(index));
+        self.set_held(self.held() - lease.quantity);
+        Some(lease)
+    }
+}
+
+/// Why a set of lease parameters is refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LeaseError {
+    /// `limit` zero or below.
+    NonPositiveLimit,
+    /// `limit` above [`MAX_LIMIT`].
+    LimitTooHigh,
+    /// `lease` zero or below.
+    NonPositiveLease,
+    /// `lease` longer than 2^63 - 1 ns.
+    LeaseTooLong,
+}
+
+/// A lease duration of `lease` `unit`s, in microseconds.
+pub fn lease_micros(lease: i64, unit: Unit) -> Result<i64, LeaseError> {
+    window_micros(lease, unit).map_err(|error| match error {
+        super::window::WindowError::NonPositiveWindow => LeaseError::NonPositiveLease,
+        _ => LeaseError::LeaseTooLong,
+    })
+}
+
+/// A concurrency limit's parameters, validated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LeaseLimiter {
+    limit: u64,
+    /// The lease, in microseconds.
+    lease: i64,
+}
+
+/// What an acquire decided.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Acquired {
+    /// The reply's five integers, before rounding.
+    pub verdict: Verdict,
+    /// The lease's id, when admitted.
+    pub id: Option<u64>,
+}
+
+impl LeaseLimiter {
+    /// Validates the parameters: at most `limit` slots held at once, for leases of `lease`
+    /// `unit`s.
+    pub fn new(limit: i64, lease: i64, unit: Unit) -> Result<LeaseLimiter, LeaseError> {
+        let limit = u64::try_from(limit)
+            .ok()
+            .filter(|&limit| limit > 0)
+            .ok_or(LeaseError::NonPositiveLimit)?;
+        if limit > MAX_LIMIT {
+            return Err(LeaseError::LimitTooHigh);
+        }
+        Ok(LeaseLimiter {
+            limit,
+            lease: lease_micros(lease, unit)?,
+        })
+    }
+
+    /// The most slots held at once.
+    pub fn limit(&self) -> u64 {
+        self.limit
+    }
+
+    /// The lease, in microseconds.
+    pub fn lease_micros(&self) -> i64 {
+        self.lease
+    }
+
+    /// Decides an acquire of `quantity` slots at `now` (µs) without changing anything: what
+    /// a peek or a refusal replies, and what an admitted acquire will.
+    pub fn inspect(&self, set: Option<&LeaseSet>, now: i64, quantity: u64) -> Verdict {
+        let (held, ended) = set.map_or((0, 0), |set| set.live(now));
+        let admitted = quantity <= self.limit && held + quantity <= self.limit;
+        let charged = if admitted { quantity } else { 0 };
+        let last_end = set
+            .and_then(|set| set.leases().next_back())
+            .map(|lease| lease.ends)
+            .filter(|&ends| ends > now);
+        let last_end = if charged > 0 {
+            Some(last_end.unwrap_or(now).max(now + self.lease))
+        } else {
+            last_end
+        };
+        Verdict {
+            limited: !admitted,
+            limit: self.limit as i64,
+            remaining: self.limit.saturating_sub(held + charged) as i64,
+            retry_after: (!admitted && quantity <= self.limit)
+                .then(|| self.retry_at(set, held, ended, quantity) - now)
+                .map(|micros| from_micros(micros.max(0))),
+            reset_after: from_micros(last_end.map_or(0, |ends| ends - now)),
+        }
+    }
+
+    /// When enough leases will have ended for `quantity` (at most `limit`) to fit.
+    fn retry_at(&self, set: Option<&LeaseSet>, held: u64, ended: usize, quantity: u64) -> i64 {
+        let excess = held + quantity - self.limit;
+        let mut freed = 0;
+        for lease in set.into_iter().flat_map(LeaseSet::leases).skip(ended) {
+            freed += lease.quantity;
+            if freed >= excess {
+                return lease.ends;
+            }
+        }
+        unreachable!("the live leases hold `held` slots, at least the excess")
+    }
+
+    /// Acquires `quantity` slots (from 1 to `limit`) at `now` if they fit, as lease `id`
+    /// when given (a replica applies the master's), or else the next id; leases that ended
+    /// are dropped then. A refusal changes nothing.
+    pub fn acquire(
+        &self,
+        set: &mut LeaseSet,
+        now: i64,
+        quantity: u64,
+        id: Option<u64>,
+    ) -> Acquired {
+        debug_assert!((1..=self.limit).contains(&quantity));
+        let verdict = self.inspect(Some(set), now, quantity);
+        if verdict.limited {
+            return Acquired { verdict, id: None };
+        }
+        set.drop_ended(now);
+        let id = id.unwrap_or_else(|| set.next_id().max(now.max(1) as u64).min(MAX_ID));
+        set.set_next_id((id + 1).min(MAX_ID));
+        set.insert(Lease {
+            ends: now + self.lease,
+            id,
+            quantity,
+        });
+        Acquired {
+            verdict,
+            id: Some(id),
+        }
+    }
+}
+
+/// Frees lease `id` at `now`: whether it was held (known, and not ended). Leases that
+/// ended are dropped first.
+pub fn release(set: &mut LeaseSet, now: i64, id: u64) -> bool {
+    let held = set.take(id).is_some_and(|lease| lease.holds_at(now));
+    set.drop_ended(now);
+    held
+}
+
+/// Extends lease `id` to `lease` µs from `now`: whether it was held (known, and not ended).
+/// Leases that ended are dropped first.
+pub fn renew(set: &mut LeaseSet, now: i64, id: u64, lease: i64) -> bool {
+    let renewed = match set.take(id) {
+        Some(held) if held.holds_at(now) => {
+            set.insert(Lease {
+                ends: now.saturating_add(lease),
+                ..held
+            });
+            true
+        }
+        _ => false,
+    };
+    set.drop_ended(now);
+    renewed
+}
+
+/// When a key holding `set` should expire (Unix ms, rounded up): when its last lease ends.
+pub fn expire_at_ms(set: &LeaseSet) -> Option<i64> {
+    set.leases()
+        .next_back()
+        .map(|lease| lease.ends.div_euclid(1_000) + i64::from(lease.ends.rem_euclid(1_000) != 0))
+}
+
+#[cfg(test)]
+mod tests;

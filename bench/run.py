@@ -1,15 +1,20 @@
 #!/usr/bin/env python3
 """`make bench`: the module against Redis' own floor (INCR, SET ... PX) and against the Lua
-scripts it replaces, in one run, on a server this script starts.
+scripts it replaces, in one run, on servers this script starts.
 
-For each workload (redis-benchmark, pipeline 16, 50 clients, 100,000 random keys unless
-said), per request: the server's own CPU time (INFO cpu, so the client's cost is left out),
-throughput, p50 and p99 latency, and, when valgrind is installed, the server's instructions
-counted by callgrind (repeatable on a noisy shared machine: the ratios are judged on them).
-Then memory: bytes per limiter key (used_memory growth over 100,000 keys with 8-character
-names) and bytes per logged request (10,000 entries in one key).
+Every workload (redis-benchmark, pipeline 16, 50 clients, 100,000 random keys unless said)
+runs in three setups: a master with a replica attached (the headline: production runs
+replicas), a server alone, and a server with an AOF. In each, the server's instructions per
+request are counted by callgrind (repeatable on a noisy shared machine: the ratios to
+`SET ... PX` in the same setup are what the targets judge). Time, throughput and latency
+are measured in the replica setup without valgrind. Then memory: bytes per key, per logged
+request and per held lease, read from used_memory once INFO keyspace shows every key.
 
-Writes BENCHMARKS.md and bench/chart.svg. Only the standard library is used.
+Every limit is chosen so that no key expires during a measurement.
+
+Writes the report to target/bench/ (BENCHMARKS.md, chart.svg) and prints its tables;
+`--write` (what `make bench-update` runs) writes the tracked BENCHMARKS.md and
+bench/chart.svg instead. Only the standard library is used.
 """
 
 from __future__ import annotations
@@ -87,11 +92,54 @@ redis.call("PEXPIRE", KEYS[1], math.ceil(window_us / 1000))
 return {0, limit, limit - count - 1}
 """
 
+# Two limits all or nothing, as scripts do it: a GCRA and a fixed window, both checked
+# before either is charged.
+LUA_TWO_LIMITS = """
+redis.replicate_commands()
+local time = redis.call("TIME")
+local now = (time[1] - 1483228800) + (time[2] / 1000000)
+local interval = tonumber(ARGV[2]) / tonumber(ARGV[1])
+local tat = tonumber(redis.call("GET", KEYS[1]) or now)
+tat = math.max(tat, now)
+local new_tat = tat + interval
+if new_tat - now > interval * (tonumber(ARGV[3]) + 1) then return {1, 0} end
+local count = tonumber(redis.call("GET", KEYS[2]) or 0)
+if count + 1 > tonumber(ARGV[4]) then return {1, 1} end
+redis.call("SET", KEYS[1], new_tat, "EX", math.ceil(new_tat - now))
+if count == 0 then
+  redis.call("SET", KEYS[2], 1, "EX", ARGV[5])
+else
+  redis.call("INCR", KEYS[2])
+end
+return {0, -1}
+"""
+
+# A concurrency limit in a sorted set of leases scored by their end: drop the ended ones,
+# count, add one.
+LUA_LEASES = """
+local limit = tonumber(ARGV[1])
+local lease_us = tonumber(ARGV[2])
+local time = redis.call("TIME")
+local now = time[1] * 1000000 + time[2]
+redis.call("ZREMRANGEBYSCORE", KEYS[1], "-inf", now)
+if redis.call("ZCARD", KEYS[1]) >= limit then return {1, 0} end
+local id = redis.call("INCR", KEYS[1] .. ":ids")
+redis.call("ZADD", KEYS[1], now + lease_us, id)
+redis.call("PEXPIRE", KEYS[1], math.ceil(lease_us / 1000))
+return {0, id}
+"""
+
 SCRIPTS = {
     "gcra": LUA_GCRA,
     "fixed": LUA_FIXED_WINDOW,
     "zlog": LUA_SORTED_SET_LOG,
+    "two": LUA_TWO_LIMITS,
+    "leases": LUA_LEASES,
 }
+
+# A window of 10^9 seconds: aligned windows end every 31 years, so no key expires during a
+# run, whatever the time of day.
+LONG = "1000000000"
 
 
 @dataclass
@@ -104,29 +152,63 @@ class Workload:
     random_keys: bool = True
     # Requests sent before measuring, so that a hot key's log is long already.
     warm_up: int = 0
-    target: str = ""  # what the issue sets for it, as a ratio to SET ... PX
+    target: float | None = None  # the ratio to SET ... PX it must stay within
     results: dict = field(default_factory=dict)
 
 
 WORKLOADS = [
     Workload("INCR", "redis", ["INCR", "incr:__rand_int__"]),
-    Workload("SET ... PX", "redis", ["SET", "set:__rand_int__", "1700000000000000000", "PX", "60000"]),
-    Workload("CL.THROTTLE", "module", ["CL.THROTTLE", "gcra:__rand_int__", "15", "30", "60"], target="1.5"),
-    Workload("RL.WINDOW FIXED", "module", ["RL.WINDOW", "fixed:__rand_int__", "100", "60", "FIXED"], target="1.5"),
-    Workload("RL.WINDOW SLIDING", "module", ["RL.WINDOW", "sliding:__rand_int__", "100", "60"], target="1.5"),
-    Workload("RL.WINDOW BUCKETS 10", "module",
-             ["RL.WINDOW", "buckets:__rand_int__", "100", "60", "BUCKETS", "10"], target="1.5"),
-    Workload("RL.LOG", "module", ["RL.LOG", "log:__rand_int__", "100", "60"], target="1.7"),
-    Workload("RL.LOG hot key, limit 100,000", "module", ["RL.LOG", "hot", "100000", "60"],
-             random_keys=False, warm_up=50_000, target="1.7"),
-    Workload("RL.LOG saturated, limit 100 per 1 s", "module", ["RL.LOG", "saturated", "100", "1"],
-             random_keys=False, warm_up=10_000, target="1.7"),
+    Workload("SET ... PX", "redis", ["SET", "set:__rand_int__", "1700000000000000000", "PX", "3600000"]),
+    Workload("CL.THROTTLE", "module", ["CL.THROTTLE", "gcra:__rand_int__", "15", "1", "3600"], target=1.2),
+    Workload("RL.WINDOW FIXED", "module", ["RL.WINDOW", "fixed:__rand_int__", "100", LONG, "FIXED"],
+             target=1.2),
+    Workload("RL.WINDOW SLIDING", "module", ["RL.WINDOW", "sliding:__rand_int__", "100", LONG], target=1.2),
+    Workload("RL.WINDOW BUCKETS 60", "module",
+             ["RL.WINDOW", "buckets:__rand_int__", "100", LONG, "BUCKETS", "60"], target=1.3),
+    Workload("RL.LOG", "module", ["RL.LOG", "log:__rand_int__", "100", "86400"], target=1.3),
+    Workload("RL.LOG hot key, limit 100,000", "module", ["RL.LOG", "hot", "100000", "86400"],
+             random_keys=False, warm_up=50_000, target=1.3),
+    Workload("RL.ALL, a THROTTLE and a WINDOW", "module",
+             ["RL.ALL", "2", "all:__rand_int__", "allw:__rand_int__", "THROTTLE", "15", "1", "3600",
+              "WINDOW", "100", LONG, "FIXED"], target=2.2),
+    Workload("RL.ACQUIRE", "module", ["RL.ACQUIRE", "lease:__rand_int__", "100", "3600"]),
     Workload("Lua GCRA (redis_rate)", "lua",
-             ["EVALSHA", "{gcra}", "1", "luagcra:__rand_int__", "15", "30", "60", "1"]),
+             ["EVALSHA", "{gcra}", "1", "luagcra:__rand_int__", "15", "1", "3600", "1"]),
     Workload("Lua fixed window", "lua",
-             ["EVALSHA", "{fixed}", "1", "luafixed:__rand_int__", "100", "1", "60"]),
+             ["EVALSHA", "{fixed}", "1", "luafixed:__rand_int__", "100", "1", "86400"]),
     Workload("Lua sorted-set log", "lua",
-             ["EVALSHA", "{zlog}", "1", "luazlog:__rand_int__", "100", "60000000", "__rand_int__"]),
+             ["EVALSHA", "{zlog}", "1", "luazlog:__rand_int__", "100", "86400000000", "__rand_int__"]),
+    Workload("Lua two limits", "lua",
+             ["EVALSHA", "{two}", "2", "luatwo:__rand_int__", "luatwow:__rand_int__", "1", "3600", "15",
+              "100", "86400"]),
+    Workload("Lua leases (sorted set)", "lua",
+             ["EVALSHA", "{leases}", "1", "lualease:__rand_int__", "100", "3600000000"]),
+]
+
+# What each module workload is compared with: the script that does the same.
+SCRIPT_FOR = {
+    "CL.THROTTLE": "Lua GCRA (redis_rate)",
+    "RL.WINDOW FIXED": "Lua fixed window",
+    "RL.LOG": "Lua sorted-set log",
+    "RL.ALL, a THROTTLE and a WINDOW": "Lua two limits",
+    "RL.ACQUIRE": "Lua leases (sorted set)",
+}
+
+
+@dataclass
+class Setup:
+    """How the measured server runs."""
+
+    key: str
+    name: str
+    extra: list[str]
+    replica: bool = False
+
+
+SETUPS = [
+    Setup("replica", "A replica attached", [], replica=True),
+    Setup("alone", "No replica, no AOF", []),
+    Setup("aof", "AOF (appendfsync no)", ["--appendonly", "yes", "--appendfsync", "no"]),
 ]
 
 
@@ -134,7 +216,7 @@ class Resp:
     """A minimal Redis client: pipelined commands, RESP2 replies."""
 
     def __init__(self, port: int):
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=60)
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=120)
         self.buffer = b""
 
     def call(self, *args):
@@ -201,6 +283,7 @@ class Server:
             "redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
             "--save", "", "--appendonly", "no", "--dir", self.dir,
             "--logfile", os.path.join(self.dir, "server.log"),
+            "--repl-diskless-sync-delay", "0",
             "--loadmodule", str(MODULE),
         ] + (extra or [])
         self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -219,6 +302,16 @@ class Server:
         self.shas = {name: self.client.call("SCRIPT", "LOAD", body).decode()
                      for name, body in SCRIPTS.items()}
 
+    def replica(self) -> "Server":
+        """A replica of this server, once its link is up."""
+        replica = Server(extra=["--replicaof", "127.0.0.1", str(self.port)])
+        deadline = time.time() + 120
+        while replica.client.info("replication").get("master_link_status") != "up":
+            if time.time() > deadline:
+                raise SystemExit("the replica did not sync")
+            time.sleep(0.2)
+        return replica
+
     def command(self, workload: Workload) -> list[str]:
         return [re.sub(r"\{(\w+)\}", lambda m: self.shas[m.group(1)], arg) for arg in workload.command]
 
@@ -232,7 +325,9 @@ class Server:
         row = output.strip().splitlines()[-1].replace('"', "").split(",")
         return {"rps": float(row[-7]), "p50": float(row[-4]), "p99": float(row[-2])}
 
-    def warm_up(self, workload: Workload) -> None:
+    def prepare(self, workload: Workload) -> None:
+        """An empty database, then the workload's warm-up."""
+        self.client.call("FLUSHALL", "SYNC")
         if workload.warm_up:
             self.benchmark(workload, workload.warm_up)
 
@@ -252,55 +347,48 @@ class Server:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-def measure_speed(requests: int) -> None:
-    server = Server()
+def selected(workloads: list[Workload], only: str | None) -> list[Workload]:
+    """The workloads to measure: all, or those whose name contains `only` and the floor."""
+    if not only:
+        return workloads
+    return [w for w in workloads if only.lower() in w.name.lower() or w.name == "SET ... PX"]
+
+
+def measure_speed(workloads: list[Workload], requests: int) -> None:
+    """Throughput, latency and server CPU, with a replica attached, without valgrind."""
+    master = Server()
+    replica = master.replica()
     try:
-        for workload in WORKLOADS:
-            server.client.call("FLUSHALL")
-            server.warm_up(workload)
-            before = server.cpu_seconds()
-            result = server.benchmark(workload, requests)
-            result["cpu_us"] = (server.cpu_seconds() - before) * 1e6 / requests
+        for workload in workloads:
+            master.prepare(workload)
+            before = master.cpu_seconds()
+            result = master.benchmark(workload, requests)
+            result["cpu_us"] = (master.cpu_seconds() - before) * 1e6 / requests
             workload.results.update(result)
-            print(f"  {workload.name}: {result['rps']:.0f} requests/s, "
+            print(f"  {workload.name}: {result['rps']:,.0f} requests/s, "
                   f"{result['cpu_us']:.2f} µs of server CPU each", flush=True)
     finally:
-        server.stop()
+        replica.stop()
+        master.stop()
 
 
 def callgrind_total(path: Path) -> int:
     for line in path.read_text().splitlines():
-        if line.startswith(("totals:", "summary:")):
+        if line.startswith("totals:"):
             return int(line.split()[1])
     raise ValueError(f"no total in {path}")
 
 
-# With an AOF, every write builds its effect for it (SET's rewritten to PXAT, the
-# module's SET ... PXAT or RL.LOG.REPLAY): measured on these too, for the full picture.
-AOF_WORKLOADS = ["SET ... PX", "CL.THROTTLE", "RL.WINDOW SLIDING", "RL.LOG"]
-
-
-def measure_instructions(requests: int) -> bool:
-    if not shutil.which("valgrind") or not shutil.which("callgrind_control"):
-        print("  valgrind is not installed: no instruction counts", flush=True)
-        return False
-    count_instructions(WORKLOADS, requests, "instructions", [])
-    print("  with an AOF (appendfsync no):", flush=True)
-    with_aof = [w for w in WORKLOADS if w.name in AOF_WORKLOADS]
-    count_instructions(with_aof, requests, "instructions_aof",
-                       ["--appendonly", "yes", "--appendfsync", "no"])
-    return True
-
-
-def count_instructions(workloads: list[Workload], requests: int, key: str, extra: list[str]) -> None:
+def measure_instructions(setup: Setup, workloads: list[Workload], requests: int) -> None:
     """Instructions per request of each workload, on a server under callgrind."""
     out_dir = Path(tempfile.mkdtemp(prefix="ratelimit-callgrind-"))
-    server = Server(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out_dir}/callgrind.out"], extra)
+    server = Server(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out_dir}/callgrind.out"],
+                    setup.extra)
+    replica = server.replica() if setup.replica else None
     pid = str(server.process.pid)
     try:
         for workload in workloads:
-            server.client.call("FLUSHALL")
-            server.warm_up(workload)
+            server.prepare(workload)
             subprocess.run(["callgrind_control", "-z", pid], check=True, capture_output=True)
             server.benchmark(workload, requests)
             before = set(out_dir.iterdir())
@@ -309,65 +397,103 @@ def count_instructions(workloads: list[Workload], requests: int, key: str, extra
             while not (new := set(out_dir.iterdir()) - before) and time.time() < deadline:
                 time.sleep(0.1)
             dump = max(new, key=lambda path: path.stat().st_mtime)
-            workload.results[key] = callgrind_total(dump) / requests
-            print(f"  {workload.name}: {workload.results[key]:.0f} instructions", flush=True)
+            workload.results[setup.key] = callgrind_total(dump) / requests
+            print(f"  {workload.name}: {workload.results[setup.key]:,.0f} instructions", flush=True)
     finally:
+        if replica:
+            replica.stop()
         server.stop()
         shutil.rmtree(out_dir, ignore_errors=True)
 
 
 def used_memory(client: Resp) -> int:
+    # A command's latency histogram is allocated after its first call: call INFO twice.
+    client.info("memory")
     return int(client.info("memory")["used_memory"])
 
 
+def keys_in_db(client: Resp) -> int:
+    line = client.info("keyspace").get("db0", "keys=0")
+    return int(line.split(",")[0].split("=")[1])
+
+
 def bytes_per_key(client: Resp, make, keys: int = 100_000) -> float:
-    """used_memory growth per key over `keys` keys named with 8 characters."""
-    commands = [make(f"{i:08d}") for i in range(keys)]
-    # The same pipeline once on keys then deleted: the server's buffers for it grow first.
-    for batch in range(0, keys, 10_000):
-        client.pipeline(commands[batch:batch + 10_000])
-    client.call("FLUSHALL")
+    """used_memory growth per key over `keys` keys named with 8 characters; each `make(key)`
+    is the list of commands that create one."""
+    commands = [command for i in range(keys) for command in make(f"{i:08d}")]
+    batch = 10_000
+    # The same pipeline once first: the server's buffers for it grow before the baseline.
+    for start in range(0, len(commands), batch):
+        client.pipeline(commands[start:start + batch])
+    client.call("FLUSHALL", "SYNC")
     before = used_memory(client)
-    for batch in range(0, keys, 10_000):
-        client.pipeline(commands[batch:batch + 10_000])
+    for start in range(0, len(commands), batch):
+        client.pipeline(commands[start:start + batch])
+    if keys_in_db(client) != keys:
+        raise SystemExit(f"only {keys_in_db(client)} of {keys} keys are there: one expired")
     grown = (used_memory(client) - before) / keys
-    client.call("FLUSHALL")
+    client.call("FLUSHALL", "SYNC")
     return grown
 
 
-def measure_memory() -> dict[str, float]:
+def per_item(client: Resp, command, items: int, key: str, pipelined: bool) -> tuple[float, float]:
+    """used_memory growth and MEMORY USAGE per item of one key, after `items` calls of
+    `command(i)`: one call per round trip (each in a microsecond of its own) or pipelined."""
+    def run():
+        if pipelined:
+            for start in range(0, items, 1_000):
+                client.pipeline([command(i) for i in range(start, min(items, start + 1_000))])
+        else:
+            for i in range(items):
+                client.call(*command(i))
+    run()
+    client.call("FLUSHALL", "SYNC")
+    before = used_memory(client)
+    run()
+    growth = (used_memory(client) - before) / items
+    usage = client.call("MEMORY", "USAGE", key, "SAMPLES", "0") / items
+    client.call("FLUSHALL", "SYNC")
+    return growth, usage
+
+
+def measure_memory() -> dict:
     server = Server()
     client = server.client
+    sha = server.shas
     try:
-        sha = server.shas
-        memory = {
-            "SET ... PX (an integer)": bytes_per_key(client, lambda k: ["SET", k, "1700000000000000000", "PX", "60000"]),
-            "CL.THROTTLE": bytes_per_key(client, lambda k: ["CL.THROTTLE", k, "15", "30", "60"]),
-            "RL.WINDOW FIXED": bytes_per_key(client, lambda k: ["RL.WINDOW", k, "100", "60", "FIXED"]),
-            "RL.WINDOW SLIDING": bytes_per_key(client, lambda k: ["RL.WINDOW", k, "100", "60"]),
-            "RL.WINDOW BUCKETS 10": bytes_per_key(client, lambda k: ["RL.WINDOW", k, "100", "60", "BUCKETS", "10"]),
-            "Lua GCRA (a float string)": bytes_per_key(
-                client, lambda k: ["EVALSHA", sha["gcra"], "1", k, "15", "30", "60", "1"]),
+        now = int(time.time() * 1e6)
+        keys = {
+            "SET ... PX (an integer)": lambda k: [["SET", k, "1700000000000000000", "PX", "3600000"]],
+            "SET ... PX (a 12-byte string)": lambda k: [["SET", k, "twelve bytes", "PX", "3600000"]],
+            "CL.THROTTLE": lambda k: [["CL.THROTTLE", k, "15", "1", "3600"]],
+            "RL.WINDOW FIXED": lambda k: [["RL.WINDOW", k, "100", LONG, "FIXED"]],
+            "RL.WINDOW SLIDING": lambda k: [["RL.WINDOW", k, "100", LONG]],
+            "RL.WINDOW BUCKETS 60": lambda k: [["RL.WINDOW", k, "100", LONG, "BUCKETS", "60"]],
+            "RL.LOG, one entry": lambda k: [["RL.LOG", k, "100", "86400"]],
+            "Sorted set, one member (the Lua log's first request)":
+                lambda k: [["ZADD", k, str(now), f"{now}-{k}"], ["PEXPIRE", k, "86400000"]],
+            "RL.ACQUIRE, one lease": lambda k: [["RL.ACQUIRE", k, "100", "3600"]],
+            "Lua GCRA (a float string)":
+                lambda k: [["EVALSHA", sha["gcra"], "1", k, "15", "1", "3600", "1"]],
         }
-        per_entry = {}
-        for name, key, command in [
-            ("RL.LOG", "log", lambda i: ["RL.LOG", "log", "10000", "3600"]),
-            ("Lua sorted-set log", "zlog",
-             lambda i: ["EVALSHA", sha["zlog"], "1", "zlog", "10000", "3600000000", str(i)]),
-        ]:
-            commands = [command(i) for i in range(10_000)]
-            # Pipelines of 1,000: their buffers grow once, on a key then deleted.
-            for batch in range(0, 10_000, 1_000):
-                client.pipeline(commands[batch:batch + 1_000])
-            client.call("FLUSHALL")
-            before = used_memory(client)
-            for batch in range(0, 10_000, 1_000):
-                client.pipeline(commands[batch:batch + 1_000])
-            growth = (used_memory(client) - before) / 10_000
-            usage = client.call("MEMORY", "USAGE", key, "SAMPLES", "0") / 10_000
-            per_entry[name] = (growth, usage)
-            client.call("FLUSHALL")
-        return {"keys": memory, "entries": per_entry}
+        per_key = {}
+        for name, make in keys.items():
+            per_key[name] = bytes_per_key(client, make)
+            print(f"  {name}: {per_key[name]:.1f} bytes per key", flush=True)
+        items = {
+            "RL.LOG, distinct requests": per_item(
+                client, lambda i: ["RL.LOG", "log", "10000", "86400"], 10_000, "log", False),
+            "RL.LOG, pipelined (requests in one microsecond share an entry)": per_item(
+                client, lambda i: ["RL.LOG", "log", "10000", "86400"], 10_000, "log", True),
+            "Lua sorted-set log, distinct requests": per_item(
+                client, lambda i: ["EVALSHA", sha["zlog"], "1", "zlog", "10000", "86400000000", str(i)],
+                10_000, "zlog", False),
+            "RL.ACQUIRE, held leases": per_item(
+                client, lambda i: ["RL.ACQUIRE", "leases", "65536", "3600"], 10_000, "leases", True),
+        }
+        for name, (growth, usage) in items.items():
+            print(f"  {name}: {growth:.1f} bytes each (MEMORY USAGE {usage:.1f})", flush=True)
+        return {"keys": per_key, "items": items}
     finally:
         server.stop()
 
@@ -393,135 +519,174 @@ def versions() -> dict[str, str]:
     }
 
 
-def ratio(workload: Workload, floor: Workload, key: str) -> str:
-    value, base = workload.results.get(key), floor.results.get(key)
-    return f"{value / base:.2f}x" if value and base else "n/a"
+def by_name(workloads: list[Workload], name: str) -> Workload | None:
+    return next((w for w in workloads if w.name == name), None)
 
 
-def chart_svg(with_instructions: bool) -> str:
-    """Bars of instructions (or CPU time) per request, SET ... PX marked."""
-    key = "instructions" if with_instructions else "cpu_us"
-    unit = "instructions per request (callgrind)" if with_instructions else "µs of server CPU per request"
-    values = [(w.name, w.group, w.results.get(key, 0)) for w in WORKLOADS]
+def ratio(workload: Workload, floor: Workload | None, key: str) -> float | None:
+    value = workload.results.get(key)
+    base = floor.results.get(key) if floor else None
+    return value / base if value and base else None
+
+
+def instruction_table(workloads: list[Workload]) -> list[str]:
+    floor = by_name(workloads, "SET ... PX")
+    head = "| Workload | " + " | ".join(f"{s.name}: instructions, vs `SET ... PX`" for s in SETUPS)
+    lines = [head + " | Target |", "|---|" + "---:|" * (len(SETUPS) + 1)]
+    for w in workloads:
+        cells = []
+        for setup in SETUPS:
+            value, share = w.results.get(setup.key), ratio(w, floor, setup.key)
+            cells.append(f"{value:,.0f}, {share:.2f}x" if value and share else "n/a")
+        target = f"<= {w.target}x" if w.target else ""
+        lines.append(f"| {w.name} | " + " | ".join(cells) + f" | {target} |")
+    return lines
+
+
+def speed_table(workloads: list[Workload]) -> list[str]:
+    lines = ["| Workload | Server CPU µs / request | Requests / s | p50 ms | p99 ms |",
+             "|---|---:|---:|---:|---:|"]
+    for w in workloads:
+        r = w.results
+        if "rps" in r:
+            lines.append(f"| {w.name} | {r['cpu_us']:.2f} | {r['rps']:,.0f} | {r['p50']:.3f} | {r['p99']:.3f} |")
+    return lines
+
+
+def scripts_table(workloads: list[Workload]) -> list[str]:
+    lines = ["| Command | The script that does the same | Script's instructions / command's |",
+             "|---|---|---:|"]
+    for command, script in SCRIPT_FOR.items():
+        ours, theirs = by_name(workloads, command), by_name(workloads, script)
+        if ours and theirs and (share := ratio(theirs, ours, "replica")):
+            lines.append(f"| `{command}` | {script} | {share:.1f}x |")
+    return lines
+
+
+def memory_tables(memory: dict) -> list[str]:
+    lines = ["| Per key, 100,000 keys of 8-character names | Bytes |", "|---|---:|"]
+    lines += [f"| {name} | {value:.1f} |" for name, value in memory["keys"].items()]
+    lines += ["", "| Per item, 10,000 in one key | used_memory growth | MEMORY USAGE |",
+              "|---|---:|---:|"]
+    lines += [f"| {name} | {growth:.1f} | {usage:.1f} |"
+              for name, (growth, usage) in memory["items"].items()]
+    return lines
+
+
+def chart_svg(workloads: list[Workload], key: str) -> str:
+    """Bars of instructions per request in one setup, SET ... PX marked."""
+    values = [(w.name, w.group, w.results.get(key, 0)) for w in workloads]
     top = max(v for _, _, v in values) * 1.1
-    floor = next(w for w in WORKLOADS if w.name == "SET ... PX").results.get(key, 0)
-    width, row, left = 860, 26, 270
+    floor = by_name(workloads, "SET ... PX").results.get(key, 0)
+    width, row, left = 900, 26, 300
     height = 50 + row * len(values) + 30
     scale = (width - left - 90) / top
     colors = {"redis": "#8c8c8c", "module": "#c0392b", "lua": "#2e86c1"}
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
              f'font-family="sans-serif" font-size="13">',
              f'<rect width="{width}" height="{height}" fill="white"/>',
-             f'<text x="{left}" y="22" font-size="15">{unit}: shorter is better</text>']
-    # The reference lines first, under the bars; their labels at either end.
-    for factor, dash, label_y, anchor, shift in [
-        (1, "", height - 14, "end", -3),
-        (1.5, ' stroke-dasharray="4,3"', height - 14, "start", 3),
-    ]:
-        x = left + floor * factor * scale
-        parts.append(f'<line x1="{x:.1f}" y1="34" x2="{x:.1f}" y2="{height - 30}" stroke="#444"{dash}/>')
-        parts.append(f'<text x="{x + shift:.1f}" y="{label_y}" font-size="11" text-anchor="{anchor}">'
-                     f'{"SET ... PX" if factor == 1 else "1.5x SET ... PX"}</text>')
+             f'<text x="{left}" y="22" font-size="15">Instructions per request, a replica attached '
+             '(callgrind): shorter is better</text>']
+    x = left + floor * scale
+    parts.append(f'<line x1="{x:.1f}" y1="34" x2="{x:.1f}" y2="{height - 30}" stroke="#444"/>')
+    parts.append(f'<text x="{x - 3:.1f}" y="{height - 14}" font-size="11" text-anchor="end">SET ... PX</text>')
     for i, (name, group, value) in enumerate(values):
         y = 40 + i * row
         parts.append(f'<text x="{left - 8}" y="{y + 16}" text-anchor="end">{name}</text>')
         parts.append(f'<rect x="{left}" y="{y + 3}" width="{value * scale:.1f}" height="{row - 8}" '
                      f'fill="{colors[group]}"/>')
-        label = f"{value:,.0f}" if with_instructions else f"{value:.2f}"
-        label_x = max(left + value * scale, left + floor * 1.5 * scale) + 6
-        parts.append(f'<text x="{label_x:.1f}" y="{y + 16}">{label}</text>')
+        parts.append(f'<text x="{left + value * scale + 6:.1f}" y="{y + 16}">{value:,.0f}</text>')
     parts.append("</svg>")
     return "\n".join(parts) + "\n"
 
 
-def write_report(requests: int, callgrind_requests: int, memory, info, with_instructions: bool,
-                 command: str) -> None:
-    floor = next(w for w in WORKLOADS if w.name == "SET ... PX")
+def report(workloads, memory, info, requests, callgrind_requests, minutes, command) -> str:
     lines = [
         "# Benchmarks",
         "",
-        f"Produced by `{command}` ([bench/run.py](bench/run.py)); the chart is "
-        "[bench/chart.svg](bench/chart.svg). Numbers from one run on this machine:",
+        f"Produced by `{command}` ([bench/run.py](bench/run.py)) in {minutes:.0f} minutes; the chart "
+        "is [bench/chart.svg](bench/chart.svg). Every figure comes from this one run:",
         "",
         f"- Machine: {info['machine']}",
         f"- Server: {info['redis']}",
         f"- valgrind: {info['valgrind']}; {info['rustc']}; module at commit {info['module']}",
-        f"- Load: redis-benchmark, pipeline 16, 50 clients, 100,000 random keys unless said; "
-        f"{requests:,} requests per workload for time and latency, {callgrind_requests:,} under "
-        "callgrind for instructions (counted over the whole server process, from zeroed counters "
-        "to the dump after the last reply).",
+        f"- Load: redis-benchmark, pipeline 16, 50 clients, 100,000 random keys unless said, on an "
+        f"empty database; {callgrind_requests:,} requests per workload under callgrind "
+        f"(instructions counted over the whole server process, from zeroed counters to the dump "
+        f"after the last reply), {requests:,} for time and latency. Every limit outlives the run: "
+        "no key expires during a measurement.",
         "",
-        "Instructions are what the targets are judged on: they repeat from run to run on a "
-        "shared machine, where times do not. CPU time is the server's own (INFO cpu), so the "
-        "client's cost is left out.",
+        "## Instructions per request",
         "",
-        "The server runs without AOF and replicas, where Redis propagates nothing; the module "
-        "then skips building its effects as well (`SET ... PXAT`, `RL.LOG.REPLAY`: a quarter of "
-        "a call's instructions) and only counts the change. With an AOF (or replicas) both Redis "
-        "and the module build them: the AOF column measures that case on a second server.",
+        "Judged against `SET ... PX` in the same setup. With a replica attached (how production "
+        "runs, the headline), every write builds its effect for the replication stream; alone, "
+        "the module skips building effects nothing would receive; with an AOF, effects go to "
+        "the AOF.",
         "",
-        "| Workload | Instructions / request | vs SET ... PX | Target | With an AOF: instructions, vs SET ... PX | Server CPU µs / request | Requests / s | p50 ms | p99 ms |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        *instruction_table(workloads),
+        "",
+        "Against the scripts that do the same (a replica attached):",
+        "",
+        *scripts_table(workloads),
+        "",
+        "## Time and latency (a replica attached, no valgrind)",
+        "",
+        "Server CPU is the server's own (INFO cpu), so the client's cost is left out.",
+        "",
+        *speed_table(workloads),
+        "",
+        "## Memory",
+        "",
+        "used_memory growth, read once INFO keyspace shows every key.",
+        "",
+        *memory_tables(memory),
+        "",
     ]
-    for w in WORKLOADS:
-        r = w.results
-        instructions = f"{r['instructions']:,.0f}" if "instructions" in r else "n/a"
-        target = f"<= {w.target}x" if w.target else ""
-        aof = (f"{r['instructions_aof']:,.0f}, {ratio(w, floor, 'instructions_aof')}"
-               if "instructions_aof" in r else "")
-        lines.append(
-            f"| {w.name} | {instructions} | {ratio(w, floor, 'instructions')} | "
-            f"{target} | {aof} | {r['cpu_us']:.2f} | {r['rps']:,.0f} | {r['p50']:.3f} | {r['p99']:.3f} |"
-        )
-    gcra = next(w for w in WORKLOADS if w.name == "Lua GCRA (redis_rate)")
-    throttle = next(w for w in WORKLOADS if w.name == "CL.THROTTLE")
-    zlog = next(w for w in WORKLOADS if w.name == "Lua sorted-set log")
-    log = next(w for w in WORKLOADS if w.name == "RL.LOG")
-    lines += [
-        "",
-        "Against the scripts (instructions per request; targets: at least 4x fewer than the Lua "
-        "GCRA, 3x fewer than the sorted-set log):",
-        "",
-        f"- Lua GCRA / `CL.THROTTLE`: {ratio(gcra, throttle, 'instructions')}",
-        f"- Lua sorted-set log / `RL.LOG`: {ratio(zlog, log, 'instructions')}",
-        "",
-        "Memory (used_memory growth; targets: at most 120 bytes per `CL.THROTTLE` or `RL.WINDOW` "
-        "key, at most 16 per logged request):",
-        "",
-        "| Per key, 100,000 keys of 8-character names | Bytes |",
-        "|---|---:|",
-    ]
-    lines += [f"| {name} | {value:.1f} |" for name, value in memory["keys"].items()]
-    lines += ["", "| Per logged request, 10,000 in one key | used_memory growth | MEMORY USAGE |",
-              "|---|---:|---:|"]
-    lines += [f"| {name} | {growth:.1f} | {usage:.1f} |"
-              for name, (growth, usage) in memory["entries"].items()]
-    lines.append("")
-    (ROOT / "BENCHMARKS.md").write_text("\n".join(lines))
-    (ROOT / "bench/chart.svg").write_text(chart_svg(with_instructions))
+    return "\n".join(lines)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=500_000)
     parser.add_argument("--callgrind-requests", type=int, default=20_000)
+    parser.add_argument("--only", help="measure only the workloads whose name contains this")
+    parser.add_argument("--setups", default=",".join(s.key for s in SETUPS),
+                        help="comma-separated setups for instructions: " + ", ".join(s.key for s in SETUPS))
+    parser.add_argument("--no-memory", action="store_true")
+    parser.add_argument("--no-speed", action="store_true")
+    parser.add_argument("--write", action="store_true",
+                        help="write the tracked BENCHMARKS.md and bench/chart.svg")
     options = parser.parse_args()
     if not MODULE.is_file():
         sys.exit(f"{MODULE} is not built: run `make bench`")
+    if not shutil.which("valgrind") or not shutil.which("callgrind_control"):
+        sys.exit("valgrind is needed for the instruction counts: apt-get install valgrind")
+    started = time.time()
+    workloads = selected(WORKLOADS, options.only)
     info = versions()
-    print("Time and latency:", flush=True)
-    measure_speed(options.requests)
-    print("Instructions (callgrind):", flush=True)
-    with_instructions = measure_instructions(options.callgrind_requests)
-    print("Memory:", flush=True)
-    memory = measure_memory()
-    print(memory, flush=True)
-    command = "make bench"
-    if options.requests != 500_000 or options.callgrind_requests != 20_000:
-        command = (f"python3 bench/run.py --requests {options.requests} "
-                   f"--callgrind-requests {options.callgrind_requests}")
-    write_report(options.requests, options.callgrind_requests, memory, info, with_instructions, command)
-    print("Wrote BENCHMARKS.md and bench/chart.svg")
+    for setup in SETUPS:
+        if setup.key in options.setups.split(","):
+            print(f"Instructions, {setup.name}:", flush=True)
+            measure_instructions(setup, workloads, options.callgrind_requests)
+    if not options.no_speed:
+        print("Time and latency, a replica attached:", flush=True)
+        measure_speed(workloads, options.requests)
+    memory = {"keys": {}, "items": {}}
+    if not options.no_memory:
+        print("Memory:", flush=True)
+        memory = measure_memory()
+    minutes = (time.time() - started) / 60
+    complete = not (options.only or options.no_memory or options.no_speed
+                    or options.setups != ",".join(s.key for s in SETUPS))
+    command = "make bench" if complete else "python3 bench/run.py " + " ".join(sys.argv[1:])
+    text = report(workloads, memory, info, options.requests, options.callgrind_requests, minutes, command)
+    print()
+    print("\n".join(line for line in text.splitlines() if line.startswith("|")))
+    out = ROOT if options.write else ROOT / "target/bench"
+    (out / "bench").mkdir(parents=True, exist_ok=True)
+    (out / "BENCHMARKS.md").write_text(text)
+    (out / "bench/chart.svg").write_text(chart_svg(workloads, "replica"))
+    print(f"\nWrote {out / 'BENCHMARKS.md'} and {out / 'bench/chart.svg'} in {minutes:.1f} minutes")
 
 
 if __name__ == "__main__":

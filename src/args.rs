@@ -26,7 +26,28 @@ use crate::error::CommandError;
 /// spaces, no fraction, no exponent, no hex). `None` when `arg` is anything else or does
 /// not fit.
 pub fn parse_integer(arg: &[u8]) -> Option<i64> {
-    std::str::from_utf8(arg).ok()?.parse().ok()
+    let (negative, digits) = match arg.split_first()? {
+        (b'-', rest) => (true, rest),
+        (b'+', rest) => (false, rest),
+        _ => (false, arg),
+    };
+    if digits.is_empty() {
+        return None;
+    }
+    // Accumulated below zero, where i64 reaches one further (i64::MIN).
+    let mut value: i64 = 0;
+    for &byte in digits {
+        let digit = byte.wrapping_sub(b'0');
+        if digit > 9 {
+            return None;
+        }
+        value = value.checked_mul(10)?.checked_sub(i64::from(digit))?;
+    }
+    if negative {
+        Some(value)
+    } else {
+        value.checked_neg()
+    }
 }
 
 /// Parses a required integer argument; `not_an_integer` is the error otherwise.

@@ -276,28 +276,91 @@ fn every_error_is_named_and_changes_nothing() {
     let before: Vec<_> = keys.iter().map(|key| state(&mut con, key)).collect();
     let writes = changes(&mut con);
     let cases: &[(&[&str], &str)] = &[
-        (&["RL.ACQUIRE", "held", "0", "60"], "ERR limit must be positive"),
-        (&["RL.ACQUIRE", "held", "-2", "60"], "ERR limit must be positive"),
-        (&["RL.ACQUIRE", "held", "65537", "60"], "ERR limit is too high for RL.ACQUIRE: at most 65536"),
-        (&["RL.ACQUIRE", "held", "2", "0"], "ERR lease must be positive"),
-        (&["RL.ACQUIRE", "held", "2", "x"], "ERR lease is not an integer or out of range"),
-        (&["RL.ACQUIRE", "held", "2", "60", "-1"], "ERR quantity must not be negative"),
-        (&["RL.ACQUIRE", "held", "2", "60", "1", "REFUND"], "ERR syntax error. Usage: RL.ACQUIRE key limit lease [quantity] [S|MS|US]"),
-        (&["RL.ACQUIRE", "held", "2", "60", "MS", "MS"], "ERR syntax error. Usage: RL.ACQUIRE key limit lease [quantity] [S|MS|US]"),
-        (&["RL.RELEASE", "held", "1.5"], "ERR id is not an integer or out of range"),
+        (
+            &["RL.ACQUIRE", "held", "0", "60"],
+            "ERR limit must be positive",
+        ),
+        (
+            &["RL.ACQUIRE", "held", "-2", "60"],
+            "ERR limit must be positive",
+        ),
+        (
+            &["RL.ACQUIRE", "held", "65537", "60"],
+            "ERR limit is too high for RL.ACQUIRE: at most 65536",
+        ),
+        (
+            &["RL.ACQUIRE", "held", "2", "0"],
+            "ERR lease must be positive",
+        ),
+        (
+            &["RL.ACQUIRE", "held", "2", "x"],
+            "ERR lease is not an integer or out of range",
+        ),
+        (
+            &["RL.ACQUIRE", "held", "2", "60", "-1"],
+            "ERR quantity must not be negative",
+        ),
+        (
+            &["RL.ACQUIRE", "held", "2", "60", "1", "REFUND"],
+            "ERR syntax error. Usage: RL.ACQUIRE key limit lease [quantity] [S|MS|US]",
+        ),
+        (
+            &["RL.ACQUIRE", "held", "2", "60", "MS", "MS"],
+            "ERR syntax error. Usage: RL.ACQUIRE key limit lease [quantity] [S|MS|US]",
+        ),
+        (
+            &["RL.RELEASE", "held", "1.5"],
+            "ERR id is not an integer or out of range",
+        ),
         (&["RL.RELEASE", "held", "0"], "ERR id must be positive"),
-        (&["RL.RENEW", "held", "x", "60"], "ERR id is not an integer or out of range"),
-        (&["RL.RENEW", "held", "1", "-60"], "ERR lease must be positive"),
-        (&["RL.RENEW", "held", "1", "60", "MINUTES"], "ERR syntax error. Usage: RL.RENEW key id lease [S|MS|US]"),
-        (&["RL.RELEASE", "held"], "ERR wrong number of arguments for 'rl.release' command"),
-        (&["RL.RENEW", "held", "1"], "ERR wrong number of arguments for 'rl.renew' command"),
-        (&["RL.ACQUIRE", "held", "2"], "ERR wrong number of arguments for 'rl.acquire' command"),
-        (&["RL.ACQUIRE", "log", "2", "60"], "WRONGTYPE Operation against a key holding the wrong kind of value"),
-        (&["RL.ACQUIRE", "text", "2", "60"], "WRONGTYPE Operation against a key holding the wrong kind of value"),
-        (&["RL.RELEASE", "log", "1"], "WRONGTYPE Operation against a key holding the wrong kind of value"),
-        (&["RL.RENEW", "text", "1", "60"], "WRONGTYPE Operation against a key holding the wrong kind of value"),
-        (&["RL.LOG", "held", "5", "60"], "WRONGTYPE Operation against a key holding the wrong kind of value"),
-        (&["RL.LEASE.APPLY", "held", "RELEASE", "1", &id.to_string()], "ERR RL.LOG.REPLAY, RL.LOG.LOADCHUNK, RL.LEASE.APPLY and RL.LEASE.LOADCHUNK are internal: only a master or the AOF sends them"),
+        (
+            &["RL.RENEW", "held", "x", "60"],
+            "ERR id is not an integer or out of range",
+        ),
+        (
+            &["RL.RENEW", "held", "1", "-60"],
+            "ERR lease must be positive",
+        ),
+        (
+            &["RL.RENEW", "held", "1", "60", "MINUTES"],
+            "ERR syntax error. Usage: RL.RENEW key id lease [S|MS|US]",
+        ),
+        (
+            &["RL.RELEASE", "held"],
+            "ERR wrong number of arguments for 'rl.release' command",
+        ),
+        (
+            &["RL.RENEW", "held", "1"],
+            "ERR wrong number of arguments for 'rl.renew' command",
+        ),
+        (
+            &["RL.ACQUIRE", "held", "2"],
+            "ERR wrong number of arguments for 'rl.acquire' command",
+        ),
+        (
+            &["RL.ACQUIRE", "log", "2", "60"],
+            "WRONGTYPE Operation against a key holding the wrong kind of value",
+        ),
+        (
+            &["RL.ACQUIRE", "text", "2", "60"],
+            "WRONGTYPE Operation against a key holding the wrong kind of value",
+        ),
+        (
+            &["RL.RELEASE", "log", "1"],
+            "WRONGTYPE Operation against a key holding the wrong kind of value",
+        ),
+        (
+            &["RL.RENEW", "text", "1", "60"],
+            "WRONGTYPE Operation against a key holding the wrong kind of value",
+        ),
+        (
+            &["RL.LOG", "held", "5", "60"],
+            "WRONGTYPE Operation against a key holding the wrong kind of value",
+        ),
+        (
+            &["RL.LEASE.APPLY", "held", "RELEASE", "1", &id.to_string()],
+            "ERR internal command: only a master or the AOF sends it",
+        ),
     ];
     for (call, expected) in cases {
         assert_eq!(error(&mut con, call), *expected, "{call:?}");

@@ -16,6 +16,7 @@ use crate::args::{is_keyword, parse_integer, parse_options, CommonOptions, Tail}
 use crate::core::all::combined;
 use crate::core::limiter::Limiter;
 use crate::core::time::{Rounding, Unit};
+use crate::core::verdict::Verdict;
 use crate::error::CommandError;
 use crate::redis::clock;
 use crate::redis::engine::{self, LogEffect, Mode, Named, MAX_LIMITERS};
@@ -169,15 +170,18 @@ fn run(call: &Invocation, mode: Mode) -> Result<LimiterReply, CommandError> {
         *slot = named_at(i)?;
     }
     let request = request(&parsed.options, mode)?;
-    let outcome = engine::run(
+    let mut verdicts = [Verdict::default(); MAX_LIMITERS];
+    let verdicts = &mut verdicts[..parsed.keys];
+    engine::run::<MAX_LIMITERS>(
         call,
         &named[..parsed.keys],
         &request,
         mode,
         clock::now_micros(),
         LogEffect::Replay,
+        verdicts,
     )?;
-    let verdicts = outcome.verdicts();
+    let verdicts = &*verdicts;
     let details = parsed.details.then(|| {
         let mut details = Details {
             fields: [[0; 5]; MAX_LIMITERS],

@@ -20,6 +20,7 @@ use crate::core::limiter::Limiter;
 use crate::core::log::{LogLimiter, SlidingLog};
 use crate::core::request::{Action, Request};
 use crate::core::time::{Rounding, Unit};
+use crate::core::verdict::Verdict;
 use crate::error::CommandError;
 use crate::redis::engine::{self, LogEffect, Mode, Named};
 use crate::redis::handler::{self, Invocation, LimiterReply};
@@ -215,15 +216,17 @@ fn replay(call: &Invocation) -> Result<[i64; 5], CommandError> {
         key: call.key_name(),
         limiter: Limiter::Log(limiter),
     };
-    let outcome = engine::run(
+    let mut verdict = [Verdict::default()];
+    engine::run::<1>(
         call,
         &[named],
         &request,
         Mode::Write,
         integer(now)?,
         LogEffect::Verbatim,
+        &mut verdict,
     )?;
-    Ok(outcome.verdicts()[0].to_reply(Unit::Microseconds, Rounding::Up))
+    Ok(verdict[0].to_reply(Unit::Microseconds, Rounding::Up))
 }
 
 fn load_chunk(call: &Invocation) -> Result<(), CommandError> {

@@ -15,6 +15,7 @@ use crate::args::CommonOptions;
 use crate::core::limiter::Limiter;
 use crate::core::request::Request;
 use crate::core::time::Rounding;
+use crate::core::verdict::Verdict;
 use crate::core::window::{WindowError, MAX_BUCKETS};
 use crate::error::CommandError;
 use crate::redis::clock;
@@ -168,9 +169,8 @@ fn window_error(error: WindowError) -> CommandError {
 }
 
 /// The reply to an internal command from an ordinary client.
-const INTERNAL_ONLY: CommandError = CommandError::Message(
-    c"ERR RL.LOG.REPLAY, RL.LOG.LOADCHUNK, RL.LEASE.APPLY and RL.LEASE.LOADCHUNK are internal: only a master or the AOF sends them",
-);
+const INTERNAL_ONLY: CommandError =
+    CommandError::Message(c"ERR internal command: only a master or the AOF sends it");
 
 /// Refuses the internal commands from ordinary clients: they are accepted only from a
 /// master's replication stream or while loading.
@@ -208,16 +208,18 @@ fn single(
         key: call.key_name(),
         limiter,
     };
-    let outcome = engine::run(
+    let mut verdict = [Verdict::default()];
+    engine::run::<1>(
         call,
         &[named],
         &request,
         mode,
         clock::now_micros(),
         LogEffect::Replay,
+        &mut verdict,
     )?;
     Ok(LimiterReply {
-        fields: outcome.verdicts()[0].to_reply(options.unit, rounding),
+        fields: verdict[0].to_reply(options.unit, rounding),
         details: None,
         request,
     })

@@ -59,19 +59,6 @@ pub enum LogEffect {
 /// The command an admitted log change propagates.
 pub const REPLAY_COMMAND: &std::ffi::CStr = c"RL.LOG.REPLAY";
 
-/// What a call decided, limiter by limiter (in the order named).
-pub struct Outcome {
-    verdicts: [Verdict; MAX_LIMITERS],
-    len: usize,
-}
-
-impl Outcome {
-    /// Each limiter's reply, as it stands after the call.
-    pub fn verdicts(&self) -> &[Verdict] {
-        &self.verdicts[..self.len]
-    }
-}
-
 thread_local! {
     /// The new string states of the running call, one buffer per limiter. Commands run on
     /// Redis' main thread one at a time, so these buffers, kept warm, serve every call
@@ -105,32 +92,25 @@ struct Slot<'a> {
 }
 
 /// Runs `request` at `now` (µs since the epoch, read once for the whole call) against every
-/// limiter in `named`, as described in the module's documentation.
-pub fn run(
+/// limiter in `named` (at most `N`), as described in the module's documentation, and writes
+/// each limiter's reply to `verdicts`, in the same order. `N` sizes the call's working
+/// state: 1 for the single-key commands, so that they pay for no more.
+pub fn run<const N: usize>(
     call: &Invocation,
     named: &[Named],
     request: &Request,
     mode: Mode,
     now: i64,
     log_effect: LogEffect,
-) -> Result<Outcome, CommandError> {
-    debug_assert!((1..=MAX_LIMITERS).contains(&named.len()));
+    verdicts: &mut [Verdict],
+) -> Result<(), CommandError> {
+    debug_assert!((1..=N.min(MAX_LIMITERS)).contains(&named.len()));
     BUFFERS.with_borrow_mut(|buffers| {
-        let mut slots: [Option<Slot>; MAX_LIMITERS] = Default::default();
+        let mut slots: [Option<Slot>; N] = [const { None }; N];
         for ((slot, named), buffer) in slots.iter_mut().zip(named).zip(buffers.iter_mut()) {
             *slot = Some(decide(call, named, request, mode, now, log_effect, buffer)?);
         }
-        let mut outcome = Outcome {
-            verdicts: [Verdict::default(); MAX_LIMITERS],
-            len: named.len(),
-        };
-        conclude(
-            &mut slots,
-            request,
-            mode == Mode::Write,
-            &mut outcome.verdicts,
-        )?;
-        Ok(outcome)
+        conclude(&mut slots, request, mode == Mode::Write, verdicts)
     })
 }
 

@@ -11,6 +11,8 @@ use std::ffi::{c_int, c_longlong, CStr};
 
 use redis_module::raw;
 
+use std::sync::atomic::{AtomicPtr, Ordering};
+
 use crate::core::ring::raw_kind;
 use crate::error::CommandError;
 use crate::redis::handler::Invocation;
@@ -24,6 +26,22 @@ pub enum Access {
     Read,
     /// May write it.
     Write,
+}
+
+/// `PXAT`, made once: every write propagates it.
+static PXAT: AtomicPtr<raw::RedisModuleString> = AtomicPtr::new(std::ptr::null_mut());
+
+/// Makes the strings every write propagates, from OnLoad; they live as long as the module.
+pub fn make_shared_strings() {
+    // SAFETY: no context: the string is the module's until freed, which it never is.
+    let pxat = unsafe {
+        raw::RedisModule_CreateString.unwrap()(std::ptr::null_mut(), c"PXAT".as_ptr(), 4)
+    };
+    PXAT.store(pxat, Ordering::Relaxed);
+}
+
+fn shared_pxat() -> *mut raw::RedisModuleString {
+    PXAT.load(Ordering::Relaxed)
 }
 
 /// An open key holding (or about to hold) a limiter's state. Closed on drop.
@@ -123,36 +141,99 @@ impl LimiterKey {
     /// Stores `value` with an absolute expiry (Unix milliseconds), then propagates the
     /// change as `SET key value PXAT expiry` and signals it to `WATCH` and client tracking.
     /// The key must have been opened for [`Access::Write`].
+    ///
+    /// The steady state, this module's string of the same length, is rewritten in place with
+    /// one DMA call. A new key, or a value of another length, gets a new string object:
+    /// Redis stores a short one as it stores `SET`'s (embedded with the key on Valkey 8+ and
+    /// Redis 8), and the same object is what is propagated.
     pub fn write(&mut self, value: &[u8], expire_at_ms: i64) -> Result<(), CommandError> {
         if self.access != Access::Write {
             return Err(CommandError::INTERNAL); // A bug in the caller: change nothing.
         }
-        if !self.store(value, expire_at_ms) {
-            // Redis accepts these writes on any string key opened for writing, so this is
-            // unreachable; still, a key must never be left without its expiry, nor differ
-            // from the replicas' copy.
-            unsafe {
-                if raw::RedisModule_DeleteKey.unwrap()(self.key) == raw::Status::Ok as c_int {
-                    let del = c"DEL".as_ptr();
-                    raw::RedisModule_Replicate.unwrap()(self.ctx, del, c"s".as_ptr(), self.name);
+        let ok = raw::Status::Ok as c_int;
+        // SAFETY: a key open for writing, in the running command's context.
+        unsafe {
+            match self.in_place(value.len()) {
+                Some(bytes) => {
+                    bytes.copy_from_slice(value);
+                    if raw::RedisModule_SetAbsExpire.unwrap()(self.key, expire_at_ms) != ok {
+                        return Err(self.undo());
+                    }
+                    self.propagate(|| {
+                        raw::RedisModule_Replicate.unwrap()(
+                            self.ctx,
+                            c"SET".as_ptr(),
+                            c"sbsl".as_ptr(),
+                            self.name,
+                            value.as_ptr(),
+                            value.len(),
+                            shared_pxat(),
+                            expire_at_ms as c_longlong,
+                        );
+                    });
+                }
+                None => {
+                    let string = raw::RedisModule_CreateString.unwrap()(
+                        self.ctx,
+                        value.as_ptr().cast(),
+                        value.len(),
+                    );
+                    let stored = raw::RedisModule_StringSet.unwrap()(self.key, string) == ok
+                        && raw::RedisModule_SetAbsExpire.unwrap()(self.key, expire_at_ms) == ok;
+                    if stored {
+                        self.propagate(|| {
+                            raw::RedisModule_Replicate.unwrap()(
+                                self.ctx,
+                                c"SET".as_ptr(),
+                                c"sssl".as_ptr(),
+                                self.name,
+                                string,
+                                shared_pxat(),
+                                expire_at_ms as c_longlong,
+                            );
+                        });
+                    }
+                    raw::RedisModule_FreeString.unwrap()(self.ctx, string);
+                    if !stored {
+                        return Err(self.undo());
+                    }
                 }
             }
-            return Err(CommandError::INTERNAL);
         }
-        self.propagate(|| unsafe {
-            raw::RedisModule_Replicate.unwrap()(
-                self.ctx,
-                c"SET".as_ptr(),
-                c"sbcl".as_ptr(),
-                self.name,
-                value.as_ptr(),
-                value.len(),
-                c"PXAT".as_ptr(),
-                expire_at_ms as c_longlong,
-            );
-        });
         self.signal_modified(raw::REDISMODULE_NOTIFY_STRING);
         Ok(())
+    }
+
+    /// The bytes of the key's string, writable in place, when it has exactly `len` of them.
+    ///
+    /// # Safety
+    /// The key must be open for writing; the bytes are valid until the key changes.
+    unsafe fn in_place<'a>(&mut self, len: usize) -> Option<&'a mut [u8]> {
+        unsafe {
+            let string = raw::REDISMODULE_KEYTYPE_STRING as c_int;
+            if raw::RedisModule_KeyType.unwrap()(self.key) != string
+                || raw::RedisModule_ValueLength.unwrap()(self.key) != len
+            {
+                return None;
+            }
+            let mut dma_len = 0;
+            let write = raw::REDISMODULE_WRITE as c_int;
+            let ptr = raw::RedisModule_StringDMA.unwrap()(self.key, &mut dma_len, write);
+            (!ptr.is_null() && dma_len == len)
+                .then(|| std::slice::from_raw_parts_mut(ptr.cast::<u8>(), len))
+        }
+    }
+
+    /// After a write Redis refused (which it does not for a string key open for writing): the
+    /// key must never be left without its expiry, nor differ from the replicas' copy.
+    fn undo(&mut self) -> CommandError {
+        // SAFETY: an open key in the running command's context.
+        unsafe {
+            if raw::RedisModule_DeleteKey.unwrap()(self.key) == raw::Status::Ok as c_int {
+                self.replicate_delete();
+            }
+        }
+        CommandError::INTERNAL
     }
 
     /// Deletes the key and signals the change with the event `class`; propagating it is the
@@ -198,30 +279,6 @@ impl LimiterKey {
         } else {
             // SAFETY: the running command's context.
             unsafe { propagation::count_without_effect(self.ctx) };
-        }
-    }
-
-    /// Writes the bytes in place and the expiry. The steady state (our key, already the
-    /// right length) takes one DMA call; a missing key (DMA gives an empty string) or a
-    /// resized one is created or resized first. False if Redis refused any step.
-    fn store(&mut self, value: &[u8], expire_at_ms: i64) -> bool {
-        let ok = raw::Status::Ok as c_int;
-        let write = raw::REDISMODULE_WRITE as c_int;
-        unsafe {
-            let dma = raw::RedisModule_StringDMA.unwrap();
-            let mut len = 0;
-            let mut ptr = dma(self.key, &mut len, write);
-            if !ptr.is_null() && len != value.len() {
-                if raw::RedisModule_StringTruncate.unwrap()(self.key, value.len()) != ok {
-                    return false;
-                }
-                ptr = dma(self.key, &mut len, write);
-            }
-            if ptr.is_null() || len != value.len() {
-                return false;
-            }
-            std::ptr::copy_nonoverlapping(value.as_ptr(), ptr.cast::<u8>(), len);
-            raw::RedisModule_SetAbsExpire.unwrap()(self.key, expire_at_ms) == ok
         }
     }
 }

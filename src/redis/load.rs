@@ -9,7 +9,7 @@ use std::panic::{self, AssertUnwindSafe};
 use redis_module::raw;
 
 use crate::commands;
-use crate::redis::{handler, metadata, native_type, propagation, stats};
+use crate::redis::{handler, key, metadata, native_type, propagation, stats};
 
 /// The module's name: `MODULE LIST`, the log's `<ratelimit>` prefix, `MODULE UNLOAD`.
 const MODULE_NAME: &CStr = c"ratelimit";
@@ -85,6 +85,7 @@ fn initialize(
     let debug_commands = parse_arguments(args)?;
     handler::log_panics_to_redis();
     set_module_options(ctx);
+    key::make_shared_strings();
     native_type::create(ctx)?;
     propagation::watch(ctx);
     let module_category = metadata::add_module_acl_category(ctx);
@@ -172,7 +173,9 @@ fn server_api_complete() -> bool {
         RedisModule_KeyType,
         RedisModule_ValueLength,
         RedisModule_StringDMA,
-        RedisModule_StringTruncate,
+        RedisModule_StringSet,
+        RedisModule_CreateString,
+        RedisModule_FreeString,
         RedisModule_DeleteKey,
         RedisModule_SetAbsExpire,
         RedisModule_Replicate,

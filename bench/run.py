@@ -515,7 +515,8 @@ def versions() -> dict[str, str]:
         "redis": run("redis-server", "--version"),
         "valgrind": run("valgrind", "--version"),
         "rustc": run("rustc", "--version"),
-        "module": run("git", "-C", str(ROOT), "describe", "--always", "--dirty"),
+        "module": (run("git", "-C", str(ROOT), "describe", "--always", "--dirty")
+                   if MODULE == ROOT / "target/release/libredis_ratelimit.so" else str(MODULE)),
     }
 
 
@@ -646,6 +647,7 @@ def report(workloads, memory, info, requests, callgrind_requests, minutes, comma
 
 
 def main() -> None:
+    global MODULE
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=500_000)
     parser.add_argument("--callgrind-requests", type=int, default=20_000)
@@ -656,7 +658,10 @@ def main() -> None:
     parser.add_argument("--no-speed", action="store_true")
     parser.add_argument("--write", action="store_true",
                         help="write the tracked BENCHMARKS.md and bench/chart.svg")
+    parser.add_argument("--module", type=Path, default=MODULE,
+                        help="the module to measure (another build, to compare)")
     options = parser.parse_args()
+    MODULE = options.module.resolve()
     if not MODULE.is_file():
         sys.exit(f"{MODULE} is not built: run `make bench`")
     if not shutil.which("valgrind") or not shutil.which("callgrind_control"):

@@ -161,7 +161,10 @@ pub fn parse_options<'a>(
     let mut tail = Tail::new(tail);
     while let Some(arg) = tail.next_argument() {
         let first = tail.read == 1;
-        if let Some(unit) = unit_keyword(arg) {
+        // No keyword starts like a number: a quantity is recognised before any comparison.
+        if first && looks_numeric(arg) {
+            options.quantity = parse_quantity(arg)?;
+        } else if let Some(unit) = unit_keyword(arg) {
             if unit_given {
                 return Err(syntax_error);
             }
@@ -180,8 +183,6 @@ pub fn parse_options<'a>(
             }
         } else if command_keyword(arg, &mut tail)? {
             // Taken by the command.
-        } else if first && looks_numeric(arg) {
-            options.quantity = parse_quantity(arg)?;
         } else {
             return Err(syntax_error);
         }

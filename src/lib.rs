@@ -1,7 +1,8 @@
 //! redis-ratelimit: native rate-limiting commands for Redis, as a module.
 //!
 //! - `core`: the algorithms in plain Rust, with time passed in (no Redis types).
-//! - `args`, `error`: argument grammar and error replies shared by all commands.
+//! - `args`, `error`, `packed`: argument grammar, error replies and packed effect fields
+//!   shared by all commands.
 //! - `redis`: the thin layer to Redis (calls, keys, clock, registration).
 //! - `commands`: one file per command, joining the three.
 
@@ -9,6 +10,7 @@ mod args;
 mod commands;
 mod core;
 mod error;
+mod packed;
 mod redis;
 
 // Redis' allocator in the module, so that Redis accounts for (and can limit) its memory;

@@ -146,16 +146,28 @@ impl Params {
     }
 }
 
-/// A parsed call: its limiters (as many as keys, in order) and options.
-struct Parsed {
-    params: [Option<Params>; MAX_LIMITERS],
+/// A parsed call: its limiters (as many as keys, in order, at most `N`) and options.
+struct Parsed<const N: usize> {
+    params: [Option<Params>; N],
     keys: usize,
     options: CommonOptions,
     details: bool,
 }
 
+/// Runs the call with working arrays sized for its number of keys, so that two limiters
+/// pay for two, not for the sixteen a call can name.
 fn run(call: &Invocation, mode: Mode) -> Result<LimiterReply, CommandError> {
-    let parsed = parse(&call.args[1..])?;
+    match numkeys(call.args.get(1).copied())? {
+        1 => run_sized::<1>(call, mode),
+        2 => run_sized::<2>(call, mode),
+        3 | 4 => run_sized::<4>(call, mode),
+        5..=8 => run_sized::<8>(call, mode),
+        _ => run_sized::<MAX_LIMITERS>(call, mode),
+    }
+}
+
+fn run_sized<const N: usize>(call: &Invocation, mode: Mode) -> Result<LimiterReply, CommandError> {
+    let parsed = parse::<N>(&call.args[1..])?;
     let unit = parsed.options.unit;
     let named_at = |i: usize| -> Result<Named, CommandError> {
         let params = parsed.params[i].ok_or(CommandError::INTERNAL)?;
@@ -165,16 +177,17 @@ fn run(call: &Invocation, mode: Mode) -> Result<LimiterReply, CommandError> {
         })
     };
     // Filled up to `parsed.keys`, the rest copies of the first (unused).
-    let mut named = [named_at(0)?; MAX_LIMITERS];
+    let mut named = [named_at(0)?; N];
     for (i, slot) in named.iter_mut().enumerate().take(parsed.keys).skip(1) {
         *slot = named_at(i)?;
     }
+    let named = &named[..parsed.keys];
     let request = request(&parsed.options, mode)?;
-    let mut verdicts = [Verdict::default(); MAX_LIMITERS];
+    let mut verdicts = [Verdict::default(); N];
     let verdicts = &mut verdicts[..parsed.keys];
-    engine::run::<MAX_LIMITERS>(
+    engine::run::<N>(
         call,
-        &named[..parsed.keys],
+        named,
         &request,
         mode,
         clock::now_micros(),
@@ -183,10 +196,10 @@ fn run(call: &Invocation, mode: Mode) -> Result<LimiterReply, CommandError> {
     )?;
     let verdicts = &*verdicts;
     let details = parsed.details.then(|| {
-        let mut details = Details {
+        let mut details = Box::new(Details {
             fields: [[0; 5]; MAX_LIMITERS],
             len: verdicts.len(),
-        };
+        });
         for (fields, verdict) in details.fields.iter_mut().zip(verdicts) {
             *fields = verdict.to_reply(unit, Rounding::Up);
         }
@@ -199,14 +212,24 @@ fn run(call: &Invocation, mode: Mode) -> Result<LimiterReply, CommandError> {
     })
 }
 
-/// Parses the arguments after the command's name.
-fn parse(args: &[&[u8]]) -> Result<Parsed, CommandError> {
-    let (&numkeys, args) = args.split_first().ok_or(CommandError::WrongArity)?;
-    let keys = parse_integer(numkeys)
+/// `numkeys`: how many keys (and limiters) the call names.
+fn numkeys(arg: Option<&[u8]>) -> Result<usize, CommandError> {
+    let arg = arg.ok_or(CommandError::WrongArity)?;
+    parse_integer(arg)
         .filter(|keys| (1..=MAX_LIMITERS as i64).contains(keys))
+        .map(|keys| keys as usize)
         .ok_or(CommandError::Message(
             c"ERR numkeys must be an integer from 1 to 16",
-        ))? as usize;
+        ))
+}
+
+/// Parses the arguments after the command's name, for a call of at most `N` keys.
+fn parse<const N: usize>(args: &[&[u8]]) -> Result<Parsed<N>, CommandError> {
+    let (&numkeys_arg, args) = args.split_first().ok_or(CommandError::WrongArity)?;
+    let keys = numkeys(Some(numkeys_arg))?;
+    if keys > N {
+        return Err(CommandError::INTERNAL);
+    }
     if args.len() < keys {
         return Err(CommandError::Message(
             c"ERR numkeys is more than the keys given",
@@ -218,7 +241,7 @@ fn parse(args: &[&[u8]]) -> Result<Parsed, CommandError> {
             c"ERR RL.ALL names the same key twice",
         ));
     }
-    let mut params = [None; MAX_LIMITERS];
+    let mut params = [None; N];
     for slot in &mut params[..keys] {
         let (&keyword, after) = rest.split_first().ok_or(CommandError::Message(
             c"ERR fewer limiters than keys: give one limiter per key",
@@ -251,9 +274,11 @@ fn parse(args: &[&[u8]]) -> Result<Parsed, CommandError> {
 }
 
 fn is_limiter_keyword(arg: &[u8]) -> bool {
-    ["THROTTLE", "WINDOW", "LOG"]
-        .iter()
-        .any(|keyword| is_keyword(arg, keyword))
+    // Most arguments checked are numbers: the first letter rules them out at once.
+    matches!(arg.first(), Some(b'T' | b't' | b'W' | b'w' | b'L' | b'l'))
+        && ["THROTTLE", "WINDOW", "LOG"]
+            .iter()
+            .any(|keyword| is_keyword(arg, keyword))
 }
 
 /// One limiter, `keyword` then its arguments from `args`: the parameters, and how many

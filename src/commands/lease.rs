@@ -9,13 +9,14 @@
 //!
 //! And the internal commands that carry lease sets to replicas and the AOF:
 //!
-//! - `RL.LEASE.APPLY key ACQUIRE now_us limit lease_us quantity id`,
-//!   `RL.LEASE.APPLY key RELEASE now_us id`, `RL.LEASE.APPLY key RENEW now_us id lease_us`:
-//!   what the master propagates for a call that changed a set, with its time and the id it
-//!   chose, so a replica or an AOF replay reaches the same set, ids and expiry.
+//! - `RL.LEASE.APPLY key ACQUIRE,now_us,limit,lease_us,quantity,id`,
+//!   `RL.LEASE.APPLY key RELEASE,now_us,id`, `RL.LEASE.APPLY key RENEW,now_us,id,lease_us`
+//!   (the fields packed in one argument, see [`crate::packed`]): what the master propagates
+//!   for a call that changed a set, with its time and the id it chose, so a replica or an
+//!   AOF replay reaches the same set, ids and expiry.
 //! - `RL.LEASE.LOADCHUNK key next_id leases`: what an AOF rewrite emits to rebuild a set.
 
-use std::ffi::{c_longlong, CStr};
+use std::ffi::CStr;
 
 use redis_module::raw;
 
@@ -24,6 +25,7 @@ use crate::core::lease::{self, Acquired, LeaseError, LeaseLimiter, LeaseSet};
 use crate::core::request::Request;
 use crate::core::time::{Rounding, Unit};
 use crate::error::CommandError;
+use crate::packed::{self, Packed};
 use crate::redis::clock;
 use crate::redis::engine::Mode;
 use crate::redis::handler::{self, Invocation, LimiterReply};
@@ -127,7 +129,7 @@ pub static APPLY_SPEC: CommandSpec = CommandSpec {
     name: c"rl.lease.apply",
     handler: rl_lease_apply,
     flags: c"write fast",
-    arity: -5,
+    arity: -3,
     summary:
         c"Internal: applies a lease change with the master's time and id (replication and AOF only)",
     complexity: ACQUIRE_COMPLEXITY,
@@ -137,16 +139,8 @@ pub static APPLY_SPEC: CommandSpec = CommandSpec {
     keys: Keys::One(WRITE_KEY_FLAGS),
     args: &[
         Arg::new(c"key", ArgKind::Key),
-        Arg::one_of(
-            c"change",
-            &[
-                Arg::token(c"ACQUIRE"),
-                Arg::token(c"RELEASE"),
-                Arg::token(c"RENEW"),
-            ],
-        ),
-        Arg::new(c"now_us", ArgKind::Integer),
-        Arg::new(c"arguments", ArgKind::Integer).multiple(),
+        // `ACQUIRE|RELEASE|RENEW,now_us,...`, packed in one argument.
+        Arg::new(c"fields", ArgKind::String).multiple(),
     ],
     event: ACQUIRE,
     stats: None,
@@ -389,62 +383,52 @@ fn change_set<R>(
     Ok(Some(reply))
 }
 
-/// Propagates a change as `RL.LEASE.APPLY` with the call's time, or as it came when the call
-/// is one.
+/// Propagates a change as `RL.LEASE.APPLY` with the call's time, its fields packed in one
+/// argument, or as it came when the call is one.
 fn propagate(call: &Invocation, key: &LimiterKey, now: i64, change: &Change) {
-    // SAFETY: the running command's context and key; integers passed as `l`, keywords as `c`.
+    // SAFETY: the running command's context and key; the fields outlive the call.
     unsafe {
         if std::ptr::eq(call.spec, &APPLY_SPEC) {
             raw::RedisModule_ReplicateVerbatim.unwrap()(call.ctx);
             return;
         }
-        let replicate = raw::RedisModule_Replicate.unwrap();
-        let (command, name, now) = (c"RL.LEASE.APPLY".as_ptr(), key.name(), now as c_longlong);
+        let mut fields = Packed::default();
         match change {
             Change::Acquire {
                 limiter,
                 quantity,
                 id,
-            } => replicate(
-                call.ctx,
-                command,
-                c"sclllll".as_ptr(),
-                name,
-                c"ACQUIRE".as_ptr(),
-                now,
-                limiter.limit() as c_longlong,
-                limiter.lease_micros() as c_longlong,
-                *quantity as c_longlong,
-                *id as c_longlong,
-            ),
-            Change::Release(id) => replicate(
-                call.ctx,
-                command,
-                c"scll".as_ptr(),
-                name,
-                c"RELEASE".as_ptr(),
-                now,
-                *id as c_longlong,
-            ),
-            Change::Renew { id, lease } => replicate(
-                call.ctx,
-                command,
-                c"sclll".as_ptr(),
-                name,
-                c"RENEW".as_ptr(),
-                now,
-                *id as c_longlong,
-                *lease as c_longlong,
-            ),
+            } => fields
+                .word("ACQUIRE")
+                .int(now)
+                .int(limiter.limit() as i64)
+                .int(limiter.lease_micros())
+                .int(*quantity as i64)
+                .int(*id as i64),
+            Change::Release(id) => fields.word("RELEASE").int(now).int(*id as i64),
+            Change::Renew { id, lease } => {
+                fields.word("RENEW").int(now).int(*id as i64).int(*lease)
+            }
         };
+        let fields = fields.as_bytes();
+        raw::RedisModule_Replicate.unwrap()(
+            call.ctx,
+            c"RL.LEASE.APPLY".as_ptr(),
+            c"sb".as_ptr(),
+            key.name(),
+            fields.as_ptr(),
+            fields.len(),
+        );
     }
 }
 
 /// Applies a change a master propagated, with its time and id.
 fn apply(call: &Invocation) -> Result<(), CommandError> {
     internal_only(call)?;
-    let [change, now, rest @ ..] = &call.args[2..] else {
-        return Err(CommandError::WrongArity);
+    let mut unpacked = [&[][..]; 6];
+    let fields = packed::unpack(&call.args[2..], &mut unpacked).ok_or(APPLY_INVALID)?;
+    let [change, now, rest @ ..] = fields else {
+        return Err(APPLY_INVALID);
     };
     let integer = |arg| integer_argument(arg, c"ERR RL.LEASE.APPLY takes integers");
     let now = integer(now)?;

@@ -20,8 +20,8 @@ use crate::core::limiter::Limiter;
 use crate::core::log::{LogLimiter, SlidingLog};
 use crate::core::request::{Action, Request};
 use crate::core::time::{Rounding, Unit};
-use crate::core::verdict::Verdict;
 use crate::error::CommandError;
+use crate::packed;
 use crate::redis::engine::{self, LogEffect, Mode, Named};
 use crate::redis::handler::{self, Invocation, LimiterReply};
 use crate::redis::key::{Access, LimiterKey};
@@ -88,7 +88,7 @@ pub static REPLAY_SPEC: CommandSpec = CommandSpec {
     name: c"rl.log.replay",
     handler: rl_log_replay,
     flags: c"write fast",
-    arity: -6,
+    arity: -3,
     summary: c"Internal: applies an RL.LOG call with the master's time (replication and AOF only)",
     complexity: c"O(1) amortised",
     since: c"0.1.0",
@@ -97,14 +97,9 @@ pub static REPLAY_SPEC: CommandSpec = CommandSpec {
     keys: Keys::One(WRITE_KEY_FLAGS),
     args: &[
         Arg::new(c"key", ArgKind::Key),
-        Arg::new(c"limit", ArgKind::Integer),
-        Arg::new(c"window_us", ArgKind::Integer),
-        Arg::new(c"quantity", ArgKind::Integer),
-        Arg::new(c"now_us", ArgKind::Integer),
-        Arg::token(c"REFUND").optional(),
-        Arg::new(c"block_us", ArgKind::Integer)
-            .after_token(c"BLOCK")
-            .optional(),
+        // `limit,window_us,quantity,now_us[,REFUND|,BLOCK,us]`, packed in one argument since
+        // 0.2; before, the same fields came as separate arguments.
+        Arg::new(c"fields", ArgKind::String).multiple(),
     ],
     event: NAME,
     stats: None,
@@ -191,9 +186,13 @@ impl Params {
     }
 }
 
+/// `RL.LOG.REPLAY key limit,window_us,quantity,now_us[,REFUND|,BLOCK,us]`, and the same
+/// fields as separate arguments, as versions before 0.2 propagated them.
 fn replay(call: &Invocation) -> Result<[i64; 5], CommandError> {
     internal_only(call)?;
-    let [limit, window, quantity, now, tail @ ..] = &call.args[2..] else {
+    let mut unpacked = [&[][..]; 6];
+    let fields = packed::unpack(&call.args[2..], &mut unpacked).ok_or(USAGE)?;
+    let [limit, window, quantity, now, tail @ ..] = fields else {
         return Err(CommandError::WrongArity);
     };
     let integer = |arg| integer_argument(arg, c"ERR RL.LOG.REPLAY takes integers");
@@ -216,17 +215,15 @@ fn replay(call: &Invocation) -> Result<[i64; 5], CommandError> {
         key: call.key_name(),
         limiter: Limiter::Log(limiter),
     };
-    let mut verdict = [Verdict::default()];
-    engine::run::<1>(
+    let verdict = engine::run_one(
         call,
-        &[named],
+        &named,
         &request,
         Mode::Write,
         integer(now)?,
         LogEffect::Verbatim,
-        &mut verdict,
     )?;
-    Ok(verdict[0].to_reply(Unit::Microseconds, Rounding::Up))
+    Ok(verdict.to_reply(Unit::Microseconds, Rounding::Up))
 }
 
 fn load_chunk(call: &Invocation) -> Result<(), CommandError> {

@@ -15,7 +15,6 @@ use crate::args::CommonOptions;
 use crate::core::limiter::Limiter;
 use crate::core::request::Request;
 use crate::core::time::Rounding;
-use crate::core::verdict::Verdict;
 use crate::core::window::{WindowError, MAX_BUCKETS};
 use crate::error::CommandError;
 use crate::redis::clock;
@@ -208,18 +207,16 @@ fn single(
         key: call.key_name(),
         limiter,
     };
-    let mut verdict = [Verdict::default()];
-    engine::run::<1>(
+    let verdict = engine::run_one(
         call,
-        &[named],
+        &named,
         &request,
         mode,
         clock::now_micros(),
         LogEffect::Replay,
-        &mut verdict,
     )?;
     Ok(LimiterReply {
-        fields: verdict[0].to_reply(options.unit, rounding),
+        fields: verdict.to_reply(options.unit, rounding),
         details: None,
         request,
     })

@@ -70,15 +70,32 @@ pub fn conclude<D: Decided>(
             .map(|one| (one.verdict(), one.limit())),
     );
     for (one, verdict) in decided.iter_mut().flatten().zip(verdicts) {
-        *verdict = if write && settlement.commits(one.starts_block()) {
-            one.commit()?
-        } else if !settlement.admitted && !one.verdict().limited {
-            one.standing()?
-        } else {
-            one.verdict()
-        };
+        *verdict = settlement.conclude(one, write)?;
     }
     Ok(())
+}
+
+/// [`conclude`] for a call of one limiter.
+pub fn conclude_one<D: Decided>(
+    one: &mut D,
+    request: &Request,
+    write: bool,
+) -> Result<Verdict, D::Error> {
+    Settlement::of(request, [(one.verdict(), one.limit())]).conclude(one, write)
+}
+
+impl Settlement {
+    /// Concludes one limiter of a call settled so: stores what it decided if the call
+    /// commits it, and returns its reply.
+    fn conclude<D: Decided>(&self, one: &mut D, write: bool) -> Result<Verdict, D::Error> {
+        if write && self.commits(one.starts_block()) {
+            one.commit()
+        } else if !self.admitted && !one.verdict().limited {
+            one.standing()
+        } else {
+            Ok(one.verdict())
+        }
+    }
 }
 
 /// The reply for all the limiters together: admitted only if every one admits; the binding

@@ -26,6 +26,42 @@ pub const GCRA_LEN: usize = 12;
 /// decimal. Every instant from 2001 to 2286 has 19 digits.
 pub const REDIS_CELL_LEN: usize = 19;
 
+/// Where the bytes of a new state go.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Placement {
+    /// They replace the stored value from this offset on; 0 when they are the whole value.
+    pub at: usize,
+    /// Whether the key keeps the expiry it has: the state's end did not move.
+    pub expiry_kept: bool,
+}
+
+impl Placement {
+    /// The whole value, with its expiry set.
+    pub const WHOLE: Placement = Placement {
+        at: 0,
+        expiry_kept: false,
+    };
+
+    /// The value a key holding `stored` holds once `bytes` are placed: what the Redis layer
+    /// does with DMA, and replicas with `SETRANGE`. Panics on a placement no stored value
+    /// allows (past its end, or shortening it).
+    #[cfg(test)]
+    pub fn place(self, stored: Option<&[u8]>, bytes: &[u8]) -> Vec<u8> {
+        if self.at == 0 {
+            return bytes.to_vec();
+        }
+        let stored = stored.expect("a patch of a missing value");
+        assert!(stored.len() >= self.at, "a patch past the value's end");
+        assert!(
+            self.at + bytes.len() >= stored.len(),
+            "a patch shortening the value"
+        );
+        let mut value = stored[..self.at].to_vec();
+        value.extend_from_slice(bytes);
+        value
+    }
+}
+
 /// Tag of a value whose key is in a penalty block (`BLOCK`), whatever the algorithm: the
 /// tag, the block's end in microseconds since the epoch (7 bytes, little-endian: 2^56 µs
 /// reaches the year 4253), then the limiter's own state, unchanged.

@@ -10,9 +10,9 @@
 //! of them before it stores any.
 
 use super::block::{self, Write};
-use super::codec::{decode_gcra, encode_gcra, push_blocked_header, split_blocked};
+use super::codec::{decode_gcra, encode_gcra, push_blocked_header, split_blocked, Placement};
 use super::gcra::Gcra;
-use super::log::{LogLimiter, SlidingLog};
+use super::log::{Live, LogLimiter, SlidingLog};
 use super::request::{Action, Request};
 use super::time::{ceil_millis, from_micros};
 use super::verdict::Verdict;
@@ -50,8 +50,14 @@ fn ceil_millis_of_micros(micros: i64) -> i64 {
 pub enum StringWrite {
     /// Nothing.
     Nothing,
-    /// Store the value the decision wrote to its buffer, expiring at this Unix time in ms.
-    Store(i64),
+    /// Store the bytes the decision wrote to its buffer where `placement` says, the key
+    /// expiring at `expire_at_ms` (Unix ms).
+    Store {
+        /// When the key expires.
+        expire_at_ms: i64,
+        /// Where the bytes go, and whether the expiry moved.
+        placement: Placement,
+    },
     /// Delete the key: a refund left nothing counted, and no block is in force.
     Delete,
 }
@@ -74,6 +80,8 @@ struct Own {
     changes: bool,
     /// When the new state stops mattering (Unix ms), or `None` when nothing counts.
     expire_at_ms: Option<i64>,
+    /// Where its bytes go.
+    placement: Placement,
 }
 
 /// Decides `request` at `now` (µs since the epoch) for a limiter whose state is a string,
@@ -89,6 +97,8 @@ pub fn decide_string(
     value: &mut Vec<u8>,
 ) -> Result<StringDecision, StateError> {
     let (blocked_until, own_state) = stored.map_or((0, None), split_blocked);
+    // Only a value that is the algorithm's state alone can be patched in place.
+    let patch = own_state.is_some() && own_state.map(<[u8]>::len) == stored.map(<[u8]>::len);
     value.clear();
     // A refund during a block stores its state behind the block's header.
     let kept_block =
@@ -96,28 +106,35 @@ pub fn decide_string(
     if let Some(until) = kept_block {
         push_blocked_header(until, value);
     }
-    let mut own = decide_own(limiter, own_state, now, request, scratch, value)?;
+    let mut own = decide_own(limiter, own_state, now, request, patch, scratch, value)?;
     if blocked_take(request, blocked_until, now, &own.verdict) {
         // Refused by the block alone: the standing is the uncharged one.
-        own.verdict =
-            decide_own(limiter, own_state, now, &Request::take(0), scratch, value)?.verdict;
+        let peek = Request::take(0);
+        own.verdict = decide_own(limiter, own_state, now, &peek, patch, scratch, value)?.verdict;
     }
     let decision = block::decide(request, blocked_until, now, own.verdict, own.changes);
     let write = match decision.write {
         Write::Nothing => StringWrite::Nothing,
         Write::State => match (own.expire_at_ms, kept_block) {
             (None, None) => StringWrite::Delete,
-            (expire_at_ms, Some(until)) => {
-                StringWrite::Store(expire_at_ms.unwrap_or(0).max(ceil_millis_of_micros(until)))
-            }
-            (Some(expire_at_ms), None) => StringWrite::Store(expire_at_ms),
+            (expire_at_ms, Some(until)) => StringWrite::Store {
+                expire_at_ms: expire_at_ms.unwrap_or(0).max(ceil_millis_of_micros(until)),
+                placement: Placement::WHOLE,
+            },
+            (Some(expire_at_ms), None) => StringWrite::Store {
+                expire_at_ms,
+                placement: own.placement,
+            },
         },
         Write::StartBlock(until) => {
             value.clear();
             push_blocked_header(until, value);
             value.extend_from_slice(own_state.unwrap_or_default());
             let own_end = ceil_millis(from_micros(now) + own.verdict.reset_after);
-            StringWrite::Store(own_end.max(ceil_millis_of_micros(until)))
+            StringWrite::Store {
+                expire_at_ms: own_end.max(ceil_millis_of_micros(until)),
+                placement: Placement::WHOLE,
+            }
         }
     };
     Ok(StringDecision {
@@ -136,12 +153,14 @@ fn blocked_take(request: &Request, blocked_until: i64, now: i64, own: &Verdict) 
         && block::in_force(blocked_until, now).is_some()
 }
 
-/// The algorithm's own decision on its own state, appending its new state to `value`.
+/// The algorithm's own decision on its own state, appending its new state to `value` (only
+/// the bytes that change, when `patch` allows and the algorithm can).
 fn decide_own(
     limiter: &Limiter,
     stored: Option<&[u8]>,
     now: i64,
     request: &Request,
+    patch: bool,
     scratch: &mut Scratch,
     value: &mut Vec<u8>,
 ) -> Result<Own, StateError> {
@@ -163,22 +182,25 @@ fn decide_own(
                 verdict: outcome.verdict,
                 changes: outcome.new_tat.is_some(),
                 expire_at_ms: outcome.new_tat.filter(|&tat| tat > now).map(ceil_millis),
+                placement: Placement::WHOLE,
             })
         }
         (Limiter::Window(window), Action::Take) => {
-            let outcome = window.apply(stored, now, quantity, scratch, value)?;
+            let outcome = window.apply(stored, now, quantity, patch, scratch, value)?;
             Ok(Own {
                 verdict: outcome.verdict,
                 changes: outcome.expire_at_ms.is_some(),
                 expire_at_ms: outcome.expire_at_ms,
+                placement: outcome.placement,
             })
         }
         (Limiter::Window(window), Action::Refund) => {
-            let refund = window.refund(stored, now, quantity, scratch, value)?;
+            let refund = window.refund(stored, now, quantity, patch, scratch, value)?;
             Ok(Own {
                 verdict: refund.verdict,
                 changes: refund.changed,
                 expire_at_ms: refund.expire_at_ms,
+                placement: refund.placement,
             })
         }
         (Limiter::Log(_), _) => Err(StateError::Foreign),
@@ -190,8 +212,8 @@ fn decide_own(
 pub enum LogWrite {
     /// Nothing.
     Nothing,
-    /// Log the request ([`commit_log`]).
-    Take,
+    /// Log the request ([`commit_log`]), given what the log held when decided.
+    Take(Live),
     /// Give back the request's quantity ([`commit_log`]).
     Refund,
     /// Block the key until this instant (µs since the epoch).
@@ -207,19 +229,20 @@ pub fn decide_log(
     request: &Request,
 ) -> (Verdict, LogWrite) {
     let blocked_until = log.map_or(0, SlidingLog::blocked_until);
+    let live = limiter.survey(log, now);
     let (quantity, changes) = match request.action {
         Action::Take => (request.quantity, request.may_write(limiter.limit())),
-        Action::Refund => (0, request.quantity > 0 && limiter.live_units(log, now) > 0),
+        Action::Refund => (0, request.quantity > 0 && live.used > 0),
     };
-    let mut verdict = limiter.inspect(log, now, quantity);
+    let mut verdict = limiter.inspect_surveyed(log, &live, now, quantity);
     if blocked_take(request, blocked_until, now, &verdict) {
-        verdict = limiter.inspect(log, now, 0);
+        verdict = limiter.inspect_surveyed(log, &live, now, 0);
     }
     let changes = changes && !(request.action == Action::Take && verdict.limited);
     let decision = block::decide(request, blocked_until, now, verdict, changes);
     let write = match (decision.write, request.action) {
         (Write::Nothing, _) => LogWrite::Nothing,
-        (Write::State, Action::Take) => LogWrite::Take,
+        (Write::State, Action::Take) => LogWrite::Take(live),
         (Write::State, Action::Refund) => LogWrite::Refund,
         (Write::StartBlock(until), _) => LogWrite::StartBlock(until),
     };
@@ -248,11 +271,11 @@ pub fn commit_log(
     let mut verdict = None;
     match write {
         LogWrite::Nothing => {}
-        LogWrite::Take => {
+        LogWrite::Take(live) => {
             if block::in_force(log.blocked_until(), now).is_none() {
                 log.set_blocked_until(0);
             }
-            limiter.apply(log, now, request.quantity);
+            limiter.log_surveyed(log, live, now, request.quantity);
         }
         LogWrite::Refund => {
             let (after, _) = limiter.refund(log, now, request.quantity);
@@ -264,7 +287,8 @@ pub fn commit_log(
         LogWrite::StartBlock(until) => log.set_blocked_until(until),
     }
     let block_end = block::in_force(log.blocked_until(), now).map(ceil_millis_of_micros);
-    let spent = limiter.is_spent(log, now);
+    // A take just logged counts: no need to look.
+    let spent = !matches!(write, LogWrite::Take(_)) && limiter.is_spent(log, now);
     let own_end = (!spent).then(|| limiter.expire_at_ms(log));
     LogCommit {
         verdict,

@@ -252,12 +252,14 @@ pub struct LogLimiter {
     window: i64,
 }
 
-/// What the log holds at an instant.
-struct Live {
+/// What the log holds at an instant: found once per call ([`LogLimiter::survey`]) and
+/// carried from the decision to the change.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Live {
     /// Entries at the front that have left the window.
-    expired_entries: usize,
+    pub expired_entries: usize,
     /// Units of quantity still in the window.
-    used: u64,
+    pub used: u64,
 }
 
 impl LogLimiter {
@@ -283,6 +285,11 @@ impl LogLimiter {
         self.window
     }
 
+    /// What `log` holds at `now`.
+    pub fn survey(&self, log: Option<&SlidingLog>, now: i64) -> Live {
+        self.live(log, now.max(0))
+    }
+
     fn live(&self, log: Option<&SlidingLog>, now: i64) -> Live {
         let mut live = Live {
             expired_entries: 0,
@@ -301,8 +308,20 @@ impl LogLimiter {
     /// Decides a request of `quantity` at `now` (microseconds since the epoch) without
     /// changing anything: what a peek or an oversized request replies, and what a request
     /// that may be logged will reply.
+    #[cfg(test)]
     pub fn inspect(&self, log: Option<&SlidingLog>, now: i64, quantity: u64) -> Verdict {
         self.verdict(log, &self.live(log, now), now, quantity)
+    }
+
+    /// [`LogLimiter::inspect`], given what the log holds at `now` ([`LogLimiter::survey`]).
+    pub fn inspect_surveyed(
+        &self,
+        log: Option<&SlidingLog>,
+        live: &Live,
+        now: i64,
+        quantity: u64,
+    ) -> Verdict {
+        self.verdict(log, live, now, quantity)
     }
 
     fn verdict(&self, log: Option<&SlidingLog>, live: &Live, now: i64, quantity: u64) -> Verdict {
@@ -342,32 +361,47 @@ impl LogLimiter {
         unreachable!("the live entries hold `used` units, at least the excess")
     }
 
-    /// Decides a request of `quantity` (from 1 to `limit`) at `now` and logs it if admitted.
-    /// A log holding more than `limit` units (the limit was lowered) first drops its oldest
-    /// units down to `limit`: the replies are the same, and later calls stay cheap.
-    /// Returns the verdict and whether the log changed.
+    /// Decides a request of `quantity` (from 1 to `limit`) at `now` and logs it if admitted:
+    /// [`LogLimiter::inspect`] and [`LogLimiter::log_surveyed`] in one step. Returns the
+    /// verdict and whether the log changed.
+    #[cfg(test)]
     pub fn apply(&self, log: &mut SlidingLog, now: i64, quantity: u64) -> (Verdict, bool) {
+        let (live, trimmed) = self.trim(log, self.survey(Some(log), now));
+        let verdict = self.verdict(Some(log), &live, now.max(0), quantity);
+        let logged = self.log_surveyed(log, live, now, quantity);
+        (verdict, trimmed || logged)
+    }
+
+    /// Logs a request of `quantity` (from 1 to `limit`) at `now` if it fits, given what the
+    /// log holds then ([`LogLimiter::survey`]); returns whether the log changed.
+    pub fn log_surveyed(&self, log: &mut SlidingLog, live: Live, now: i64, quantity: u64) -> bool {
         debug_assert!((1..=self.limit).contains(&quantity));
+        debug_assert_eq!(live, self.survey(Some(log), now));
         let now = now.max(0);
-        let mut live = self.live(Some(log), now);
-        let mut changed = false;
-        if live.used > self.limit {
-            log.drop_oldest_entries(live.expired_entries);
-            log.drop_oldest_units(live.used - self.limit);
-            live = Live {
-                expired_entries: 0,
-                used: self.limit,
-            };
-            changed = true;
+        let (live, trimmed) = self.trim(log, live);
+        if live.used + quantity > self.limit {
+            return trimmed;
         }
-        let verdict = self.verdict(Some(log), &live, now, quantity);
-        if !verdict.limited {
-            let time = log.newest_time().map_or(now, |newest| newest.max(now));
-            log.drop_oldest_entries(live.expired_entries);
-            log.push(time, quantity, self.limit.try_into().unwrap_or(usize::MAX));
-            changed = true;
+        let time = log.newest_time().map_or(now, |newest| newest.max(now));
+        log.drop_oldest_entries(live.expired_entries);
+        log.push(time, quantity, self.limit.try_into().unwrap_or(usize::MAX));
+        true
+    }
+
+    /// A log holding more than `limit` units (the limit was lowered) drops its oldest units
+    /// down to `limit`: the replies are the same, and later calls stay cheap. Returns what
+    /// it holds after, and whether it changed.
+    fn trim(&self, log: &mut SlidingLog, live: Live) -> (Live, bool) {
+        if live.used <= self.limit {
+            return (live, false);
         }
-        (verdict, changed)
+        log.drop_oldest_entries(live.expired_entries);
+        log.drop_oldest_units(live.used - self.limit);
+        let live = Live {
+            expired_entries: 0,
+            used: self.limit,
+        };
+        (live, true)
     }
 
     /// Gives back `quantity` at `now`: the newest units still in the window leave the log,

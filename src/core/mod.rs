@@ -3,6 +3,7 @@
 
 pub mod all;
 pub mod block;
+pub mod buckets;
 pub mod codec;
 pub mod gcra;
 pub mod lease;

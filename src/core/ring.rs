@@ -111,34 +111,41 @@ impl<const HEADER: usize, const WIDTH: usize, const INDEX_BITS: u32>
         (self.words[0] & ((1 << KIND_BITS) - 1)) as u8
     }
 
+    #[inline]
     fn field(&self, shift: u32, bits: u32) -> usize {
         ((self.words[0] >> shift) & ((1 << bits) - 1)) as usize
     }
 
+    #[inline]
     fn class(&self) -> usize {
         self.field(CLASS_SHIFT, CLASS_BITS)
     }
 
-    /// Entries it can hold without growing.
+    /// Entries it can hold without growing: what its allocation holds after the header.
+    #[inline]
     pub fn capacity(&self) -> usize {
-        Self::capacity_of_class(self.class())
+        (self.words.len() - HEADER) / WIDTH
     }
 
+    #[inline]
     fn head(&self) -> usize {
         self.field(HEAD_SHIFT, INDEX_BITS)
     }
 
     /// Entries held.
+    #[inline]
     pub fn len(&self) -> usize {
         self.field(Self::LEN_SHIFT, INDEX_BITS)
     }
 
     /// Whether it holds no entry.
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
     /// The owner's bits of word 0.
+    #[inline]
     pub fn owner_bits(&self) -> u64 {
         if Self::OWNER_BITS == 0 {
             0
@@ -161,6 +168,7 @@ impl<const HEADER: usize, const WIDTH: usize, const INDEX_BITS: u32>
         !((1u64 << Self::OWNER_SHIFT) - 1)
     };
 
+    #[inline]
     fn set_layout(&mut self, class: usize, head: usize, len: usize) {
         debug_assert!(len <= Self::capacity_of_class(class));
         debug_assert!(head < Self::capacity_of_class(class) || head == 0);
@@ -172,18 +180,21 @@ impl<const HEADER: usize, const WIDTH: usize, const INDEX_BITS: u32>
     }
 
     /// Header word `index` (from 1; word 0 is the ring's).
+    #[inline]
     pub fn header(&self, index: usize) -> u64 {
         debug_assert!((1..HEADER).contains(&index));
         self.words[index]
     }
 
     /// Sets header word `index` (from 1).
+    #[inline]
     pub fn set_header(&mut self, index: usize, value: u64) {
         debug_assert!((1..HEADER).contains(&index));
         self.words[index] = value;
     }
 
     /// Where entry `index` (0 is the front) starts among the words.
+    #[inline]
     fn slot(&self, index: usize) -> usize {
         let capacity = self.capacity();
         let mut position = self.head() + index;
@@ -194,15 +205,15 @@ impl<const HEADER: usize, const WIDTH: usize, const INDEX_BITS: u32>
     }
 
     /// Entry `index`, counted from the front.
+    #[inline]
     pub fn get(&self, index: usize) -> [u64; WIDTH] {
         assert!(index < self.len(), "entry {index} of {}", self.len());
         let slot = self.slot(index);
-        self.words[slot..slot + WIDTH]
-            .try_into()
-            .expect("WIDTH words")
+        std::array::from_fn(|word| self.words[slot + word])
     }
 
     /// Replaces entry `index`, counted from the front.
+    #[inline]
     pub fn set(&mut self, index: usize, entry: [u64; WIDTH]) {
         assert!(index < self.len(), "entry {index} of {}", self.len());
         let slot = self.slot(index);
@@ -215,11 +226,13 @@ impl<const HEADER: usize, const WIDTH: usize, const INDEX_BITS: u32>
     }
 
     /// The first entry.
+    #[inline]
     pub fn front(&self) -> Option<[u64; WIDTH]> {
         (!self.is_empty()).then(|| self.get(0))
     }
 
     /// The last entry.
+    #[inline]
     pub fn back(&self) -> Option<[u64; WIDTH]> {
         self.len().checked_sub(1).map(|last| self.get(last))
     }
@@ -328,17 +341,20 @@ impl<const HEADER: usize, const WIDTH: usize, const INDEX_BITS: u32>
         }
     }
 
-    /// Moves the entries, front first, into an allocation of size class `class`.
+    /// Moves the entries, front first, into an allocation of size class `class`: the two
+    /// runs of the ring (from the head to the end of the storage, then from its start), each
+    /// copied at once.
     fn relocate(&mut self, class: usize) {
         let len = self.len();
         let words_needed = Self::words_of_class(class);
         debug_assert!(Self::capacity_of_class(class) >= len);
+        let (head, capacity) = (self.head(), self.capacity());
+        let first_run = len.min(capacity - head);
         let mut words = Vec::with_capacity(words_needed);
         words.extend_from_slice(&self.words[..HEADER]);
-        for index in 0..len {
-            let slot = self.slot(index);
-            words.extend_from_slice(&self.words[slot..slot + WIDTH]);
-        }
+        let entries = &self.words[HEADER..];
+        words.extend_from_slice(&entries[head * WIDTH..(head + first_run) * WIDTH]);
+        words.extend_from_slice(&entries[..(len - first_run) * WIDTH]);
         words.resize(words_needed, 0);
         self.words = words.into_boxed_slice();
         self.set_layout(class, 0, len);

@@ -113,8 +113,18 @@ impl Key {
                 match decision.write {
                     StringWrite::Nothing => {}
                     StringWrite::Delete => self.stored = Stored::Missing,
-                    StringWrite::Store(expire_at_ms) => {
+                    StringWrite::Store {
+                        expire_at_ms,
+                        placement,
+                    } => {
                         assert!(expire_at_ms * 1_000 > now, "a TTL of zero or less");
+                        if placement.expiry_kept {
+                            let Stored::String(_, kept) = stored else {
+                                panic!("an expiry kept on a missing key")
+                            };
+                            assert_eq!(kept, expire_at_ms, "an expiry kept that moved");
+                        }
+                        let new_value = placement.place(value.as_deref(), &new_value);
                         self.stored = Stored::String(new_value, expire_at_ms);
                     }
                 }

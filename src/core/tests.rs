@@ -104,12 +104,13 @@ impl Subject {
                         value.as_deref(),
                         now,
                         quantity,
+                        true,
                         &mut Scratch::default(),
                         &mut new_value,
                     )
                     .unwrap();
                 if outcome.expire_at_ms.is_some() {
-                    *value = Some(new_value);
+                    *value = Some(outcome.placement.place(value.as_deref(), &new_value));
                 }
                 Call {
                     verdict: outcome.verdict,

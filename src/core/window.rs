@@ -9,12 +9,15 @@
 //! - `FIXED` keeps one: the current window's count; admits when `count + q <= limit`.
 //! - `SLIDING` keeps two, the previous and the current window, and admits when
 //!   `previous * (1 - elapsed / window) + current + q <= limit`, compared exactly in integers.
-//! - `BUCKETS n` keeps `n`: admits when the sum of the last `n` buckets plus `q` is at most
-//!   `limit`; buckets roll off one at a time.
+//! - `BUCKETS n` keeps the buckets that counted among the last `n`, with their sum: admits
+//!   when that sum plus `q` is at most `limit`; buckets roll off one at a time. Its state is
+//!   a log of its own ([`super::buckets`]), O(1) amortised per call whatever `n`.
 //!
 //! Only admitted requests are counted. All times are whole microseconds, the server clock's
 //! resolution.
 
+use super::buckets::{self, Entry};
+use super::codec::Placement;
 use super::time::{from_micros, Ticks, Unit, TICKS_PER_MICROSECOND};
 use super::verdict::Verdict;
 
@@ -25,8 +28,13 @@ pub const MAX_BUCKETS: i64 = 3_600;
 const FIXED_TAG: u8 = 0xF9;
 /// Tag of a `SLIDING` state.
 const SLIDING_TAG: u8 = 0xFA;
-/// Tag of a `BUCKETS` state.
-const BUCKETS_TAG: u8 = 0xFB;
+/// Tag of a `BUCKETS` state as the first release wrote it (all `n` counts), still read.
+pub(super) const BUCKETS_V1_TAG: u8 = 0xFB;
+
+/// Whether `tag` starts a window counter's state, of any algorithm.
+pub(super) fn is_window_tag(tag: u8) -> bool {
+    [FIXED_TAG, SLIDING_TAG, BUCKETS_V1_TAG, buckets::TAG].contains(&tag)
+}
 
 /// Bytes before the counters: the tag, then 7 bytes holding the newest bucket's start (54
 /// bits of microseconds, enough for the year 2541) and the counters' width (2 bits).
@@ -34,8 +42,8 @@ const HEADER_LEN: usize = 8;
 /// Bits of the newest bucket's start in the header.
 const START_BITS: u32 = 54;
 
-/// The longest state: `MAX_BUCKETS` counters of 8 bytes.
-pub const MAX_STATE_LEN: usize = HEADER_LEN + 8 * MAX_BUCKETS as usize;
+/// The longest first-release `BUCKETS` state: `MAX_BUCKETS` counters of 8 bytes.
+const MAX_V1_LEN: usize = HEADER_LEN + 8 * MAX_BUCKETS as usize;
 
 /// The longest window: 2^63 - 1 nanoseconds, as for `CL.THROTTLE`.
 const MAX_WINDOW_MICROS: i64 = i64::MAX / 1_000;
@@ -104,12 +112,15 @@ pub struct WindowRefund {
     /// When the key should expire (Unix ms): when the newest counted bucket leaves the
     /// window; `None` when nothing counts any more.
     pub expire_at_ms: Option<i64>,
+    /// Where the new state's bytes go.
+    pub placement: Placement,
 }
 
 /// Working memory reused from call to call, so that a call allocates nothing once warm.
 #[derive(Default)]
 pub struct Scratch {
     counts: Vec<u64>,
+    entries: Vec<Entry>,
 }
 
 /// The decision for one request.
@@ -121,6 +132,8 @@ pub struct WindowOutcome {
     /// and the key should expire at this Unix time in milliseconds. `None` for a refused
     /// request or a peek, which change nothing.
     pub expire_at_ms: Option<i64>,
+    /// Where the new state's bytes go.
+    pub placement: Placement,
 }
 
 impl WindowLimiter {
@@ -166,15 +179,25 @@ impl WindowLimiter {
         self.limit
     }
 
+    /// Buckets per window: `n` for `BUCKETS n`, else 1.
+    pub(super) fn buckets_per_window(&self) -> i64 {
+        self.per_window
+    }
+
+    /// The window, in microseconds.
+    pub(super) fn window_micros(&self) -> i64 {
+        self.window
+    }
+
     /// The bucket holding instant `micros` (not negative).
-    fn bucket_of(&self, micros: i64) -> i64 {
+    pub(super) fn bucket_of(&self, micros: i64) -> i64 {
         let (windows, offset) = (micros / self.window, micros % self.window);
         // Both products stay within i64: windows * n <= micros, offset * n < window * n.
         windows * self.per_window + offset * self.per_window / self.window
     }
 
     /// The first microsecond of bucket `bucket`.
-    fn bucket_start(&self, bucket: i64) -> i64 {
+    pub(super) fn bucket_start(&self, bucket: i64) -> i64 {
         let (windows, index) = (bucket / self.per_window, bucket % self.per_window);
         windows * self.window + (index * self.window + self.per_window - 1) / self.per_window
     }
@@ -183,14 +206,21 @@ impl WindowLimiter {
     /// stored value (`None` for a new or expired key). When the request changes the state,
     /// the new value is appended to `value` and the outcome says when the key should
     /// expire. A `quantity` of 0 is a peek and never writes.
+    ///
+    /// With `patch`, a `BUCKETS` state may be written as the bytes that change at the end of
+    /// the stored value (the outcome's placement says from where); otherwise it is whole.
     pub fn apply(
         &self,
         stored: Option<&[u8]>,
         now: i64,
         quantity: u64,
+        patch: bool,
         scratch: &mut Scratch,
         value: &mut Vec<u8>,
     ) -> Result<WindowOutcome, StateError> {
+        if let Algorithm::Buckets(_) = self.algorithm {
+            return self.apply_buckets(stored, now, quantity, patch, &mut scratch.entries, value);
+        }
         let now = now.max(0);
         let counts = &mut scratch.counts;
         let newest = self.load(stored, now, counts)?;
@@ -212,6 +242,7 @@ impl WindowLimiter {
             return Ok(WindowOutcome {
                 verdict,
                 expire_at_ms: None,
+                placement: Placement::WHOLE,
             });
         }
         self.encode(counts, self.bucket_start(newest), value);
@@ -219,6 +250,7 @@ impl WindowLimiter {
         Ok(WindowOutcome {
             verdict,
             expire_at_ms: Some((expire_at + 999) / 1_000),
+            placement: Placement::WHOLE,
         })
     }
 
@@ -226,15 +258,19 @@ impl WindowLimiter {
     /// never below zero. When anything was given back, the new state is appended to `value`
     /// and the outcome says when the key should expire: when the newest bucket still counted
     /// leaves the window (`None` when nothing counts any more). The verdict is the standing
-    /// after, as a peek sees it.
+    /// after, as a peek sees it. `patch` as for [`WindowLimiter::apply`].
     pub fn refund(
         &self,
         stored: Option<&[u8]>,
         now: i64,
         quantity: u64,
+        patch: bool,
         scratch: &mut Scratch,
         value: &mut Vec<u8>,
     ) -> Result<WindowRefund, StateError> {
+        if let Algorithm::Buckets(_) = self.algorithm {
+            return self.refund_buckets(stored, now, quantity, patch, &mut scratch.entries, value);
+        }
         let now = now.max(0);
         let counts = &mut scratch.counts;
         let newest = self.load(stored, now, counts)?;
@@ -260,6 +296,7 @@ impl WindowLimiter {
             verdict,
             changed: returned > 0,
             expire_at_ms: self.reset_at(counts, newest).map(|at| (at + 999) / 1_000),
+            placement: Placement::WHOLE,
         })
     }
 
@@ -398,7 +435,7 @@ impl WindowLimiter {
         match self.algorithm {
             Algorithm::Fixed => FIXED_TAG,
             Algorithm::Sliding => SLIDING_TAG,
-            Algorithm::Buckets(_) => BUCKETS_TAG,
+            Algorithm::Buckets(_) => BUCKETS_V1_TAG,
         }
     }
 
@@ -408,9 +445,9 @@ impl WindowLimiter {
     /// A state kept with another `BUCKETS n` keeps its newest counts; older ones that no
     /// longer have a bucket of their own are added to the oldest kept bucket, so nothing
     /// counted is forgotten before its time.
-    fn decode(&self, value: &[u8], counts: &mut Vec<u64>) -> Result<i64, StateError> {
+    pub(super) fn decode(&self, value: &[u8], counts: &mut Vec<u64>) -> Result<i64, StateError> {
         let (&tag, rest) = value.split_first().ok_or(StateError::Foreign)?;
-        if ![FIXED_TAG, SLIDING_TAG, BUCKETS_TAG].contains(&tag) {
+        if !is_window_tag(tag) {
             return Err(StateError::Foreign);
         }
         if tag != self.tag() {
@@ -446,7 +483,7 @@ impl WindowLimiter {
     /// Appends the state to `value`: the tag, the newest bucket's start and the counters' width, then
     /// the counts, oldest first, each in the fewest of 1, 2, 4 or 8 bytes that holds both
     /// the limit and every count.
-    fn encode(&self, counts: &[u64], newest_start: i64, value: &mut Vec<u8>) {
+    pub(super) fn encode(&self, counts: &[u64], newest_start: i64, value: &mut Vec<u8>) {
         let largest = counts.iter().copied().fold(self.limit, u64::max);
         let width_code: u64 = match largest {
             0..=0xFF => 0,
@@ -485,7 +522,7 @@ pub fn window_micros(window: i64, unit: Unit) -> Result<i64, WindowError> {
 
 /// Whether a string of `len` bytes may hold a window counter's state.
 pub fn is_window_length(len: usize) -> bool {
-    (HEADER_LEN + 1..=MAX_STATE_LEN).contains(&len)
+    (HEADER_LEN + 1..=MAX_V1_LEN.max(buckets::MAX_LEN)).contains(&len)
 }
 
 fn sum(counts: &[u64]) -> u64 {

@@ -12,17 +12,17 @@
 //!    several.
 
 use std::cell::RefCell;
-use std::ffi::c_longlong;
 
 use redis_module::raw;
 
-use crate::core::all::{conclude, Decided};
+use crate::core::all::{conclude, conclude_one, Decided};
 use crate::core::limiter::{commit_log, decide_log, decide_string, Limiter, LogWrite, StringWrite};
 use crate::core::log::{LogLimiter, SlidingLog};
 use crate::core::request::{Action, Request};
 use crate::core::verdict::Verdict;
 use crate::core::window::{Scratch, StateError};
 use crate::error::CommandError;
+use crate::packed::Packed;
 use crate::redis::handler::Invocation;
 use crate::redis::key::{Access, LimiterKey};
 
@@ -59,13 +59,21 @@ pub enum LogEffect {
 /// The command an admitted log change propagates.
 pub const REPLAY_COMMAND: &std::ffi::CStr = c"RL.LOG.REPLAY";
 
-thread_local! {
-    /// The new string states of the running call, one buffer per limiter. Commands run on
-    /// Redis' main thread one at a time, so these buffers, kept warm, serve every call
-    /// without allocating.
-    static BUFFERS: RefCell<[Vec<u8>; MAX_LIMITERS]> = RefCell::new(Default::default());
+/// A call's working memory. Commands run on Redis' main thread one at a time, so one set,
+/// kept warm, serves every call without allocating.
+#[derive(Default)]
+struct Working {
+    /// The new string states of the running call, one buffer per limiter.
+    buffers: [Vec<u8>; MAX_LIMITERS],
     /// Working memory of the window counters.
-    static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
+    scratch: Scratch,
+}
+
+thread_local! {
+    static WORKING: RefCell<Working> = RefCell::new(Working::default());
+    /// Working memory of the window counters for a limiter's standing, read while the
+    /// call's is in use.
+    static STANDING_SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
 }
 
 /// What one limiter will store if the call commits.
@@ -79,8 +87,8 @@ enum Plan {
 struct Slot<'a> {
     call: &'a Invocation<'a>,
     key: LimiterKey,
-    limiter: Limiter,
-    request: Request,
+    limiter: &'a Limiter,
+    request: &'a Request,
     now: i64,
     log_effect: LogEffect,
     verdict: Verdict,
@@ -105,25 +113,48 @@ pub fn run<const N: usize>(
     verdicts: &mut [Verdict],
 ) -> Result<(), CommandError> {
     debug_assert!((1..=N.min(MAX_LIMITERS)).contains(&named.len()));
-    BUFFERS.with_borrow_mut(|buffers| {
+    WORKING.with_borrow_mut(|working| {
+        let Working { buffers, scratch } = working;
         let mut slots: [Option<Slot>; N] = [const { None }; N];
         for ((slot, named), buffer) in slots.iter_mut().zip(named).zip(buffers.iter_mut()) {
-            *slot = Some(decide(call, named, request, mode, now, log_effect, buffer)?);
+            *slot = Some(decide(
+                call, named, request, mode, now, log_effect, buffer, scratch,
+            )?);
         }
         conclude(&mut slots, request, mode == Mode::Write, verdicts)
     })
 }
 
-/// Opens `named`'s key and decides its limiter, changing nothing; a new string state goes
-/// to `buffer`.
-fn decide<'a>(
-    call: &'a Invocation<'a>,
+/// [`run`] for a call of one limiter, with nothing to size: what the single-key commands
+/// run.
+pub fn run_one(
+    call: &Invocation,
     named: &Named,
     request: &Request,
     mode: Mode,
     now: i64,
     log_effect: LogEffect,
+) -> Result<Verdict, CommandError> {
+    WORKING.with_borrow_mut(|working| {
+        let Working { buffers, scratch } = working;
+        let buffer = &mut buffers[0];
+        let mut slot = decide(call, named, request, mode, now, log_effect, buffer, scratch)?;
+        conclude_one(&mut slot, request, mode == Mode::Write)
+    })
+}
+
+/// Opens `named`'s key and decides its limiter, changing nothing; a new string state goes
+/// to `buffer`.
+#[allow(clippy::too_many_arguments)] // The call's parts, passed down as they are.
+fn decide<'a>(
+    call: &'a Invocation<'a>,
+    named: &'a Named,
+    request: &'a Request,
+    mode: Mode,
+    now: i64,
+    log_effect: LogEffect,
     buffer: &'a mut Vec<u8>,
+    scratch: &mut Scratch,
 ) -> Result<Slot<'a>, CommandError> {
     let access = if mode == Mode::Write && request.may_write(named.limiter.limit()) {
         Access::Write
@@ -140,9 +171,7 @@ fn decide<'a>(
         }
         limiter => {
             let stored = key.read(state_length(limiter))?;
-            let decision = SCRATCH.with_borrow_mut(|scratch| {
-                decide_string(limiter, stored, now, request, scratch, buffer)
-            });
+            let decision = decide_string(limiter, stored, now, request, scratch, buffer);
             let decision = decision.map_err(state_error)?;
             (
                 decision.verdict,
@@ -154,8 +183,8 @@ fn decide<'a>(
     Ok(Slot {
         call,
         key,
-        limiter: named.limiter,
-        request: *request,
+        limiter: &named.limiter,
+        request,
         now,
         log_effect,
         verdict,
@@ -208,7 +237,7 @@ impl Decided for Slot<'_> {
             }
             limiter => {
                 let stored = self.key.read(state_length(limiter))?;
-                SCRATCH
+                STANDING_SCRATCH
                     .with_borrow_mut(|scratch| {
                         decide_string(limiter, stored, self.now, &peek, scratch, &mut Vec::new())
                     })
@@ -219,11 +248,17 @@ impl Decided for Slot<'_> {
     }
 
     fn commit(&mut self) -> Result<Verdict, CommandError> {
-        let (request, now) = (self.request, self.now);
-        match (self.plan, &self.limiter) {
+        let (request, now) = (*self.request, self.now);
+        match (self.plan, self.limiter) {
             (Plan::String(StringWrite::Nothing), _) | (Plan::Log(LogWrite::Nothing), _) => {}
-            (Plan::String(StringWrite::Store(expire_at_ms)), _) => {
-                self.key.write(self.value, expire_at_ms)?;
+            (
+                Plan::String(StringWrite::Store {
+                    expire_at_ms,
+                    placement,
+                }),
+                _,
+            ) => {
+                self.key.write(self.value, placement, expire_at_ms)?;
             }
             (Plan::String(StringWrite::Delete), _) => {
                 self.key.delete(raw::REDISMODULE_NOTIFY_STRING)?;
@@ -265,7 +300,8 @@ impl Decided for Slot<'_> {
 }
 
 /// Propagates a log's change: the call again, with the time it ran at, so that replicas and
-/// the AOF reach the same log and expiry (a few integers, whatever the log's length).
+/// the AOF reach the same log and expiry (a few integers, whatever the log's length), packed
+/// in one argument: `RL.LOG.REPLAY key limit,window_us,quantity,now_us[,REFUND|,BLOCK,us]`.
 fn propagate_log(
     call: &Invocation,
     key: &LimiterKey,
@@ -274,53 +310,35 @@ fn propagate_log(
     now: i64,
     log_effect: LogEffect,
 ) {
-    // SAFETY: the running command's context and key; integers passed as `l`, keywords as `c`.
+    // SAFETY: the running command's context and key; the fields outlive the call.
     unsafe {
         if log_effect == LogEffect::Verbatim {
             raw::RedisModule_ReplicateVerbatim.unwrap()(call.ctx);
             return;
         }
-        let replicate = raw::RedisModule_Replicate.unwrap();
-        let (command, name) = (REPLAY_COMMAND.as_ptr(), key.name());
-        let (limit, window) = (
-            limiter.limit() as c_longlong,
-            limiter.window_micros() as c_longlong,
-        );
-        let (quantity, now) = (request.quantity as c_longlong, now as c_longlong);
+        let mut fields = Packed::default();
+        fields
+            .int(limiter.limit() as i64)
+            .int(limiter.window_micros())
+            .int(request.quantity as i64)
+            .int(now);
         match (request.action, request.block) {
-            (Action::Refund, _) => replicate(
-                call.ctx,
-                command,
-                c"sllllc".as_ptr(),
-                name,
-                limit,
-                window,
-                quantity,
-                now,
-                c"REFUND".as_ptr(),
-            ),
-            (Action::Take, Some(block)) => replicate(
-                call.ctx,
-                command,
-                c"sllllcl".as_ptr(),
-                name,
-                limit,
-                window,
-                quantity,
-                now,
-                c"BLOCK".as_ptr(),
-                block as c_longlong,
-            ),
-            (Action::Take, None) => replicate(
-                call.ctx,
-                command,
-                c"sllll".as_ptr(),
-                name,
-                limit,
-                window,
-                quantity,
-                now,
-            ),
-        };
+            (Action::Refund, _) => {
+                fields.word("REFUND");
+            }
+            (Action::Take, Some(block)) => {
+                fields.word("BLOCK").int(block);
+            }
+            (Action::Take, None) => {}
+        }
+        let fields = fields.as_bytes();
+        raw::RedisModule_Replicate.unwrap()(
+            call.ctx,
+            REPLAY_COMMAND.as_ptr(),
+            c"sb".as_ptr(),
+            key.name(),
+            fields.as_ptr(),
+            fields.len(),
+        );
     }
 }

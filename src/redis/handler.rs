@@ -75,7 +75,7 @@ pub struct LimiterReply {
     /// `[limited, limit, remaining, retry_after, reset_after]`.
     pub fields: [i64; 5],
     /// Each limiter's own five integers, in key order, when asked for.
-    pub details: Option<Details>,
+    pub details: Option<Box<Details>>,
     /// What the request asked.
     pub request: Request,
 }

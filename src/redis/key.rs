@@ -7,14 +7,16 @@
 //! whatever its own clock says. The value is an ordinary string, so replicas need nothing
 //! from the module to hold it.
 
-use std::ffi::{c_int, c_longlong, CStr};
+use std::ffi::{c_int, CStr};
 
 use redis_module::raw;
 
 use std::sync::atomic::{AtomicPtr, Ordering};
 
+use crate::core::codec::Placement;
 use crate::core::ring::raw_kind;
 use crate::error::CommandError;
+use crate::packed::Packed;
 use crate::redis::handler::Invocation;
 use crate::redis::native_type::{native_type, Borrowed, Native, View};
 use crate::redis::propagation;
@@ -27,6 +29,10 @@ pub enum Access {
     /// May write it.
     Write,
 }
+
+/// The longest state propagated whole even when only its end changed (see
+/// [`LimiterKey::write`]).
+pub const PATCH_ABOVE: usize = 64;
 
 /// `PXAT`, made once: every write propagates it.
 static PXAT: AtomicPtr<raw::RedisModuleString> = AtomicPtr::new(std::ptr::null_mut());
@@ -138,17 +144,35 @@ impl LimiterKey {
         }))
     }
 
-    /// Stores `value` with an absolute expiry (Unix milliseconds), then propagates the
-    /// change as `SET key value PXAT expiry` and signals it to `WATCH` and client tracking.
-    /// The key must have been opened for [`Access::Write`].
+    /// Stores a limiter's new state, placed as `placement` says, with an absolute expiry
+    /// (Unix milliseconds), propagates the change and signals it to `WATCH` and client
+    /// tracking. The key must have been opened for [`Access::Write`].
     ///
-    /// The steady state, this module's string of the same length, is rewritten in place with
-    /// one DMA call. A new key, or a value of another length, gets a new string object:
-    /// Redis stores a short one as it stores `SET`'s (embedded with the key on Valkey 8+ and
-    /// Redis 8), and the same object is what is propagated.
-    pub fn write(&mut self, value: &[u8], expire_at_ms: i64) -> Result<(), CommandError> {
+    /// A whole value (`placement.at == 0`) is propagated as `SET key value PXAT expiry`. The
+    /// steady state, this module's string of the same length, is rewritten in place with one
+    /// DMA call; a new key, or a value of another length, gets a new string object: Redis
+    /// stores a short one as it stores `SET`'s (embedded with the key on Valkey 8+ and Redis
+    /// 8), and the same object is what is propagated.
+    ///
+    /// A patch (the bytes from `placement.at` on, where the key's value is the state the
+    /// decision read) is written in place, and propagated as `SETRANGE key at bytes` (with
+    /// `PEXPIREAT key expiry` when the expiry moved): what a call costs and sends does not
+    /// grow with the state. A value of at most [`PATCH_ABOVE`] bytes goes whole instead, as
+    /// one `SET`, which is cheaper than two commands.
+    pub fn write(
+        &mut self,
+        value: &[u8],
+        placement: Placement,
+        expire_at_ms: i64,
+    ) -> Result<(), CommandError> {
         if self.access != Access::Write {
             return Err(CommandError::INTERNAL); // A bug in the caller: change nothing.
+        }
+        if placement.at > 0 {
+            // SAFETY: a key open for writing, in the running command's context.
+            unsafe { self.patch(value, placement, expire_at_ms)? };
+            self.signal_modified(raw::REDISMODULE_NOTIFY_STRING);
+            return Ok(());
         }
         let ok = raw::Status::Ok as c_int;
         // SAFETY: a key open for writing, in the running command's context.
@@ -160,15 +184,18 @@ impl LimiterKey {
                         return Err(self.undo());
                     }
                     self.propagate(|| {
+                        let mut expiry = Packed::default();
+                        let expiry = expiry.int(expire_at_ms).as_bytes();
                         raw::RedisModule_Replicate.unwrap()(
                             self.ctx,
                             c"SET".as_ptr(),
-                            c"sbsl".as_ptr(),
+                            c"sbsb".as_ptr(),
                             self.name,
                             value.as_ptr(),
                             value.len(),
                             shared_pxat(),
-                            expire_at_ms as c_longlong,
+                            expiry.as_ptr(),
+                            expiry.len(),
                         );
                     });
                 }
@@ -182,14 +209,17 @@ impl LimiterKey {
                         && raw::RedisModule_SetAbsExpire.unwrap()(self.key, expire_at_ms) == ok;
                     if stored {
                         self.propagate(|| {
+                            let mut expiry = Packed::default();
+                            let expiry = expiry.int(expire_at_ms).as_bytes();
                             raw::RedisModule_Replicate.unwrap()(
                                 self.ctx,
                                 c"SET".as_ptr(),
-                                c"sssl".as_ptr(),
+                                c"sssb".as_ptr(),
                                 self.name,
                                 string,
                                 shared_pxat(),
-                                expire_at_ms as c_longlong,
+                                expiry.as_ptr(),
+                                expiry.len(),
                             );
                         });
                     }
@@ -201,6 +231,93 @@ impl LimiterKey {
             }
         }
         self.signal_modified(raw::REDISMODULE_NOTIFY_STRING);
+        Ok(())
+    }
+
+    /// Writes `bytes` over the key's string from `placement.at` on (growing or shrinking it
+    /// to end with them), and propagates the change; see [`LimiterKey::write`].
+    ///
+    /// # Safety
+    /// The key must be open for writing, in the running command's context.
+    unsafe fn patch(
+        &mut self,
+        bytes: &[u8],
+        placement: Placement,
+        expire_at_ms: i64,
+    ) -> Result<(), CommandError> {
+        let ok = raw::Status::Ok as c_int;
+        let len = placement.at + bytes.len();
+        unsafe {
+            // The decision read this key's string, at least `at` bytes long; anything else
+            // is a bug, and nothing has changed yet.
+            // A patch never shortens the value: SETRANGE could not do the same on replicas.
+            let string = raw::REDISMODULE_KEYTYPE_STRING as c_int;
+            let stored_len = raw::RedisModule_ValueLength.unwrap()(self.key);
+            if raw::RedisModule_KeyType.unwrap()(self.key) != string
+                || stored_len < placement.at
+                || stored_len > len
+            {
+                return Err(CommandError::INTERNAL);
+            }
+            if stored_len != len && raw::RedisModule_StringTruncate.unwrap()(self.key, len) != ok {
+                return Err(self.undo());
+            }
+            let mut dma_len = 0;
+            let write = raw::REDISMODULE_WRITE as c_int;
+            let ptr = raw::RedisModule_StringDMA.unwrap()(self.key, &mut dma_len, write);
+            if ptr.is_null() || dma_len != len {
+                return Err(self.undo());
+            }
+            let whole = std::slice::from_raw_parts_mut(ptr.cast::<u8>(), len);
+            whole[placement.at..].copy_from_slice(bytes);
+            if !placement.expiry_kept
+                && raw::RedisModule_SetAbsExpire.unwrap()(self.key, expire_at_ms) != ok
+            {
+                return Err(self.undo());
+            }
+            let whole: &[u8] = whole;
+            self.propagate(|| {
+                let replicate = raw::RedisModule_Replicate.unwrap();
+                let mut expiry = Packed::default();
+                let expiry = expiry.int(expire_at_ms).as_bytes();
+                if len <= PATCH_ABOVE {
+                    replicate(
+                        self.ctx,
+                        c"SET".as_ptr(),
+                        c"sbsb".as_ptr(),
+                        self.name,
+                        whole.as_ptr(),
+                        len,
+                        shared_pxat(),
+                        expiry.as_ptr(),
+                        expiry.len(),
+                    );
+                    return;
+                }
+                let mut offset = Packed::default();
+                let offset = offset.int(placement.at as i64).as_bytes();
+                replicate(
+                    self.ctx,
+                    c"SETRANGE".as_ptr(),
+                    c"sbb".as_ptr(),
+                    self.name,
+                    offset.as_ptr(),
+                    offset.len(),
+                    bytes.as_ptr(),
+                    bytes.len(),
+                );
+                if !placement.expiry_kept {
+                    replicate(
+                        self.ctx,
+                        c"PEXPIREAT".as_ptr(),
+                        c"sb".as_ptr(),
+                        self.name,
+                        expiry.as_ptr(),
+                        expiry.len(),
+                    );
+                }
+            });
+        }
         Ok(())
     }
 

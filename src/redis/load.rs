@@ -174,6 +174,7 @@ fn server_api_complete() -> bool {
         RedisModule_ValueLength,
         RedisModule_StringDMA,
         RedisModule_StringSet,
+        RedisModule_StringTruncate,
         RedisModule_CreateString,
         RedisModule_FreeString,
         RedisModule_DeleteKey,

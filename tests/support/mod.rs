@@ -631,17 +631,36 @@ pub fn bytes_per_key(
     (used_memory(con) - before) as f64 / keys as f64
 }
 
-/// `used_memory` from `INFO memory`. Read it on the connection that did the work: a new
-/// connection adds its own buffers.
+/// `used_memory` from `INFO memory`, without what the clients' buffers hold
+/// (`mem_clients_normal`: a pipeline's query and reply buffers shrink on the server's own
+/// schedule), once it has settled.
+///
+/// A keyspace that just grew may still be rehashing into a table twice the size, holding both
+/// for a while; the server finishes in its next cron (every 100 ms), so the figure is read
+/// until two readings 110 ms apart agree (a few times at most).
 pub fn used_memory(con: &mut Connection) -> i64 {
     // Redis allocates a command's latency histogram (tens of KB) after its first call: the
     // first INFO's would land in whatever is measured next.
     let _: String = query(con, &["INFO", "memory"]);
+    let mut reading = used_memory_now(con);
+    for _ in 0..5 {
+        thread::sleep(Duration::from_millis(110));
+        let next = used_memory_now(con);
+        if next == reading {
+            break;
+        }
+        reading = next;
+    }
+    reading
+}
+
+fn used_memory_now(con: &mut Connection) -> i64 {
     let info: String = query(con, &["INFO", "memory"]);
-    let line = info
-        .lines()
-        .find_map(|line| line.strip_prefix("used_memory:"));
-    line.unwrap().trim().parse().unwrap()
+    let field = |name: &str| -> i64 {
+        let line = info.lines().find_map(|line| line.strip_prefix(name));
+        line.unwrap().trim().parse().unwrap()
+    };
+    field("used_memory:") - field("mem_clients_normal:")
 }
 
 /// `INFO keyspace`'s keys and expires in db0 (zeros when it is empty).

@@ -39,12 +39,16 @@ impl Key {
                 self.value.as_deref(),
                 now,
                 quantity,
+                true,
                 &mut self.scratch,
                 &mut value,
             )
             .unwrap();
         if let Some(expire_at_ms) = outcome.expire_at_ms {
-            self.value = Some(value);
+            if outcome.placement.expiry_kept {
+                assert_eq!(self.expire_at_ms, Some(expire_at_ms), "a kept expiry moved");
+            }
+            self.value = Some(outcome.placement.place(self.value.as_deref(), &value));
             self.expire_at_ms = Some(expire_at_ms);
         }
         outcome
@@ -222,9 +226,10 @@ fn states_are_compact() {
     assert_eq!(length(1 << 40, Algorithm::Fixed), 16);
     assert_eq!(length(100, Algorithm::Sliding), 10);
     assert_eq!(length(1_000, Algorithm::Sliding), 12);
-    assert_eq!(length(100, Algorithm::Buckets(60)), 68);
-    assert_eq!(length(1_000, Algorithm::Buckets(60)), 128);
-    assert_eq!(length(100, Algorithm::Buckets(3_600)), 3_608);
+    // A bucket log: the tag, one entry (2 bytes and the count), the trailer.
+    assert_eq!(length(100, Algorithm::Buckets(60)), 32);
+    assert_eq!(length(1_000, Algorithm::Buckets(60)), 33);
+    assert_eq!(length(100, Algorithm::Buckets(3_600)), 32);
 }
 
 #[test]
@@ -276,7 +281,7 @@ fn other_values_are_refused() {
     let mut scratch = Scratch::default();
     let mut apply = |limiter: &WindowLimiter, stored: &[u8]| {
         limiter
-            .apply(Some(stored), T0, 1, &mut scratch, &mut Vec::new())
+            .apply(Some(stored), T0, 1, true, &mut scratch, &mut Vec::new())
             .map(|_| ())
     };
     assert_eq!(apply(&fixed, &value), Ok(()));

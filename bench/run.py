@@ -407,9 +407,22 @@ def measure_instructions(setup: Setup, workloads: list[Workload], requests: int)
 
 
 def used_memory(client: Resp) -> int:
+    """used_memory without the clients' buffers (a pipeline's grow and shrink on the server's
+    schedule), once two readings 110 ms apart agree: a keyspace that just grew may still be
+    rehashing into a larger table, which the server's cron finishes."""
+    def now() -> int:
+        info = client.info("memory")
+        return int(info["used_memory"]) - int(info["mem_clients_normal"])
     # A command's latency histogram is allocated after its first call: call INFO twice.
     client.info("memory")
-    return int(client.info("memory")["used_memory"])
+    reading = now()
+    for _ in range(5):
+        time.sleep(0.11)
+        following = now()
+        if following == reading:
+            break
+        reading = following
+    return reading
 
 
 def keys_in_db(client: Resp) -> int:

@@ -61,6 +61,9 @@ pub struct LimiterKey {
     flags: c_int,
     /// Null when opened for reading and the key does not exist.
     key: *mut raw::RedisModuleKey,
+    /// The key's module value as last looked up (`Some(None)`: none), until the key changes:
+    /// a call reads it to decide, then again to change it.
+    native: std::cell::Cell<Option<Option<*mut u64>>>,
 }
 
 /// Whether a client's call runs over `maxmemory`, by the context flags: never for what a
@@ -105,6 +108,7 @@ impl LimiterKey {
             access,
             flags,
             key,
+            native: std::cell::Cell::new(None),
         })
     }
 
@@ -344,6 +348,7 @@ impl LimiterKey {
     /// After a write Redis refused (which it does not for a string key open for writing): the
     /// key must never be left without its expiry, nor differ from the replicas' copy.
     fn undo(&mut self) -> CommandError {
+        self.native.set(None);
         // SAFETY: an open key in the running command's context.
         unsafe {
             if raw::RedisModule_DeleteKey.unwrap()(self.key) == raw::Status::Ok as c_int {
@@ -360,6 +365,7 @@ impl LimiterKey {
         if self.access != Access::Write {
             return Err(CommandError::INTERNAL);
         }
+        self.native.set(None);
         // SAFETY: an open key; deleting a missing key is a no-op Redis accepts.
         let deleted = unsafe { raw::RedisModule_DeleteKey.unwrap()(self.key) };
         if deleted != raw::Status::Ok as c_int {
@@ -404,20 +410,23 @@ impl LimiterKey {
     /// The key's native value (the module's data type): `None` when the key does not exist,
     /// `WRONGTYPE` for any other value.
     pub fn native_value(&self) -> Result<Option<*mut u64>, CommandError> {
+        if let Some(known) = self.native.get() {
+            return Ok(known);
+        }
         // SAFETY: `self.key` is open (or null, which both functions accept).
-        unsafe {
+        let value = unsafe {
             match raw::RedisModule_KeyType.unwrap()(self.key) as isize {
-                raw::REDISMODULE_KEYTYPE_EMPTY => Ok(None),
+                raw::REDISMODULE_KEYTYPE_EMPTY => None,
                 raw::REDISMODULE_KEYTYPE_MODULE
                     if raw::RedisModule_ModuleTypeGetType.unwrap()(self.key) == native_type() =>
                 {
-                    Ok(Some(
-                        raw::RedisModule_ModuleTypeGetValue.unwrap()(self.key).cast(),
-                    ))
+                    Some(raw::RedisModule_ModuleTypeGetValue.unwrap()(self.key).cast())
                 }
-                _ => Err(CommandError::WRONG_TYPE),
+                _ => return Err(CommandError::WRONG_TYPE),
             }
-        }
+        };
+        self.native.set(Some(value));
+        Ok(value)
     }
 
     /// The key's native value of kind `T`, read in place; `WRONGTYPE` when the key holds
@@ -438,7 +447,10 @@ impl LimiterKey {
         if self.access != Access::Write {
             return Err(CommandError::INTERNAL);
         }
-        match self.native_value()? {
+        let value = self.native_value()?;
+        // The change may move the value: look it up again next time.
+        self.native.set(None);
+        match value {
             None => Ok(None),
             // SAFETY: the kind is checked first; the key stays open for writing while the
             // borrow (which holds it) lives.
@@ -456,6 +468,7 @@ impl LimiterKey {
             return Err(CommandError::INTERNAL);
         }
         let raw = value.into_raw();
+        self.native.set(None);
         // SAFETY: a key open for writing; on failure the value is still ours to free.
         let status = unsafe {
             raw::RedisModule_ModuleTypeSetValue.unwrap()(self.key, native_type(), raw.cast())

@@ -131,7 +131,8 @@ impl ServerRelease {
     /// The bytes a short string the module rewrites in place costs beyond the same string
     /// written by `SET`: Valkey 8+ keeps `SET`'s short strings embedded in the key's own
     /// object, and a write through the module's direct memory access makes the value a
-    /// separate allocation (8 bytes more, measured on Valkey 9.1). Redis stores both alike.
+    /// separate allocation (8 bytes more, measured on Valkey 9.1). Redis stores both alike. A
+    /// key's first write is a new string, as `SET`'s, at parity everywhere.
     pub fn in_place_string_overhead(self) -> f64 {
         if self.valkey && self.version >= (8, 0) {
             8.0
@@ -616,19 +617,35 @@ pub fn changes(con: &mut Connection) -> i64 {
         .unwrap()
 }
 
-/// `used_memory` growth per key over `keys` keys named `<prefix>NNNNNN` (8 characters).
+/// `used_memory` growth per key over `keys` keys named `NNNNNNNN` (8 characters), each
+/// made by one `command`.
 pub fn bytes_per_key(
     con: &mut Connection,
     keys: usize,
     command: impl Fn(&str) -> redis::Cmd,
 ) -> f64 {
+    bytes_per_key_after(con, keys, 1, command)[0]
+}
+
+/// `used_memory` growth per key over `keys` keys named `NNNNNNNN`, after each of `passes`
+/// passes of `command` over all of them (from the second on, the same keys rewritten).
+pub fn bytes_per_key_after(
+    con: &mut Connection,
+    keys: usize,
+    passes: usize,
+    command: impl Fn(&str) -> redis::Cmd,
+) -> Vec<f64> {
     let before = used_memory(con);
-    let mut pipe = redis::pipe();
-    for i in 0..keys {
-        pipe.add_command(command(&format!("{i:08}"))).ignore();
-    }
-    let _: () = pipe.query(con).unwrap();
-    (used_memory(con) - before) as f64 / keys as f64
+    (0..passes)
+        .map(|_| {
+            let mut pipe = redis::pipe();
+            for i in 0..keys {
+                pipe.add_command(command(&format!("{i:08}"))).ignore();
+            }
+            let _: () = pipe.query(con).unwrap();
+            (used_memory(con) - before) as f64 / keys as f64
+        })
+        .collect()
 }
 
 /// `used_memory` from `INFO memory`, without what the clients' buffers hold

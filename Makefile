@@ -3,6 +3,7 @@
 #   make run    build the module and start redis-server in the foreground on 127.0.0.1:6379
 #   make test   unit, property and integration tests (against real redis-server processes),
 #               and the client examples and HTTP service under examples/
+#   make dist   the release tarball, dist/redis-ratelimit-<version>-<os>-<arch>.tar.gz
 #   make test-servers  the integration tests against the newest Redis 8 and Valkey 9, built
 #               from Debian's source packages (cached under target/servers/)
 #   make lint   rustfmt check and clippy with warnings as errors
@@ -18,6 +19,12 @@
 CARGO ?= cargo
 MODULE := $(CURDIR)/target/release/libredis_ratelimit.so
 
+# The release tarball: dist/redis-ratelimit-<version>-<os>-<arch>.tar.gz.
+VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n 1)
+DIST_NAME := redis-ratelimit-$(VERSION)-$(shell uname -s | tr A-Z a-z)-$(shell uname -m)
+DIST_TARBALL := $(CURDIR)/dist/$(DIST_NAME).tar.gz
+DIST_TIME := $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
+
 # What building needs: a C toolchain and libclang for the SDK's bindgen.
 BUILD_PACKAGES := build-essential libclang-dev
 # What running and testing need besides.
@@ -31,7 +38,7 @@ EXAMPLES_PYTHON := $(EXAMPLES_VENV)/bin/python
 # that major in Debian's sid or experimental.
 OTHER_SERVERS := redis:8 valkey:9
 
-.PHONY: all build run test test-servers lint bench bench-update deps-bench stress valgrind deps-build deps-server deps-examples examples-deps clean
+.PHONY: all build run test test-servers dist lint bench bench-update deps-bench stress valgrind deps-build deps-server deps-examples examples-deps clean
 
 all: build
 
@@ -41,18 +48,34 @@ build: deps-build
 run: deps-server build
 	redis-server redis.conf
 
-test: deps-server build examples-deps
-	RATELIMIT_MODULE=$(MODULE) EXAMPLES_PYTHON=$(EXAMPLES_PYTHON) $(CARGO) test --release
+test: deps-server build examples-deps dist
+	RATELIMIT_MODULE=$(MODULE) RATELIMIT_DIST=$(DIST_TARBALL) EXAMPLES_PYTHON=$(EXAMPLES_PYTHON) \
+	  $(CARGO) test --release
 
 # The integration tests (not the unit tests, which involve no server) against each of
 # OTHER_SERVERS, built by tests/servers/build.sh on the first run.
-test-servers: deps-server build examples-deps
+test-servers: deps-server build examples-deps dist
 	@for spec in $(OTHER_SERVERS); do \
 	  server=$$(tests/servers/build.sh $${spec%%:*} $${spec##*:}) || exit 1; \
 	  echo "== the integration tests against $$server ($$($$server --version | cut -d' ' -f1-3))"; \
-	  REDIS_SERVER=$$server RATELIMIT_MODULE=$(MODULE) EXAMPLES_PYTHON=$(EXAMPLES_PYTHON) \
-	    $(CARGO) test --release --test '*' || exit 1; \
+	  REDIS_SERVER=$$server RATELIMIT_MODULE=$(MODULE) RATELIMIT_DIST=$(DIST_TARBALL) \
+	    EXAMPLES_PYTHON=$(EXAMPLES_PYTHON) $(CARGO) test --release --test '*' || exit 1; \
 	done
+
+# The release tarball: the module, README, docs, examples, LICENSE, CHANGELOG and their SHA-256 sums,
+# with a checksum file beside it. Reproducible: sorted, owned by root, dated by the last commit.
+dist: build
+	@rm -rf dist/$(DIST_NAME) && mkdir -p dist/$(DIST_NAME)
+	cp $(MODULE) README.md LICENSE CHANGELOG.md BENCHMARKS.md dist/$(DIST_NAME)/
+	cp -r docs dist/$(DIST_NAME)/
+	tar -cf - --exclude=node_modules --exclude=__pycache__ examples | tar -xf - -C dist/$(DIST_NAME)
+	cd dist/$(DIST_NAME) && find . -type f ! -name SHA256SUMS | sort | sed 's|^\./||' \
+	  | xargs sha256sum > SHA256SUMS
+	tar -C dist --sort=name --owner=0 --group=0 --numeric-owner --mtime=@$(DIST_TIME) \
+	  -czf $(DIST_TARBALL) $(DIST_NAME)
+	cd dist && sha256sum $(DIST_NAME).tar.gz > $(DIST_NAME).tar.gz.sha256
+	@rm -rf dist/$(DIST_NAME)
+	@echo "dist/$(DIST_NAME).tar.gz"
 
 # Instructions (callgrind), speed and memory. Reports; never gates anything.
 bench: deps-server build deps-bench
@@ -73,7 +96,7 @@ stress: deps-server build
 # Every server the integration tests start runs under memcheck; a test fails on any invalid
 # access, uninitialised read or definite leak in the module. Shorter fuzzing and soak, and
 # not the Cluster and the examples (the same code, six times as many servers).
-VALGRIND_TESTS := acl atomicity faults fuzz guard introspection loading log persistence propagation replication soak throttle window
+VALGRIND_TESTS := acl all atomicity faults fuzz guard introspection leases loading log notifications options persistence propagation replication soak throttle window
 valgrind: deps-server build
 	@command -v valgrind >/dev/null 2>&1 || { missing=" valgrind"; $(install_missing); }
 	RATELIMIT_VALGRIND=1 FUZZ_INVOCATIONS=20000 SOAK_KEYS=20000 RATELIMIT_MODULE=$(MODULE) \
@@ -109,7 +132,7 @@ examples/node/node_modules/.package-lock.json: examples/node/package-lock.json
 
 clean:
 	$(CARGO) clean
-	rm -rf examples/node/node_modules
+	rm -rf examples/node/node_modules dist
 
 # Installs the Debian packages in $(1) that are missing (as root), or stops naming them.
 # Without dpkg (not Debian), only the commands they provide are looked for.

@@ -1,7 +1,7 @@
-//! The programs under `examples/`, run against a real server: the Python (redis-py),
-//! Node.js (ioredis) and Rust (`redis` crate) clients print the same typed results, and the
-//! HTTP service answers real HTTP requests with 429, `Retry-After` and the RateLimit
-//! headers, per client IP.
+//! The programs under `examples/`, run against a real server: the Python (redis-py) and
+//! Node.js (ioredis) helpers pass their own tests, their demos and the Rust (`redis` crate)
+//! one print the same typed results, and the HTTP service answers real HTTP requests with
+//! 429, `Retry-After` and the IETF RateLimit fields, per client IP and per policy.
 //!
 //! `make test` installs what they need (a virtualenv with redis-py, ioredis with npm).
 
@@ -32,6 +32,14 @@ RL.WINDOW: 2 per minute, sliding
   allowed: 1 of 2 left
   allowed: 0 of 2 left
   limited
+RL.ALL: 2 per minute and 3 per hour, together
+  allowed: 1 of 2 left, full again in 3600 s
+  allowed: 0 of 2 left, full again in 3600 s
+  limited: retry in 60 s
+RL.ACQUIRE: 1 worker at a time
+  first: got a lease
+  second: refused
+  released: True
 ";
 
 /// The Python with redis-py: `$EXAMPLES_PYTHON`, or the virtualenv `make test` makes.
@@ -80,19 +88,54 @@ fn run_example(server: &Server, mut command: Command) -> String {
 }
 
 #[test]
-fn the_python_client_example_reads_typed_results() {
+fn the_python_demo_prints_typed_results() {
     let server = Server::start();
     let mut command = Command::new(python());
-    command.arg("examples/python/rate_limit.py");
+    command.arg("examples/python/demo.py");
     assert_eq!(run_example(&server, command), CLIENT_OUTPUT);
 }
 
 #[test]
-fn the_node_client_example_reads_typed_results() {
+fn the_python_helper_passes_its_tests() {
+    let server = Server::start();
+    let mut command = Command::new(python());
+    command.args([
+        "-m",
+        "unittest",
+        "discover",
+        "-s",
+        "examples/python",
+        "-p",
+        "test_*.py",
+    ]);
+    run_example(&server, command);
+}
+
+#[test]
+fn the_worker_pool_never_runs_more_jobs_than_its_slots() {
+    let server = Server::start();
+    let mut command = Command::new(python());
+    command.arg("examples/python/worker_pool.py");
+    assert_eq!(
+        run_example(&server, command),
+        "5 jobs at once, 2 slots: 2 ran, 3 refused, at most 2 at a time\nslots free afterwards: 2\n"
+    );
+}
+
+#[test]
+fn the_node_demo_prints_typed_results() {
     let server = Server::start();
     let mut command = node();
-    command.arg("examples/node/rate-limit.js");
+    command.arg("examples/node/demo.js");
     assert_eq!(run_example(&server, command), CLIENT_OUTPUT);
+}
+
+#[test]
+fn the_node_helper_passes_its_tests() {
+    let server = Server::start();
+    let mut command = node();
+    command.args(["--test", "examples/node/test.js"]);
+    run_example(&server, command);
 }
 
 #[test]
@@ -116,13 +159,14 @@ struct Service {
 }
 
 impl Service {
-    fn start(redis_port: u16) -> Service {
+    /// The service with the extra arguments `args` (its policies).
+    fn start(redis_port: u16, args: &[&str]) -> Service {
         let port = free_port();
         let process = Command::new(python())
             .arg("examples/http/server.py")
             .args(["--port", &port.to_string()])
             .args(["--redis-url", &format!("redis://127.0.0.1:{redis_port}")])
-            .args(["--burst", "1", "--count", "1", "--period", "60"])
+            .args(args)
             .current_dir(repository())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -185,9 +229,56 @@ struct Response {
     headers: HashMap<String, String>,
 }
 
+/// One item of a structured-field list: `"name";key=value;...` with integer values.
+#[derive(Debug, PartialEq, Eq)]
+struct Item {
+    name: String,
+    parameters: Vec<(String, i64)>,
+}
+
 impl Response {
     fn header(&self, name: &str) -> Option<&str> {
         self.headers.get(name).map(String::as_str)
+    }
+
+    /// A header holding a structured-field list of named items (RFC 9651), parsed: the
+    /// shape of `RateLimit-Policy` and `RateLimit`.
+    fn items(&self, name: &str) -> Vec<Item> {
+        let Some(value) = self.header(name) else {
+            return Vec::new();
+        };
+        value
+            .split(',')
+            .map(|item| {
+                let mut parts = item.trim().split(';');
+                let quoted = parts.next().unwrap();
+                let name = quoted
+                    .strip_prefix('"')
+                    .and_then(|rest| rest.strip_suffix('"'))
+                    .unwrap_or_else(|| panic!("{name}: an item named by a string: {value}"));
+                let parameters = parts
+                    .map(|parameter| {
+                        let (key, number) = parameter.split_once('=').unwrap();
+                        (key.to_owned(), number.parse().unwrap())
+                    })
+                    .collect();
+                Item {
+                    name: name.to_owned(),
+                    parameters,
+                }
+            })
+            .collect()
+    }
+}
+
+/// An item, for comparisons.
+fn item(name: &str, parameters: &[(&str, i64)]) -> Item {
+    Item {
+        name: name.to_owned(),
+        parameters: parameters
+            .iter()
+            .map(|&(key, value)| (key.to_owned(), value))
+            .collect(),
     }
 }
 
@@ -215,48 +306,118 @@ fn get(service: &Service, source: Ipv4Addr) -> Response {
 }
 
 #[test]
-fn the_http_service_answers_429_with_retry_after_and_ratelimit_headers_per_ip() {
+fn the_http_service_answers_429_with_retry_after_and_the_ratelimit_fields_per_ip() {
     let server = Server::start();
-    let service = Service::start(server.port());
+    // Bursts of 2, then 1 a minute: a bucket of 2 that fills in 120 s.
+    let service = Service::start(server.port(), &["--policy", "burst=THROTTLE:1:1:60"]);
     let client = Ipv4Addr::new(127, 0, 0, 1);
-
-    // Bursts of 2, then 1 a minute.
     let responses: Vec<Response> = (0..3).map(|_| get(&service, client)).collect();
-    let summary: Vec<_> = responses
+    let policy = [item("burst", &[("q", 2), ("w", 120)])];
+    for response in &responses {
+        assert_eq!(response.items("ratelimit-policy"), policy);
+        assert_eq!(
+            response.header("ratelimit-limit"),
+            None,
+            "the legacy fields are off"
+        );
+    }
+    let states: Vec<_> = responses
         .iter()
         .map(|response| {
             (
                 response.status,
-                response.header("ratelimit-limit"),
-                response.header("ratelimit-remaining"),
-                response.header("ratelimit-reset"),
+                response.items("ratelimit"),
                 response.header("retry-after"),
             )
         })
         .collect();
     assert_eq!(
-        summary,
+        states,
         [
-            (200, Some("2"), Some("1"), Some("60"), None),
-            (200, Some("2"), Some("0"), Some("120"), None),
-            (429, Some("2"), Some("0"), Some("120"), Some("60")),
+            (200, vec![item("burst", &[("r", 1), ("t", 60)])], None),
+            (200, vec![item("burst", &[("r", 0), ("t", 120)])], None),
+            (
+                429,
+                vec![item("burst", &[("r", 0), ("t", 120)])],
+                Some("60")
+            ),
         ]
     );
 
     // Another client IP has its own limit.
     let other = get(&service, Ipv4Addr::new(127, 0, 0, 2));
     assert_eq!(other.status, 200);
-    assert_eq!(other.header("ratelimit-remaining"), Some("1"));
+    assert_eq!(
+        other.items("ratelimit"),
+        [item("burst", &[("r", 1), ("t", 60)])]
+    );
     let mut con = server.connect();
     let mut keys: Vec<String> = query(&mut con, &["KEYS", "*"]);
     keys.sort();
-    assert_eq!(keys, ["ratelimit:ip:127.0.0.1", "ratelimit:ip:127.0.0.2"]);
-    let ttl: i64 = query(&mut con, &["PTTL", "ratelimit:ip:127.0.0.1"]);
+    assert_eq!(
+        keys,
+        ["ratelimit:{127.0.0.1}:burst", "ratelimit:{127.0.0.2}:burst"]
+    );
+    let ttl: i64 = query(&mut con, &["PTTL", "ratelimit:{127.0.0.1}:burst"]);
     assert!((118_000..=120_000).contains(&ttl), "{ttl}");
 
-    // Without Redis, the service lets requests through, without RateLimit headers.
+    // Without Redis, the service lets requests through, without RateLimit fields.
     drop(server);
     let unlimited = get(&service, client);
     assert_eq!(unlimited.status, 200);
-    assert_eq!(unlimited.header("ratelimit-limit"), None);
+    assert_eq!(unlimited.header("ratelimit"), None);
+}
+
+#[test]
+fn several_policies_are_named_fields_counted_all_or_nothing() {
+    let server = Server::start();
+    let service = Service::start(
+        server.port(),
+        &[
+            "--policy",
+            "burst=THROTTLE:4:1:1",
+            "--policy",
+            "minute=LOG:3:60",
+            "--legacy-headers",
+        ],
+    );
+    let client = Ipv4Addr::new(127, 0, 0, 1);
+    let responses: Vec<Response> = (0..4).map(|_| get(&service, client)).collect();
+    for response in &responses {
+        assert_eq!(
+            response.items("ratelimit-policy"),
+            [
+                item("burst", &[("q", 5), ("w", 5)]),
+                item("minute", &[("q", 3), ("w", 60)])
+            ]
+        );
+    }
+    let remaining: Vec<_> = responses
+        .iter()
+        .map(|response| {
+            let items = response.items("ratelimit");
+            (
+                response.status,
+                items[0].parameters[0].1,
+                items[1].parameters[0].1,
+                response.header("retry-after"),
+            )
+        })
+        .collect();
+    // The minute's log refuses the fourth request, and the burst is not charged for it (a
+    // token a second would have come back only after a second).
+    assert_eq!(
+        remaining,
+        [
+            (200, 4, 2, None),
+            (200, 3, 1, None),
+            (200, 2, 0, None),
+            (429, 2, 0, Some("60")),
+        ]
+    );
+    // The older fields, behind the switch: the binding limiter's.
+    let last = &responses[3];
+    assert_eq!(last.header("ratelimit-limit"), Some("3"));
+    assert_eq!(last.header("ratelimit-remaining"), Some("0"));
+    assert_eq!(last.header("ratelimit-reset"), Some("60"));
 }

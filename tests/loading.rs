@@ -12,7 +12,10 @@ fn module_load_at_runtime_registers_the_commands() {
     let mut con = server.connect();
     let path = support::module_path();
     let _: () = query(&mut con, &["MODULE", "LOAD", path.to_str().unwrap()]);
-    assert_eq!(support::module_version(&mut con, "ratelimit"), Some(100));
+    assert_eq!(
+        support::module_version(&mut con, "ratelimit"),
+        Some(crate_version())
+    );
     assert_eq!(
         ints(&mut con, &["CL.THROTTLE", "k", "15", "30", "60"]),
         [0, 16, 15, -1, 2]
@@ -73,7 +76,10 @@ fn a_second_load_is_refused_and_the_log_says_why() {
         "{log}"
     );
     // The first one is untouched.
-    assert_eq!(support::module_version(&mut con, "ratelimit"), Some(100));
+    assert_eq!(
+        support::module_version(&mut con, "ratelimit"),
+        Some(crate_version())
+    );
     assert_eq!(
         ints(&mut con, &["CL.THROTTLE", "k", "15", "30", "60"]),
         [0, 16, 15, -1, 2]
@@ -91,4 +97,12 @@ fn a_normal_load_logs_no_warning() {
         .collect();
     assert!(warnings.is_empty(), "{warnings:?}");
     assert!(log.contains("Module 'ratelimit' loaded"), "{log}");
+}
+
+/// The crate's version as `MODULE LIST` shows it: major * 10000 + minor * 100 + patch.
+fn crate_version() -> i64 {
+    let part = |text: &str| text.parse::<i64>().unwrap();
+    part(env!("CARGO_PKG_VERSION_MAJOR")) * 10_000
+        + part(env!("CARGO_PKG_VERSION_MINOR")) * 100
+        + part(env!("CARGO_PKG_VERSION_PATCH"))
 }

@@ -174,3 +174,35 @@ fn with_notifications_off_nothing_is_published() {
         vec![]
     );
 }
+
+#[test]
+fn leases_fire_their_commands_events_and_peeks_none() {
+    let server = Server::start();
+    let mut con = server.connect();
+    let _: () = query(
+        &mut con,
+        &["CONFIG", "SET", "notify-keyspace-events", "KEA"],
+    );
+    let mut subscriber = server.connect();
+    let mut subscriber = subscribe(&mut subscriber);
+    let id = ints(&mut con, &["RL.ACQUIRE", "jobs", "2", "60"])[5].to_string();
+    ints(&mut con, &["RL.ACQUIRE", "jobs", "2", "60", "0"]);
+    ints(&mut con, &["RL.ACQUIRE_RO", "jobs", "2", "60"]);
+    let renewed: i64 = query(&mut con, &["RL.RENEW", "jobs", &id, "90"]);
+    let unknown: i64 = query(&mut con, &["RL.RELEASE", "jobs", "42"]);
+    // The last lease released: the key goes, under the release's event.
+    let released: i64 = query(&mut con, &["RL.RELEASE", "jobs", &id]);
+    assert_eq!((renewed, unknown, released), (1, 0, 1));
+    let expected: Vec<(String, String)> = [
+        event("jobs", "rl.acquire"),
+        event("jobs", "rl.renew"),
+        event("jobs", "rl.release"),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    assert_eq!(
+        events_until_marker(&mut subscriber, &mut con, "m"),
+        expected
+    );
+}

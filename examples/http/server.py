@@ -1,58 +1,86 @@
-"""A small web service that rate-limits each client IP with CL.THROTTLE, and answers 429
-with Retry-After and the RateLimit-Limit, RateLimit-Remaining and RateLimit-Reset headers.
+"""A small web service that rate-limits each client IP with one or several policies at once,
+and answers with the IETF RateLimit fields (draft-ietf-httpapi-ratelimit-headers-11):
 
-    pip install -r examples/python/requirements.txt
-    python examples/http/server.py --port 8080 --burst 4 --count 1 --period 60
+    RateLimit-Policy: "burst";q=5;w=300, "daily";q=1000;w=86400
+    RateLimit: "burst";r=4;t=60, "daily";r=999;t=86400
+
+and `429 Too Many Requests` with `Retry-After` when any policy refuses. Several policies are
+checked in one RL.ALL call: a request is counted by all of them or by none.
+
+    make examples-deps
+    target/examples-venv/bin/python examples/http/server.py --port 8080 \\
+        --policy burst=THROTTLE:4:1:60 --policy daily=WINDOW:1000:86400
     curl -i http://127.0.0.1:8080/
 
-Every answer carries the three RateLimit headers; a refused request gets 429 and Retry-After.
-Times are asked of the module in milliseconds and rounded up to whole seconds, so a client
-that waits Retry-After is never early.
+A policy is NAME=THROTTLE:max_burst:count:period, NAME=WINDOW:limit:window[:FIXED|SLIDING|
+BUCKETS:n] or NAME=LOG:limit:window, times in seconds. `--legacy-headers` adds the older
+RateLimit-Limit, RateLimit-Remaining and RateLimit-Reset fields. If Redis cannot be reached,
+requests are let through (fail open) and a warning is logged.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
-import math
+import sys
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import redis
 
-
-def seconds(milliseconds: int) -> int:
-    """Whole seconds, rounded up: a client waiting this long is never early."""
-    return math.ceil(milliseconds / 1000)
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
+from ratelimit_client import Limiter, Log, Throttle, Window, check, headers  # noqa: E402
 
 
-def make_handler(client: redis.Redis, burst: int, count: int, period_ms: int):
+def parse_policy(text: str) -> tuple[str, str, list[str]]:
+    """NAME=KIND:arg:...: the name, the kind and its arguments."""
+    name, _, spec = text.partition("=")
+    kind, *arguments = spec.split(":")
+    if not name or kind.upper() not in ("THROTTLE", "WINDOW", "LOG"):
+        raise argparse.ArgumentTypeError(f"not a policy: {text!r}")
+    return name, kind.upper(), arguments
+
+
+def limiters_for(client_ip: str, policies: list[tuple[str, str, list[str]]]) -> list[Limiter]:
+    """The client's limiters: one key per policy, all in the client's hash slot."""
+    limiters: list[Limiter] = []
+    for name, kind, arguments in policies:
+        key = f"ratelimit:{{{client_ip}}}:{name}"
+        if kind == "THROTTLE":
+            max_burst, count, period = arguments
+            limiters.append(Throttle(key, int(max_burst), int(count), float(period), name))
+        elif kind == "WINDOW":
+            limit, window, *algorithm = arguments
+            limiters.append(Window(key, int(limit), float(window),
+                                   " ".join(algorithm) or "SLIDING", name))
+        else:
+            limit, window = arguments
+            limiters.append(Log(key, int(limit), float(window), name))
+    return limiters
+
+
+def make_handler(client: redis.Redis, policies, legacy: bool):
     class RateLimitedHandler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
-            key = f"ratelimit:ip:{self.client_address[0]}"
+            limiters = limiters_for(self.client_address[0], policies)
             try:
-                limited, limit, remaining, retry_after, reset_after = client.execute_command(
-                    "CL.THROTTLE", key, burst, count, period_ms, 1, "MS")
+                result = check(client, limiters)
             except redis.RedisError as error:
                 # Fail open: an unavailable limiter must not take the service down with it.
                 logging.warning("rate limiter unavailable, request let through: %s", error)
                 self.answer(200, b"hello\n", {})
                 return
-            headers = {
-                "RateLimit-Limit": str(limit),
-                "RateLimit-Remaining": str(remaining),
-                "RateLimit-Reset": str(seconds(reset_after)),
-            }
-            if limited:
-                headers["Retry-After"] = str(seconds(retry_after))
-                self.answer(429, b"too many requests\n", headers)
+            fields = headers(result, limiters, legacy=legacy)
+            if result.allowed:
+                self.answer(200, b"hello\n", fields)
             else:
-                self.answer(200, b"hello\n", headers)
+                self.answer(429, b"too many requests\n", fields)
 
-        def answer(self, status: int, body: bytes, headers: dict[str, str]) -> None:
+        def answer(self, status: int, body: bytes, fields: dict[str, str]) -> None:
             self.send_response(status)
             self.send_header("Content-Type", "text/plain")
             self.send_header("Content-Length", str(len(body)))
-            for name, value in headers.items():
+            for name, value in fields.items():
                 self.send_header(name, value)
             self.end_headers()
             self.wfile.write(body)
@@ -68,13 +96,15 @@ def main() -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8080)
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379")
-    parser.add_argument("--burst", type=int, default=4, help="max_burst: bursts of burst + 1")
-    parser.add_argument("--count", type=int, default=1, help="requests per period")
-    parser.add_argument("--period", type=int, default=60, help="seconds")
+    parser.add_argument("--policy", type=parse_policy, action="append",
+                        help="NAME=KIND:args (repeatable); default burst=THROTTLE:4:1:60")
+    parser.add_argument("--legacy-headers", action="store_true",
+                        help="also send RateLimit-Limit, RateLimit-Remaining, RateLimit-Reset")
     options = parser.parse_args()
+    policies = options.policy or [parse_policy("burst=THROTTLE:4:1:60")]
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     client = redis.Redis.from_url(options.redis_url, socket_timeout=1)
-    handler = make_handler(client, options.burst, options.count, options.period * 1000)
+    handler = make_handler(client, policies, options.legacy_headers)
     server = ThreadingHTTPServer((options.host, options.port), handler)
     logging.info("listening on http://%s:%d/", options.host, options.port)
     server.serve_forever()

@@ -7,7 +7,7 @@
 
 use redis::{Connection, FromRedisValue, RedisResult, ToRedisArgs, Value};
 
-/// What `CL.THROTTLE`, `RL.WINDOW` and `RL.LOG` answer: the same five integers.
+/// What every limiter command answers: the same five integers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct RateLimit {
     /// Refused, and not counted.
@@ -62,6 +62,25 @@ fn log(con: &mut Connection, key: &str, limit: i64, seconds: i64) -> RedisResult
     call(con, "RL.LOG", (key, limit, seconds))
 }
 
+/// Two exact logs, all or nothing: `per_minute` in any minute and `per_hour` in any hour.
+fn minute_and_hour(
+    con: &mut Connection,
+    keys: [&str; 2],
+    per_minute: i64,
+    per_hour: i64,
+) -> RedisResult<RateLimit> {
+    let limiters = ("LOG", per_minute, 60, "LOG", per_hour, 3600);
+    call(con, "RL.ALL", (2, keys[0], keys[1], limiters))
+}
+
+/// A lease of one of `limit` slots for `seconds`: its id, 0 when refused.
+fn acquire(con: &mut Connection, key: &str, limit: i64, seconds: i64) -> RedisResult<i64> {
+    let reply: Vec<i64> = redis::cmd("RL.ACQUIRE")
+        .arg((key, limit, seconds))
+        .query(con)?;
+    Ok(reply[5])
+}
+
 fn describe(result: RateLimit, with_times: bool) -> String {
     match (result.limited, with_times) {
         (true, true) => format!("limited: retry in {} s", result.retry_after.unwrap_or(-1)),
@@ -106,5 +125,25 @@ fn main() -> RedisResult<()> {
             describe(window(&mut con, &format!("{user}:window"), 2, 60)?, false)
         );
     }
+    println!("RL.ALL: 2 per minute and 3 per hour, together");
+    let keys = [format!("{user}:minute"), format!("{user}:hour")];
+    for _ in 0..3 {
+        let result = minute_and_hour(&mut con, [&keys[0], &keys[1]], 2, 3)?;
+        println!("  {}", describe(result, true));
+    }
+    println!("RL.ACQUIRE: 1 worker at a time");
+    let workers = format!("{user}:workers");
+    let first = acquire(&mut con, &workers, 1, 30)?;
+    let second = acquire(&mut con, &workers, 1, 30)?;
+    let verdict = |id: i64| if id > 0 { "got a lease" } else { "refused" };
+    println!("  first: {}", verdict(first));
+    println!("  second: {}", verdict(second));
+    let released: i64 = redis::cmd("RL.RELEASE")
+        .arg((&workers, first))
+        .query(&mut con)?;
+    println!(
+        "  released: {}",
+        if released == 1 { "True" } else { "False" }
+    );
     Ok(())
 }

@@ -14,8 +14,32 @@ use crate::redis::{handler, key, metadata, native_type, propagation, stats};
 /// The module's name: `MODULE LIST`, the log's `<ratelimit>` prefix, `MODULE UNLOAD`.
 const MODULE_NAME: &CStr = c"ratelimit";
 
-/// The version `MODULE LIST` shows: major * 10000 + minor * 100 + patch.
-const MODULE_VERSION: c_int = 100;
+/// The version `MODULE LIST` shows, the crate's: major * 10000 + minor * 100 + patch.
+const MODULE_VERSION: c_int = module_version(
+    env!("CARGO_PKG_VERSION_MAJOR"),
+    env!("CARGO_PKG_VERSION_MINOR"),
+    env!("CARGO_PKG_VERSION_PATCH"),
+);
+
+/// `major * 10000 + minor * 100 + patch`, from the three decimal parts (checked when compiled).
+const fn module_version(major: &str, minor: &str, patch: &str) -> c_int {
+    const fn parse(part: &str) -> c_int {
+        let bytes = part.as_bytes();
+        assert!(
+            !bytes.is_empty() && bytes.len() <= 2,
+            "a version part of 1 or 2 digits"
+        );
+        let mut value = 0;
+        let mut i = 0;
+        while i < bytes.len() {
+            assert!(bytes[i].is_ascii_digit(), "a decimal version part");
+            value = value * 10 + (bytes[i] - b'0') as c_int;
+            i += 1;
+        }
+        value
+    }
+    parse(major) * 10_000 + parse(minor) * 100 + parse(patch)
+}
 
 /// The module argument that registers the debug commands.
 const DEBUG_COMMANDS: &[u8] = commands::debug::ENABLING_ARGUMENT.as_bytes();
@@ -223,6 +247,13 @@ fn log_c_warning(ctx: *mut raw::RedisModuleCtx, message: &CStr) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_version_is_encoded_as_redis_expects() {
+        assert_eq!(module_version("0", "2", "0"), 200);
+        assert_eq!(module_version("1", "10", "3"), 11_003);
+        assert_eq!(MODULE_VERSION, 200, "0.2.0, the crate's version");
+    }
 
     #[test]
     fn arguments_are_shown_printable_and_bounded() {

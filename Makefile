@@ -11,6 +11,7 @@
 #   make bench  the module against INCR, SET ... PX and Lua scripts, in three setups (a replica
 #               attached, alone, an AOF): tables printed, and target/bench/BENCHMARKS.md
 #   make bench-update  the same, rewriting the tracked BENCHMARKS.md and bench/chart.svg
+#               (BASELINE=<commit> measures that earlier build too, in the same run)
 #   make valgrind  the integration tests with every server under valgrind's memcheck
 #
 # System packages come from Debian's archive: as root they are installed with apt-get,
@@ -77,12 +78,24 @@ dist: build
 	@rm -rf dist/$(DIST_NAME)
 	@echo "dist/$(DIST_NAME).tar.gz"
 
-# Instructions (callgrind), speed and memory. Reports; never gates anything.
-bench: deps-server build deps-bench
-	python3 bench/run.py
+# Instructions (callgrind), speed and memory. Reports; never gates anything. With
+# BASELINE=<commit>, that commit is built too (in a worktree under target/baseline/) and
+# measured in the same run, for a table of changes.
+BASELINE ?=
+ifneq ($(BASELINE),)
+BASELINE_MODULE := $(CURDIR)/target/baseline/$(BASELINE)/target/release/libredis_ratelimit.so
+BASELINE_ARGS := --baseline $(BASELINE_MODULE) --baseline-name $(BASELINE)
+endif
 
-bench-update: deps-server build deps-bench
-	python3 bench/run.py --write
+bench: deps-server build deps-bench $(BASELINE_MODULE)
+	python3 bench/run.py $(BASELINE_ARGS)
+
+bench-update: deps-server build deps-bench $(BASELINE_MODULE)
+	python3 bench/run.py --write $(BASELINE_ARGS)
+
+$(BASELINE_MODULE):
+	git worktree add --force --detach $(CURDIR)/target/baseline/$(BASELINE) $(BASELINE)
+	cd $(CURDIR)/target/baseline/$(BASELINE) && $(CARGO) build --release
 
 deps-bench:
 	@command -v python3 >/dev/null 2>&1 || { missing=" python3"; $(install_missing); }

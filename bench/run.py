@@ -276,7 +276,9 @@ def free_port() -> int:
 class Server:
     """A redis-server with the module, on a free port, in a temporary directory."""
 
-    def __init__(self, wrapper: list[str] | None = None, extra: list[str] | None = None):
+    def __init__(self, wrapper: list[str] | None = None, extra: list[str] | None = None,
+                 module: Path | None = None):
+        self.module = module or MODULE
         self.dir = tempfile.mkdtemp(prefix="ratelimit-bench-")
         self.port = free_port()
         command = (wrapper or []) + [
@@ -284,7 +286,7 @@ class Server:
             "--save", "", "--appendonly", "no", "--dir", self.dir,
             "--logfile", os.path.join(self.dir, "server.log"),
             "--repl-diskless-sync-delay", "0",
-            "--loadmodule", str(MODULE),
+            "--loadmodule", str(self.module),
         ] + (extra or [])
         self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                         cwd=self.dir)
@@ -304,7 +306,7 @@ class Server:
 
     def replica(self) -> "Server":
         """A replica of this server, once its link is up."""
-        replica = Server(extra=["--replicaof", "127.0.0.1", str(self.port)])
+        replica = Server(extra=["--replicaof", "127.0.0.1", str(self.port)], module=self.module)
         deadline = time.time() + 120
         while replica.client.info("replication").get("master_link_status") != "up":
             if time.time() > deadline:
@@ -379,15 +381,21 @@ def callgrind_total(path: Path) -> int:
     raise ValueError(f"no total in {path}")
 
 
-def measure_instructions(setup: Setup, workloads: list[Workload], requests: int) -> None:
-    """Instructions per request of each workload, on a server under callgrind."""
+def measure_instructions(setup: Setup, workloads: list[Workload], requests: int,
+                         module: Path | None = None, key: str | None = None) -> None:
+    """Instructions per request of each workload, on a server under callgrind, stored under
+    `key` (the setup's); with `module`, another build's, for the workloads it knows."""
+    key = key or setup.key
     out_dir = Path(tempfile.mkdtemp(prefix="ratelimit-callgrind-"))
     server = Server(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out_dir}/callgrind.out"],
-                    setup.extra)
+                    setup.extra, module)
     replica = server.replica() if setup.replica else None
     pid = str(server.process.pid)
     try:
         for workload in workloads:
+            probe = server.client.call(*server.command(workload))
+            if isinstance(probe, RuntimeError) and "unknown command" in str(probe):
+                continue
             server.prepare(workload)
             subprocess.run(["callgrind_control", "-z", pid], check=True, capture_output=True)
             server.benchmark(workload, requests)
@@ -397,8 +405,8 @@ def measure_instructions(setup: Setup, workloads: list[Workload], requests: int)
             while not (new := set(out_dir.iterdir()) - before) and time.time() < deadline:
                 time.sleep(0.1)
             dump = max(new, key=lambda path: path.stat().st_mtime)
-            workload.results[setup.key] = callgrind_total(dump) / requests
-            print(f"  {workload.name}: {workload.results[setup.key]:,.0f} instructions", flush=True)
+            workload.results[key] = callgrind_total(dump) / requests
+            print(f"  {workload.name}: {workload.results[key]:,.0f} instructions", flush=True)
     finally:
         if replica:
             replica.stop()
@@ -577,6 +585,23 @@ def scripts_table(workloads: list[Workload]) -> list[str]:
     return lines
 
 
+def baseline_table(workloads: list[Workload], name: str) -> list[str]:
+    """Each module workload's instructions against the baseline build's, per setup measured."""
+    setups = [s for s in SETUPS if any(f"baseline:{s.key}" in w.results for w in workloads)]
+    head = "| Workload | " + " | ".join(f"{s.name}: {name}, this build, change" for s in setups)
+    lines = [head + " |", "|---|" + "---:|" * len(setups)]
+    for w in workloads:
+        if w.group != "module":
+            continue
+        cells = []
+        for setup in setups:
+            old, new = w.results.get(f"baseline:{setup.key}"), w.results.get(setup.key)
+            cells.append(f"{old:,.0f}, {new:,.0f}, {100 * (new / old - 1):+.1f}%"
+                         if old and new else "n/a (new)")
+        lines.append(f"| {w.name} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def memory_tables(memory: dict) -> list[str]:
     lines = ["| Per key, 100,000 keys of 8-character names | Bytes |", "|---|---:|"]
     lines += [f"| {name} | {value:.1f} |" for name, value in memory["keys"].items()]
@@ -588,7 +613,7 @@ def memory_tables(memory: dict) -> list[str]:
 
 
 def chart_svg(workloads: list[Workload], key: str) -> str:
-    """Bars of instructions per request in one setup, SET ... PX marked."""
+    """Bars of instructions per request in the setup `key`, SET ... PX marked."""
     values = [(w.name, w.group, w.results.get(key, 0)) for w in workloads]
     top = max(v for _, _, v in values) * 1.1
     floor = by_name(workloads, "SET ... PX").results.get(key, 0)
@@ -599,8 +624,8 @@ def chart_svg(workloads: list[Workload], key: str) -> str:
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
              f'font-family="sans-serif" font-size="13">',
              f'<rect width="{width}" height="{height}" fill="white"/>',
-             f'<text x="{left}" y="22" font-size="15">Instructions per request, a replica attached '
-             '(callgrind): shorter is better</text>']
+             f'<text x="{left}" y="22" font-size="15">Instructions per request, '
+             f'{next(s.name for s in SETUPS if s.key == key).lower()} (callgrind): shorter is better</text>']
     x = left + floor * scale
     parts.append(f'<line x1="{x:.1f}" y1="34" x2="{x:.1f}" y2="{height - 30}" stroke="#444"/>')
     parts.append(f'<text x="{x - 3:.1f}" y="{height - 14}" font-size="11" text-anchor="end">SET ... PX</text>')
@@ -614,7 +639,8 @@ def chart_svg(workloads: list[Workload], key: str) -> str:
     return "\n".join(parts) + "\n"
 
 
-def report(workloads, memory, info, requests, callgrind_requests, minutes, command) -> str:
+def report(workloads, memory, info, requests, callgrind_requests, minutes, command,
+           baseline: str | None = None) -> str:
     lines = [
         "# Benchmarks",
         "",
@@ -643,6 +669,8 @@ def report(workloads, memory, info, requests, callgrind_requests, minutes, comma
         "",
         *scripts_table(workloads),
         "",
+        *([f"Against an earlier build, {baseline}, measured in the same run (instructions "
+           "per request):", "", *baseline_table(workloads, baseline), ""] if baseline else []),
         "## Time and latency (a replica attached, no valgrind)",
         "",
         "Server CPU is the server's own (INFO cpu), so the client's cost is left out.",
@@ -673,6 +701,10 @@ def main() -> None:
                         help="write the tracked BENCHMARKS.md and bench/chart.svg")
     parser.add_argument("--module", type=Path, default=MODULE,
                         help="the module to measure (another build, to compare)")
+    parser.add_argument("--baseline", type=Path,
+                        help="an earlier build to measure too, in the same run and setups")
+    parser.add_argument("--baseline-name", default="the baseline",
+                        help="what to call the baseline in the report (a version or commit)")
     options = parser.parse_args()
     MODULE = options.module.resolve()
     if not MODULE.is_file():
@@ -686,6 +718,11 @@ def main() -> None:
         if setup.key in options.setups.split(","):
             print(f"Instructions, {setup.name}:", flush=True)
             measure_instructions(setup, workloads, options.callgrind_requests)
+            if options.baseline:
+                print(f"Instructions, {setup.name}, {options.baseline_name}:", flush=True)
+                module_workloads = [w for w in workloads if w.group == "module"]
+                measure_instructions(setup, module_workloads, options.callgrind_requests,
+                                     options.baseline.resolve(), f"baseline:{setup.key}")
     if not options.no_speed:
         print("Time and latency, a replica attached:", flush=True)
         measure_speed(workloads, options.requests)
@@ -696,14 +733,21 @@ def main() -> None:
     minutes = (time.time() - started) / 60
     complete = not (options.only or options.no_memory or options.no_speed
                     or options.setups != ",".join(s.key for s in SETUPS))
-    command = "make bench" if complete else "python3 bench/run.py " + " ".join(sys.argv[1:])
-    text = report(workloads, memory, info, options.requests, options.callgrind_requests, minutes, command)
+    command = ("make bench-update" if options.write else "make bench") if complete \
+        else "python3 bench/run.py " + " ".join(sys.argv[1:])
+    if complete and options.baseline:
+        command += f" BASELINE={options.baseline_name}"
+    text = report(workloads, memory, info, options.requests, options.callgrind_requests, minutes, command,
+                  options.baseline_name if options.baseline else None)
     print()
     print("\n".join(line for line in text.splitlines() if line.startswith("|")))
     out = ROOT if options.write else ROOT / "target/bench"
     (out / "bench").mkdir(parents=True, exist_ok=True)
     (out / "BENCHMARKS.md").write_text(text)
-    (out / "bench/chart.svg").write_text(chart_svg(workloads, "replica"))
+    # The chart shows the headline setup, or the first one measured.
+    measured = [s.key for s in SETUPS if any(s.key in w.results for w in workloads)]
+    if measured:
+        (out / "bench/chart.svg").write_text(chart_svg(workloads, measured[0]))
     print(f"\nWrote {out / 'BENCHMARKS.md'} and {out / 'bench/chart.svg'} in {minutes:.1f} minutes")
 
 

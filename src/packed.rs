@@ -29,34 +29,8 @@ impl Default for Packed {
 impl Packed {
     /// Appends a decimal integer.
     pub fn int(&mut self, value: i64) -> &mut Self {
-        // Two digits at a time, from a table: half the divisions.
-        const PAIRS: &[u8; 200] = b"0001020304050607080910111213141516171819\
-            2021222324252627282930313233343536373839\
-            4041424344454647484950515253545556575859\
-            6061626364656667686970717273747576777879\
-            8081828384858687888990919293949596979899";
-        let mut digits = [0u8; 20];
-        let mut at = digits.len();
-        let mut rest = value.unsigned_abs();
-        while rest >= 100 {
-            let pair = (rest % 100) as usize * 2;
-            rest /= 100;
-            at -= 2;
-            digits[at..at + 2].copy_from_slice(&PAIRS[pair..pair + 2]);
-        }
-        if rest >= 10 {
-            let pair = rest as usize * 2;
-            at -= 2;
-            digits[at..at + 2].copy_from_slice(&PAIRS[pair..pair + 2]);
-        } else {
-            at -= 1;
-            digits[at] = b'0' + rest as u8;
-        }
         self.separate();
-        if value < 0 {
-            self.push(b"-");
-        }
-        self.push(&digits[at..]);
+        self.push(Decimal::new(value).as_bytes());
         self
     }
 
@@ -85,6 +59,53 @@ impl Packed {
         let end = (self.len + bytes.len()).min(CAPACITY);
         self.bytes[self.len..end].copy_from_slice(&bytes[..end - self.len]);
         self.len = end;
+    }
+}
+
+/// One decimal integer, formatted on the stack: an effect's expiry or offset, which needs
+/// no buffer of packed fields (nor the zeroing of one).
+pub struct Decimal {
+    /// Right-aligned: a sign and at most 19 digits.
+    bytes: [u8; 20],
+    start: usize,
+}
+
+impl Decimal {
+    /// `value` in decimal.
+    pub fn new(value: i64) -> Decimal {
+        // Two digits at a time, from a table: half the divisions.
+        const PAIRS: &[u8; 200] = b"0001020304050607080910111213141516171819\
+            2021222324252627282930313233343536373839\
+            4041424344454647484950515253545556575859\
+            6061626364656667686970717273747576777879\
+            8081828384858687888990919293949596979899";
+        let mut bytes = [0u8; 20];
+        let mut at = bytes.len();
+        let mut rest = value.unsigned_abs();
+        while rest >= 100 {
+            let pair = (rest % 100) as usize * 2;
+            rest /= 100;
+            at -= 2;
+            bytes[at..at + 2].copy_from_slice(&PAIRS[pair..pair + 2]);
+        }
+        if rest >= 10 {
+            let pair = rest as usize * 2;
+            at -= 2;
+            bytes[at..at + 2].copy_from_slice(&PAIRS[pair..pair + 2]);
+        } else {
+            at -= 1;
+            bytes[at] = b'0' + rest as u8;
+        }
+        if value < 0 {
+            at -= 1;
+            bytes[at] = b'-';
+        }
+        Decimal { bytes, start: at }
+    }
+
+    /// The decimal bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes[self.start..]
     }
 }
 
@@ -168,6 +189,10 @@ mod tests {
             let back: Vec<_> = fields(packed.as_bytes()).map(parse_integer).collect();
             prop_assert_eq!(back, values.iter().map(|&v| Some(v)).collect::<Vec<_>>());
             let decimal: Vec<String> = values.iter().map(i64::to_string).collect();
+            for (value, text) in values.iter().zip(&decimal) {
+                let formatted = Decimal::new(*value);
+                prop_assert_eq!(formatted.as_bytes(), text.as_bytes());
+            }
             let joined = decimal.join(",");
             prop_assert_eq!(packed.as_bytes(), joined.as_bytes());
         }

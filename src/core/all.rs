@@ -76,6 +76,7 @@ pub fn conclude<D: Decided>(
 }
 
 /// [`conclude`] for a call of one limiter.
+#[inline(always)]
 pub fn conclude_one<D: Decided>(
     one: &mut D,
     request: &Request,
@@ -87,6 +88,7 @@ pub fn conclude_one<D: Decided>(
 impl Settlement {
     /// Concludes one limiter of a call settled so: stores what it decided if the call
     /// commits it, and returns its reply.
+    #[inline(always)]
     fn conclude<D: Decided>(&self, one: &mut D, write: bool) -> Result<Verdict, D::Error> {
         if write && self.commits(one.starts_block()) {
             one.commit()

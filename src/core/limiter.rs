@@ -269,24 +269,29 @@ pub fn commit_log(
     write: LogWrite,
 ) -> LogCommit {
     let mut verdict = None;
+    // The block in force, read once: only `StartBlock` changes it.
+    let mut block = block::in_force(log.blocked_until(), now);
     match write {
         LogWrite::Nothing => {}
         LogWrite::Take(live) => {
-            if block::in_force(log.blocked_until(), now).is_none() {
+            if block.is_none() {
                 log.set_blocked_until(0);
             }
             limiter.log_surveyed(log, live, now, request.quantity);
         }
         LogWrite::Refund => {
             let (after, _) = limiter.refund(log, now, request.quantity);
-            verdict = Some(match block::in_force(log.blocked_until(), now) {
+            verdict = Some(match block {
                 Some(until) => block::blocked_verdict(after, until, now),
                 None => after,
             });
         }
-        LogWrite::StartBlock(until) => log.set_blocked_until(until),
+        LogWrite::StartBlock(until) => {
+            log.set_blocked_until(until);
+            block = block::in_force(until, now);
+        }
     }
-    let block_end = block::in_force(log.blocked_until(), now).map(ceil_millis_of_micros);
+    let block_end = block.map(ceil_millis_of_micros);
     // A take just logged counts: no need to look.
     let spent = !matches!(write, LogWrite::Take(_)) && limiter.is_spent(log, now);
     let own_end = (!spent).then(|| limiter.expire_at_ms(log));

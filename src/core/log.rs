@@ -217,11 +217,14 @@ impl SlidingLog {
         self.ring.shrink_if_sparse();
     }
 
-    /// Logs `quantity` at `time` (not before the newest entry), growing the ring by at most
-    /// `room_for` entries in total, and giving memory back when it is mostly empty.
-    fn push(&mut self, time: i64, mut quantity: u64, room_for: usize) {
+    /// Logs `quantity` at `now`, or at the newest entry's time if that is later (a clock
+    /// never goes back in a log), growing the ring by at most `room_for` entries in total,
+    /// and giving memory back when it is mostly empty.
+    fn push(&mut self, now: i64, mut quantity: u64, room_for: usize) {
         let mut total = self.total();
-        if let Some([newest]) = self.ring.back() {
+        let newest = self.ring.back();
+        let time = newest.map_or(now, |[newest]| entry_time(newest).max(now));
+        if let Some([newest]) = newest {
             let count = entry_count(newest);
             if entry_time(newest) == time && count < MAX_ENTRY_COUNT {
                 let merged = quantity.min(MAX_ENTRY_COUNT - count);
@@ -382,9 +385,8 @@ impl LogLimiter {
         if live.used + quantity > self.limit {
             return trimmed;
         }
-        let time = log.newest_time().map_or(now, |newest| newest.max(now));
         log.drop_oldest_entries(live.expired_entries);
-        log.push(time, quantity, self.limit.try_into().unwrap_or(usize::MAX));
+        log.push(now, quantity, self.limit.try_into().unwrap_or(usize::MAX));
         true
     }
 

@@ -111,41 +111,41 @@ impl<const HEADER: usize, const WIDTH: usize, const INDEX_BITS: u32>
         (self.words[0] & ((1 << KIND_BITS) - 1)) as u8
     }
 
-    #[inline]
+    #[inline(always)]
     fn field(&self, shift: u32, bits: u32) -> usize {
         ((self.words[0] >> shift) & ((1 << bits) - 1)) as usize
     }
 
-    #[inline]
+    #[inline(always)]
     fn class(&self) -> usize {
         self.field(CLASS_SHIFT, CLASS_BITS)
     }
 
     /// Entries it can hold without growing: what its allocation holds after the header.
-    #[inline]
+    #[inline(always)]
     pub fn capacity(&self) -> usize {
         (self.words.len() - HEADER) / WIDTH
     }
 
-    #[inline]
+    #[inline(always)]
     fn head(&self) -> usize {
         self.field(HEAD_SHIFT, INDEX_BITS)
     }
 
     /// Entries held.
-    #[inline]
+    #[inline(always)]
     pub fn len(&self) -> usize {
         self.field(Self::LEN_SHIFT, INDEX_BITS)
     }
 
     /// Whether it holds no entry.
-    #[inline]
+    #[inline(always)]
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
     /// The owner's bits of word 0.
-    #[inline]
+    #[inline(always)]
     pub fn owner_bits(&self) -> u64 {
         if Self::OWNER_BITS == 0 {
             0
@@ -168,7 +168,7 @@ impl<const HEADER: usize, const WIDTH: usize, const INDEX_BITS: u32>
         !((1u64 << Self::OWNER_SHIFT) - 1)
     };
 
-    #[inline]
+    #[inline(always)]
     fn set_layout(&mut self, class: usize, head: usize, len: usize) {
         debug_assert!(len <= Self::capacity_of_class(class));
         debug_assert!(head < Self::capacity_of_class(class) || head == 0);
@@ -180,22 +180,25 @@ impl<const HEADER: usize, const WIDTH: usize, const INDEX_BITS: u32>
     }
 
     /// Header word `index` (from 1; word 0 is the ring's).
-    #[inline]
+    #[inline(always)]
     pub fn header(&self, index: usize) -> u64 {
         debug_assert!((1..HEADER).contains(&index));
         self.words[index]
     }
 
     /// Sets header word `index` (from 1).
-    #[inline]
+    #[inline(always)]
     pub fn set_header(&mut self, index: usize, value: u64) {
         debug_assert!((1..HEADER).contains(&index));
         self.words[index] = value;
     }
 
-    /// Where entry `index` (0 is the front) starts among the words.
-    #[inline]
+    /// Where entry `index` (0 is the front) starts among the words; panics for an index
+    /// beyond the entries held.
+    #[inline(always)]
     fn slot(&self, index: usize) -> usize {
+        let len = self.len();
+        assert!(index < len, "entry {index} of {len}");
         let capacity = self.capacity();
         let mut position = self.head() + index;
         if position >= capacity {
@@ -205,17 +208,17 @@ impl<const HEADER: usize, const WIDTH: usize, const INDEX_BITS: u32>
     }
 
     /// Entry `index`, counted from the front.
-    #[inline]
+    #[inline(always)]
     pub fn get(&self, index: usize) -> [u64; WIDTH] {
-        assert!(index < self.len(), "entry {index} of {}", self.len());
         let slot = self.slot(index);
-        std::array::from_fn(|word| self.words[slot + word])
+        let mut entry = [0; WIDTH];
+        entry.copy_from_slice(&self.words[slot..slot + WIDTH]);
+        entry
     }
 
     /// Replaces entry `index`, counted from the front.
-    #[inline]
+    #[inline(always)]
     pub fn set(&mut self, index: usize, entry: [u64; WIDTH]) {
-        assert!(index < self.len(), "entry {index} of {}", self.len());
         let slot = self.slot(index);
         self.words[slot..slot + WIDTH].copy_from_slice(&entry);
     }
@@ -226,13 +229,13 @@ impl<const HEADER: usize, const WIDTH: usize, const INDEX_BITS: u32>
     }
 
     /// The first entry.
-    #[inline]
+    #[inline(always)]
     pub fn front(&self) -> Option<[u64; WIDTH]> {
         (!self.is_empty()).then(|| self.get(0))
     }
 
     /// The last entry.
-    #[inline]
+    #[inline(always)]
     pub fn back(&self) -> Option<[u64; WIDTH]> {
         self.len().checked_sub(1).map(|last| self.get(last))
     }

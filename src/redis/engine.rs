@@ -146,6 +146,7 @@ pub fn run_one(
 /// Opens `named`'s key and decides its limiter, changing nothing; a new string state goes
 /// to `buffer`.
 #[allow(clippy::too_many_arguments)] // The call's parts, passed down as they are.
+#[inline(always)]
 fn decide<'a>(
     call: &'a Invocation<'a>,
     named: &'a Named,

@@ -26,7 +26,7 @@ pub struct Invocation<'a> {
     pub spec: &'static CommandSpec,
     /// The arguments as Redis strings, the command's name first.
     argv: &'a [*mut raw::RedisModuleString],
-    /// The same arguments as bytes.
+    /// The same arguments as bytes; the command's name is left empty.
     pub args: &'a [&'a [u8]],
 }
 
@@ -163,9 +163,11 @@ pub unsafe fn run<R: Reply>(
         }
         // SAFETY: Redis passes `argc` valid strings in `argv`.
         let argv = unsafe { std::slice::from_raw_parts(argv, count) };
-        // Only the arguments given are filled: no zeroing of the whole array per call.
+        // Only the arguments given are filled: no zeroing of the whole array per call. The
+        // command's name is never read as bytes: it stays empty.
         let mut bytes = [MaybeUninit::<&[u8]>::uninit(); MAX_ARGUMENTS];
-        for (slot, &arg) in bytes.iter_mut().zip(argv) {
+        bytes[0].write(&[]);
+        for (slot, &arg) in bytes.iter_mut().zip(argv).skip(1) {
             slot.write(unsafe { string_bytes(arg) });
         }
         // SAFETY: the first `count` elements were just written.

@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicPtr, Ordering};
 use crate::core::codec::Placement;
 use crate::core::ring::raw_kind;
 use crate::error::CommandError;
-use crate::packed::Packed;
+use crate::packed::Decimal;
 use crate::redis::handler::Invocation;
 use crate::redis::native_type::{native_type, Borrowed, Native, View};
 use crate::redis::propagation;
@@ -188,8 +188,8 @@ impl LimiterKey {
                         return Err(self.undo());
                     }
                     self.propagate(|| {
-                        let mut expiry = Packed::default();
-                        let expiry = expiry.int(expire_at_ms).as_bytes();
+                        let expiry = Decimal::new(expire_at_ms);
+                        let expiry = expiry.as_bytes();
                         raw::RedisModule_Replicate.unwrap()(
                             self.ctx,
                             c"SET".as_ptr(),
@@ -213,8 +213,8 @@ impl LimiterKey {
                         && raw::RedisModule_SetAbsExpire.unwrap()(self.key, expire_at_ms) == ok;
                     if stored {
                         self.propagate(|| {
-                            let mut expiry = Packed::default();
-                            let expiry = expiry.int(expire_at_ms).as_bytes();
+                            let expiry = Decimal::new(expire_at_ms);
+                            let expiry = expiry.as_bytes();
                             raw::RedisModule_Replicate.unwrap()(
                                 self.ctx,
                                 c"SET".as_ptr(),
@@ -282,8 +282,8 @@ impl LimiterKey {
             let whole: &[u8] = whole;
             self.propagate(|| {
                 let replicate = raw::RedisModule_Replicate.unwrap();
-                let mut expiry = Packed::default();
-                let expiry = expiry.int(expire_at_ms).as_bytes();
+                let expiry = Decimal::new(expire_at_ms);
+                let expiry = expiry.as_bytes();
                 if len <= PATCH_ABOVE {
                     replicate(
                         self.ctx,
@@ -298,8 +298,8 @@ impl LimiterKey {
                     );
                     return;
                 }
-                let mut offset = Packed::default();
-                let offset = offset.int(placement.at as i64).as_bytes();
+                let offset = Decimal::new(placement.at as i64);
+                let offset = offset.as_bytes();
                 replicate(
                     self.ctx,
                     c"SETRANGE".as_ptr(),

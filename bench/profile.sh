@@ -6,11 +6,15 @@
 #   bench/profile.sh SET key:__rand_int__ 1700000000000000000 PX 3600000
 #
 # The arguments are a redis-benchmark command (__rand_int__ takes 100,000 random values).
-# Needs valgrind, redis-server and redis-benchmark; the module is target/release's.
+# Needs valgrind, redis-server and redis-benchmark. The environment may set MODULE (another
+# build, target/release's by default), REPLICA=0 (no replica: the module then builds no
+# effects) and WARMUP=<requests> sent before counting (a hot key's log already long).
 set -eu
-[ $# -gt 0 ] || { sed -n '2,9p' "$0"; exit 2; }
+[ $# -gt 0 ] || { sed -n '2,11p' "$0"; exit 2; }
 root=$(cd "$(dirname "$0")/.." && pwd)
-module=$root/target/release/libredis_ratelimit.so
+module=${MODULE:-$root/target/release/libredis_ratelimit.so}
+with_replica=${REPLICA:-1}
+warmup=${WARMUP:-0}
 requests=20000
 work=$(mktemp -d)
 master=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
@@ -26,9 +30,20 @@ valgrind --tool=callgrind --callgrind-out-file="$work/callgrind.out" \
     redis-server --port "$master" --save "" --dir "$work" --logfile "$work/master.log" \
     --repl-diskless-sync-delay 0 --loadmodule "$module" >"$work/valgrind.log" 2>&1 &
 until redis-cli -p "$master" ping >/dev/null 2>&1; do sleep 0.2; done
-redis-server --port "$replica" --save "" --dir "$work" --dbfilename replica.rdb \
-    --logfile "$work/replica.log" --replicaof 127.0.0.1 "$master" --loadmodule "$module" --daemonize yes
-until redis-cli -p "$replica" info replication | grep -q "master_link_status:up"; do sleep 0.2; done
+setup="a replica attached"
+if [ "$with_replica" != 0 ]; then
+    redis-server --port "$replica" --save "" --dir "$work" --dbfilename replica.rdb \
+        --logfile "$work/replica.log" --replicaof 127.0.0.1 "$master" --loadmodule "$module" \
+        --daemonize yes
+    until redis-cli -p "$replica" info replication | grep -q "master_link_status:up"; do
+        sleep 0.2
+    done
+else
+    setup="no replica"
+fi
+if [ "$warmup" -gt 0 ]; then
+    redis-benchmark -p "$master" -n "$warmup" -c 50 -P 16 -r 100000 -q "$@" >/dev/null
+fi
 pid=$(pgrep -f "valgrind.*--port $master" | head -n 1)
 callgrind_control -z "$pid" >/dev/null
 redis-benchmark -p "$master" -n "$requests" -c 50 -P 16 -r 100000 -q "$@" >/dev/null
@@ -36,7 +51,7 @@ callgrind_control -d "$pid" >/dev/null
 sleep 1
 dump=$(ls -t "$work"/callgrind.out.* | head -n 1)
 total=$(awk '/^totals:/ { print $2 }' "$dump")
-echo "$* : $((total / requests)) instructions per request, a replica attached"
+echo "$* : $((total / requests)) instructions per request, $setup"
 # Inclusive cost per request of the functions that make up a call.
 callgrind_annotate --inclusive=yes --threshold=100 "$dump" 2>/dev/null \
     | sed -n 's/^ *\([0-9,]*\) ([ 0-9.]*%) *[^:]*:\([A-Za-z_][A-Za-z0-9_:<> ]*\) .*/\1 \2/p' \

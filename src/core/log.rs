@@ -160,6 +160,7 @@ impl SlidingLog {
         Some(())
     }
 
+    #[inline(always)]
     fn newest_time(&self) -> Option<i64> {
         self.ring.back().map(|[entry]| entry_time(entry))
     }
@@ -222,14 +223,13 @@ impl SlidingLog {
     /// and giving memory back when it is mostly empty.
     fn push(&mut self, now: i64, mut quantity: u64, room_for: usize) {
         let mut total = self.total();
-        let newest = self.ring.back();
-        let time = newest.map_or(now, |[newest]| entry_time(newest).max(now));
-        if let Some([newest]) = newest {
-            let count = entry_count(newest);
-            if entry_time(newest) == time && count < MAX_ENTRY_COUNT {
+        let mut time = now;
+        if let Some(newest) = self.ring.back_mut() {
+            time = entry_time(newest[0]).max(now);
+            let count = entry_count(newest[0]);
+            if entry_time(newest[0]) == time && count < MAX_ENTRY_COUNT {
                 let merged = quantity.min(MAX_ENTRY_COUNT - count);
-                let last = self.len() - 1;
-                self.ring.set(last, [entry(time, count + merged)]);
+                newest[0] = entry(time, count + merged);
                 total += merged;
                 quantity -= merged;
             }
@@ -298,7 +298,10 @@ impl LogLimiter {
             expired_entries: 0,
             used: log.map_or(0, SlidingLog::total),
         };
-        for entry in log.into_iter().flat_map(SlidingLog::entries) {
+        let Some(log) = log else {
+            return live;
+        };
+        for entry in log.entries() {
             if entry_time(entry) + self.window > now {
                 break;
             }

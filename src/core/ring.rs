@@ -41,13 +41,16 @@ fn class_index(bytes: usize) -> usize {
 }
 
 /// The bytes of size class `index`.
-fn class_bytes(index: usize) -> usize {
+const fn class_bytes(index: usize) -> usize {
     if index < 8 {
         return 16 * (index + 1);
     }
     let (k, j) = (7 + (index - 8) / 4, (index - 8) % 4 + 1);
     (1 << k) + j * (1 << (k - 2))
 }
+
+/// The number of size classes word 0 can name.
+const CLASSES: usize = 1 << CLASS_BITS;
 
 /// Entries of `WIDTH` words, after `HEADER` header words, in one allocation; positions are
 /// counted in `INDEX_BITS` bits.
@@ -96,15 +99,35 @@ impl<const HEADER: usize, const WIDTH: usize, const INDEX_BITS: u32>
     }
 
     /// The entries an allocation of size class `class` holds.
-    fn capacity_of_class(class: usize) -> usize {
-        ((class_bytes(class) / 8 - HEADER) / WIDTH).min(Self::MAX_ENTRIES)
+    const fn capacity_of_class(class: usize) -> usize {
+        // Classes too small for the header are never used.
+        let capacity = (class_bytes(class) / 8).saturating_sub(HEADER) / WIDTH;
+        if capacity < Self::MAX_ENTRIES {
+            capacity
+        } else {
+            Self::MAX_ENTRIES
+        }
     }
 
     /// The words of an allocation of size class `class`: the whole class, but no more than
     /// the most entries a ring holds need.
+    #[inline(always)]
     fn words_of_class(class: usize) -> usize {
-        HEADER + Self::capacity_of_class(class) * WIDTH
+        Self::WORDS_OF_CLASS[class] as usize
     }
+
+    /// [`Ring::words_of_class`] for every class, computed once: taking a ring back from its
+    /// raw pointer (every call on a native value) then reads a table instead of
+    /// recomputing a size class.
+    const WORDS_OF_CLASS: [u32; CLASSES] = {
+        let mut words = [0; CLASSES];
+        let mut class = 0;
+        while class < CLASSES {
+            words[class] = (HEADER + Self::capacity_of_class(class) * WIDTH) as u32;
+            class += 1;
+        }
+        words
+    };
 
     /// The kind its owner gave it.
     pub fn kind(&self) -> u8 {
@@ -130,6 +153,28 @@ impl<const HEADER: usize, const WIDTH: usize, const INDEX_BITS: u32>
     #[inline(always)]
     fn head(&self) -> usize {
         self.field(HEAD_SHIFT, INDEX_BITS)
+    }
+
+    /// The index of the first entry and the number of entries, from one read of word 0.
+    #[inline(always)]
+    fn head_and_len(&self) -> (usize, usize) {
+        let word = self.words[0];
+        let mask = (1 << INDEX_BITS) - 1;
+        (
+            (word >> HEAD_SHIFT) as usize & mask,
+            (word >> Self::LEN_SHIFT) as usize & mask,
+        )
+    }
+
+    /// Where the entry at `position` (counted from the head, below twice the capacity)
+    /// starts among the words.
+    #[inline(always)]
+    fn wrapped(&self, mut position: usize) -> usize {
+        let capacity = self.capacity();
+        if position >= capacity {
+            position -= capacity;
+        }
+        HEADER + position * WIDTH
     }
 
     /// Entries held.
@@ -179,6 +224,17 @@ impl<const HEADER: usize, const WIDTH: usize, const INDEX_BITS: u32>
             | (len as u64) << Self::LEN_SHIFT;
     }
 
+    /// Sets the index of the first entry and the number of entries, in the same
+    /// allocation.
+    #[inline(always)]
+    fn set_head_and_len(&mut self, head: usize, len: usize) {
+        debug_assert!(len <= self.capacity() && (head < self.capacity() || head == 0));
+        let mask = (1 << INDEX_BITS) - 1;
+        let fields = mask << HEAD_SHIFT | mask << Self::LEN_SHIFT;
+        self.words[0] =
+            self.words[0] & !fields | (head as u64) << HEAD_SHIFT | (len as u64) << Self::LEN_SHIFT;
+    }
+
     /// Header word `index` (from 1; word 0 is the ring's).
     #[inline(always)]
     pub fn header(&self, index: usize) -> u64 {
@@ -197,14 +253,9 @@ impl<const HEADER: usize, const WIDTH: usize, const INDEX_BITS: u32>
     /// beyond the entries held.
     #[inline(always)]
     fn slot(&self, index: usize) -> usize {
-        let len = self.len();
+        let (head, len) = self.head_and_len();
         assert!(index < len, "entry {index} of {len}");
-        let capacity = self.capacity();
-        let mut position = self.head() + index;
-        if position >= capacity {
-            position -= capacity;
-        }
-        HEADER + position * WIDTH
+        self.wrapped(head + index)
     }
 
     /// Entry `index`, counted from the front.
@@ -225,7 +276,19 @@ impl<const HEADER: usize, const WIDTH: usize, const INDEX_BITS: u32>
 
     /// The entries, front to back.
     pub fn iter(&self) -> impl DoubleEndedIterator<Item = [u64; WIDTH]> + '_ {
-        (0..self.len()).map(|index| self.get(index))
+        // The two runs of the ring: from the head to the end of the storage, then from its
+        // start.
+        let (head, len) = self.head_and_len();
+        let first_run = len.min(self.capacity() - head);
+        let entries = &self.words[HEADER..];
+        let runs = entries[head * WIDTH..(head + first_run) * WIDTH]
+            .chunks_exact(WIDTH)
+            .chain(entries[..(len - first_run) * WIDTH].chunks_exact(WIDTH));
+        runs.map(|words| {
+            let mut entry = [0; WIDTH];
+            entry.copy_from_slice(words);
+            entry
+        })
     }
 
     /// The first entry.
@@ -237,20 +300,47 @@ impl<const HEADER: usize, const WIDTH: usize, const INDEX_BITS: u32>
     /// The last entry.
     #[inline(always)]
     pub fn back(&self) -> Option<[u64; WIDTH]> {
-        self.len().checked_sub(1).map(|last| self.get(last))
+        self.back_slot().map(|slot| {
+            let mut entry = [0; WIDTH];
+            entry.copy_from_slice(&self.words[slot..slot + WIDTH]);
+            entry
+        })
+    }
+
+    /// The last entry, to change in place.
+    #[inline(always)]
+    pub fn back_mut(&mut self) -> Option<&mut [u64]> {
+        self.back_slot()
+            .map(|slot| &mut self.words[slot..slot + WIDTH])
+    }
+
+    /// Where the last entry starts among the words.
+    #[inline(always)]
+    fn back_slot(&self) -> Option<usize> {
+        let (head, len) = self.head_and_len();
+        (len > 0).then(|| self.wrapped(head + len - 1))
     }
 
     /// Appends an entry, growing to the next size class when full. `None` (and nothing
     /// changed) when the ring already holds [`Ring::MAX_ENTRIES`].
+    #[inline(always)]
     pub fn push_back(&mut self, entry: [u64; WIDTH]) -> Option<()> {
-        let len = self.len();
+        let (head, len) = self.head_and_len();
         if len == self.capacity() {
-            self.grow_to(len + 1)?;
+            return self.grow_and_push_back(entry);
         }
-        let (class, head) = (self.class(), self.head());
-        self.set_layout(class, head, len + 1);
-        self.set(len, entry);
+        // Not full: the length field goes up by one, nothing else in word 0 moves.
+        self.words[0] += 1 << Self::LEN_SHIFT;
+        let slot = self.wrapped(head + len);
+        self.words[slot..slot + WIDTH].copy_from_slice(&entry);
         Some(())
+    }
+
+    /// [`Ring::push_back`] on a full ring.
+    #[cold]
+    fn grow_and_push_back(&mut self, entry: [u64; WIDTH]) -> Option<()> {
+        self.grow_to(self.len() + 1)?;
+        self.push_back(entry)
     }
 
     /// Appends an entry as [`Ring::push_back`] does, but when full grows only up to `bound`
@@ -269,23 +359,24 @@ impl<const HEADER: usize, const WIDTH: usize, const INDEX_BITS: u32>
     }
 
     /// Removes and returns the first entry.
+    #[inline(always)]
     pub fn pop_front(&mut self) -> Option<[u64; WIDTH]> {
         let entry = self.front()?;
-        let (class, head, len) = (self.class(), self.head(), self.len());
+        let (head, len) = self.head_and_len();
         let head = if len == 1 || head + 1 == self.capacity() {
             0
         } else {
             head + 1
         };
-        self.set_layout(class, head, len - 1);
+        self.set_head_and_len(head, len - 1);
         Some(entry)
     }
 
     /// Removes and returns the last entry.
     pub fn pop_back(&mut self) -> Option<[u64; WIDTH]> {
         let entry = self.back()?;
-        let (class, head, len) = (self.class(), self.head(), self.len());
-        self.set_layout(class, if len == 1 { 0 } else { head }, len - 1);
+        let (head, len) = self.head_and_len();
+        self.set_head_and_len(if len == 1 { 0 } else { head }, len - 1);
         Some(entry)
     }
 

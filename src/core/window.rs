@@ -123,6 +123,16 @@ pub struct Scratch {
     entries: Vec<Entry>,
 }
 
+impl Scratch {
+    /// Empty working memory; it grows as calls need.
+    pub const fn new() -> Scratch {
+        Scratch {
+            counts: Vec::new(),
+            entries: Vec::new(),
+        }
+    }
+}
+
 /// The decision for one request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct WindowOutcome {

@@ -11,8 +11,6 @@
 //!    each change as its effect, which Redis wraps in one `MULTI`/`EXEC` when there are
 //!    several.
 
-use std::cell::RefCell;
-
 use redis_module::raw;
 
 use crate::core::all::{conclude, conclude_one, Decided};
@@ -23,6 +21,7 @@ use crate::core::verdict::Verdict;
 use crate::core::window::{Scratch, StateError};
 use crate::error::CommandError;
 use crate::packed::Packed;
+use crate::redis::command_local::CommandLocal;
 use crate::redis::handler::Invocation;
 use crate::redis::key::{Access, LimiterKey};
 
@@ -59,9 +58,8 @@ pub enum LogEffect {
 /// The command an admitted log change propagates.
 pub const REPLAY_COMMAND: &std::ffi::CStr = c"RL.LOG.REPLAY";
 
-/// A call's working memory. Commands run on Redis' main thread one at a time, so one set,
-/// kept warm, serves every call without allocating.
-#[derive(Default)]
+/// A call's working memory. Commands run one at a time, so one set, kept warm, serves every
+/// call without allocating.
 struct Working {
     /// The new string states of the running call, one buffer per limiter.
     buffers: [Vec<u8>; MAX_LIMITERS],
@@ -69,12 +67,14 @@ struct Working {
     scratch: Scratch,
 }
 
-thread_local! {
-    static WORKING: RefCell<Working> = RefCell::new(Working::default());
-    /// Working memory of the window counters for a limiter's standing, read while the
-    /// call's is in use.
-    static STANDING_SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
-}
+static WORKING: CommandLocal<Working> = CommandLocal::new(Working {
+    buffers: [const { Vec::new() }; MAX_LIMITERS],
+    scratch: Scratch::new(),
+});
+
+/// Working memory of the window counters for a limiter's standing, read while the call's is
+/// in use.
+static STANDING_SCRATCH: CommandLocal<Scratch> = CommandLocal::new(Scratch::new());
 
 /// What one limiter will store if the call commits.
 #[derive(Clone, Copy)]
@@ -113,7 +113,7 @@ pub fn run<const N: usize>(
     verdicts: &mut [Verdict],
 ) -> Result<(), CommandError> {
     debug_assert!((1..=N.min(MAX_LIMITERS)).contains(&named.len()));
-    WORKING.with_borrow_mut(|working| {
+    WORKING.with(|working| {
         let Working { buffers, scratch } = working;
         let mut slots: [Option<Slot>; N] = [const { None }; N];
         for ((slot, named), buffer) in slots.iter_mut().zip(named).zip(buffers.iter_mut()) {
@@ -135,7 +135,7 @@ pub fn run_one(
     now: i64,
     log_effect: LogEffect,
 ) -> Result<Verdict, CommandError> {
-    WORKING.with_borrow_mut(|working| {
+    WORKING.with(|working| {
         let Working { buffers, scratch } = working;
         let buffer = &mut buffers[0];
         let mut slot = decide(call, named, request, mode, now, log_effect, buffer, scratch)?;
@@ -239,7 +239,7 @@ impl Decided for Slot<'_> {
             limiter => {
                 let stored = self.key.read(state_length(limiter))?;
                 STANDING_SCRATCH
-                    .with_borrow_mut(|scratch| {
+                    .with(|scratch| {
                         decide_string(limiter, stored, self.now, &peek, scratch, &mut Vec::new())
                     })
                     .map_err(state_error)?

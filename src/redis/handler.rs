@@ -167,7 +167,7 @@ pub unsafe fn run<R: Reply>(
         // command's name is never read as bytes: it stays empty.
         let mut bytes = [MaybeUninit::<&[u8]>::uninit(); MAX_ARGUMENTS];
         bytes[0].write(&[]);
-        for (slot, &arg) in bytes.iter_mut().zip(argv).skip(1) {
+        for (slot, &arg) in bytes[1..count].iter_mut().zip(&argv[1..]) {
             slot.write(unsafe { string_bytes(arg) });
         }
         // SAFETY: the first `count` elements were just written.

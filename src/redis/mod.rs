@@ -1,6 +1,7 @@
 //! The thin layer between Redis and the cores: calls, keys, time and registration.
 
 pub mod clock;
+pub mod command_local;
 pub mod engine;
 pub mod handler;
 pub mod key;

@@ -176,8 +176,7 @@ const INTERNAL_ONLY: CommandError =
 fn internal_only(call: &Invocation) -> Result<(), CommandError> {
     let allowed = redis_module::raw::REDISMODULE_CTX_FLAGS_REPLICATED
         | redis_module::raw::REDISMODULE_CTX_FLAGS_LOADING;
-    // SAFETY: the running command's context.
-    let flags = unsafe { redis_module::raw::RedisModule_GetContextFlags.unwrap()(call.ctx) };
+    let flags = call.context_flags();
     if flags as u32 & allowed == 0 {
         return Err(INTERNAL_ONLY);
     }

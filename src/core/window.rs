@@ -201,6 +201,10 @@ impl WindowLimiter {
 
     /// The bucket holding instant `micros` (not negative).
     pub(super) fn bucket_of(&self, micros: i64) -> i64 {
+        if self.per_window == 1 {
+            // `FIXED` and `SLIDING`: a bucket is a window, and one division does.
+            return micros / self.window;
+        }
         let (windows, offset) = (micros / self.window, micros % self.window);
         // Both products stay within i64: windows * n <= micros, offset * n < window * n.
         windows * self.per_window + offset * self.per_window / self.window
@@ -208,6 +212,9 @@ impl WindowLimiter {
 
     /// The first microsecond of bucket `bucket`.
     pub(super) fn bucket_start(&self, bucket: i64) -> i64 {
+        if self.per_window == 1 {
+            return bucket * self.window;
+        }
         let (windows, index) = (bucket / self.per_window, bucket % self.per_window);
         windows * self.window + (index * self.window + self.per_window - 1) / self.per_window
     }

@@ -2,6 +2,7 @@
 //! (no copies, no allocation), every panic caught before it can reach Redis, and the
 //! reply written only once the body has finished, so a reply is never left half-built.
 
+use std::cell::Cell;
 use std::ffi::{c_int, CString};
 use std::mem::MaybeUninit;
 use std::panic::{self, AssertUnwindSafe};
@@ -28,6 +29,8 @@ pub struct Invocation<'a> {
     argv: &'a [*mut raw::RedisModuleString],
     /// The same arguments as bytes; the command's name is left empty.
     pub args: &'a [&'a [u8]],
+    /// The context flags, once read.
+    flags: Cell<Option<c_int>>,
 }
 
 impl Invocation<'_> {
@@ -39,6 +42,18 @@ impl Invocation<'_> {
     /// Argument `index` (0 is the command's name) as a Redis string.
     pub fn argument(&self, index: usize) -> *mut raw::RedisModuleString {
         self.argv[index]
+    }
+
+    /// The call's context flags (`RedisModule_GetContextFlags`), read once however many
+    /// keys the call opens: they do not change during a call.
+    pub fn context_flags(&self) -> c_int {
+        if let Some(flags) = self.flags.get() {
+            return flags;
+        }
+        // SAFETY: the running command's context.
+        let flags = unsafe { raw::RedisModule_GetContextFlags.unwrap()(self.ctx) };
+        self.flags.set(Some(flags));
+        flags
     }
 }
 
@@ -177,6 +192,7 @@ pub unsafe fn run<R: Reply>(
             spec,
             argv,
             args,
+            flags: Cell::new(None),
         })
     }));
     let result = result.unwrap_or(Err(CommandError::INTERNAL));

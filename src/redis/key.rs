@@ -50,6 +50,13 @@ fn shared_pxat() -> *mut raw::RedisModuleString {
     PXAT.load(Ordering::Relaxed)
 }
 
+/// A whole value to propagate: bytes, or the string object just stored (propagated as it is,
+/// without a copy).
+enum SetValue<'a> {
+    Bytes(&'a [u8]),
+    String(*mut raw::RedisModuleString),
+}
+
 /// An open key holding (or about to hold) a limiter's state. Closed on drop.
 pub struct LimiterKey {
     ctx: *mut raw::RedisModuleCtx,
@@ -91,8 +98,7 @@ impl LimiterKey {
         let (mode, flags) = match access {
             Access::Read => (raw::REDISMODULE_READ, 0),
             Access::Write => {
-                // SAFETY: the running command's context.
-                let flags = unsafe { raw::RedisModule_GetContextFlags.unwrap()(ctx) };
+                let flags = call.context_flags();
                 if out_of_memory(flags) {
                     return Err(CommandError::OUT_OF_MEMORY);
                 }
@@ -187,21 +193,7 @@ impl LimiterKey {
                     if raw::RedisModule_SetAbsExpire.unwrap()(self.key, expire_at_ms) != ok {
                         return Err(self.undo());
                     }
-                    self.propagate(|| {
-                        let expiry = Decimal::new(expire_at_ms);
-                        let expiry = expiry.as_bytes();
-                        raw::RedisModule_Replicate.unwrap()(
-                            self.ctx,
-                            c"SET".as_ptr(),
-                            c"sbsb".as_ptr(),
-                            self.name,
-                            value.as_ptr(),
-                            value.len(),
-                            shared_pxat(),
-                            expiry.as_ptr(),
-                            expiry.len(),
-                        );
-                    });
+                    self.propagate(|| self.replicate_set(SetValue::Bytes(value), expire_at_ms));
                 }
                 None => {
                     let string = raw::RedisModule_CreateString.unwrap()(
@@ -213,18 +205,7 @@ impl LimiterKey {
                         && raw::RedisModule_SetAbsExpire.unwrap()(self.key, expire_at_ms) == ok;
                     if stored {
                         self.propagate(|| {
-                            let expiry = Decimal::new(expire_at_ms);
-                            let expiry = expiry.as_bytes();
-                            raw::RedisModule_Replicate.unwrap()(
-                                self.ctx,
-                                c"SET".as_ptr(),
-                                c"sssb".as_ptr(),
-                                self.name,
-                                string,
-                                shared_pxat(),
-                                expiry.as_ptr(),
-                                expiry.len(),
-                            );
+                            self.replicate_set(SetValue::String(string), expire_at_ms)
                         });
                     }
                     raw::RedisModule_FreeString.unwrap()(self.ctx, string);
@@ -281,23 +262,12 @@ impl LimiterKey {
             }
             let whole: &[u8] = whole;
             self.propagate(|| {
+                if len <= PATCH_ABOVE {
+                    return self.replicate_set(SetValue::Bytes(whole), expire_at_ms);
+                }
                 let replicate = raw::RedisModule_Replicate.unwrap();
                 let expiry = Decimal::new(expire_at_ms);
                 let expiry = expiry.as_bytes();
-                if len <= PATCH_ABOVE {
-                    replicate(
-                        self.ctx,
-                        c"SET".as_ptr(),
-                        c"sbsb".as_ptr(),
-                        self.name,
-                        whole.as_ptr(),
-                        len,
-                        shared_pxat(),
-                        expiry.as_ptr(),
-                        expiry.len(),
-                    );
-                    return;
-                }
                 let offset = Decimal::new(placement.at as i64);
                 let offset = offset.as_bytes();
                 replicate(
@@ -373,6 +343,40 @@ impl LimiterKey {
         }
         self.signal_modified(class);
         Ok(())
+    }
+
+    /// Propagates `SET key value PXAT expire_at_ms`: a whole value, with its absolute expiry.
+    fn replicate_set(&self, value: SetValue, expire_at_ms: i64) {
+        let expiry = Decimal::new(expire_at_ms);
+        let expiry = expiry.as_bytes();
+        // SAFETY: the running command's context and key; the bytes outlive the call, which
+        // copies them.
+        unsafe {
+            let replicate = raw::RedisModule_Replicate.unwrap();
+            match value {
+                SetValue::Bytes(bytes) => replicate(
+                    self.ctx,
+                    c"SET".as_ptr(),
+                    c"sbsb".as_ptr(),
+                    self.name,
+                    bytes.as_ptr(),
+                    bytes.len(),
+                    shared_pxat(),
+                    expiry.as_ptr(),
+                    expiry.len(),
+                ),
+                SetValue::String(string) => replicate(
+                    self.ctx,
+                    c"SET".as_ptr(),
+                    c"sssb".as_ptr(),
+                    self.name,
+                    string,
+                    shared_pxat(),
+                    expiry.as_ptr(),
+                    expiry.len(),
+                ),
+            };
+        }
     }
 
     /// Propagates `DEL key`.

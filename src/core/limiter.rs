@@ -252,23 +252,22 @@ pub fn decide_log(
 /// What committing a log decision did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LogCommit {
-    /// The reply, when committing decides it (a refund's standing after).
-    pub verdict: Option<Verdict>,
     /// When the key should expire (Unix ms).
     pub expire_at_ms: i64,
     /// Whether the key should go: a refund left nothing counted, and no block is in force.
     pub delete: bool,
 }
 
-/// Carries out `write`, decided by [`decide_log`] for the same request at the same `now`.
+/// Carries out `write`, decided by [`decide_log`] for the same request at the same `now`,
+/// and makes `verdict` (the decision's) the reply after it: a refund's is the standing after.
 pub fn commit_log(
     limiter: &LogLimiter,
     log: &mut SlidingLog,
     now: i64,
     request: &Request,
     write: LogWrite,
+    verdict: &mut Verdict,
 ) -> LogCommit {
-    let mut verdict = None;
     // The block in force, read once: only `StartBlock` changes it.
     let mut block = block::in_force(log.blocked_until(), now);
     match write {
@@ -281,10 +280,10 @@ pub fn commit_log(
         }
         LogWrite::Refund => {
             let (after, _) = limiter.refund(log, now, request.quantity);
-            verdict = Some(match block {
+            *verdict = match block {
                 Some(until) => block::blocked_verdict(after, until, now),
                 None => after,
-            });
+            };
         }
         LogWrite::StartBlock(until) => {
             log.set_blocked_until(until);
@@ -296,7 +295,6 @@ pub fn commit_log(
     let spent = !matches!(write, LogWrite::Take(_)) && limiter.is_spent(log, now);
     let own_end = (!spent).then(|| limiter.expire_at_ms(log));
     LogCommit {
-        verdict,
         expire_at_ms: own_end.max(block_end).unwrap_or(0),
         delete: own_end.is_none() && block_end.is_none(),
     }

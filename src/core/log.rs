@@ -165,14 +165,19 @@ impl SlidingLog {
         self.ring.back().map(|[entry]| entry_time(entry))
     }
 
-    /// Drops the `entries` oldest entries.
+    /// Drops the `entries` oldest entries, giving memory back when the log is left mostly
+    /// empty.
     fn drop_oldest_entries(&mut self, entries: usize) {
+        if entries == 0 {
+            return;
+        }
         let mut total = self.total();
         for _ in 0..entries {
             let [entry] = self.ring.pop_front().expect("as many entries as counted");
             total -= entry_count(entry);
         }
         self.set_total(total);
+        self.ring.shrink_if_sparse();
     }
 
     /// Drops the `units` oldest units of quantity, splitting an entry if need be.
@@ -193,6 +198,7 @@ impl SlidingLog {
             units -= count;
         }
         self.set_total(total);
+        self.ring.shrink_if_sparse();
     }
 
     /// Drops the `units` newest units of quantity, splitting an entry if need be.
@@ -219,8 +225,8 @@ impl SlidingLog {
     }
 
     /// Logs `quantity` at `now`, or at the newest entry's time if that is later (a clock
-    /// never goes back in a log), growing the ring by at most `room_for` entries in total,
-    /// and giving memory back when it is mostly empty.
+    /// never goes back in a log), growing the ring by at most `room_for` entries in total.
+    /// Only dropping entries leaves a log sparse, so only the drops give memory back.
     fn push(&mut self, now: i64, mut quantity: u64, room_for: usize) {
         let mut total = self.total();
         let mut time = now;
@@ -243,7 +249,6 @@ impl SlidingLog {
             quantity -= count;
         }
         self.set_total(total);
-        self.ring.shrink_if_sparse();
     }
 }
 

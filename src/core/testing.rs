@@ -81,19 +81,19 @@ impl Key {
                     Stored::Log(log, _) => Some(log),
                     _ => None,
                 };
-                let (verdict, write) = decide_log(&limiter, log.as_ref(), now, &request);
+                let (mut verdict, write) = decide_log(&limiter, log.as_ref(), now, &request);
                 if write == LogWrite::Nothing {
                     return verdict;
                 }
                 let mut log = log.take().unwrap_or_default();
-                let commit = commit_log(&limiter, &mut log, now, &request, write);
+                let commit = commit_log(&limiter, &mut log, now, &request, write, &mut verdict);
                 self.stored = if commit.delete {
                     Stored::Missing
                 } else {
                     assert!(commit.expire_at_ms * 1_000 > now, "a TTL of zero or less");
                     Stored::Log(log, commit.expire_at_ms)
                 };
-                commit.verdict.unwrap_or(verdict)
+                verdict
             }
             limiter => {
                 let value = match &stored {

@@ -267,10 +267,13 @@ impl Decided for Slot<'_> {
             }
             (Plan::Log(write), Limiter::Log(limiter)) => {
                 let commit = match self.key.native_borrow::<SlidingLog>()? {
-                    Some(mut log) => commit_log(limiter, &mut log, now, &request, write),
+                    Some(mut log) => {
+                        commit_log(limiter, &mut log, now, &request, write, &mut self.verdict)
+                    }
                     None => {
                         let mut log = SlidingLog::default();
-                        let commit = commit_log(limiter, &mut log, now, &request, write);
+                        let verdict = &mut self.verdict;
+                        let commit = commit_log(limiter, &mut log, now, &request, write, verdict);
                         if !commit.delete {
                             self.key.set_native(log)?;
                         }
@@ -292,7 +295,7 @@ impl Decided for Slot<'_> {
                         self.log_effect,
                     )
                 });
-                return Ok(commit.verdict.unwrap_or(self.verdict));
+                return Ok(self.verdict);
             }
             (Plan::Log(_), _) => return Err(CommandError::INTERNAL),
         }

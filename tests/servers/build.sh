@@ -3,13 +3,15 @@
 #
 #   tests/servers/build.sh redis 8     # the newest Redis 8.x in Debian's archive
 #   tests/servers/build.sh valkey 9    # the newest Valkey 9.x
+#   tests/servers/build.sh valkey 8    # the newest Valkey 8.x (Debian 13's)
 #
 # Prints the path of the built server binary (its cli sits beside it). Binaries are cached in
 # target/servers/<package>-<version>/, so a second run only looks the version up.
 #
 # The archive's address comes from this machine's own apt configuration
-# (/etc/apt/sources.list.d/debian.sources); the source lists of sid and experimental are kept
-# in a private apt state under target/servers/apt, so the system's apt setup is left unchanged.
+# (/etc/apt/sources.list.d/debian.sources); the source lists of sid, experimental and trixie
+# (Debian 13, whose Valkey 8 sid no longer has) are kept in a private apt state under
+# target/servers/apt, so the system's apt setup is left unchanged.
 # Needs apt-get, curl-free network access to that archive, a C toolchain and make.
 set -euo pipefail
 
@@ -50,7 +52,7 @@ apt_private() {
     -o Debug::NoLocking=true -o APT::Sandbox::User=root "$@"
 }
 
-# Looks up the newest version of the source package in sid and experimental.
+# Looks up the newest version of the source package in sid, experimental and trixie.
 newest_version() {
   local uri keyring=/usr/share/keyrings/debian-archive-keyring.gpg
   uri=$(archive_uri) || return 1
@@ -58,6 +60,7 @@ newest_version() {
   {
     echo "deb-src [signed-by=$keyring] $uri sid main"
     echo "deb-src [signed-by=$keyring] $uri experimental main"
+    echo "deb-src [signed-by=$keyring] $uri trixie main"
   } > "$apt_dir/sources.list"
   apt_private update >&2 || return 1
   apt-cache -o Dir::Etc::SourceList="$apt_dir/sources.list" -o Dir::Etc::SourceParts=/dev/null \
@@ -77,7 +80,7 @@ if ! found=$(newest_version) || [ -z "$found" ]; then
     echo "$build"
     exit 0
   fi
-  log "no $package $major.x source package found in Debian's sid or experimental"
+  log "no $package $major.x source package found in Debian's sid, experimental or trixie"
   exit 1
 fi
 read -r upstream version <<<"$found"

@@ -129,12 +129,12 @@ impl ServerRelease {
     }
 
     /// The bytes a short string the module rewrites in place costs beyond the same string
-    /// written by `SET`: Valkey 8+ keeps `SET`'s short strings embedded in the key's own
+    /// written by `SET`: Valkey 9 keeps `SET`'s short strings embedded in the key's own
     /// object, and a write through the module's direct memory access makes the value a
-    /// separate allocation (8 bytes more, measured on Valkey 9.1). Redis stores both alike. A
-    /// key's first write is a new string, as `SET`'s, at parity everywhere.
+    /// separate allocation (8 bytes more, measured on Valkey 9.1; none on Valkey 8.1.1). Redis
+    /// stores both alike. A key's first write is a new string, as `SET`'s, at parity everywhere.
     pub fn in_place_string_overhead(self) -> f64 {
-        if self.valkey && self.version >= (8, 0) {
+        if self.valkey && self.version >= (9, 0) {
             8.0
         } else {
             0.0

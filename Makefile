@@ -4,8 +4,8 @@
 #   make test   unit, property and integration tests (against real redis-server processes),
 #               and the client examples and HTTP service under examples/
 #   make dist   the release tarball, dist/redis-ratelimit-<version>-<os>-<arch>.tar.gz
-#   make test-servers  the integration tests against the newest Redis 8, Valkey 8 and Valkey 9,
-#               built from Debian's source packages (cached under target/servers/)
+#   make test-servers  the integration tests against the newest Redis 8.0, Redis 8, Valkey 8
+#               and Valkey 9, built from Debian's source packages (cached under target/servers/)
 #   make lint   rustfmt check and clippy with warnings as errors
 #   make stress longer fuzzing and soak runs (minutes)
 #   make bench  the module against INCR, SET ... PX and Lua scripts, in three setups (a replica
@@ -35,9 +35,10 @@ SERVER_PACKAGES := redis-server redis-tools
 EXAMPLES_VENV := $(CURDIR)/target/examples-venv
 EXAMPLES_PYTHON := $(EXAMPLES_VENV)/bin/python
 
-# The other servers test-servers runs the suite against: package:major, the newest release of
-# that major in Debian's sid, experimental or trixie.
-OTHER_SERVERS := redis:8 valkey:8 valkey:9
+# The other servers test-servers runs the suite against: package:version, the newest release
+# whose version starts with that (a major, or major.minor) in Debian's sid, experimental or
+# trixie. Redis 8.0 is Debian 13's major line; 8 is the newest.
+OTHER_SERVERS := redis:8.0 redis:8 valkey:8 valkey:9
 
 .PHONY: all build run test test-servers dist lint bench bench-update deps-bench stress valgrind deps-build deps-server deps-examples examples-deps clean
 

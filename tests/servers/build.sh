@@ -2,6 +2,7 @@
 # Builds the newest release of a server from Debian's source packages, for the test matrix.
 #
 #   tests/servers/build.sh redis 8     # the newest Redis 8.x in Debian's archive
+#   tests/servers/build.sh redis 8.0   # the newest Redis 8.0.x
 #   tests/servers/build.sh valkey 9    # the newest Valkey 9.x
 #   tests/servers/build.sh valkey 8    # the newest Valkey 8.x (Debian 13's)
 #
@@ -15,8 +16,8 @@
 # Needs apt-get, curl-free network access to that archive, a C toolchain and make.
 set -euo pipefail
 
-package=${1:?usage: build.sh redis|valkey MAJOR}
-major=${2:?usage: build.sh redis|valkey MAJOR}
+package=${1:?usage: build.sh redis|valkey MAJOR[.MINOR]}
+major=${2:?usage: build.sh redis|valkey MAJOR[.MINOR]}
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cache="$root/target/servers"
 apt_dir="$cache/apt"

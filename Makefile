@@ -37,7 +37,7 @@ EXAMPLES_PYTHON := $(EXAMPLES_VENV)/bin/python
 
 # The other servers test-servers runs the suite against: package:version, the newest release
 # whose version starts with that (a major, or major.minor) in Debian's sid, experimental or
-# trixie. Redis 8.0 is Debian 13's major line; 8 is the newest.
+# trixie. Redis 8.0 is the line Debian 13 ships; redis:8 is the newest 8.x.
 OTHER_SERVERS := redis:8.0 redis:8 valkey:8 valkey:9
 
 .PHONY: all build run test test-servers dist lint bench bench-update deps-bench stress valgrind deps-build deps-server deps-examples examples-deps clean

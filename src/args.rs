@@ -34,6 +34,39 @@ pub fn parse_integer(arg: &[u8]) -> Option<i64> {
     if digits.is_empty() {
         return None;
     }
+    if digits.len() <= 18 {
+        // Below 10^18 nothing can overflow: eight digits at a time while there are eight,
+        // then two a step, in wrapping arithmetic.
+        let mut value: u64 = 0;
+        let mut eights = digits.chunks_exact(8);
+        for eight in &mut eights {
+            let eight = eight_digits(eight.try_into().unwrap_or_default())?;
+            value = value.wrapping_mul(100_000_000).wrapping_add(eight);
+        }
+        let mut pairs = eights.remainder().chunks_exact(2);
+        for pair in &mut pairs {
+            let (tens, units) = (pair[0].wrapping_sub(b'0'), pair[1].wrapping_sub(b'0'));
+            if tens > 9 || units > 9 {
+                return None;
+            }
+            value = value
+                .wrapping_mul(100)
+                .wrapping_add(u64::from(tens) * 10 + u64::from(units));
+        }
+        if let [last] = pairs.remainder() {
+            let digit = last.wrapping_sub(b'0');
+            if digit > 9 {
+                return None;
+            }
+            value = value.wrapping_mul(10).wrapping_add(u64::from(digit));
+        }
+        let value = value as i64; // Below 10^18.
+        return Some(if negative {
+            value.wrapping_neg()
+        } else {
+            value
+        });
+    }
     // Accumulated below zero, where i64 reaches one further (i64::MIN).
     let mut value: i64 = 0;
     for &byte in digits {
@@ -48,6 +81,27 @@ pub fn parse_integer(arg: &[u8]) -> Option<i64> {
     } else {
         value.checked_neg()
     }
+}
+
+/// Eight ASCII digits, the first the most significant, as their value; `None` when any byte
+/// is not a digit. All eight at once, in one word (SWAR).
+#[inline(always)]
+fn eight_digits(bytes: [u8; 8]) -> Option<u64> {
+    const ZEROS: u64 = 0x3030_3030_3030_3030;
+    let word = u64::from_le_bytes(bytes);
+    // Each byte is 0x30..=0x39: its high nibble is 3, and adding 6 keeps it 3.
+    let high_nibbles = 0xF0F0_F0F0_F0F0_F0F0;
+    if word & high_nibbles != ZEROS
+        || word.wrapping_add(0x0606_0606_0606_0606) & high_nibbles != ZEROS
+    {
+        return None;
+    }
+    let digits = word - ZEROS;
+    // Pairs, then fours, then all eight: each step joins neighbours, the earlier (lower
+    // byte) one the more significant. No lane overflows into the next (99, 9,999).
+    let pairs = digits.wrapping_mul(10).wrapping_add(digits >> 8) & 0x00FF_00FF_00FF_00FF;
+    let fours = pairs.wrapping_mul(100).wrapping_add(pairs >> 16) & 0x0000_FFFF_0000_FFFF;
+    Some(fours.wrapping_mul(10_000).wrapping_add(fours >> 32) & 0xFFFF_FFFF)
 }
 
 /// Parses a required integer argument; `not_an_integer` is the error otherwise.
@@ -135,25 +189,89 @@ pub fn is_keyword(arg: &[u8], keyword: &str) -> bool {
     arg.eq_ignore_ascii_case(keyword.as_bytes())
 }
 
-/// The unit `arg` names: `S`, `MS` or `US`, in any letter case.
-pub fn unit_keyword(arg: &[u8]) -> Option<Unit> {
-    [
-        ("S", Unit::Seconds),
-        ("MS", Unit::Milliseconds),
-        ("US", Unit::Microseconds),
-    ]
-    .into_iter()
-    .find_map(|(keyword, unit)| is_keyword(arg, keyword).then_some(unit))
+/// An argument read as a keyword: its letters in upper case, packed in one word, so that
+/// telling keywords apart costs one comparison each instead of a comparison of bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Keyword(u64);
+
+impl Keyword {
+    /// Units.
+    pub const S: Keyword = Keyword::new("S");
+    /// Milliseconds.
+    pub const MS: Keyword = Keyword::new("MS");
+    /// Microseconds.
+    pub const US: Keyword = Keyword::new("US");
+    /// Give back.
+    pub const REFUND: Keyword = Keyword::new("REFUND");
+    /// A penalty block.
+    pub const BLOCK: Keyword = Keyword::new("BLOCK");
+
+    /// `text`: at most 8 upper-case ASCII letters.
+    pub const fn new(text: &str) -> Keyword {
+        let bytes = text.as_bytes();
+        assert!(!bytes.is_empty() && bytes.len() <= 8);
+        let mut word = 0;
+        let mut at = 0;
+        while at < bytes.len() {
+            assert!(bytes[at].is_ascii_uppercase());
+            word |= (bytes[at] as u64) << (8 * at);
+            at += 1;
+        }
+        Keyword(word)
+    }
+
+    /// `arg` as a keyword, in any letter case (ASCII letters only, as
+    /// [`<[u8]>::eq_ignore_ascii_case`] compares them); `None` when it cannot be one: empty,
+    /// longer than 8 bytes, or holding a NUL byte (which would make two lengths pack alike).
+    #[inline(always)]
+    pub fn read(arg: &[u8]) -> Option<Keyword> {
+        const ONES: u64 = 0x0101_0101_0101_0101;
+        const HIGHS: u64 = 0x8080_8080_8080_8080;
+        if arg.is_empty() || arg.len() > 8 {
+            return None;
+        }
+        let mut word = 0;
+        for (at, &byte) in arg.iter().enumerate() {
+            word |= u64::from(byte) << (8 * at);
+        }
+        // A NUL byte among the argument's (the bytes past its end made non-zero first).
+        let padded = word | (u64::MAX << (8 * arg.len() - 1) << 1);
+        if padded.wrapping_sub(ONES) & !padded & HIGHS != 0 {
+            return None;
+        }
+        // Upper case: bytes from 'a' to 'z' (below 0x80) lose 0x20. Adding 0x1F to a byte's
+        // low 7 bits sets its top bit from 'a' on, adding 0x05 from '{' on.
+        let low7 = word & !HIGHS;
+        let from_a = low7 + 0x1F1F_1F1F_1F1F_1F1F;
+        let past_z = low7 + 0x0505_0505_0505_0505;
+        let lower = from_a & !past_z & !word & HIGHS;
+        Some(Keyword(word ^ (lower >> 2)))
+    }
+
+    /// The unit it names: `S`, `MS` or `US`.
+    pub fn unit(self) -> Option<Unit> {
+        match self {
+            Keyword::S => Some(Unit::Seconds),
+            Keyword::MS => Some(Unit::Milliseconds),
+            Keyword::US => Some(Unit::Microseconds),
+            _ => None,
+        }
+    }
 }
 
-/// Parses the optional arguments `tail`. `command_keyword` is offered every argument that is
-/// not a unit keyword; it returns `Ok(true)` when it took it (and the values it read from
-/// the `Tail`). `syntax_error` is the reply for a keyword out of place, repeated, or
+/// The unit `arg` names: `S`, `MS` or `US`, in any letter case.
+pub fn unit_keyword(arg: &[u8]) -> Option<Unit> {
+    Keyword::read(arg).and_then(Keyword::unit)
+}
+
+/// Parses the optional arguments `tail`. `command_keyword` is offered every keyword that is
+/// not one of the shared ones; it returns `Ok(true)` when it took it (and the values it read
+/// from the `Tail`). `syntax_error` is the reply for a keyword out of place, repeated, or
 /// unknown.
 pub fn parse_options<'a>(
     tail: &'a [&'a [u8]],
     syntax_error: CommandError,
-    mut command_keyword: impl FnMut(&'a [u8], &mut Tail<'a>) -> Result<bool, CommandError>,
+    mut command_keyword: impl FnMut(Keyword, &mut Tail<'a>) -> Result<bool, CommandError>,
 ) -> Result<CommonOptions, CommandError> {
     let mut options = CommonOptions::default();
     let mut unit_given = false;
@@ -164,26 +282,27 @@ pub fn parse_options<'a>(
         // No keyword starts like a number: a quantity is recognised before any comparison.
         if first && looks_numeric(arg) {
             options.quantity = parse_quantity(arg)?;
-        } else if let Some(unit) = unit_keyword(arg) {
+            continue;
+        }
+        let keyword = Keyword::read(arg).ok_or(syntax_error)?;
+        if let Some(unit) = keyword.unit() {
             if unit_given {
                 return Err(syntax_error);
             }
             unit_given = true;
             options.unit = unit;
-        } else if is_keyword(arg, "REFUND") {
+        } else if keyword == Keyword::REFUND {
             if options.refund {
                 return Err(syntax_error);
             }
             options.refund = true;
-        } else if is_keyword(arg, "BLOCK") {
+        } else if keyword == Keyword::BLOCK {
             let duration = tail.next_argument().ok_or(syntax_error)?;
             let duration = parse_integer(duration).filter(|&duration| duration > 0);
             if block.replace(duration.ok_or(BLOCK_NOT_POSITIVE)?).is_some() {
                 return Err(syntax_error);
             }
-        } else if command_keyword(arg, &mut tail)? {
-            // Taken by the command.
-        } else {
+        } else if !command_keyword(keyword, &mut tail)? {
             return Err(syntax_error);
         }
     }
@@ -253,6 +372,34 @@ mod tests {
             b"\xd9\xa1",
         ] {
             assert_eq!(parse_integer(bad), None, "{bad:?}");
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn integers_parse_as_the_standard_library_reads_strict_decimals(
+            text in "[+-]?[0-9]{0,21}|[+-]?[0-9]{0,12}[^0-9][0-9]{0,12}|[+-]?[0-9/:]{8,18}",
+        ) {
+            // `str::parse` accepts the same strict form: an optional sign, then digits.
+            proptest::prop_assert_eq!(parse_integer(text.as_bytes()), text.parse::<i64>().ok());
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn keywords_read_as_byte_comparisons_in_any_case_see_them(
+            arg in proptest::collection::vec(proptest::prop_oneof![
+                proptest::sample::select(b"sSmMuUrReEfFnNdDbBlLoOcCkK\0\x7f\xc3\xa9@`[{".to_vec()),
+                proptest::num::u8::ANY,
+            ], 0..10),
+        ) {
+            for keyword in ["S", "MS", "US", "REFUND", "BLOCK", "FIXED", "SLIDING", "THROTTLE"] {
+                proptest::prop_assert_eq!(
+                    Keyword::read(&arg) == Some(Keyword::new(keyword)),
+                    is_keyword(&arg, keyword),
+                    "{:?} {}", arg, keyword
+                );
+            }
         }
     }
 
@@ -355,13 +502,17 @@ mod tests {
     #[test]
     fn a_command_can_take_its_own_keywords_with_values() {
         let mut seen = None;
-        let options = parse_options(&[b"3", b"BUCKETS", b"60", b"MS"], SYNTAX, |arg, tail| {
-            if is_keyword(arg, "buckets") {
-                seen = tail.next_argument().and_then(parse_integer);
-                return Ok(true);
-            }
-            Ok(false)
-        })
+        let options = parse_options(
+            &[b"3", b"BUCKETS", b"60", b"MS"],
+            SYNTAX,
+            |keyword, tail| {
+                if keyword == Keyword::new("BUCKETS") {
+                    seen = tail.next_argument().and_then(parse_integer);
+                    return Ok(true);
+                }
+                Ok(false)
+            },
+        )
         .unwrap();
         assert_eq!(seen, Some(60));
         assert_eq!(options.quantity, 3);

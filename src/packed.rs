@@ -65,48 +65,72 @@ impl Packed {
 /// One decimal integer, formatted on the stack: an effect's expiry or offset, which needs
 /// no buffer of packed fields (nor the zeroing of one).
 pub struct Decimal {
-    /// Right-aligned: a sign and at most 19 digits.
-    bytes: [u8; 20],
+    /// Right-aligned: a sign and at most 19 digits, in three groups of eight.
+    bytes: [u8; 24],
     start: usize,
 }
 
 impl Decimal {
     /// `value` in decimal.
     pub fn new(value: i64) -> Decimal {
-        // Two digits at a time, from a table: half the divisions.
-        const PAIRS: &[u8; 200] = b"0001020304050607080910111213141516171819\
-            2021222324252627282930313233343536373839\
-            4041424344454647484950515253545556575859\
-            6061626364656667686970717273747576777879\
-            8081828384858687888990919293949596979899";
-        let mut bytes = [0u8; 20];
-        let mut at = bytes.len();
-        let mut rest = value.unsigned_abs();
-        while rest >= 100 {
-            let pair = (rest % 100) as usize * 2;
-            rest /= 100;
-            at -= 2;
-            bytes[at..at + 2].copy_from_slice(&PAIRS[pair..pair + 2]);
-        }
-        if rest >= 10 {
-            let pair = rest as usize * 2;
-            at -= 2;
-            bytes[at..at + 2].copy_from_slice(&PAIRS[pair..pair + 2]);
+        let mut bytes = [0u8; 24];
+        let value_abs = value.unsigned_abs();
+        // Eight digits at a time, each group in one word: an expiry in milliseconds (13
+        // digits) takes two.
+        let (high, low) = (value_abs / 100_000_000, value_abs % 100_000_000);
+        let low = eight_digits(low as u32);
+        bytes[16..].copy_from_slice(&(low | ZEROS).to_le_bytes());
+        let mut start = if high == 0 {
+            16 + leading_zeros(low)
         } else {
-            at -= 1;
-            bytes[at] = b'0' + rest as u8;
-        }
+            let (top, middle) = (high / 100_000_000, high % 100_000_000);
+            let middle = eight_digits(middle as u32);
+            bytes[8..16].copy_from_slice(&(middle | ZEROS).to_le_bytes());
+            if top == 0 {
+                8 + leading_zeros(middle)
+            } else {
+                // At most 1,844 (2^64 / 10^16).
+                let top = eight_digits(top as u32);
+                bytes[..8].copy_from_slice(&(top | ZEROS).to_le_bytes());
+                leading_zeros(top)
+            }
+        };
         if value < 0 {
-            at -= 1;
-            bytes[at] = b'-';
+            start -= 1;
+            bytes[start] = b'-';
         }
-        Decimal { bytes, start: at }
+        Decimal { bytes, start }
     }
 
     /// The decimal bytes.
     pub fn as_bytes(&self) -> &[u8] {
         &self.bytes[self.start..]
     }
+}
+
+/// `'0'` in every byte.
+const ZEROS: u64 = 0x3030_3030_3030_3030;
+
+/// The eight decimal digits of `value` (below 10^8) as the bytes of a word, one digit
+/// value (0 to 9) a byte, the most significant in the lowest byte: the digits in memory
+/// order once stored little-endian. All at once in one word (SWAR), each division by a
+/// multiplication that is exact in this range.
+fn eight_digits(value: u32) -> u64 {
+    debug_assert!(value < 100_000_000);
+    // Two halves of four digits, in 32-bit lanes (the more significant in the lower one).
+    // No lane borrows from or carries into the next: wrapping arithmetic is exact here.
+    let fours = u64::from(value / 10_000) | u64::from(value % 10_000) << 32;
+    // Each half by 100 (x * 10,486 >> 20 is x / 100 for x below 10,000).
+    let hundreds = (fours.wrapping_mul(10_486) >> 20) & 0x0000_007F_0000_007F;
+    let pairs = fours.wrapping_sub(hundreds.wrapping_mul(100)) << 16 | hundreds;
+    // Each pair by 10, in 16-bit lanes (y * 103 >> 10 is y / 10 for y below 100).
+    let tens = (pairs.wrapping_mul(103) >> 10) & 0x000F_000F_000F_000F;
+    tens | pairs.wrapping_sub(tens.wrapping_mul(10)) << 8
+}
+
+/// How many of the digits of [`eight_digits`] lead with zeros, keeping the last digit.
+fn leading_zeros(digits: u64) -> usize {
+    (digits.trailing_zeros() as usize / 8).min(7)
 }
 
 /// The fields of a packed argument, in order.
@@ -156,6 +180,34 @@ mod tests {
     }
 
     #[test]
+    fn decimals_at_every_group_boundary() {
+        for value in [
+            0,
+            9,
+            10,
+            99,
+            100,
+            9_999,
+            10_000,
+            99_999_999,
+            100_000_000,
+            100_000_001,
+            1_763_850_000_123,
+            9_999_999_999_999_999,
+            10_000_000_000_000_000,
+            i64::MAX,
+        ] {
+            for value in [value, -value] {
+                assert_eq!(Decimal::new(value).as_bytes(), value.to_string().as_bytes());
+            }
+        }
+        assert_eq!(
+            Decimal::new(i64::MIN).as_bytes(),
+            i64::MIN.to_string().as_bytes()
+        );
+    }
+
+    #[test]
     fn unpacks_one_argument_and_passes_several_through() {
         let mut out = [&[][..]; 3];
         let one: &[&[u8]] = &[b"1,2"];
@@ -180,6 +232,16 @@ mod tests {
     }
 
     proptest! {
+        #[test]
+        fn decimals_of_every_length(value in (0u32..19).prop_flat_map(|digits| {
+            let high = 10i64.pow(digits);
+            high / 10..high // `digits` digits (and 0 for none)
+        }), negative in any::<bool>()) {
+            let value = if negative { -value } else { value };
+            let (formatted, expected) = (Decimal::new(value), value.to_string());
+            prop_assert_eq!(formatted.as_bytes(), expected.as_bytes());
+        }
+
         #[test]
         fn integers_round_trip(values in proptest::collection::vec(any::<i64>(), 1..8)) {
             let mut packed = Packed::default();

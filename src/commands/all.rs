@@ -12,7 +12,7 @@
 
 use std::ffi::{c_int, CStr};
 
-use crate::args::{is_keyword, parse_integer, parse_options, CommonOptions, Tail};
+use crate::args::{is_keyword, parse_integer, parse_options, CommonOptions, Keyword, Tail};
 use crate::core::all::combined;
 use crate::core::limiter::Limiter;
 use crate::core::time::{Rounding, Unit};
@@ -256,8 +256,8 @@ fn parse<const N: usize>(args: &[&[u8]]) -> Result<Parsed<N>, CommandError> {
         ));
     }
     let mut details = false;
-    let options = parse_options(rest, USAGE, |arg, _| {
-        if !is_keyword(arg, "DETAILS") {
+    let options = parse_options(rest, USAGE, |keyword, _| {
+        if keyword != Keyword::new("DETAILS") {
             return Ok(false);
         }
         if std::mem::replace(&mut details, true) {
@@ -302,7 +302,9 @@ fn limiter(keyword: &[u8], args: &[&[u8]]) -> Result<(Params, usize), CommandErr
         let mut params = window::Params::parse(args[0], args[1])?;
         let mut tail = Tail::new(&args[2..]);
         if let Some(next) = tail.next_argument() {
-            if let Some(algorithm) = algorithm_keyword(next, &mut tail, USAGE) {
+            let algorithm =
+                Keyword::read(next).and_then(|k| algorithm_keyword(k, &mut tail, USAGE));
+            if let Some(algorithm) = algorithm {
                 params.algorithm = Some(algorithm?);
                 return Ok((Params::Window(params), 2 + tail.read()));
             }

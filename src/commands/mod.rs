@@ -194,6 +194,7 @@ fn request(options: &CommonOptions, mode: Mode) -> Result<Request, CommandError>
 }
 
 /// Runs a single-limiter command: `limiter` on the call's key, replied with `rounding`.
+#[inline(always)]
 fn single(
     call: &Invocation,
     limiter: Limiter,

@@ -83,6 +83,7 @@ fn throttle_ro(call: &Invocation) -> Result<LimiterReply, CommandError> {
     run(call, Mode::ReadOnly)
 }
 
+#[inline(always)]
 fn run(call: &Invocation, mode: Mode) -> Result<LimiterReply, CommandError> {
     let (params, options) = parse(&call.args[2..])?;
     let limiter = params.limiter(options.unit)?;

@@ -4,9 +4,7 @@
 
 use std::ffi::{c_int, CStr};
 
-use crate::args::{
-    integer_argument, is_keyword, parse_integer, parse_options, CommonOptions, Tail,
-};
+use crate::args::{integer_argument, parse_integer, parse_options, CommonOptions, Keyword, Tail};
 use crate::core::limiter::Limiter;
 use crate::core::time::{Rounding, Unit};
 use crate::core::window::{Algorithm, WindowLimiter};
@@ -111,8 +109,8 @@ fn parse(args: &[&[u8]]) -> Result<(Params, CommonOptions), CommandError> {
         return Err(CommandError::WrongArity);
     };
     let mut params = Params::parse(limit, window)?;
-    let options = parse_options(tail, USAGE, |arg, tail| {
-        let Some(chosen) = algorithm_keyword(arg, tail, USAGE) else {
+    let options = parse_options(tail, USAGE, |keyword, tail| {
+        let Some(chosen) = algorithm_keyword(keyword, tail, USAGE) else {
             return Ok(false);
         };
         if params.algorithm.replace(chosen?).is_some() {
@@ -123,25 +121,27 @@ fn parse(args: &[&[u8]]) -> Result<(Params, CommonOptions), CommandError> {
     Ok((params, options))
 }
 
-/// `FIXED`, `SLIDING` or `BUCKETS n` (taking `n` from `tail`) when `arg` is one of them;
+/// `FIXED`, `SLIDING` or `BUCKETS n` (taking `n` from `tail`) when `keyword` is one of them;
 /// `syntax_error` when `BUCKETS` has no value.
 pub fn algorithm_keyword(
-    arg: &[u8],
+    keyword: Keyword,
     tail: &mut Tail,
     syntax_error: CommandError,
 ) -> Option<Result<Algorithm, CommandError>> {
-    if is_keyword(arg, "FIXED") {
-        Some(Ok(Algorithm::Fixed))
-    } else if is_keyword(arg, "SLIDING") {
-        Some(Ok(Algorithm::Sliding))
-    } else if is_keyword(arg, "BUCKETS") {
-        let Some(n) = tail.next_argument() else {
-            return Some(Err(syntax_error));
-        };
-        let n = parse_integer(n).and_then(|n| u16::try_from(n).ok());
-        Some(n.map(Algorithm::Buckets).ok_or(BUCKETS_RANGE))
-    } else {
-        None
+    const FIXED: Keyword = Keyword::new("FIXED");
+    const SLIDING: Keyword = Keyword::new("SLIDING");
+    const BUCKETS: Keyword = Keyword::new("BUCKETS");
+    match keyword {
+        FIXED => Some(Ok(Algorithm::Fixed)),
+        SLIDING => Some(Ok(Algorithm::Sliding)),
+        BUCKETS => {
+            let Some(n) = tail.next_argument() else {
+                return Some(Err(syntax_error));
+            };
+            let n = parse_integer(n).and_then(|n| u16::try_from(n).ok());
+            Some(n.map(Algorithm::Buckets).ok_or(BUCKETS_RANGE))
+        }
+        _ => None,
     }
 }
 

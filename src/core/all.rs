@@ -75,27 +75,39 @@ pub fn conclude<D: Decided>(
     Ok(())
 }
 
-/// [`conclude`] for a call of one limiter.
-#[inline(always)]
-pub fn conclude_one<D: Decided>(
-    one: &mut D,
-    request: &Request,
-    write: bool,
-) -> Result<Verdict, D::Error> {
-    Settlement::of(request, [(one.verdict(), one.limit())]).conclude(one, write)
+/// What becomes of one limiter of a settled call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Conclusion {
+    /// Store what it decided; its reply is the one after (a refund's may differ).
+    Commit,
+    /// The call was refused elsewhere: reply with its standing, uncharged, as a peek sees it.
+    Standing,
+    /// Reply with what it decided; nothing is stored.
+    AsDecided,
 }
 
 impl Settlement {
+    /// What becomes of a limiter that decided `verdict`, starting a block or not, in a call
+    /// settled so; `write` is false for a read-only call, which never stores.
+    #[inline(always)]
+    pub fn conclusion(&self, write: bool, starts_block: bool, verdict: &Verdict) -> Conclusion {
+        if write && self.commits(starts_block) {
+            Conclusion::Commit
+        } else if !self.admitted && !verdict.limited {
+            Conclusion::Standing
+        } else {
+            Conclusion::AsDecided
+        }
+    }
+
     /// Concludes one limiter of a call settled so: stores what it decided if the call
     /// commits it, and returns its reply.
     #[inline(always)]
     fn conclude<D: Decided>(&self, one: &mut D, write: bool) -> Result<Verdict, D::Error> {
-        if write && self.commits(one.starts_block()) {
-            one.commit()
-        } else if !self.admitted && !one.verdict().limited {
-            one.standing()
-        } else {
-            Ok(one.verdict())
+        match self.conclusion(write, one.starts_block(), &one.verdict()) {
+            Conclusion::Commit => one.commit(),
+            Conclusion::Standing => one.standing(),
+            Conclusion::AsDecided => Ok(one.verdict()),
         }
     }
 }

@@ -60,6 +60,7 @@ pub fn blocked_verdict(verdict: Verdict, until: i64, now: i64) -> Verdict {
 /// Applies the block rules to `verdict`, what the algorithm alone decided for `request` at
 /// `now` on a key blocked until `blocked_until` (0: none); `changes` says whether the
 /// algorithm's state would change (an admitted take, or a refund that gives something back).
+#[inline(always)]
 pub fn decide(
     request: &Request,
     blocked_until: i64,

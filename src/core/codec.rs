@@ -72,6 +72,7 @@ pub const BLOCKED_HEADER_LEN: usize = 8;
 
 /// Splits a stored value into the end of its block (0 when it has none) and the limiter's
 /// own state (`None` when a blocked value holds none).
+#[inline(always)]
 pub fn split_blocked(value: &[u8]) -> (i64, Option<&[u8]>) {
     match value.split_first() {
         Some((&BLOCKED_TAG, rest)) if rest.len() >= BLOCKED_HEADER_LEN - 1 => {
@@ -110,6 +111,7 @@ pub fn is_gcra_length(len: usize) -> bool {
 
 /// Encodes a `CL.THROTTLE` state. `tat` must lie in `0..=MAX_INSTANT`, which every TAT the
 /// core produces does.
+#[inline(always)]
 pub fn encode_gcra(tat: Ticks) -> [u8; GCRA_LEN] {
     debug_assert!((0..=MAX_INSTANT).contains(&tat));
     let mut value = [0; GCRA_LEN];
@@ -121,6 +123,7 @@ pub fn encode_gcra(tat: Ticks) -> [u8; GCRA_LEN] {
 /// Decodes a `CL.THROTTLE` state, or `None` when the bytes are not one. A state redis-cell
 /// left behind (19 decimal digits of nanoseconds) is read too, so that switching modules
 /// keeps every limiter's state; the next admitted request rewrites it in this layout.
+#[inline(always)]
 pub fn decode_gcra(value: &[u8]) -> Option<Ticks> {
     if value.len() == REDIS_CELL_LEN && value.iter().all(u8::is_ascii_digit) {
         let nanos: u64 = std::str::from_utf8(value).ok()?.parse().ok()?;

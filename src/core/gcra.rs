@@ -7,7 +7,7 @@
 //! the state can be forgotten) once `now` reaches the TAT. This is redis-cell's algorithm;
 //! the replies match it, without its overflow and rounding defects.
 
-use super::time::{Ticks, Unit, MAX_SPAN};
+use super::time::{Ticks, Unit, MAX_SPAN, TICKS_PER_NANOSECOND};
 use super::verdict::Verdict;
 
 /// Why a set of GCRA parameters is refused.
@@ -63,13 +63,7 @@ impl Gcra {
             return Err(GcraError::NonPositivePeriod);
         }
         let limit = max_burst.checked_add(1).ok_or(GcraError::BurstTooLong)?;
-        // At most i64::MAX seconds in ticks: about 1.5e35, far inside i128.
-        let period = Ticks::from(period) * unit.ticks();
-        let count = Ticks::from(count);
-        if period < count {
-            return Err(GcraError::RateTooHigh);
-        }
-        let interval = (period + count - 1) / count;
+        let interval = emission_interval(period, count, unit).ok_or(GcraError::RateTooHigh)?;
         let tolerance = interval
             .checked_mul(Ticks::from(limit))
             .filter(|&tolerance| tolerance <= MAX_SPAN)
@@ -88,6 +82,7 @@ impl Gcra {
 
     /// Decides a request of `quantity` at `now`, given the stored TAT (`None` for a new or
     /// expired key). A `quantity` of 0 is a peek: it reports the state and never writes.
+    #[inline(always)]
     pub fn apply(&self, stored_tat: Option<Ticks>, now: Ticks, quantity: u64) -> GcraOutcome {
         let tat = stored_tat.map_or(now, |stored| stored.max(now));
         // How far the bucket is from full, in time: the current reset_after.
@@ -150,9 +145,66 @@ impl Gcra {
             0
         } else {
             // room <= tolerance = interval * limit, so this is at most limit.
-            (room / self.interval) as i64
+            whole_intervals(room, self.interval)
         }
     }
+}
+
+/// `room / interval` rounded down, for a positive `room` below 2^88 ticks and a positive
+/// `interval`, whose quotient fits an i64.
+///
+/// Both usually fit 64 bits (spans under 18 minutes): one 64-bit division. Otherwise their
+/// whole nanoseconds give an estimate, which a 128-bit multiplication confirms or moves by
+/// one; a 128-bit division (a routine, about four times the cost) only when that fails.
+fn whole_intervals(room: Ticks, interval: Ticks) -> i64 {
+    debug_assert!(room > 0 && room < 1 << 88 && interval > 0);
+    let (room, interval) = (room as u128, interval as u128);
+    if (room | interval) >> 64 == 0 {
+        return (room as u64 / interval as u64) as i64;
+    }
+    let (room_ns, interval_ns) = ((room >> 24) as u64, (interval >> 24) as u64);
+    if let Some(estimate) = room_ns.checked_div(interval_ns) {
+        let estimate = u128::from(estimate);
+        // The estimate is at most about twice the quotient: these products stay far
+        // inside u128.
+        for quotient in [estimate, estimate.wrapping_sub(1), estimate + 1] {
+            let low = quotient.wrapping_mul(interval);
+            if quotient <= estimate + 1 && low <= room && room - low < interval {
+                return quotient as i64;
+            }
+        }
+    }
+    (room / interval) as i64
+}
+
+/// `period` `unit`s divided by `count`, in ticks, rounded up to a whole tick; `None` when
+/// that is below one tick. Both arguments are positive.
+fn emission_interval(period: i64, count: i64, unit: Unit) -> Option<Ticks> {
+    let (period, count) = (period as u64, count as u64);
+    let nanos_per_unit = (unit.ticks() / TICKS_PER_NANOSECOND) as u64;
+    // The usual case in 64-bit divisions: `period` in nanoseconds fits a u64, and `count`
+    // is below 2^40, so the ticks left over after whole nanoseconds (under 2^24 of them per
+    // unit of count) do too. A tick is 2^-24 ns: whole ns / count, then the remainder's
+    // ticks / count, rounded up.
+    if let Some(nanos) = period
+        .checked_mul(nanos_per_unit)
+        .filter(|_| count < 1 << 40)
+    {
+        let (whole, left_over) = (nanos / count, nanos % count);
+        if whole == 0 && left_over << 24 < count {
+            return None;
+        }
+        return Some((Ticks::from(whole) << 24) + Ticks::from((left_over << 24).div_ceil(count)));
+    }
+    emission_interval_wide(period, count, unit)
+}
+
+/// [`emission_interval`] in 128-bit arithmetic, for any positive arguments: at most
+/// `i64::MAX` seconds in ticks, about 1.5e35, far inside i128.
+fn emission_interval_wide(period: u64, count: u64, unit: Unit) -> Option<Ticks> {
+    let period = Ticks::from(period) * unit.ticks();
+    let count = Ticks::from(count);
+    (period >= count).then(|| (period + count - 1) / count)
 }
 
 #[cfg(test)]
@@ -433,6 +485,52 @@ mod tests {
             tat = outcome.new_tat.or(tat);
         }
         (tat, now)
+    }
+
+    #[test]
+    fn an_interval_just_below_a_whole_nanosecond_more_rounds_up_to_it() {
+        // Periods (in µs) whose nanoseconds leave `count - 1` over: the ticks left over
+        // round up to a whole 2^24, a nanosecond more.
+        for (count, period) in [
+            (16_777_217, 9_277_801),
+            (1_073_741_831, 76_235_670),
+            (1_099_511_627_773, 920_291_232_446),
+        ] {
+            let interval = emission_interval(period, count, Unit::Microseconds).unwrap();
+            assert_eq!(interval % TICKS_PER_NANOSECOND, 0);
+            assert_eq!(
+                Some(interval),
+                emission_interval_wide(period as u64, count as u64, Unit::Microseconds)
+            );
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn whole_intervals_match_the_128_bit_division(
+            interval in prop_oneof![1i128..1 << 30, 1i128..1 << 64, 1i128..1 << 87],
+            quotient in prop_oneof![0i128..100, 0i128..1 << 24, 0i128..1 << 40],
+            offset in 0.0f64..1.0,
+        ) {
+            let room = quotient * interval + (offset * interval as f64) as Ticks;
+            prop_assume!(room > 0 && room < 1 << 88);
+            prop_assert_eq!(whole_intervals(room, interval) as i128, room / interval);
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn the_emission_interval_matches_the_128_bit_division(
+            period in prop_oneof![1i64..100_000, 1i64..=i64::MAX],
+            count in prop_oneof![1i64..100_000, 1i64..1 << 41, 1i64..=i64::MAX],
+        ) {
+            for unit in [Unit::Seconds, Unit::Milliseconds, Unit::Microseconds] {
+                prop_assert_eq!(
+                    emission_interval(period, count, unit),
+                    emission_interval_wide(period as u64, count as u64, unit)
+                );
+            }
+        }
     }
 
     proptest! {

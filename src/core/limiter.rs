@@ -88,6 +88,7 @@ struct Own {
 /// given the key's value (`None` for a missing key). What to store is appended to `value`
 /// (cleared first). `StateError` when the value is not this limiter's state; a `Log`
 /// limiter has no string state and always gets `Foreign`.
+#[inline(always)]
 pub fn decide_string(
     limiter: &Limiter,
     stored: Option<&[u8]>,
@@ -155,6 +156,7 @@ fn blocked_take(request: &Request, blocked_until: i64, now: i64, own: &Verdict) 
 
 /// The algorithm's own decision on its own state, appending its new state to `value` (only
 /// the bytes that change, when `patch` allows and the algorithm can).
+#[inline(always)]
 fn decide_own(
     limiter: &Limiter,
     stored: Option<&[u8]>,

@@ -35,9 +35,26 @@ pub const fn from_micros(micros: i64) -> Ticks {
 /// The first whole millisecond at or after `instant`: where a key's expiry goes so that it
 /// never disappears before the state it holds stops mattering.
 pub fn ceil_millis(instant: Ticks) -> i64 {
+    // Every instant from 0 to MAX_INSTANT has its whole nanoseconds below 2^64: the
+    // division is then by a constant, in 64 bits (a multiplication), where i128 would call
+    // a division routine.
+    if (0..=MAX_INSTANT).contains(&instant) {
+        let (nanos, fraction) = split_nanos(instant);
+        let millis = nanos / 1_000_000 + u64::from(nanos % 1_000_000 != 0 || fraction != 0);
+        return millis as i64; // At most 2^64 / 10^6.
+    }
     let millis = instant.div_euclid(TICKS_PER_MILLISECOND)
         + Ticks::from(instant.rem_euclid(TICKS_PER_MILLISECOND) != 0);
     i64::try_from(millis).expect("instants are bounded by MAX_INSTANT")
+}
+
+/// The whole nanoseconds of `ticks` (from 0 to 2^88 - 1) and the ticks left over.
+fn split_nanos(ticks: Ticks) -> (u64, u64) {
+    debug_assert!((0..1 << 88).contains(&ticks));
+    (
+        (ticks >> 24) as u64,
+        ticks as u64 & (TICKS_PER_NANOSECOND as u64 - 1),
+    )
 }
 
 /// The unit of periods and windows in a command's arguments, and of times in its reply.
@@ -73,8 +90,39 @@ pub enum Rounding {
     Up,
 }
 
-/// Expresses a span in whole `unit`s for a reply. Negative spans count as zero.
+/// Expresses a span in whole `unit`s for a reply. Negative spans count as zero; spans beyond
+/// `i64::MAX` units saturate.
 pub fn span_in_units(span: Ticks, unit: Unit, rounding: Rounding) -> i64 {
+    if span <= 0 {
+        return 0;
+    }
+    if span >= 1 << 88 {
+        return span_in_units_wide(span, unit, rounding);
+    }
+    // Below 2^88 ticks the whole nanoseconds fit a u64, and each unit is a constant
+    // divisor: a multiplication instead of a 128-bit division routine. A thousandth of a
+    // unit is a whole number of nanoseconds, so the rounding rules read the same in
+    // nanoseconds (the ticks below a nanosecond only matter when rounding up).
+    let (nanos, fraction) = split_nanos(span);
+    let in_units = |per_unit: u64| {
+        let (whole, left_over) = (nanos / per_unit, nanos % per_unit);
+        let round_up = match rounding {
+            Rounding::RedisCell => left_over >= per_unit / 1_000,
+            Rounding::Up => left_over > 0 || fraction > 0,
+        };
+        // At most 2^64 / 1,000 units: within an i64.
+        (whole + u64::from(round_up)) as i64
+    };
+    match unit {
+        Unit::Seconds => in_units(1_000_000_000),
+        Unit::Milliseconds => in_units(1_000_000),
+        Unit::Microseconds => in_units(1_000),
+    }
+}
+
+/// [`span_in_units`] for any span, in 128-bit arithmetic: the reference the fast path is
+/// tested against, and the path of spans of 2^88 ticks or more.
+fn span_in_units_wide(span: Ticks, unit: Unit, rounding: Rounding) -> i64 {
     let span = span.max(0);
     let per_unit = unit.ticks();
     let whole = span / per_unit;
@@ -89,6 +137,7 @@ pub fn span_in_units(span: Ticks, unit: Unit, rounding: Rounding) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     #[test]
     fn redis_cell_rounding_ignores_less_than_a_thousandth_of_a_unit() {
@@ -145,6 +194,42 @@ mod tests {
             1_700_000_000_124
         );
         assert_eq!(ceil_millis(MAX_INSTANT), 18_446_744_073_710);
+    }
+
+    /// The 128-bit forms the fast paths replace.
+    fn ceil_millis_wide(instant: Ticks) -> i64 {
+        let millis = instant.div_euclid(TICKS_PER_MILLISECOND)
+            + Ticks::from(instant.rem_euclid(TICKS_PER_MILLISECOND) != 0);
+        i64::try_from(millis).unwrap()
+    }
+
+    proptest! {
+        #[test]
+        fn fast_rounding_matches_the_128_bit_arithmetic(
+            span in prop_oneof![
+                -1_000i128..1_000,
+                0..(1i128 << 88) + 1_000,
+                // Near whole units and their thousandths, where the rules differ.
+                (0i128..1 << 20, -3i128..3, 0usize..4).prop_map(|(n, off, unit)| {
+                    [TICKS_PER_SECOND / 1_000, TICKS_PER_MILLISECOND, TICKS_PER_SECOND,
+                        TICKS_PER_MICROSECOND][unit] * n + off
+                }),
+                proptest::num::i128::ANY,
+            ],
+        ) {
+            for unit in [Unit::Seconds, Unit::Milliseconds, Unit::Microseconds] {
+                for rounding in [Rounding::RedisCell, Rounding::Up] {
+                    prop_assert_eq!(
+                        span_in_units(span, unit, rounding),
+                        span_in_units_wide(span, unit, rounding),
+                        "{} {:?} {:?}", span, unit, rounding
+                    );
+                }
+            }
+            if (0..=MAX_INSTANT).contains(&span) {
+                prop_assert_eq!(ceil_millis(span), ceil_millis_wide(span));
+            }
+        }
     }
 
     #[test]

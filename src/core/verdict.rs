@@ -22,6 +22,7 @@ impl Verdict {
     /// The reply shared by all commands:
     /// `[limited, limit, remaining, retry_after, reset_after]`, with `retry_after` -1 when
     /// there is nothing to wait for, and times as whole `unit`s.
+    #[inline(always)]
     pub fn to_reply(self, unit: Unit, rounding: Rounding) -> [i64; 5] {
         [
             i64::from(self.limited),

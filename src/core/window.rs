@@ -18,7 +18,7 @@
 
 use super::buckets::{self, Entry};
 use super::codec::Placement;
-use super::time::{from_micros, Ticks, Unit, TICKS_PER_MICROSECOND};
+use super::time::{Unit, TICKS_PER_MICROSECOND};
 use super::verdict::Verdict;
 
 /// The most buckets `BUCKETS n` accepts: an hour of one-second buckets.
@@ -116,10 +116,10 @@ pub struct WindowRefund {
     pub placement: Placement,
 }
 
-/// Working memory reused from call to call, so that a call allocates nothing once warm.
+/// Working memory reused from call to call, so that a call allocates nothing once warm:
+/// the entries of a `BUCKETS` log (`FIXED` and `SLIDING` keep their counts on the stack).
 #[derive(Default)]
 pub struct Scratch {
-    counts: Vec<u64>,
     entries: Vec<Entry>,
 }
 
@@ -127,7 +127,6 @@ impl Scratch {
     /// Empty working memory; it grows as calls need.
     pub const fn new() -> Scratch {
         Scratch {
-            counts: Vec::new(),
             entries: Vec::new(),
         }
     }
@@ -235,40 +234,12 @@ impl WindowLimiter {
         scratch: &mut Scratch,
         value: &mut Vec<u8>,
     ) -> Result<WindowOutcome, StateError> {
-        if let Algorithm::Buckets(_) = self.algorithm {
-            return self.apply_buckets(stored, now, quantity, patch, &mut scratch.entries, value);
+        match self.algorithm {
+            Algorithm::Buckets(_) => {
+                self.apply_buckets(stored, now, quantity, patch, &mut scratch.entries, value)
+            }
+            Algorithm::Fixed | Algorithm::Sliding => self.apply_pair(stored, now, quantity, value),
         }
-        let now = now.max(0);
-        let counts = &mut scratch.counts;
-        let newest = self.load(stored, now, counts)?;
-        let used = sum(counts);
-        let admitted =
-            quantity <= self.limit && self.room(counts, used, newest, now, quantity) >= 0;
-        let charged = if admitted { quantity } else { 0 };
-        *counts.last_mut().expect("at least one slot") += charged;
-        let verdict = Verdict {
-            limited: !admitted,
-            limit: self.limit as i64,
-            remaining: self.remaining(counts, newest, now, used.saturating_add(charged)),
-            retry_after: (!admitted && quantity <= self.limit)
-                .then(|| self.retry_at(counts, newest, used, quantity) - now)
-                .map(|micros| from_micros(micros.max(0))),
-            reset_after: self.reset_after(counts, newest, now),
-        };
-        if charged == 0 {
-            return Ok(WindowOutcome {
-                verdict,
-                expire_at_ms: None,
-                placement: Placement::WHOLE,
-            });
-        }
-        self.encode(counts, self.bucket_start(newest), value);
-        let expire_at = self.bucket_start(newest + self.slots as i64);
-        Ok(WindowOutcome {
-            verdict,
-            expire_at_ms: Some((expire_at + 999) / 1_000),
-            placement: Placement::WHOLE,
-        })
     }
 
     /// Gives back `quantity` at `now`: subtracted from the newest counted buckets first,
@@ -285,167 +256,12 @@ impl WindowLimiter {
         scratch: &mut Scratch,
         value: &mut Vec<u8>,
     ) -> Result<WindowRefund, StateError> {
-        if let Algorithm::Buckets(_) = self.algorithm {
-            return self.refund_buckets(stored, now, quantity, patch, &mut scratch.entries, value);
-        }
-        let now = now.max(0);
-        let counts = &mut scratch.counts;
-        let newest = self.load(stored, now, counts)?;
-        let mut left = quantity;
-        for count in counts.iter_mut().rev() {
-            let returned = left.min(*count);
-            *count -= returned;
-            left -= returned;
-        }
-        let returned = quantity - left;
-        let used = sum(counts);
-        let verdict = Verdict {
-            limited: self.room(counts, used, newest, now, 0) < 0,
-            limit: self.limit as i64,
-            remaining: self.remaining(counts, newest, now, used),
-            retry_after: None,
-            reset_after: self.reset_after(counts, newest, now),
-        };
-        if returned > 0 {
-            self.encode(counts, self.bucket_start(newest), value);
-        }
-        Ok(WindowRefund {
-            verdict,
-            changed: returned > 0,
-            expire_at_ms: self.reset_at(counts, newest).map(|at| (at + 999) / 1_000),
-            placement: Placement::WHOLE,
-        })
-    }
-
-    /// Reads the stored state (or none) into `counts`, rolled on to `now`, and returns the
-    /// newest bucket.
-    fn load(
-        &self,
-        stored: Option<&[u8]>,
-        now: i64,
-        counts: &mut Vec<u64>,
-    ) -> Result<i64, StateError> {
-        let mut newest = self.bucket_of(now);
-        match stored {
-            Some(stored) => {
-                let stored_start = self.decode(stored, counts)?;
-                let stored_newest = self.bucket_of(stored_start);
-                // A clock that went back keeps counting in the newest bucket it knows.
-                if newest > stored_newest {
-                    self.roll(counts, newest - stored_newest);
-                } else {
-                    newest = stored_newest;
-                }
-            }
-            None => {
-                counts.clear();
-                counts.resize(self.slots, 0);
-            }
-        }
-        Ok(newest)
-    }
-
-    /// How long until every counted request has left the window.
-    fn reset_after(&self, counts: &[u64], newest: i64, now: i64) -> Ticks {
-        from_micros(
-            self.reset_at(counts, newest)
-                .map_or(0, |at| at - now)
-                .max(0),
-        )
-    }
-
-    /// Moves the counts `buckets` buckets on: the oldest roll off, new empty ones arrive.
-    fn roll(&self, counts: &mut [u64], buckets: i64) {
-        let shift = usize::try_from(buckets).map_or(counts.len(), |b| b.min(counts.len()));
-        counts.rotate_left(shift);
-        let len = counts.len();
-        counts[len - shift..].fill(0);
-    }
-
-    /// How much room is left for `quantity`: not negative when it fits. In units of
-    /// quantity for `FIXED` and `BUCKETS`, of quantity-microseconds for `SLIDING`.
-    /// `used` is the sum of the counts.
-    fn room(&self, counts: &[u64], used: u64, newest: i64, now: i64, quantity: u64) -> i128 {
         match self.algorithm {
-            Algorithm::Fixed | Algorithm::Buckets(_) => {
-                self.limit as i128 - used as i128 - quantity as i128
+            Algorithm::Buckets(_) => {
+                self.refund_buckets(stored, now, quantity, patch, &mut scratch.entries, value)
             }
-            Algorithm::Sliding => {
-                let window = i128::from(self.window);
-                let overlap = i128::from(self.window - self.elapsed(newest, now));
-                let (previous, current) = (i128::from(counts[0]), i128::from(counts[1]));
-                self.limit as i128 * window
-                    - previous * overlap
-                    - (current + quantity as i128) * window
-            }
+            Algorithm::Fixed | Algorithm::Sliding => self.refund_pair(stored, now, quantity, value),
         }
-    }
-
-    /// Microseconds since the start of the current window, within `0..window`; 0 when the
-    /// clock is behind the newest bucket.
-    fn elapsed(&self, newest: i64, now: i64) -> i64 {
-        (now - self.bucket_start(newest)).clamp(0, self.window - 1)
-    }
-
-    /// Whole units that still fit now (`used` is the sum of the counts).
-    fn remaining(&self, counts: &[u64], newest: i64, now: i64, used: u64) -> i64 {
-        let room = match self.algorithm {
-            Algorithm::Fixed | Algorithm::Buckets(_) => self.limit.saturating_sub(used) as i128,
-            Algorithm::Sliding => self
-                .room(counts, used, newest, now, 0)
-                .max(0)
-                .div_euclid(i128::from(self.window)),
-        };
-        room as i64
-    }
-
-    /// The instant `quantity` (at most `limit`, refused at `now`) will fit, absent other
-    /// traffic.
-    fn retry_at(&self, counts: &[u64], newest: i64, used: u64, quantity: u64) -> i64 {
-        match self.algorithm {
-            Algorithm::Fixed | Algorithm::Buckets(_) => {
-                // The oldest buckets leave first: find the one whose departure frees enough.
-                let excess = used.saturating_add(quantity) - self.limit;
-                let oldest = newest - (self.slots as i64 - 1);
-                let mut freed = 0u64;
-                for (age, &count) in counts.iter().enumerate() {
-                    freed = freed.saturating_add(count);
-                    if freed >= excess {
-                        return self.bucket_start(oldest + age as i64 + self.slots as i64);
-                    }
-                }
-                // Unreachable: every count leaving frees `used`, and the excess is at most
-                // that; the latest possible answer is still a correct one.
-                self.bucket_start(newest + self.slots as i64)
-            }
-            Algorithm::Sliding => {
-                // Within the current window, the previous count's weight falls linearly:
-                // fits once previous * (window - elapsed) <= (limit - current - q) * window.
-                let window = i128::from(self.window);
-                let (previous, current) = (i128::from(counts[0]), i128::from(counts[1]));
-                let quantity = quantity as i128;
-                let spare = (self.limit as i128 - current - quantity) * window;
-                if spare >= 0 && previous > 0 {
-                    let overlap = (spare / previous).min(window);
-                    return self.bucket_start(newest) + (window - overlap) as i64;
-                }
-                // Otherwise in the next window, where the current count becomes the previous.
-                let spare = (self.limit as i128 - quantity) * window;
-                let overlap = if current > 0 {
-                    (spare / current).min(window)
-                } else {
-                    window
-                };
-                self.bucket_start(newest + 1) + (window - overlap) as i64
-            }
-        }
-    }
-
-    /// When every counted request has left the window, or `None` when none is counted.
-    fn reset_at(&self, counts: &[u64], newest: i64) -> Option<i64> {
-        let newest_counted = counts.iter().rposition(|&count| count > 0)?;
-        let age = (counts.len() - 1 - newest_counted) as i64;
-        Some(self.bucket_start(newest - age + self.slots as i64))
     }
 
     fn tag(&self) -> u8 {
@@ -463,6 +279,14 @@ impl WindowLimiter {
     /// longer have a bucket of their own are added to the oldest kept bucket, so nothing
     /// counted is forgotten before its time.
     pub(super) fn decode(&self, value: &[u8], counts: &mut Vec<u64>) -> Result<i64, StateError> {
+        counts.clear();
+        counts.resize(self.slots, 0);
+        self.decode_into(value, counts)
+    }
+
+    /// [`WindowLimiter::decode`] into `counts`, which holds `slots` zeros.
+    fn decode_into(&self, value: &[u8], counts: &mut [u64]) -> Result<i64, StateError> {
+        debug_assert_eq!(counts.len(), self.slots);
         let (&tag, rest) = value.split_first().ok_or(StateError::Foreign)?;
         if !is_window_tag(tag) {
             return Err(StateError::Foreign);
@@ -477,17 +301,22 @@ impl WindowLimiter {
         let start = (header & ((1 << START_BITS) - 1)) as i64;
         let width = 1usize << (header >> START_BITS);
         let body = &rest[HEADER_LEN - 1..];
-        let stored_slots = body.len() / width;
+        let stored_slots = body.len() >> (header >> START_BITS);
         let expected = match self.algorithm {
             Algorithm::Fixed => stored_slots == 1,
             Algorithm::Sliding => stored_slots == 2,
             Algorithm::Buckets(_) => (1..=MAX_BUCKETS as usize).contains(&stored_slots),
         };
-        if body.len() % width != 0 || !expected {
+        if body.len() & (width - 1) != 0 || !expected {
             return Err(StateError::Foreign);
         }
-        counts.clear();
-        counts.resize(self.slots, 0);
+        if stored_slots == self.slots {
+            // FIXED, SLIDING, and BUCKETS kept with the same n: one count per slot.
+            for (count, chunk) in counts.iter_mut().zip(body.chunks_exact(width)) {
+                *count = read_le(chunk);
+            }
+            return Ok(start);
+        }
         let kept = stored_slots.min(self.slots);
         let dropped = stored_slots - kept;
         for (slot, chunk) in body.chunks_exact(width).enumerate() {
@@ -497,9 +326,11 @@ impl WindowLimiter {
         Ok(start)
     }
 
-    /// Appends the state to `value`: the tag, the newest bucket's start and the counters' width, then
-    /// the counts, oldest first, each in the fewest of 1, 2, 4 or 8 bytes that holds both
-    /// the limit and every count.
+    /// Appends the state to `value`: the tag, the newest bucket's start and the counters'
+    /// width, then the counts, oldest first, each in the fewest of 1, 2, 4 or 8 bytes that
+    /// holds both the limit and every count. The layout `FIXED` and `SLIDING` write, and
+    /// the one the first release wrote for `BUCKETS n`: what tests store to read back.
+    #[cfg(test)]
     pub(super) fn encode(&self, counts: &[u64], newest_start: i64, value: &mut Vec<u8>) {
         let largest = counts.iter().copied().fold(self.limit, u64::max);
         let width_code: u64 = match largest {
@@ -542,17 +373,13 @@ pub fn is_window_length(len: usize) -> bool {
     (HEADER_LEN + 1..=MAX_V1_LEN.max(buckets::MAX_LEN)).contains(&len)
 }
 
-fn sum(counts: &[u64]) -> u64 {
-    counts
-        .iter()
-        .fold(0, |sum, &count| sum.saturating_add(count))
-}
-
 fn read_le(bytes: &[u8]) -> u64 {
     let mut word = [0; 8];
     word[..bytes.len()].copy_from_slice(bytes);
     u64::from_le_bytes(word)
 }
+
+mod pair;
 
 #[cfg(test)]
 mod tests;

@@ -13,7 +13,7 @@
 
 use redis_module::raw;
 
-use crate::core::all::{conclude, conclude_one, Decided};
+use crate::core::all::{conclude, Conclusion, Decided, Settlement};
 use crate::core::limiter::{commit_log, decide_log, decide_string, Limiter, LogWrite, StringWrite};
 use crate::core::log::{LogLimiter, SlidingLog};
 use crate::core::request::{Action, Request};
@@ -83,18 +83,30 @@ enum Plan {
     Log(LogWrite),
 }
 
-/// One limiter of a running call, decided.
-struct Slot<'a> {
+/// What a call asks of each limiter it names: the same for all of them.
+#[derive(Clone, Copy)]
+struct Ask<'a> {
     call: &'a Invocation<'a>,
-    key: LimiterKey,
-    limiter: &'a Limiter,
     request: &'a Request,
+    mode: Mode,
     now: i64,
     log_effect: LogEffect,
+}
+
+/// What one limiter decided, having changed nothing.
+struct Decision {
     verdict: Verdict,
     plan: Plan,
     /// Whether the plan is a block this refusal starts.
     starts_block: bool,
+}
+
+/// One limiter of a running call over several, decided.
+struct Slot<'a> {
+    ask: Ask<'a>,
+    limiter: &'a Limiter,
+    key: LimiterKey,
+    decision: Decision,
     /// The new string state the plan stores.
     value: &'a [u8],
 }
@@ -102,7 +114,7 @@ struct Slot<'a> {
 /// Runs `request` at `now` (µs since the epoch, read once for the whole call) against every
 /// limiter in `named` (at most `N`), as described in the module's documentation, and writes
 /// each limiter's reply to `verdicts`, in the same order. `N` sizes the call's working
-/// state: 1 for the single-key commands, so that they pay for no more.
+/// state.
 pub fn run<const N: usize>(
     call: &Invocation,
     named: &[Named],
@@ -113,20 +125,33 @@ pub fn run<const N: usize>(
     verdicts: &mut [Verdict],
 ) -> Result<(), CommandError> {
     debug_assert!((1..=N.min(MAX_LIMITERS)).contains(&named.len()));
+    let ask = Ask {
+        call,
+        request,
+        mode,
+        now,
+        log_effect,
+    };
     WORKING.with(|working| {
         let Working { buffers, scratch } = working;
         let mut slots: [Option<Slot>; N] = [const { None }; N];
         for ((slot, named), buffer) in slots.iter_mut().zip(named).zip(buffers.iter_mut()) {
-            *slot = Some(decide(
-                call, named, request, mode, now, log_effect, buffer, scratch,
-            )?);
+            let key = open(&ask, named)?;
+            let decision = decide(&ask, &named.limiter, &key, buffer, scratch)?;
+            *slot = Some(Slot {
+                ask,
+                limiter: &named.limiter,
+                key,
+                decision,
+                value: buffer,
+            });
         }
         conclude(&mut slots, request, mode == Mode::Write, verdicts)
     })
 }
 
-/// [`run`] for a call of one limiter, with nothing to size: what the single-key commands
-/// run.
+/// [`run`] for a call of one limiter: what the single-key commands run. The same steps, in
+/// a straight line: nothing is gathered for a settlement that has one limiter to weigh.
 pub fn run_one(
     call: &Invocation,
     named: &Named,
@@ -135,63 +160,69 @@ pub fn run_one(
     now: i64,
     log_effect: LogEffect,
 ) -> Result<Verdict, CommandError> {
+    let ask = Ask {
+        call,
+        request,
+        mode,
+        now,
+        log_effect,
+    };
+    let limiter = &named.limiter;
     WORKING.with(|working| {
         let Working { buffers, scratch } = working;
-        let buffer = &mut buffers[0];
-        let mut slot = decide(call, named, request, mode, now, log_effect, buffer, scratch)?;
-        conclude_one(&mut slot, request, mode == Mode::Write)
+        let mut key = open(&ask, named)?;
+        let decision = decide(&ask, limiter, &key, &mut buffers[0], scratch)?;
+        let settlement = Settlement::of(request, [(decision.verdict, limiter.limit())]);
+        let write = mode == Mode::Write;
+        match settlement.conclusion(write, decision.starts_block, &decision.verdict) {
+            Conclusion::Commit => commit(&ask, limiter, &mut key, &decision, &buffers[0]),
+            Conclusion::Standing => standing(&ask, limiter, &key),
+            Conclusion::AsDecided => Ok(decision.verdict),
+        }
     })
 }
 
-/// Opens `named`'s key and decides its limiter, changing nothing; a new string state goes
-/// to `buffer`.
-#[allow(clippy::too_many_arguments)] // The call's parts, passed down as they are.
+/// Opens `named`'s key: for writing when the call may change it.
 #[inline(always)]
-fn decide<'a>(
-    call: &'a Invocation<'a>,
-    named: &'a Named,
-    request: &'a Request,
-    mode: Mode,
-    now: i64,
-    log_effect: LogEffect,
-    buffer: &'a mut Vec<u8>,
-    scratch: &mut Scratch,
-) -> Result<Slot<'a>, CommandError> {
-    let access = if mode == Mode::Write && request.may_write(named.limiter.limit()) {
+fn open(ask: &Ask, named: &Named) -> Result<LimiterKey, CommandError> {
+    let access = if ask.mode == Mode::Write && ask.request.may_write(named.limiter.limit()) {
         Access::Write
     } else {
         Access::Read
     };
-    let key = LimiterKey::open(call, named.key, access)?;
-    let (verdict, plan, starts_block) = match &named.limiter {
+    LimiterKey::open(ask.call, named.key, access)
+}
+
+/// Decides `limiter` on its open `key`, changing nothing; a new string state goes to
+/// `buffer`.
+#[inline(always)]
+fn decide(
+    ask: &Ask,
+    limiter: &Limiter,
+    key: &LimiterKey,
+    buffer: &mut Vec<u8>,
+    scratch: &mut Scratch,
+) -> Result<Decision, CommandError> {
+    Ok(match limiter {
         Limiter::Log(limiter) => {
             let log = key.native_view::<SlidingLog>()?;
-            let (verdict, write) = decide_log(limiter, log.as_deref(), now, request);
-            let starts_block = matches!(write, LogWrite::StartBlock(_));
-            (verdict, Plan::Log(write), starts_block)
+            let (verdict, write) = decide_log(limiter, log.as_deref(), ask.now, ask.request);
+            Decision {
+                verdict,
+                plan: Plan::Log(write),
+                starts_block: matches!(write, LogWrite::StartBlock(_)),
+            }
         }
         limiter => {
             let stored = key.read(state_length(limiter))?;
-            let decision = decide_string(limiter, stored, now, request, scratch, buffer);
+            let decision = decide_string(limiter, stored, ask.now, ask.request, scratch, buffer);
             let decision = decision.map_err(state_error)?;
-            (
-                decision.verdict,
-                Plan::String(decision.write),
-                decision.starts_block,
-            )
+            Decision {
+                verdict: decision.verdict,
+                plan: Plan::String(decision.write),
+                starts_block: decision.starts_block,
+            }
         }
-    };
-    Ok(Slot {
-        call,
-        key,
-        limiter: &named.limiter,
-        request,
-        now,
-        log_effect,
-        verdict,
-        plan,
-        starts_block,
-        value: buffer,
     })
 }
 
@@ -218,7 +249,7 @@ impl Decided for Slot<'_> {
     type Error = CommandError;
 
     fn verdict(&self) -> Verdict {
-        self.verdict
+        self.decision.verdict
     }
 
     fn limit(&self) -> u64 {
@@ -226,81 +257,93 @@ impl Decided for Slot<'_> {
     }
 
     fn starts_block(&self) -> bool {
-        self.starts_block
+        self.decision.starts_block
     }
 
     fn standing(&mut self) -> Result<Verdict, CommandError> {
-        let peek = Request::take(0);
-        Ok(match &self.limiter {
-            Limiter::Log(limiter) => {
-                let log = self.key.native_view::<SlidingLog>()?;
-                decide_log(limiter, log.as_deref(), self.now, &peek).0
-            }
-            limiter => {
-                let stored = self.key.read(state_length(limiter))?;
-                STANDING_SCRATCH
-                    .with(|scratch| {
-                        decide_string(limiter, stored, self.now, &peek, scratch, &mut Vec::new())
-                    })
-                    .map_err(state_error)?
-                    .verdict
-            }
-        })
+        standing(&self.ask, self.limiter, &self.key)
     }
 
     fn commit(&mut self) -> Result<Verdict, CommandError> {
-        let (request, now) = (*self.request, self.now);
-        match (self.plan, self.limiter) {
-            (Plan::String(StringWrite::Nothing), _) | (Plan::Log(LogWrite::Nothing), _) => {}
-            (
-                Plan::String(StringWrite::Store {
-                    expire_at_ms,
-                    placement,
-                }),
-                _,
-            ) => {
-                self.key.write(self.value, placement, expire_at_ms)?;
-            }
-            (Plan::String(StringWrite::Delete), _) => {
-                self.key.delete(raw::REDISMODULE_NOTIFY_STRING)?;
-                self.key.propagate(|| self.key.replicate_delete());
-            }
-            (Plan::Log(write), Limiter::Log(limiter)) => {
-                let commit = match self.key.native_borrow::<SlidingLog>()? {
-                    Some(mut log) => {
-                        commit_log(limiter, &mut log, now, &request, write, &mut self.verdict)
-                    }
-                    None => {
-                        let mut log = SlidingLog::default();
-                        let verdict = &mut self.verdict;
-                        let commit = commit_log(limiter, &mut log, now, &request, write, verdict);
-                        if !commit.delete {
-                            self.key.set_native(log)?;
-                        }
-                        commit
-                    }
-                };
-                if commit.delete {
-                    self.key.delete(raw::REDISMODULE_NOTIFY_MODULE)?;
-                } else {
-                    self.key.changed_in_place(Some(commit.expire_at_ms))?;
-                }
-                self.key.propagate(|| {
-                    propagate_log(
-                        self.call,
-                        &self.key,
-                        limiter,
-                        &request,
-                        now,
-                        self.log_effect,
-                    )
-                });
-                return Ok(self.verdict);
-            }
-            (Plan::Log(_), _) => return Err(CommandError::INTERNAL),
-        }
-        Ok(self.verdict)
+        commit(
+            &self.ask,
+            self.limiter,
+            &mut self.key,
+            &self.decision,
+            self.value,
+        )
     }
+}
+
+/// `limiter`'s standing on its open `key`, uncharged, as a peek sees it.
+fn standing(ask: &Ask, limiter: &Limiter, key: &LimiterKey) -> Result<Verdict, CommandError> {
+    let peek = Request::take(0);
+    Ok(match limiter {
+        Limiter::Log(limiter) => {
+            let log = key.native_view::<SlidingLog>()?;
+            decide_log(limiter, log.as_deref(), ask.now, &peek).0
+        }
+        limiter => {
+            let stored = key.read(state_length(limiter))?;
+            STANDING_SCRATCH
+                .with(|scratch| {
+                    decide_string(limiter, stored, ask.now, &peek, scratch, &mut Vec::new())
+                })
+                .map_err(state_error)?
+                .verdict
+        }
+    })
+}
+
+/// Stores what `limiter` decided on its open `key` (`value`: the new string state) and
+/// propagates it; returns the reply after.
+#[inline(always)]
+fn commit(
+    ask: &Ask,
+    limiter: &Limiter,
+    key: &mut LimiterKey,
+    decision: &Decision,
+    value: &[u8],
+) -> Result<Verdict, CommandError> {
+    let (request, now) = (*ask.request, ask.now);
+    let mut verdict = decision.verdict;
+    match (decision.plan, limiter) {
+        (Plan::String(StringWrite::Nothing), _) | (Plan::Log(LogWrite::Nothing), _) => {}
+        (
+            Plan::String(StringWrite::Store {
+                expire_at_ms,
+                placement,
+            }),
+            _,
+        ) => {
+            key.write(value, placement, expire_at_ms)?;
+        }
+        (Plan::String(StringWrite::Delete), _) => {
+            key.delete(raw::REDISMODULE_NOTIFY_STRING)?;
+            key.propagate(|| key.replicate_delete());
+        }
+        (Plan::Log(write), Limiter::Log(limiter)) => {
+            let commit = match key.native_borrow::<SlidingLog>()? {
+                Some(mut log) => commit_log(limiter, &mut log, now, &request, write, &mut verdict),
+                None => {
+                    let mut log = SlidingLog::default();
+                    let commit = commit_log(limiter, &mut log, now, &request, write, &mut verdict);
+                    if !commit.delete {
+                        key.set_native(log)?;
+                    }
+                    commit
+                }
+            };
+            if commit.delete {
+                key.delete(raw::REDISMODULE_NOTIFY_MODULE)?;
+            } else {
+                key.changed_in_place(Some(commit.expire_at_ms))?;
+            }
+            key.propagate(|| propagate_log(ask.call, key, limiter, &request, now, ask.log_effect));
+        }
+        (Plan::Log(_), _) => return Err(CommandError::INTERNAL),
+    }
+    Ok(verdict)
 }
 
 /// Propagates a log's change: the call again, with the time it ran at, so that replicas and

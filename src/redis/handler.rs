@@ -27,7 +27,8 @@ pub struct Invocation<'a> {
     pub spec: &'static CommandSpec,
     /// The arguments as Redis strings, the command's name first.
     argv: &'a [*mut raw::RedisModuleString],
-    /// The same arguments as bytes; the command's name is left empty.
+    /// The same arguments as bytes; the command's name, and the key of a single-key
+    /// command, are left empty: they are only ever used as Redis strings.
     pub args: &'a [&'a [u8]],
     /// The context flags, once read.
     flags: Cell<Option<c_int>>,
@@ -77,8 +78,9 @@ impl<const N: usize> Reply for [i64; N] {
     unsafe fn send(self, ctx: *mut raw::RedisModuleCtx) {
         unsafe {
             raw::RedisModule_ReplyWithArray.unwrap()(ctx, self.len() as _);
+            let reply_with_integer = raw::RedisModule_ReplyWithLongLong.unwrap();
             for value in self {
-                raw::RedisModule_ReplyWithLongLong.unwrap()(ctx, value);
+                reply_with_integer(ctx, value);
             }
         }
     }
@@ -162,7 +164,7 @@ pub unsafe fn run<R: Reply>(
     argv: *mut *mut raw::RedisModuleString,
     argc: c_int,
     spec: &'static CommandSpec,
-    body: fn(&Invocation) -> Result<R, CommandError>,
+    body: impl FnOnce(&Invocation) -> Result<R, CommandError>,
 ) -> c_int {
     if let Keys::Counted(flags) = spec.keys {
         // SAFETY: the running command's context.
@@ -179,10 +181,17 @@ pub unsafe fn run<R: Reply>(
         // SAFETY: Redis passes `argc` valid strings in `argv`.
         let argv = unsafe { std::slice::from_raw_parts(argv, count) };
         // Only the arguments given are filled: no zeroing of the whole array per call. The
-        // command's name is never read as bytes: it stays empty.
+        // command's name, and a single key, are never read as bytes: they stay empty.
         let mut bytes = [MaybeUninit::<&[u8]>::uninit(); MAX_ARGUMENTS];
-        bytes[0].write(&[]);
-        for (slot, &arg) in bytes[1..count].iter_mut().zip(&argv[1..]) {
+        let first_read = match spec.keys {
+            Keys::One(_) => 2,
+            Keys::Counted(_) => 1,
+        }
+        .min(count);
+        for slot in &mut bytes[..first_read] {
+            slot.write(&[]);
+        }
+        for (slot, &arg) in bytes[first_read..count].iter_mut().zip(&argv[first_read..]) {
             slot.write(unsafe { string_bytes(arg) });
         }
         // SAFETY: the first `count` elements were just written.

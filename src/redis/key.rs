@@ -17,6 +17,7 @@ use crate::core::codec::Placement;
 use crate::core::ring::raw_kind;
 use crate::error::CommandError;
 use crate::packed::Decimal;
+use crate::redis::command_local::CommandLocal;
 use crate::redis::handler::Invocation;
 use crate::redis::native_type::{native_type, Borrowed, Native, View};
 use crate::redis::propagation;
@@ -50,6 +51,59 @@ fn shared_pxat() -> *mut raw::RedisModuleString {
     PXAT.load(Ordering::Relaxed)
 }
 
+/// The two expiries most recently propagated, as the string objects Redis copies into the
+/// replication stream and the AOF: keys whose states end together (every key of a fixed
+/// window, and of a `SLIDING` or `BUCKETS` bucket) propagate the same one, which is then
+/// neither formatted nor allocated again. Two, so that a call over two limiters (`RL.ALL`)
+/// keeps the one that repeats.
+struct LastExpiries {
+    millis: [i64; 2],
+    /// Null until used; the module's own references (propagated copies hold theirs).
+    strings: [*mut raw::RedisModuleString; 2],
+    /// The one used last.
+    newest: usize,
+}
+
+static LAST_EXPIRIES: CommandLocal<LastExpiries> = CommandLocal::new(LastExpiries {
+    millis: [0; 2],
+    strings: [std::ptr::null_mut(); 2],
+    newest: 0,
+});
+
+/// `expire_at_ms` in decimal as a Redis string, valid until the second next call.
+fn expiry_string(expire_at_ms: i64) -> *mut raw::RedisModuleString {
+    LAST_EXPIRIES.with(|last| {
+        let slot = match last.millis {
+            [millis, _] if millis == expire_at_ms && !last.strings[0].is_null() => 0,
+            [_, millis] if millis == expire_at_ms && !last.strings[1].is_null() => 1,
+            _ => {
+                let slot = 1 - last.newest;
+                let decimal = Decimal::new(expire_at_ms);
+                let bytes = decimal.as_bytes();
+                // SAFETY: no context: the module owns the string until it frees it here;
+                // propagated copies hold references of their own.
+                unsafe {
+                    if !last.strings[slot].is_null() {
+                        raw::RedisModule_FreeString.unwrap()(
+                            std::ptr::null_mut(),
+                            last.strings[slot],
+                        );
+                    }
+                    last.strings[slot] = raw::RedisModule_CreateString.unwrap()(
+                        std::ptr::null_mut(),
+                        bytes.as_ptr().cast(),
+                        bytes.len(),
+                    );
+                }
+                last.millis[slot] = expire_at_ms;
+                slot
+            }
+        };
+        last.newest = slot;
+        last.strings[slot]
+    })
+}
+
 /// A whole value to propagate: bytes, or the string object just stored (propagated as it is,
 /// without a copy).
 enum SetValue<'a> {
@@ -64,13 +118,17 @@ pub struct LimiterKey {
     /// The keyspace event a write fires: the command's.
     event: &'static CStr,
     access: Access,
-    /// The context flags, read once when opened for writing (0 for reading).
-    flags: c_int,
+    /// Whether a write must build its effect: an AOF or a replica may receive it (see
+    /// [`propagation`]); false when opened for reading.
+    effects: bool,
     /// Null when opened for reading and the key does not exist.
     key: *mut raw::RedisModuleKey,
     /// The key's module value as last looked up (`Some(None)`: none), until the key changes:
     /// a call reads it to decide, then again to change it.
     native: std::cell::Cell<Option<Option<*mut u64>>>,
+    /// Whether [`LimiterKey::read`] found no key, which nothing has written since: a new
+    /// string then needs no look for one to rewrite in place.
+    read_empty: std::cell::Cell<bool>,
 }
 
 /// Whether a client's call runs over `maxmemory`, by the context flags: never for what a
@@ -81,6 +139,29 @@ fn out_of_memory(flags: c_int) -> bool {
     flags & raw::REDISMODULE_CTX_FLAGS_OOM != 0 && flags & applying == 0
 }
 
+/// Whether `call` may write: Redis' `OOM` error when a client's call runs over `maxmemory`;
+/// otherwise whether its writes must build their effects.
+///
+/// Once replication has been seen, every write builds its effect whatever the context
+/// flags say, so they are read only near `maxmemory`: the used-memory ratio is at least 1
+/// whenever Redis counts itself out of memory (the same used memory over the same limit),
+/// and asking for it costs a fifth of the flags.
+fn writable(call: &Invocation) -> Result<bool, CommandError> {
+    if propagation::replication_seen() {
+        // SAFETY: a function pointer Redis filled in at load (6.0+), called on its thread.
+        let ratio = unsafe { raw::RedisModule_GetUsedMemoryRatio.map_or(1.0, |ratio| ratio()) };
+        if ratio >= 1.0 && out_of_memory(call.context_flags()) {
+            return Err(CommandError::OUT_OF_MEMORY);
+        }
+        return Ok(true);
+    }
+    let flags = call.context_flags();
+    if out_of_memory(flags) {
+        return Err(CommandError::OUT_OF_MEMORY);
+    }
+    Ok(propagation::effects_needed(flags))
+}
+
 impl LimiterKey {
     /// Opens `name` for `access`. Opening does not create the key, and opening for writing
     /// signals nothing to `WATCH` or client tracking until something is written.
@@ -89,21 +170,19 @@ impl LimiterKey {
     /// Redis' `OOM` error, as a `deny-oom` command would; reads still answer, which is why
     /// the commands are not flagged `deny-oom` (Redis would refuse peeks too). What a master
     /// or the AOF sends is always applied, as Redis does for its own commands.
+    #[inline(always)]
     pub fn open(
         call: &Invocation,
         name: *mut raw::RedisModuleString,
         access: Access,
     ) -> Result<LimiterKey, CommandError> {
         let ctx = call.ctx;
-        let (mode, flags) = match access {
-            Access::Read => (raw::REDISMODULE_READ, 0),
-            Access::Write => {
-                let flags = call.context_flags();
-                if out_of_memory(flags) {
-                    return Err(CommandError::OUT_OF_MEMORY);
-                }
-                (raw::REDISMODULE_READ | raw::REDISMODULE_WRITE, flags)
-            }
+        let (mode, effects) = match access {
+            Access::Read => (raw::REDISMODULE_READ, false),
+            Access::Write => (
+                raw::REDISMODULE_READ | raw::REDISMODULE_WRITE,
+                writable(call)?,
+            ),
         };
         // SAFETY: `ctx` and `name` come from the running command.
         let key = unsafe { raw::RedisModule_OpenKey.unwrap()(ctx, name, mode as c_int) };
@@ -112,9 +191,10 @@ impl LimiterKey {
             name,
             event: call.spec.event,
             access,
-            flags,
+            effects,
             key,
             native: std::cell::Cell::new(None),
+            read_empty: std::cell::Cell::new(false),
         })
     }
 
@@ -126,6 +206,7 @@ impl LimiterKey {
     /// encoding), and a key that is not ours should be left exactly as it was. Only an
     /// integer whose decimal form has a state's exact length still goes through that
     /// conversion before being refused.
+    #[inline(always)]
     pub fn read(
         &self,
         state_length: impl Fn(usize) -> bool,
@@ -133,6 +214,7 @@ impl LimiterKey {
         // SAFETY: `self.key` is open (or null, which KeyType accepts).
         let key_type = unsafe { raw::RedisModule_KeyType.unwrap()(self.key) };
         if key_type == raw::REDISMODULE_KEYTYPE_EMPTY as c_int {
+            self.read_empty.set(true);
             return Ok(None);
         }
         if key_type != raw::REDISMODULE_KEYTYPE_STRING as c_int
@@ -169,6 +251,7 @@ impl LimiterKey {
     /// `PEXPIREAT key expiry` when the expiry moved): what a call costs and sends does not
     /// grow with the state. A value of at most [`PATCH_ABOVE`] bytes goes whole instead, as
     /// one `SET`, which is cheaper than two commands.
+    #[inline(always)]
     pub fn write(
         &mut self,
         value: &[u8],
@@ -187,7 +270,12 @@ impl LimiterKey {
         let ok = raw::Status::Ok as c_int;
         // SAFETY: a key open for writing, in the running command's context.
         unsafe {
-            match self.in_place(value.len()) {
+            let in_place = if self.read_empty.replace(false) {
+                None
+            } else {
+                self.in_place(value.len())
+            };
+            match in_place {
                 Some(bytes) => {
                     bytes.copy_from_slice(value);
                     if raw::RedisModule_SetAbsExpire.unwrap()(self.key, expire_at_ms) != ok {
@@ -266,8 +354,6 @@ impl LimiterKey {
                     return self.replicate_set(SetValue::Bytes(whole), expire_at_ms);
                 }
                 let replicate = raw::RedisModule_Replicate.unwrap();
-                let expiry = Decimal::new(expire_at_ms);
-                let expiry = expiry.as_bytes();
                 let offset = Decimal::new(placement.at as i64);
                 let offset = offset.as_bytes();
                 replicate(
@@ -284,10 +370,9 @@ impl LimiterKey {
                     replicate(
                         self.ctx,
                         c"PEXPIREAT".as_ptr(),
-                        c"sb".as_ptr(),
+                        c"ss".as_ptr(),
                         self.name,
-                        expiry.as_ptr(),
-                        expiry.len(),
+                        expiry_string(expire_at_ms),
                     );
                 }
             });
@@ -336,6 +421,7 @@ impl LimiterKey {
             return Err(CommandError::INTERNAL);
         }
         self.native.set(None);
+        self.read_empty.set(false);
         // SAFETY: an open key; deleting a missing key is a no-op Redis accepts.
         let deleted = unsafe { raw::RedisModule_DeleteKey.unwrap()(self.key) };
         if deleted != raw::Status::Ok as c_int {
@@ -347,8 +433,7 @@ impl LimiterKey {
 
     /// Propagates `SET key value PXAT expire_at_ms`: a whole value, with its absolute expiry.
     fn replicate_set(&self, value: SetValue, expire_at_ms: i64) {
-        let expiry = Decimal::new(expire_at_ms);
-        let expiry = expiry.as_bytes();
+        let expiry = expiry_string(expire_at_ms);
         // SAFETY: the running command's context and key; the bytes outlive the call, which
         // copies them.
         unsafe {
@@ -357,23 +442,21 @@ impl LimiterKey {
                 SetValue::Bytes(bytes) => replicate(
                     self.ctx,
                     c"SET".as_ptr(),
-                    c"sbsb".as_ptr(),
+                    c"sbss".as_ptr(),
                     self.name,
                     bytes.as_ptr(),
                     bytes.len(),
                     shared_pxat(),
-                    expiry.as_ptr(),
-                    expiry.len(),
+                    expiry,
                 ),
                 SetValue::String(string) => replicate(
                     self.ctx,
                     c"SET".as_ptr(),
-                    c"sssb".as_ptr(),
+                    c"ssss".as_ptr(),
                     self.name,
                     string,
                     shared_pxat(),
-                    expiry.as_ptr(),
-                    expiry.len(),
+                    expiry,
                 ),
             };
         }
@@ -401,7 +484,7 @@ impl LimiterKey {
     /// AOF or a replica may receive it; otherwise only counts the change (see
     /// [`propagation`]).
     pub fn propagate(&self, replicate: impl FnOnce()) {
-        if propagation::effects_needed(self.flags) {
+        if self.effects {
             replicate();
         } else {
             // SAFETY: the running command's context.
@@ -473,6 +556,7 @@ impl LimiterKey {
         }
         let raw = value.into_raw();
         self.native.set(None);
+        self.read_empty.set(false);
         // SAFETY: a key open for writing; on failure the value is still ours to free.
         let status = unsafe {
             raw::RedisModule_ModuleTypeSetValue.unwrap()(self.key, native_type(), raw.cast())

@@ -32,7 +32,13 @@ pub fn effects_needed(flags: c_int) -> bool {
         | raw::REDISMODULE_CTX_FLAGS_SLAVE
         | raw::REDISMODULE_CTX_FLAGS_LOADING
         | raw::REDISMODULE_CTX_FLAGS_REPLICATED;
-    flags & listening != 0 || REPLICATION_SEEN.load(Ordering::Relaxed)
+    flags & listening != 0 || replication_seen()
+}
+
+/// Whether this server may feed replicas, now or later: then every write builds its
+/// effect, whatever the context flags say.
+pub fn replication_seen() -> bool {
+    REPLICATION_SEEN.load(Ordering::Relaxed)
 }
 
 /// Counts a write whose effect nothing receives: Redis' own accounting of changes, and

@@ -25,6 +25,7 @@ use crate::error::CommandError;
 /// Parses a decimal `i64`: an optional `+` or `-`, then ASCII digits, nothing else (no
 /// spaces, no fraction, no exponent, no hex). `None` when `arg` is anything else or does
 /// not fit.
+#[inline]
 pub fn parse_integer(arg: &[u8]) -> Option<i64> {
     let (negative, digits) = match arg.split_first()? {
         (b'-', rest) => (true, rest),
@@ -34,38 +35,86 @@ pub fn parse_integer(arg: &[u8]) -> Option<i64> {
     if digits.is_empty() {
         return None;
     }
-    if digits.len() <= 18 {
-        // Below 10^18 nothing can overflow: eight digits at a time while there are eight,
-        // then two a step, in wrapping arithmetic.
-        let mut value: u64 = 0;
-        let mut eights = digits.chunks_exact(8);
-        for eight in &mut eights {
-            let eight = eight_digits(eight.try_into().unwrap_or_default())?;
-            value = value.wrapping_mul(100_000_000).wrapping_add(eight);
+    let value = if digits.len() < 8 {
+        // The usual case, kept small enough to inline: at most seven digits, cannot
+        // overflow.
+        short_digits(digits)?
+    } else {
+        long_digits(digits, negative)?
+    };
+    Some(if negative {
+        value.wrapping_neg()
+    } else {
+        value
+    })
+}
+
+/// The value of 1 to 7 ASCII digits.
+#[inline(always)]
+fn short_digits(digits: &[u8]) -> Option<i64> {
+    let len = digits.len();
+    if len >= 4 {
+        // The first four and the last four, overlapping: the last four's lowest
+        // `len - 4` digits follow the first four.
+        let first = four_digits(digits[..4].try_into().unwrap_or_default())?;
+        let last = four_digits(digits[len - 4..].try_into().unwrap_or_default())?;
+        let value = match len {
+            4 => first,
+            5 => first * 10 + last % 10,
+            6 => first * 100 + last % 100,
+            _ => first * 1_000 + last % 1_000,
+        };
+        return Some(i64::from(value));
+    }
+    let mut value = 0;
+    for &byte in digits {
+        let digit = byte.wrapping_sub(b'0');
+        if digit > 9 {
+            return None;
         }
-        let mut pairs = eights.remainder().chunks_exact(2);
-        for pair in &mut pairs {
-            let (tens, units) = (pair[0].wrapping_sub(b'0'), pair[1].wrapping_sub(b'0'));
-            if tens > 9 || units > 9 {
-                return None;
-            }
-            value = value
-                .wrapping_mul(100)
-                .wrapping_add(u64::from(tens) * 10 + u64::from(units));
-        }
-        if let [last] = pairs.remainder() {
-            let digit = last.wrapping_sub(b'0');
-            if digit > 9 {
-                return None;
-            }
-            value = value.wrapping_mul(10).wrapping_add(u64::from(digit));
-        }
-        let value = value as i64; // Below 10^18.
-        return Some(if negative {
-            value.wrapping_neg()
-        } else {
-            value
-        });
+        value = value * 10 + i64::from(digit);
+    }
+    Some(value)
+}
+
+/// Four ASCII digits, the first the most significant, as their value; `None` when any byte
+/// is not a digit. As [`eight_digits`], in 32 bits.
+#[inline(always)]
+fn four_digits(bytes: [u8; 4]) -> Option<u32> {
+    const ZEROS: u32 = 0x3030_3030;
+    let word = u32::from_le_bytes(bytes);
+    let high_nibbles = 0xF0F0_F0F0;
+    if word & high_nibbles != ZEROS || word.wrapping_add(0x0606_0606) & high_nibbles != ZEROS {
+        return None;
+    }
+    let digits = word - ZEROS;
+    let pairs = digits.wrapping_mul(10).wrapping_add(digits >> 8) & 0x00FF_00FF;
+    Some((pairs & 0xFF) * 100 + (pairs >> 16))
+}
+
+/// The magnitude of 8 or more ASCII digits, negated back by the caller when `negative`
+/// (so `-9223372036854775808` fits); `None` past the i64 range.
+#[inline(never)]
+fn long_digits(digits: &[u8], negative: bool) -> Option<i64> {
+    let len = digits.len();
+    if len <= 16 {
+        // The first eight and the last eight, overlapping: the last eight's lowest
+        // `len - 8` digits follow the first eight. Below 10^16: no overflow.
+        let first = eight_digits(digits[..8].try_into().unwrap_or_default())?;
+        let last = eight_digits(digits[len - 8..].try_into().unwrap_or_default())?;
+        let follow = |scale: u64| first * scale + last % scale;
+        let value = match len - 8 {
+            0 => first,
+            1 => follow(10),
+            2 => follow(100),
+            3 => follow(1_000),
+            4 => follow(10_000),
+            5 => follow(100_000),
+            6 => follow(1_000_000),
+            7 => follow(10_000_000),
+            _ => follow(100_000_000),
+        };
+        return Some(value as i64);
     }
     // Accumulated below zero, where i64 reaches one further (i64::MIN).
     let mut value: i64 = 0;
@@ -77,7 +126,7 @@ pub fn parse_integer(arg: &[u8]) -> Option<i64> {
         value = value.checked_mul(10)?.checked_sub(i64::from(digit))?;
     }
     if negative {
-        Some(value)
+        Some(value.wrapping_neg())
     } else {
         value.checked_neg()
     }

@@ -59,6 +59,21 @@ fn over_maxmemory_writes_get_oom_and_peeks_still_answer() {
     let server = Server::builder()
         .arg("maxmemory-policy", "noeviction")
         .start();
+    check_oom(&server);
+}
+
+/// With a replica attached, a write reads Redis' memory state its own way (the used-memory
+/// ratio, and only while a limit is set, which `CONFIG SET` changes): the same replies.
+#[test]
+fn over_maxmemory_with_a_replica_writes_get_oom_and_peeks_still_answer() {
+    let server = Server::builder()
+        .arg("maxmemory-policy", "noeviction")
+        .start();
+    let _replica = Server::start_replica(&server);
+    check_oom(&server);
+}
+
+fn check_oom(server: &Server) {
     let mut con = server.connect();
     let limiters = limiters("user", 5);
     for limiter in &limiters {

@@ -224,6 +224,7 @@ pub enum LogWrite {
 
 /// Decides `request` at `now` (µs) for a log (`None` for a missing key), changing nothing.
 /// For a refund, the verdict is the standing before it: [`commit_log`] gives the one after.
+#[inline(always)]
 pub fn decide_log(
     limiter: &LogLimiter,
     log: Option<&SlidingLog>,
@@ -262,6 +263,7 @@ pub struct LogCommit {
 
 /// Carries out `write`, decided by [`decide_log`] for the same request at the same `now`,
 /// and makes `verdict` (the decision's) the reply after it: a refund's is the standing after.
+#[inline(always)]
 pub fn commit_log(
     limiter: &LogLimiter,
     log: &mut SlidingLog,

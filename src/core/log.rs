@@ -167,10 +167,15 @@ impl SlidingLog {
 
     /// Drops the `entries` oldest entries, giving memory back when the log is left mostly
     /// empty.
+    #[inline(always)]
     fn drop_oldest_entries(&mut self, entries: usize) {
-        if entries == 0 {
-            return;
+        if entries > 0 {
+            self.drop_oldest_entries_now(entries);
         }
+    }
+
+    /// [`SlidingLog::drop_oldest_entries`] of at least one entry.
+    fn drop_oldest_entries_now(&mut self, entries: usize) {
         let mut total = self.total();
         for _ in 0..entries {
             let [entry] = self.ring.pop_front().expect("as many entries as counted");
@@ -294,10 +299,12 @@ impl LogLimiter {
     }
 
     /// What `log` holds at `now`.
+    #[inline(always)]
     pub fn survey(&self, log: Option<&SlidingLog>, now: i64) -> Live {
         self.live(log, now.max(0))
     }
 
+    #[inline(always)]
     fn live(&self, log: Option<&SlidingLog>, now: i64) -> Live {
         let mut live = Live {
             expired_entries: 0,
@@ -325,6 +332,7 @@ impl LogLimiter {
     }
 
     /// [`LogLimiter::inspect`], given what the log holds at `now` ([`LogLimiter::survey`]).
+    #[inline(always)]
     pub fn inspect_surveyed(
         &self,
         log: Option<&SlidingLog>,
@@ -335,6 +343,7 @@ impl LogLimiter {
         self.verdict(log, live, now, quantity)
     }
 
+    #[inline(always)]
     fn verdict(&self, log: Option<&SlidingLog>, live: &Live, now: i64, quantity: u64) -> Verdict {
         let admitted = quantity <= self.limit && live.used.saturating_add(quantity) <= self.limit;
         let charged = if admitted { quantity } else { 0 };
@@ -385,6 +394,7 @@ impl LogLimiter {
 
     /// Logs a request of `quantity` (from 1 to `limit`) at `now` if it fits, given what the
     /// log holds then ([`LogLimiter::survey`]); returns whether the log changed.
+    #[inline(always)]
     pub fn log_surveyed(&self, log: &mut SlidingLog, live: Live, now: i64, quantity: u64) -> bool {
         debug_assert!((1..=self.limit).contains(&quantity));
         debug_assert_eq!(live, self.survey(Some(log), now));
@@ -401,6 +411,7 @@ impl LogLimiter {
     /// A log holding more than `limit` units (the limit was lowered) drops its oldest units
     /// down to `limit`: the replies are the same, and later calls stay cheap. Returns what
     /// it holds after, and whether it changed.
+    #[inline(always)]
     fn trim(&self, log: &mut SlidingLog, live: Live) -> (Live, bool) {
         if live.used <= self.limit {
             return (live, false);
@@ -441,6 +452,7 @@ impl LogLimiter {
 
     /// When the key should expire: when its newest entry leaves the window (Unix ms,
     /// rounded up).
+    #[inline(always)]
     pub fn expire_at_ms(&self, log: &SlidingLog) -> i64 {
         let leaves = log.newest_time().unwrap_or(0) + self.window;
         (leaves + 999) / 1_000

@@ -20,7 +20,7 @@ use crate::packed::Decimal;
 use crate::redis::command_local::CommandLocal;
 use crate::redis::handler::Invocation;
 use crate::redis::native_type::{native_type, Borrowed, Native, View};
-use crate::redis::propagation;
+use crate::redis::{propagation, settings};
 
 /// How a command uses the key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -142,24 +142,27 @@ fn out_of_memory(flags: c_int) -> bool {
 /// Whether `call` may write: Redis' `OOM` error when a client's call runs over `maxmemory`;
 /// otherwise whether its writes must build their effects.
 ///
-/// Once replication has been seen, every write builds its effect whatever the context
-/// flags say, so they are read only near `maxmemory`: the used-memory ratio is at least 1
-/// whenever Redis counts itself out of memory (the same used memory over the same limit),
-/// and asking for it costs a fifth of the flags.
+/// When the server's settings are followed ([`settings`]), or replication has been seen,
+/// whether effects are needed is known without the context flags, and they are read only
+/// near `maxmemory`: the used-memory ratio is at least 1 whenever Redis counts itself out of
+/// memory (the same used memory over the same limit), asking for it costs a fifth of the
+/// flags, and without a limit nothing is asked at all.
 fn writable(call: &Invocation) -> Result<bool, CommandError> {
-    if propagation::replication_seen() {
+    let Some(effects) = propagation::effects_known() else {
+        let flags = call.context_flags();
+        if out_of_memory(flags) {
+            return Err(CommandError::OUT_OF_MEMORY);
+        }
+        return Ok(propagation::effects_needed(flags));
+    };
+    if settings::maxmemory_set() {
         // SAFETY: a function pointer Redis filled in at load (6.0+), called on its thread.
         let ratio = unsafe { raw::RedisModule_GetUsedMemoryRatio.map_or(1.0, |ratio| ratio()) };
         if ratio >= 1.0 && out_of_memory(call.context_flags()) {
             return Err(CommandError::OUT_OF_MEMORY);
         }
-        return Ok(true);
     }
-    let flags = call.context_flags();
-    if out_of_memory(flags) {
-        return Err(CommandError::OUT_OF_MEMORY);
-    }
-    Ok(propagation::effects_needed(flags))
+    Ok(effects)
 }
 
 impl LimiterKey {

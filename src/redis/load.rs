@@ -9,7 +9,7 @@ use std::panic::{self, AssertUnwindSafe};
 use redis_module::raw;
 
 use crate::commands;
-use crate::redis::{handler, key, metadata, native_type, propagation, stats};
+use crate::redis::{handler, key, metadata, native_type, propagation, settings, stats};
 
 /// The module's name: `MODULE LIST`, the log's `<ratelimit>` prefix, `MODULE UNLOAD`.
 const MODULE_NAME: &CStr = c"ratelimit";
@@ -112,6 +112,7 @@ fn initialize(
     key::make_shared_strings();
     native_type::create(ctx)?;
     propagation::watch(ctx);
+    settings::watch(ctx);
     let module_category = metadata::add_module_acl_category(ctx);
     let debug_specs: &[&metadata::CommandSpec] = if debug_commands {
         &[&commands::debug::PANIC_SPEC]

@@ -9,4 +9,5 @@ pub mod load;
 pub mod metadata;
 pub mod native_type;
 pub mod propagation;
+pub mod settings;
 pub mod stats;

@@ -20,6 +20,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use redis_module::raw;
 
+use crate::redis::settings;
+
 /// Whether this server may feed replicas, now or later, from a backlog.
 static REPLICATION_SEEN: AtomicBool = AtomicBool::new(false);
 
@@ -39,6 +41,20 @@ pub fn effects_needed(flags: c_int) -> bool {
 /// effect, whatever the context flags say.
 pub fn replication_seen() -> bool {
     REPLICATION_SEEN.load(Ordering::Relaxed)
+}
+
+/// Whether a client's write must build its effect, when that is known without the context
+/// flags: once replication has been seen, or while the AOF setting is followed
+/// ([`settings`]). A replica has seen replication (its role), and a server loading its AOF
+/// has the AOF on; a server loading anything else runs no command.
+pub fn effects_known() -> Option<bool> {
+    if replication_seen() {
+        Some(true)
+    } else if settings::followed() {
+        Some(settings::aof_on())
+    } else {
+        None
+    }
 }
 
 /// Counts a write whose effect nothing receives: Redis' own accounting of changes, and

@@ -1,0 +1,122 @@
+//! Server settings the module follows through `CONFIG SET`, so that a write reads them from
+//! memory instead of asking Redis on every call: whether a `maxmemory` limit is set (then a
+//! write checks Redis' memory state, see `LimiterKey::open`) and whether the AOF is on (then
+//! a write builds its effect, see [`super::propagation`]).
+//!
+//! Both only change with `CONFIG SET`, which fires a server event naming what changed; they
+//! are read at load and again when named. Without that event, or when a setting cannot be
+//! read, the module asks Redis on every write, as if it kept no copy.
+
+use std::ffi::{c_void, CStr};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use redis_module::raw;
+
+/// Whether the settings below are followed; false until they are read at load.
+static FOLLOWED: AtomicBool = AtomicBool::new(false);
+/// Whether `maxmemory` may be set.
+static MAXMEMORY_SET: AtomicBool = AtomicBool::new(true);
+/// Whether the AOF may be on.
+static AOF_ON: AtomicBool = AtomicBool::new(true);
+
+/// Whether [`maxmemory_set`] and [`aof_on`] follow the server's settings; when not, a write
+/// asks Redis.
+pub fn followed() -> bool {
+    FOLLOWED.load(Ordering::Relaxed)
+}
+
+/// Whether a `maxmemory` limit may be set (true when not followed).
+pub fn maxmemory_set() -> bool {
+    MAXMEMORY_SET.load(Ordering::Relaxed)
+}
+
+/// Whether the AOF may be on (true when not followed).
+pub fn aof_on() -> bool {
+    AOF_ON.load(Ordering::Relaxed)
+}
+
+/// Reads the settings and follows their changes, from OnLoad.
+pub fn watch(ctx: *mut raw::RedisModuleCtx) {
+    // SAFETY: a function pointer Redis filled in at load, called from OnLoad.
+    let Some(subscribe) = (unsafe { raw::RedisModule_SubscribeToServerEvent }) else {
+        return;
+    };
+    let event = raw::RedisModuleEvent {
+        id: raw::REDISMODULE_EVENT_CONFIG,
+        dataver: 1,
+    };
+    if unsafe { subscribe(ctx, event, Some(on_config_change)) } == raw::Status::Ok as i32 {
+        refresh(ctx);
+    }
+}
+
+/// Reads both settings; when either cannot be read, writes ask Redis from then on.
+fn refresh(ctx: *mut raw::RedisModuleCtx) {
+    let maxmemory = unsigned_field(ctx, c"memory", c"maxmemory");
+    let aof = unsigned_field(ctx, c"persistence", c"aof_enabled");
+    let (Some(maxmemory), Some(aof)) = (maxmemory, aof) else {
+        FOLLOWED.store(false, Ordering::Relaxed);
+        return;
+    };
+    MAXMEMORY_SET.store(maxmemory > 0, Ordering::Relaxed);
+    AOF_ON.store(aof != 0, Ordering::Relaxed);
+    FOLLOWED.store(true, Ordering::Relaxed);
+}
+
+/// An unsigned field of an `INFO` section.
+fn unsigned_field(ctx: *mut raw::RedisModuleCtx, section: &CStr, field: &CStr) -> Option<u64> {
+    // SAFETY: function pointers Redis filled in at load; the info is freed once.
+    unsafe {
+        let (Some(get), Some(unsigned), Some(free)) = (
+            raw::RedisModule_GetServerInfo,
+            raw::RedisModule_ServerInfoGetFieldUnsigned,
+            raw::RedisModule_FreeServerInfo,
+        ) else {
+            return None;
+        };
+        let info = get(ctx, section.as_ptr());
+        if info.is_null() {
+            return None;
+        }
+        let mut error = 0;
+        let value = unsigned(info, field.as_ptr(), &mut error);
+        free(ctx, info);
+        (error == 0).then_some(value)
+    }
+}
+
+/// A server event: settings changed (`CONFIG SET`). Either followed one named: read both
+/// again.
+unsafe extern "C" fn on_config_change(
+    ctx: *mut raw::RedisModuleCtx,
+    _event: raw::RedisModuleEvent,
+    _subevent: u64,
+    data: *mut c_void,
+) {
+    let _ = std::panic::catch_unwind(|| {
+        // SAFETY: for this event Redis passes a RedisModuleConfigChange, valid during the
+        // callback, naming each changed setting.
+        let followed_changed = unsafe {
+            let change = data.cast::<raw::RedisModuleConfigChange>();
+            if change.is_null() || (*change).config_names.is_null() {
+                // Nothing to read the names from.
+                true
+            } else {
+                let names = std::slice::from_raw_parts(
+                    (*change).config_names,
+                    (*change).num_changes as usize,
+                );
+                names.iter().any(|&name| {
+                    !name.is_null()
+                        && matches!(
+                            CStr::from_ptr(name).to_bytes(),
+                            b"maxmemory" | b"appendonly"
+                        )
+                })
+            }
+        };
+        if followed_changed {
+            refresh(ctx);
+        }
+    });
+}

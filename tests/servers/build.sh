@@ -95,8 +95,13 @@ work="$cache/build/$package-$upstream"
 rm -rf "$work"
 mkdir -p "$work"
 log "fetching $package $version"
-(cd "$work" && apt_private source --download-only "$package=$version" >&2)
-tarball=$(ls "$work/${package}_$upstream".orig.tar.* | head -n 1)
+# Only the upstream tarball is built (apt checks it against the signed index's hashes); a
+# packaging file the archive lacks (a .dsc or .debian.tar missing from a mirror) does not
+# stop the build.
+(cd "$work" && apt_private source --download-only "$package=$version" >&2) ||
+  log "apt-get source reported an error; going on if the upstream tarball arrived"
+tarball=$(ls "$work/${package}_$upstream".orig.tar.* 2>/dev/null | head -n 1) || true
+[ -n "$tarball" ] || { log "the upstream tarball of $package $version did not arrive"; exit 1; }
 tar -xf "$tarball" -C "$work"
 source_dir=$(find "$work" -mindepth 1 -maxdepth 1 -type d | head -n 1)
 log "building $package $upstream in $source_dir (a few minutes)"

@@ -109,6 +109,21 @@ pub fn is_gcra_length(len: usize) -> bool {
     len == GCRA_LEN || len == REDIS_CELL_LEN
 }
 
+/// Appends the first `len` of `bytes` to `value` with one copy of all `N` (a few moves, where
+/// a copy of `len` bytes calls `memcpy`): what the fixed-size layouts append per call.
+#[inline(always)]
+pub fn append_fixed<const N: usize>(value: &mut Vec<u8>, bytes: &[u8; N], len: usize) {
+    assert!(len <= N);
+    value.reserve(N);
+    // SAFETY: `reserve` made room for `N` more bytes past the length; all `N` are written
+    // (initialised) before the length grows by `len` of them.
+    unsafe {
+        let end = value.as_mut_ptr().add(value.len());
+        std::ptr::copy_nonoverlapping(bytes.as_ptr(), end, N);
+        value.set_len(value.len() + len);
+    }
+}
+
 /// Encodes a `CL.THROTTLE` state. `tat` must lie in `0..=MAX_INSTANT`, which every TAT the
 /// core produces does.
 #[inline(always)]

@@ -10,7 +10,9 @@
 //! of them before it stores any.
 
 use super::block::{self, Write};
-use super::codec::{decode_gcra, encode_gcra, push_blocked_header, split_blocked, Placement};
+use super::codec::{
+    append_fixed, decode_gcra, encode_gcra, push_blocked_header, split_blocked, Placement, GCRA_LEN,
+};
 use super::gcra::Gcra;
 use super::log::{Live, LogLimiter, SlidingLog};
 use super::request::{Action, Request};
@@ -178,7 +180,7 @@ fn decide_own(
                 Action::Refund => gcra.refund(stored_tat, now, quantity),
             };
             if let Some(tat) = outcome.new_tat {
-                value.extend_from_slice(&encode_gcra(tat));
+                append_fixed(value, &encode_gcra(tat), GCRA_LEN);
             }
             Ok(Own {
                 verdict: outcome.verdict,

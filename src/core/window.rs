@@ -225,6 +225,7 @@ impl WindowLimiter {
     ///
     /// With `patch`, a `BUCKETS` state may be written as the bytes that change at the end of
     /// the stored value (the outcome's placement says from where); otherwise it is whole.
+    #[inline(always)]
     pub fn apply(
         &self,
         stored: Option<&[u8]>,

@@ -6,7 +6,7 @@ use super::{
     is_window_tag, read_le, Algorithm, StateError, WindowLimiter, WindowOutcome, WindowRefund,
     HEADER_LEN, START_BITS,
 };
-use crate::core::codec::Placement;
+use crate::core::codec::{append_fixed, Placement};
 use crate::core::time::{from_micros, Ticks};
 use crate::core::verdict::Verdict;
 
@@ -30,6 +30,7 @@ impl Pair {
 
 impl WindowLimiter {
     /// [`WindowLimiter::apply`] for `FIXED` and `SLIDING`.
+    #[inline(always)]
     pub(super) fn apply_pair(
         &self,
         stored: Option<&[u8]>,
@@ -182,7 +183,7 @@ impl WindowLimiter {
             len += width;
         }
         bytes[len..len + 8].copy_from_slice(&pair.current.to_le_bytes());
-        value.extend_from_slice(&bytes[..len + width]);
+        append_fixed(value, &bytes, len + width);
     }
 
     /// How much room is left: not negative while nothing more is counted than fits. In

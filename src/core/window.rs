@@ -333,13 +333,7 @@ impl WindowLimiter {
     /// the one the first release wrote for `BUCKETS n`: what tests store to read back.
     #[cfg(test)]
     pub(super) fn encode(&self, counts: &[u64], newest_start: i64, value: &mut Vec<u8>) {
-        let largest = counts.iter().copied().fold(self.limit, u64::max);
-        let width_code: u64 = match largest {
-            0..=0xFF => 0,
-            0x100..=0xFFFF => 1,
-            0x1_0000..=0xFFFF_FFFF => 2,
-            _ => 3,
-        };
+        let width_code = width_code(counts.iter().copied().fold(self.limit, u64::max));
         let width = 1usize << width_code;
         value.push(self.tag());
         let header = (newest_start as u64) | (width_code << START_BITS);
@@ -347,6 +341,17 @@ impl WindowLimiter {
         for &count in counts {
             value.extend_from_slice(&count.to_le_bytes()[..width]);
         }
+    }
+}
+
+/// The code (0 to 3) of the fewest of 1, 2, 4 or 8 bytes that hold `largest`: the counters'
+/// width, kept in a state's header.
+fn width_code(largest: u64) -> u64 {
+    match largest {
+        0..=0xFF => 0,
+        0x100..=0xFFFF => 1,
+        0x1_0000..=0xFFFF_FFFF => 2,
+        _ => 3,
     }
 }
 

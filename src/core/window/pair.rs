@@ -3,8 +3,8 @@
 //! [`super::buckets`]). A bucket is a window here, found with one division.
 
 use super::{
-    is_window_tag, read_le, Algorithm, StateError, WindowLimiter, WindowOutcome, WindowRefund,
-    HEADER_LEN, START_BITS,
+    is_window_tag, read_le, width_code, Algorithm, StateError, WindowLimiter, WindowOutcome,
+    WindowRefund, HEADER_LEN, START_BITS,
 };
 use crate::core::codec::{append_fixed, Placement};
 use crate::core::time::{from_micros, Ticks};
@@ -165,13 +165,7 @@ impl WindowLimiter {
     /// the counts (the previous one first, for `SLIDING`), each in the fewest of 1, 2, 4 or
     /// 8 bytes that holds both the limit and every count.
     fn encode_pair(&self, pair: &Pair, value: &mut Vec<u8>) {
-        let largest = self.limit.max(pair.previous).max(pair.current);
-        let width_code: u64 = match largest {
-            0..=0xFF => 0,
-            0x100..=0xFFFF => 1,
-            0x1_0000..=0xFFFF_FFFF => 2,
-            _ => 3,
-        };
+        let width_code = width_code(self.limit.max(pair.previous).max(pair.current));
         let width = 1usize << width_code;
         let start = self.bucket_start(pair.newest) as u64;
         let mut bytes = [0; HEADER_LEN + 2 * 8];

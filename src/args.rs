@@ -279,12 +279,20 @@ impl Keyword {
         if arg.is_empty() || arg.len() > 8 {
             return None;
         }
-        let mut word = 0;
-        for (at, &byte) in arg.iter().enumerate() {
-            word |= u64::from(byte) << (8 * at);
-        }
+        let len = arg.len();
+        // The bytes in two loads, whatever the length: two overlapping 4-byte words from 4
+        // bytes on (the bytes both hold are the same), three single bytes below.
+        let word = if len >= 4 {
+            let low = u32::from_le_bytes([arg[0], arg[1], arg[2], arg[3]]);
+            let high = u32::from_le_bytes([arg[len - 4], arg[len - 3], arg[len - 2], arg[len - 1]]);
+            u64::from(low) | u64::from(high) << (8 * (len - 4))
+        } else {
+            u64::from(arg[0])
+                | u64::from(arg[len / 2]) << (8 * (len / 2))
+                | u64::from(arg[len - 1]) << (8 * (len - 1))
+        };
         // A NUL byte among the argument's (the bytes past its end made non-zero first).
-        let padded = word | (u64::MAX << (8 * arg.len() - 1) << 1);
+        let padded = word | (u64::MAX << (8 * len - 1) << 1);
         if padded.wrapping_sub(ONES) & !padded & HIGHS != 0 {
             return None;
         }
@@ -438,15 +446,45 @@ mod tests {
         #[test]
         fn keywords_read_as_byte_comparisons_in_any_case_see_them(
             arg in proptest::collection::vec(proptest::prop_oneof![
-                proptest::sample::select(b"sSmMuUrReEfFnNdDbBlLoOcCkK\0\x7f\xc3\xa9@`[{".to_vec()),
+                proptest::sample::select(b"sSmMuUrReEfFnNdDbBlLoOcCkKtThHwWiIgG\0\x7f\xc3\xa9@`[{".to_vec()),
                 proptest::num::u8::ANY,
             ], 0..10),
         ) {
-            for keyword in ["S", "MS", "US", "REFUND", "BLOCK", "FIXED", "SLIDING", "THROTTLE"] {
+            for keyword in ["S", "MS", "US", "REFUND", "BLOCK", "FIXED", "SLIDING", "THROTTLE", "WINDOW", "LOG"] {
                 proptest::prop_assert_eq!(
                     Keyword::read(&arg) == Some(Keyword::new(keyword)),
                     is_keyword(&arg, keyword),
                     "{:?} {}", arg, keyword
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn keywords_read_in_every_letter_case_and_only_whole() {
+        let keywords = [
+            "S", "MS", "US", "LOG", "BLOCK", "FIXED", "REFUND", "SLIDING", "THROTTLE",
+        ];
+        for keyword in keywords {
+            let upper = keyword.as_bytes();
+            for cases in 0..1u32 << upper.len() {
+                let arg: Vec<u8> = (upper.iter().enumerate())
+                    .map(|(at, &byte)| {
+                        if cases >> at & 1 == 1 {
+                            byte.to_ascii_lowercase()
+                        } else {
+                            byte
+                        }
+                    })
+                    .collect();
+                assert_eq!(Keyword::read(&arg), Some(Keyword::new(keyword)), "{arg:?}");
+                let mut longer = arg.clone();
+                longer.push(b'S');
+                assert_ne!(Keyword::read(&longer), Some(Keyword::new(keyword)));
+                assert_ne!(Keyword::read(&arg[1..]), Some(Keyword::new(keyword)));
+                assert_ne!(
+                    Keyword::read(&arg[..arg.len() - 1]),
+                    Some(Keyword::new(keyword))
                 );
             }
         }

@@ -12,7 +12,7 @@
 
 use std::ffi::{c_int, CStr};
 
-use crate::args::{is_keyword, parse_integer, parse_options, CommonOptions, Keyword, Tail};
+use crate::args::{parse_integer, parse_options, CommonOptions, Keyword, Tail};
 use crate::core::all::combined;
 use crate::core::limiter::Limiter;
 use crate::core::time::{Rounding, Unit};
@@ -157,17 +157,23 @@ struct Parsed<const N: usize> {
 /// Runs the call with working arrays sized for its number of keys, so that two limiters
 /// pay for two, not for the sixteen a call can name.
 fn run(call: &Invocation, mode: Mode) -> Result<LimiterReply, CommandError> {
-    match numkeys(call.args.get(1).copied())? {
-        1 => run_sized::<1>(call, mode),
-        2 => run_sized::<2>(call, mode),
-        3 | 4 => run_sized::<4>(call, mode),
-        5..=8 => run_sized::<8>(call, mode),
-        _ => run_sized::<MAX_LIMITERS>(call, mode),
+    let keys = numkeys(call.args.get(1).copied())?;
+    match keys {
+        1 => run_sized::<1>(call, keys, mode),
+        2 => run_sized::<2>(call, keys, mode),
+        3 | 4 => run_sized::<4>(call, keys, mode),
+        5..=8 => run_sized::<8>(call, keys, mode),
+        _ => run_sized::<MAX_LIMITERS>(call, keys, mode),
     }
 }
 
-fn run_sized<const N: usize>(call: &Invocation, mode: Mode) -> Result<LimiterReply, CommandError> {
-    let parsed = parse::<N>(&call.args[1..])?;
+/// [`run`] for a call of `keys` keys, at most `N`.
+fn run_sized<const N: usize>(
+    call: &Invocation,
+    keys: usize,
+    mode: Mode,
+) -> Result<LimiterReply, CommandError> {
+    let parsed = parse::<N>(keys, &call.args[2..])?;
     let unit = parsed.options.unit;
     let named_at = |i: usize| -> Result<Named, CommandError> {
         let params = parsed.params[i].ok_or(CommandError::INTERNAL)?;
@@ -223,10 +229,8 @@ fn numkeys(arg: Option<&[u8]>) -> Result<usize, CommandError> {
         ))
 }
 
-/// Parses the arguments after the command's name, for a call of at most `N` keys.
-fn parse<const N: usize>(args: &[&[u8]]) -> Result<Parsed<N>, CommandError> {
-    let (&numkeys_arg, args) = args.split_first().ok_or(CommandError::WrongArity)?;
-    let keys = numkeys(Some(numkeys_arg))?;
+/// Parses the arguments after `numkeys`, for a call of `keys` keys, at most `N`.
+fn parse<const N: usize>(keys: usize, args: &[&[u8]]) -> Result<Parsed<N>, CommandError> {
     if keys > N {
         return Err(CommandError::INTERNAL);
     }
@@ -273,12 +277,14 @@ fn parse<const N: usize>(args: &[&[u8]]) -> Result<Parsed<N>, CommandError> {
     })
 }
 
+const THROTTLE: Keyword = Keyword::new("THROTTLE");
+const WINDOW: Keyword = Keyword::new("WINDOW");
+const LOG: Keyword = Keyword::new("LOG");
+
 fn is_limiter_keyword(arg: &[u8]) -> bool {
     // Most arguments checked are numbers: the first letter rules them out at once.
     matches!(arg.first(), Some(b'T' | b't' | b'W' | b'w' | b'L' | b'l'))
-        && ["THROTTLE", "WINDOW", "LOG"]
-            .iter()
-            .any(|keyword| is_keyword(arg, keyword))
+        && Keyword::read(arg).is_some_and(|keyword| [THROTTLE, WINDOW, LOG].contains(&keyword))
 }
 
 /// One limiter, `keyword` then its arguments from `args`: the parameters, and how many
@@ -291,10 +297,11 @@ fn limiter(keyword: &[u8], args: &[&[u8]]) -> Result<(Params, usize), CommandErr
             Ok(())
         }
     };
-    if is_keyword(keyword, "THROTTLE") {
+    let keyword = Keyword::read(keyword);
+    if keyword == Some(THROTTLE) {
         needs(3, c"ERR THROTTLE takes max_burst count period")?;
         Ok((Params::Throttle(throttle::Params::parse(&args[..3])?), 3))
-    } else if is_keyword(keyword, "WINDOW") {
+    } else if keyword == Some(WINDOW) {
         needs(
             2,
             c"ERR WINDOW takes limit window [FIXED|SLIDING|BUCKETS n]",
@@ -310,7 +317,7 @@ fn limiter(keyword: &[u8], args: &[&[u8]]) -> Result<(Params, usize), CommandErr
             }
         }
         Ok((Params::Window(params), 2))
-    } else if is_keyword(keyword, "LOG") {
+    } else if keyword == Some(LOG) {
         needs(2, c"ERR LOG takes limit window")?;
         Ok((Params::Log(log::Params::parse(args[0], args[1])?), 2))
     } else {

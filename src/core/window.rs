@@ -199,6 +199,7 @@ impl WindowLimiter {
     }
 
     /// The bucket holding instant `micros` (not negative).
+    #[inline(always)]
     pub(super) fn bucket_of(&self, micros: i64) -> i64 {
         if self.per_window == 1 {
             // `FIXED` and `SLIDING`: a bucket is a window, and one division does.
@@ -210,6 +211,7 @@ impl WindowLimiter {
     }
 
     /// The first microsecond of bucket `bucket`.
+    #[inline(always)]
     pub(super) fn bucket_start(&self, bucket: i64) -> i64 {
         if self.per_window == 1 {
             return bucket * self.window;

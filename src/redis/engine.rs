@@ -103,7 +103,7 @@ struct Decision {
 
 /// One limiter of a running call over several, decided.
 struct Slot<'a> {
-    ask: Ask<'a>,
+    ask: &'a Ask<'a>,
     limiter: &'a Limiter,
     key: LimiterKey,
     decision: Decision,
@@ -139,7 +139,7 @@ pub fn run<const N: usize>(
             let key = open(&ask, named)?;
             let decision = decide(&ask, &named.limiter, &key, buffer, scratch)?;
             *slot = Some(Slot {
-                ask,
+                ask: &ask,
                 limiter: &named.limiter,
                 key,
                 decision,
@@ -261,12 +261,12 @@ impl Decided for Slot<'_> {
     }
 
     fn standing(&mut self) -> Result<Verdict, CommandError> {
-        standing(&self.ask, self.limiter, &self.key)
+        standing(self.ask, self.limiter, &self.key)
     }
 
     fn commit(&mut self) -> Result<Verdict, CommandError> {
         commit(
-            &self.ask,
+            self.ask,
             self.limiter,
             &mut self.key,
             &self.decision,

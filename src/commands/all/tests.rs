@@ -3,7 +3,8 @@ use crate::core::window::Algorithm;
 
 fn parse_words(words: &[&str]) -> Result<Parsed<MAX_LIMITERS>, CommandError> {
     let args: Vec<&[u8]> = words.iter().map(|word| word.as_bytes()).collect();
-    parse(&args)
+    let keys = numkeys(args.first().copied())?;
+    parse(keys, &args[1..])
 }
 
 /// The error a call with `words` gets, from parsing or from building its limiters.

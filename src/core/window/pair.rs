@@ -109,6 +109,7 @@ impl WindowLimiter {
 
     /// The stored counts (or none), rolled on to `now`'s window. A clock that went back
     /// keeps counting in the newest window it knows.
+    #[inline(always)]
     fn load_pair(&self, stored: Option<&[u8]>, now: i64) -> Result<Pair, StateError> {
         let newest = self.bucket_of(now);
         let Some(stored) = stored else {
@@ -139,6 +140,7 @@ impl WindowLimiter {
     }
 
     /// Reads a stored state: the newest window's start, and the previous and newest counts.
+    #[inline(always)]
     fn decode_pair(&self, value: &[u8]) -> Result<(i64, u64, u64), StateError> {
         let (&tag, rest) = value.split_first().ok_or(StateError::Foreign)?;
         if tag != self.tag() {
@@ -164,6 +166,7 @@ impl WindowLimiter {
     /// Appends the state: the tag, the newest window's start and the counters' width, then
     /// the counts (the previous one first, for `SLIDING`), each in the fewest of 1, 2, 4 or
     /// 8 bytes that holds both the limit and every count.
+    #[inline(always)]
     fn encode_pair(&self, pair: &Pair, value: &mut Vec<u8>) {
         let width_code = width_code(self.limit.max(pair.previous).max(pair.current));
         let width = 1usize << width_code;
@@ -184,6 +187,7 @@ impl WindowLimiter {
     /// units of quantity for `FIXED`, of quantity-microseconds for `SLIDING`, where the
     /// previous count weighs what of its window still overlaps the sliding one (a quantity
     /// takes [`WindowLimiter::quantity_weight`] of it).
+    #[inline(always)]
     fn room(&self, pair: &Pair, now: i64) -> i128 {
         if self.algorithm != Algorithm::Sliding {
             return self.limit as i128 - pair.current as i128;
@@ -206,6 +210,7 @@ impl WindowLimiter {
     }
 
     /// Whole units of quantity that fit in `room` (none when it is negative).
+    #[inline(always)]
     fn whole_units(&self, room: i128) -> i64 {
         if room <= 0 {
             return 0;
@@ -222,6 +227,7 @@ impl WindowLimiter {
 
     /// Microseconds since the start of the newest window, within `0..window`; 0 when the
     /// clock is behind it.
+    #[inline(always)]
     fn elapsed(&self, newest: i64, now: i64) -> i64 {
         (now - self.bucket_start(newest)).clamp(0, self.window - 1)
     }
@@ -255,12 +261,14 @@ impl WindowLimiter {
     }
 
     /// How long until every counted request has left the window.
+    #[inline(always)]
     fn reset_after(&self, pair: &Pair, now: i64) -> Ticks {
         from_micros(self.reset_at(pair).map_or(0, |at| at - now).max(0))
     }
 
     /// When every counted request has left the window, or `None` when none is counted: the
     /// newest count leaves `slots` windows after its own starts.
+    #[inline(always)]
     fn reset_at(&self, pair: &Pair) -> Option<i64> {
         let slots = self.slots as i64;
         if pair.current > 0 {

@@ -55,7 +55,11 @@ fn refresh(ctx: *mut raw::RedisModuleCtx) {
     let maxmemory = unsigned_field(ctx, c"memory", c"maxmemory");
     let aof = unsigned_field(ctx, c"persistence", c"aof_enabled");
     let (Some(maxmemory), Some(aof)) = (maxmemory, aof) else {
+        // No copy kept: both back to the safe side, which a write also takes once
+        // replication has been seen, followed or not.
         FOLLOWED.store(false, Ordering::Relaxed);
+        MAXMEMORY_SET.store(true, Ordering::Relaxed);
+        AOF_ON.store(true, Ordering::Relaxed);
         return;
     };
     MAXMEMORY_SET.store(maxmemory > 0, Ordering::Relaxed);

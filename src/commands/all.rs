@@ -117,16 +117,8 @@ const USAGE: CommandError = CommandError::Message(
     c"ERR syntax error. Usage: RL.ALL numkeys key [key ...] THROTTLE max_burst count period | WINDOW limit window [FIXED|SLIDING|BUCKETS n] | LOG limit window [...] [quantity] [S|MS|US] [BLOCK duration] [REFUND] [DETAILS]",
 );
 
-handler::command_callback!(rl_all, SPEC, all);
-handler::command_callback!(rl_all_ro, SPEC_RO, all_ro);
-
-fn all(call: &Invocation) -> Result<LimiterReply, CommandError> {
-    run(call, Mode::Write)
-}
-
-fn all_ro(call: &Invocation) -> Result<LimiterReply, CommandError> {
-    run(call, Mode::ReadOnly)
-}
+handler::command_callback!(rl_all, SPEC, run, Mode::Write);
+handler::command_callback!(rl_all_ro, SPEC_RO, run, Mode::ReadOnly);
 
 /// A limiter as given, before the unit is known.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

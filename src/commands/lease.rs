@@ -177,8 +177,8 @@ const RENEW_USAGE: CommandError =
 const APPLY_INVALID: CommandError =
     CommandError::Message(c"ERR RL.LEASE.APPLY: not a change this module propagates");
 
-handler::command_callback!(rl_acquire, ACQUIRE_SPEC, acquire);
-handler::command_callback!(rl_acquire_ro, ACQUIRE_RO_SPEC, acquire_ro);
+handler::command_callback!(rl_acquire, ACQUIRE_SPEC, run_acquire, Mode::Write);
+handler::command_callback!(rl_acquire_ro, ACQUIRE_RO_SPEC, run_acquire, Mode::ReadOnly);
 handler::command_callback!(rl_release, RELEASE_SPEC, release);
 handler::command_callback!(rl_renew, RENEW_SPEC, renew);
 handler::command_callback!(rl_lease_apply, APPLY_SPEC, apply);
@@ -252,14 +252,6 @@ impl handler::Reply for Held {
             Outcome::Limited
         }
     }
-}
-
-fn acquire(call: &Invocation) -> Result<AcquireReply, CommandError> {
-    run_acquire(call, Mode::Write)
-}
-
-fn acquire_ro(call: &Invocation) -> Result<AcquireReply, CommandError> {
-    run_acquire(call, Mode::ReadOnly)
 }
 
 fn run_acquire(call: &Invocation, mode: Mode) -> Result<AcquireReply, CommandError> {

@@ -132,18 +132,10 @@ const USAGE: CommandError = CommandError::Message(
     c"ERR syntax error. Usage: RL.LOG key limit window [quantity] [S|MS|US] [BLOCK duration] [REFUND]",
 );
 
-handler::command_callback!(rl_log, SPEC, log);
-handler::command_callback!(rl_log_ro, SPEC_RO, log_ro);
+handler::command_callback!(rl_log, SPEC, run, Mode::Write);
+handler::command_callback!(rl_log_ro, SPEC_RO, run, Mode::ReadOnly);
 handler::command_callback!(rl_log_replay, REPLAY_SPEC, replay);
 handler::command_callback!(rl_log_load_chunk, LOAD_CHUNK_SPEC, load_chunk);
-
-fn log(call: &Invocation) -> Result<LimiterReply, CommandError> {
-    run(call, Mode::Write)
-}
-
-fn log_ro(call: &Invocation) -> Result<LimiterReply, CommandError> {
-    run(call, Mode::ReadOnly)
-}
 
 fn run(call: &Invocation, mode: Mode) -> Result<LimiterReply, CommandError> {
     let (params, options) = parse(&call.args[2..])?;

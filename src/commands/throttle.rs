@@ -72,16 +72,8 @@ const USAGE: CommandError = CommandError::Message(
     c"ERR syntax error. Usage: CL.THROTTLE key max_burst count period [quantity] [S|MS|US] [BLOCK duration] [REFUND]",
 );
 
-handler::command_callback!(cl_throttle, SPEC, throttle);
-handler::command_callback!(cl_throttle_ro, SPEC_RO, throttle_ro);
-
-fn throttle(call: &Invocation) -> Result<LimiterReply, CommandError> {
-    run(call, Mode::Write)
-}
-
-fn throttle_ro(call: &Invocation) -> Result<LimiterReply, CommandError> {
-    run(call, Mode::ReadOnly)
-}
+handler::command_callback!(cl_throttle, SPEC, run, Mode::Write);
+handler::command_callback!(cl_throttle_ro, SPEC_RO, run, Mode::ReadOnly);
 
 #[inline(always)]
 fn run(call: &Invocation, mode: Mode) -> Result<LimiterReply, CommandError> {

@@ -86,16 +86,8 @@ const USAGE: CommandError = CommandError::Message(
     c"ERR syntax error. Usage: RL.WINDOW key limit window [quantity] [FIXED|SLIDING|BUCKETS n] [S|MS|US] [BLOCK duration] [REFUND]",
 );
 
-handler::command_callback!(rl_window, SPEC, window);
-handler::command_callback!(rl_window_ro, SPEC_RO, window_ro);
-
-fn window(call: &Invocation) -> Result<LimiterReply, CommandError> {
-    run(call, Mode::Write)
-}
-
-fn window_ro(call: &Invocation) -> Result<LimiterReply, CommandError> {
-    run(call, Mode::ReadOnly)
-}
+handler::command_callback!(rl_window, SPEC, run, Mode::Write);
+handler::command_callback!(rl_window_ro, SPEC_RO, run, Mode::ReadOnly);
 
 fn run(call: &Invocation, mode: Mode) -> Result<LimiterReply, CommandError> {
     let (params, options) = parse(&call.args[2..])?;

@@ -139,9 +139,13 @@ impl Reply for () {
 }
 
 /// Defines `$callback`, the C function Redis calls for the command `$spec`: it runs `$body`
-/// through [`run`].
+/// through [`run`]; given a `$mode` too, it runs `$body(call, $mode)`, so that a writing
+/// command and its read-only variant share one body.
 macro_rules! command_callback {
-    ($callback:ident, $spec:path, $body:path) => {
+    ($callback:ident, $spec:path, $body:path, $mode:expr) => {
+        $crate::redis::handler::command_callback!($callback, $spec, |call| $body(call, $mode));
+    };
+    ($callback:ident, $spec:path, $body:expr) => {
         unsafe extern "C" fn $callback(
             ctx: *mut redis_module::raw::RedisModuleCtx,
             argv: *mut *mut redis_module::raw::RedisModuleString,

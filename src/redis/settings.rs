@@ -55,8 +55,8 @@ fn refresh(ctx: *mut raw::RedisModuleCtx) {
     let maxmemory = unsigned_field(ctx, c"memory", c"maxmemory");
     let aof = unsigned_field(ctx, c"persistence", c"aof_enabled");
     let (Some(maxmemory), Some(aof)) = (maxmemory, aof) else {
-        // No copy kept: both back to the safe side, which a write also takes once
-        // replication has been seen, followed or not.
+        // No copy kept: both back to the safe side (true), as `maxmemory_set` and `aof_on`
+        // promise when not followed; a write then asks Redis.
         FOLLOWED.store(false, Ordering::Relaxed);
         MAXMEMORY_SET.store(true, Ordering::Relaxed);
         AOF_ON.store(true, Ordering::Relaxed);

@@ -223,6 +223,11 @@ class Resp:
         return self.pipeline([args])[0]
 
     def pipeline(self, commands) -> list:
+        self.send(commands)
+        return [self.read() for _ in commands]
+
+    def send(self, commands) -> None:
+        """Sends `commands` at once; `read` takes their replies, one at a time."""
         out = bytearray()
         for args in commands:
             out += b"*%d\r\n" % len(args)
@@ -230,7 +235,10 @@ class Resp:
                 arg = arg if isinstance(arg, bytes) else str(arg).encode()
                 out += b"$%d\r\n%s\r\n" % (len(arg), arg)
         self.sock.sendall(out)
-        return [self._reply() for _ in commands]
+
+    def read(self):
+        """The next reply (an error reply as a RuntimeError, returned, not raised)."""
+        return self._reply()
 
     def _line(self) -> bytes:
         while b"\r\n" not in self.buffer:

@@ -27,6 +27,12 @@ impl CommandError {
     pub const OUT_OF_MEMORY: CommandError =
         CommandError::Message(c"OOM command not allowed when used memory > 'maxmemory'.");
 
+    /// The server would not open the key for writing (Valkey gives no key while a forkless
+    /// save holds it): nothing was changed.
+    pub const KEY_BUSY: CommandError = CommandError::Message(
+        c"ERR the key is busy (the server would not open it for writing); retry",
+    );
+
     /// The reply's text, for tests.
     #[cfg(test)]
     pub fn text(self) -> &'static str {

@@ -189,6 +189,11 @@ impl LimiterKey {
         };
         // SAFETY: `ctx` and `name` come from the running command.
         let key = unsafe { raw::RedisModule_OpenKey.unwrap()(ctx, name, mode as c_int) };
+        if key.is_null() && access == Access::Write {
+            // Valkey's forkless operations hold a key they are saving: nothing was opened,
+            // nothing changes, and the client may retry.
+            return Err(CommandError::KEY_BUSY);
+        }
         Ok(LimiterKey {
             ctx,
             name,

@@ -13,7 +13,8 @@
 //! assumed from the first sign of one on, for good: a `SYNC` or `PSYNC` (seen by a command
 //! filter, before Redis creates the backlog), any change of role (a replica keeps its
 //! backlog when promoted), or, when the module loads into a running server, `INFO
-//! replication` showing any.
+//! replication` showing any. A cluster node is a listener from the start: a slot migration
+//! streams its writes like a replication link.
 
 use std::ffi::{c_int, c_void, CStr};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -69,8 +70,17 @@ pub unsafe fn count_without_effect(ctx: *mut raw::RedisModuleCtx) {
 
 /// Starts watching for replication, from OnLoad. Without the APIs it needs (or if any
 /// step fails), every write builds its effect, as if a replica listened.
+///
+/// A cluster node always builds effects: any slot it serves may be migrated atomically at
+/// any time (Valkey 9's `CLUSTER MIGRATESLOTS`, Redis 8.4's `CLUSTER MIGRATION`), and the
+/// server then sends the slot's writes to the target as it sends them to replicas, even with
+/// no replica attached: they must be effects, never the commands themselves.
 pub fn watch(ctx: *mut raw::RedisModuleCtx) {
-    if !(filter_registered(ctx) && role_changes_watched(ctx) && no_replication_yet(ctx)) {
+    // SAFETY: a function pointer Redis filled in at load, called from OnLoad.
+    let flags = unsafe { raw::RedisModule_GetContextFlags.unwrap()(ctx) } as u32;
+    let cluster = flags & raw::REDISMODULE_CTX_FLAGS_CLUSTER != 0;
+    if cluster || !(filter_registered(ctx) && role_changes_watched(ctx) && no_replication_yet(ctx))
+    {
         REPLICATION_SEEN.store(true, Ordering::Relaxed);
     }
 }

@@ -57,6 +57,74 @@ impl Cluster {
         cluster
     }
 
+    /// Two masters without replicas, made by hand (`redis-cli --cluster create` wants three
+    /// masters): the first serves `first_slot..=16383`, the second `0..first_slot`, so
+    /// `first_slot` is the first node's lowest, the one `redis-cli --cluster reshard` moves
+    /// first. `first_slot` must be above 0.
+    pub fn start_two(first_slot: u16) -> Cluster {
+        assert!(first_slot > 0);
+        let nodes: Vec<Server> = (0..2)
+            .map(|_| {
+                Server::builder()
+                    .arg("cluster-enabled", "yes")
+                    .arg("cluster-node-timeout", "5000")
+                    .start()
+            })
+            .collect();
+        let ranges = [(first_slot, 16_383), (0, first_slot - 1)];
+        for (node, (first, last)) in nodes.iter().zip(ranges) {
+            let _: () = query(
+                &mut node.connect(),
+                &[
+                    "CLUSTER",
+                    "ADDSLOTSRANGE",
+                    &first.to_string(),
+                    &last.to_string(),
+                ],
+            );
+        }
+        let port = nodes[1].port().to_string();
+        let _: () = query(
+            &mut nodes[0].connect(),
+            &["CLUSTER", "MEET", "127.0.0.1", &port],
+        );
+        let cluster = Cluster { nodes };
+        cluster.wait_for_agreement();
+        cluster
+    }
+
+    /// The id of the node on `port`.
+    pub fn id(&self, port: u16) -> String {
+        query(&mut self.node(port).connect(), &["CLUSTER", "MYID"])
+    }
+
+    /// The port of the master that serves `slot`, as the node on `port` sees it.
+    pub fn owner(&self, port: u16, slot: u16) -> Option<u16> {
+        let shards: String = query(&mut self.node(port).connect(), &["CLUSTER", "NODES"]);
+        shards.lines().find_map(|line| {
+            let fields: Vec<&str> = line.split(' ').collect();
+            let serves = fields[8..].iter().any(|range| match range.split_once('-') {
+                Some((first, last)) => {
+                    (first.parse().unwrap_or(u16::MAX)..=last.parse().unwrap_or(0)).contains(&slot)
+                }
+                None => range.parse() == Ok(slot),
+            });
+            serves.then(|| parse_node_line(line).port)
+        })
+    }
+
+    /// Waits (bounded) until every node sees the master on `port` serve `slot`, and the
+    /// cluster agrees.
+    pub fn wait_for_owner(&self, slot: u16, port: u16) {
+        let moved = wait_until(AGREEMENT_TIMEOUT, || {
+            self.nodes
+                .iter()
+                .all(|node| self.owner(node.port(), slot) == Some(port))
+        });
+        assert!(moved, "slot {slot} did not move to {port}: {}", self.logs());
+        self.wait_for_agreement();
+    }
+
     /// A cluster-aware connection, which follows `MOVED` and `ASK` redirections.
     pub fn connect(&self) -> ClusterConnection {
         let urls: Vec<String> = self
@@ -99,6 +167,13 @@ impl Cluster {
 
     /// Moves every slot of `from` to `to` with `redis-cli --cluster reshard`, keys and all.
     pub fn reshard(&self, from: &NodeEntry, to: &NodeEntry) {
+        self.reshard_slots(from, to, from.slots);
+    }
+
+    /// Moves the `slots` lowest slots of `from` to `to` with `redis-cli --cluster reshard`,
+    /// which uses atomic slot migration where every node has it (Redis 8.4+), `MIGRATE`
+    /// key by key otherwise.
+    pub fn reshard_slots(&self, from: &NodeEntry, to: &NodeEntry, slots: usize) {
         self.redis_cli(&[
             "--cluster".to_owned(),
             "reshard".to_owned(),
@@ -108,7 +183,7 @@ impl Cluster {
             "--cluster-to".to_owned(),
             to.id.clone(),
             "--cluster-slots".to_owned(),
-            from.slots.to_string(),
+            slots.to_string(),
             "--cluster-pipeline".to_owned(),
             "100".to_owned(),
             "--cluster-yes".to_owned(),
@@ -179,7 +254,8 @@ impl Cluster {
         );
     }
 
-    fn logs(&self) -> String {
+    /// Every node's log.
+    pub fn logs(&self) -> String {
         self.nodes
             .iter()
             .map(|node| format!("--- node {} ---\n{}", node.port(), node.log()))

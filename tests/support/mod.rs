@@ -12,6 +12,7 @@
 
 pub mod cluster;
 pub mod copies;
+pub mod link;
 pub mod valgrind;
 pub mod workload;
 

@@ -19,13 +19,12 @@
 //! `DETAILS`). The redis-cell form of `CL.THROTTLE` has no keyword, so it keeps its meaning.
 
 use crate::core::request::{Action, Request};
-use crate::core::time::{Unit, TICKS_PER_MICROSECOND};
+use crate::core::time::{Micros, Unit};
 use crate::error::CommandError;
 
 /// Parses a decimal `i64`: an optional `+` or `-`, then ASCII digits, nothing else (no
 /// spaces, no fraction, no exponent, no hex). `None` when `arg` is anything else or does
 /// not fit.
-#[inline]
 pub fn parse_integer(arg: &[u8]) -> Option<i64> {
     let (negative, digits) = match arg.split_first()? {
         (b'-', rest) => (true, rest),
@@ -34,100 +33,6 @@ pub fn parse_integer(arg: &[u8]) -> Option<i64> {
     };
     if digits.is_empty() {
         return None;
-    }
-    let value = if digits.len() < 8 {
-        // The usual case, kept small enough to inline: at most seven digits, cannot
-        // overflow.
-        short_digits(digits)?
-    } else {
-        long_digits(digits, negative)?
-    };
-    Some(if negative {
-        value.wrapping_neg()
-    } else {
-        value
-    })
-}
-
-/// The value of 1 to 7 ASCII digits.
-#[inline(always)]
-fn short_digits(digits: &[u8]) -> Option<i64> {
-    let len = digits.len();
-    if len >= 4 {
-        // The first four and the last four, overlapping, checked and converted together in
-        // one word: the last four's lowest `len - 4` digits follow the first four.
-        let (first, last) = four_digits_twice(
-            digits[..4].try_into().unwrap_or_default(),
-            digits[len - 4..].try_into().unwrap_or_default(),
-        )?;
-        let value = match len {
-            4 => first,
-            5 => first * 10 + last % 10,
-            6 => first * 100 + last % 100,
-            _ => first * 1_000 + last % 1_000,
-        };
-        return Some(i64::from(value));
-    }
-    let mut value = 0;
-    for &byte in digits {
-        let digit = byte.wrapping_sub(b'0');
-        if digit > 9 {
-            return None;
-        }
-        value = value * 10 + i64::from(digit);
-    }
-    Some(value)
-}
-
-/// Two groups of four ASCII digits, the first of each the most significant, as their
-/// values; `None` when any byte is not a digit. Both in one word, as [`eight_digits`] reads
-/// eight, stopping at the fours.
-#[inline(always)]
-fn four_digits_twice(first: [u8; 4], second: [u8; 4]) -> Option<(u32, u32)> {
-    let word = u64::from(u32::from_le_bytes(first)) | u64::from(u32::from_le_bytes(second)) << 32;
-    let digits = digit_values(word)?;
-    let pairs = digits.wrapping_mul(10).wrapping_add(digits >> 8) & 0x00FF_00FF_00FF_00FF;
-    let fours = pairs.wrapping_mul(100).wrapping_add(pairs >> 16) & 0x0000_FFFF_0000_FFFF;
-    Some((fours as u32, (fours >> 32) as u32))
-}
-
-/// The eight bytes of `word` less `'0'` each, when every one is an ASCII digit.
-#[inline(always)]
-fn digit_values(word: u64) -> Option<u64> {
-    const ZEROS: u64 = 0x3030_3030_3030_3030;
-    // Each byte is 0x30..=0x39: its high nibble is 3, and adding 6 keeps it 3.
-    let high_nibbles = 0xF0F0_F0F0_F0F0_F0F0;
-    if word & high_nibbles != ZEROS
-        || word.wrapping_add(0x0606_0606_0606_0606) & high_nibbles != ZEROS
-    {
-        return None;
-    }
-    Some(word - ZEROS)
-}
-
-/// The magnitude of 8 or more ASCII digits, negated back by the caller when `negative`
-/// (so `-9223372036854775808` fits); `None` past the i64 range.
-#[inline(never)]
-fn long_digits(digits: &[u8], negative: bool) -> Option<i64> {
-    let len = digits.len();
-    if len <= 16 {
-        // The first eight and the last eight, overlapping: the last eight's lowest
-        // `len - 8` digits follow the first eight. Below 10^16: no overflow.
-        let first = eight_digits(digits[..8].try_into().unwrap_or_default())?;
-        let last = eight_digits(digits[len - 8..].try_into().unwrap_or_default())?;
-        let follow = |scale: u64| first * scale + last % scale;
-        let value = match len - 8 {
-            0 => first,
-            1 => follow(10),
-            2 => follow(100),
-            3 => follow(1_000),
-            4 => follow(10_000),
-            5 => follow(100_000),
-            6 => follow(1_000_000),
-            7 => follow(10_000_000),
-            _ => follow(100_000_000),
-        };
-        return Some(value as i64);
     }
     // Accumulated below zero, where i64 reaches one further (i64::MIN).
     let mut value: i64 = 0;
@@ -139,22 +44,10 @@ fn long_digits(digits: &[u8], negative: bool) -> Option<i64> {
         value = value.checked_mul(10)?.checked_sub(i64::from(digit))?;
     }
     if negative {
-        Some(value.wrapping_neg())
+        Some(value)
     } else {
         value.checked_neg()
     }
-}
-
-/// Eight ASCII digits, the first the most significant, as their value; `None` when any byte
-/// is not a digit. All eight at once, in one word (SWAR).
-#[inline(always)]
-fn eight_digits(bytes: [u8; 8]) -> Option<u64> {
-    let digits = digit_values(u64::from_le_bytes(bytes))?;
-    // Pairs, then fours, then all eight: each step joins neighbours, the earlier (lower
-    // byte) one the more significant. No lane overflows into the next (99, 9,999).
-    let pairs = digits.wrapping_mul(10).wrapping_add(digits >> 8) & 0x00FF_00FF_00FF_00FF;
-    let fours = pairs.wrapping_mul(100).wrapping_add(pairs >> 16) & 0x0000_FFFF_0000_FFFF;
-    Some(fours.wrapping_mul(10_000).wrapping_add(fours >> 32) & 0xFFFF_FFFF)
 }
 
 /// Parses a required integer argument; `not_an_integer` is the error otherwise.
@@ -174,8 +67,8 @@ pub struct CommonOptions {
     pub unit: Unit,
     /// `REFUND`: give `quantity` back.
     pub refund: bool,
-    /// `BLOCK duration`, in microseconds.
-    pub block: Option<i64>,
+    /// `BLOCK duration`.
+    pub block: Option<Micros>,
 }
 
 impl Default for CommonOptions {
@@ -207,9 +100,6 @@ impl CommonOptions {
 /// The reply to a `BLOCK` duration that is not a positive integer.
 const BLOCK_NOT_POSITIVE: CommandError =
     CommandError::Message(c"ERR BLOCK must be a positive integer");
-
-/// The longest block: 2^63 - 1 nanoseconds, as for periods and windows.
-const MAX_BLOCK_MICROS: i64 = i64::MAX / 1_000;
 
 /// The optional arguments still to be read; a command's own keyword takes its value from
 /// here.
@@ -276,37 +166,15 @@ impl Keyword {
     /// `arg` as a keyword, in any letter case (ASCII letters only, as
     /// [`<[u8]>::eq_ignore_ascii_case`] compares them); `None` when it cannot be one: empty,
     /// longer than 8 bytes, or holding a NUL byte (which would make two lengths pack alike).
-    #[inline(always)]
     pub fn read(arg: &[u8]) -> Option<Keyword> {
-        const ONES: u64 = 0x0101_0101_0101_0101;
-        const HIGHS: u64 = 0x8080_8080_8080_8080;
-        if arg.is_empty() || arg.len() > 8 {
+        if arg.is_empty() || arg.len() > 8 || arg.contains(&0) {
             return None;
         }
-        let len = arg.len();
-        // The bytes in two loads, whatever the length: two overlapping 4-byte words from 4
-        // bytes on (the bytes both hold are the same), three single bytes below.
-        let word = if len >= 4 {
-            let low = u32::from_le_bytes([arg[0], arg[1], arg[2], arg[3]]);
-            let high = u32::from_le_bytes([arg[len - 4], arg[len - 3], arg[len - 2], arg[len - 1]]);
-            u64::from(low) | u64::from(high) << (8 * (len - 4))
-        } else {
-            u64::from(arg[0])
-                | u64::from(arg[len / 2]) << (8 * (len / 2))
-                | u64::from(arg[len - 1]) << (8 * (len - 1))
-        };
-        // A NUL byte among the argument's (the bytes past its end made non-zero first).
-        let padded = word | (u64::MAX << (8 * len - 1) << 1);
-        if padded.wrapping_sub(ONES) & !padded & HIGHS != 0 {
-            return None;
+        let mut word = 0;
+        for (at, byte) in arg.iter().enumerate() {
+            word |= u64::from(byte.to_ascii_uppercase()) << (8 * at);
         }
-        // Upper case: bytes from 'a' to 'z' (below 0x80) lose 0x20. Adding 0x1F to a byte's
-        // low 7 bits sets its top bit from 'a' on, adding 0x05 from '{' on.
-        let low7 = word & !HIGHS;
-        let from_a = low7 + 0x1F1F_1F1F_1F1F_1F1F;
-        let past_z = low7 + 0x0505_0505_0505_0505;
-        let lower = from_a & !past_z & !word & HIGHS;
-        Some(Keyword(word ^ (lower >> 2)))
+        Some(Keyword(word))
     }
 
     /// The unit it names: `S`, `MS` or `US`.
@@ -373,15 +241,9 @@ pub fn parse_options<'a>(
                 c"ERR REFUND and BLOCK cannot be combined: a refund is never refused",
             ));
         }
-        let per_unit = (options.unit.ticks() / TICKS_PER_MICROSECOND) as i64;
-        options.block = Some(
-            duration
-                .checked_mul(per_unit)
-                .filter(|&micros| micros <= MAX_BLOCK_MICROS)
-                .ok_or(CommandError::Message(
-                    c"ERR BLOCK is too long: the limit is 2^63 nanoseconds (292 years)",
-                ))?,
-        );
+        options.block = Some(options.unit.span(duration).ok_or(CommandError::Message(
+            c"ERR BLOCK is too long: the limit is 2^63 nanoseconds (292 years)",
+        ))?);
     }
     Ok(options)
 }
@@ -549,18 +411,17 @@ mod tests {
     #[test]
     fn refund_and_block_in_any_case_and_order() {
         let options = common(&[b"2", b"refund", b"MS"]).unwrap();
-        assert_eq!(
-            options.request(),
-            Request {
-                action: Action::Refund,
-                quantity: 2,
-                block: None
-            }
-        );
+        assert_eq!(options.request(), Request::refund(2));
         let options = common(&[b"Block", b"900", b"ms"]).unwrap();
-        assert_eq!(options.block, Some(900_000));
-        assert_eq!(common(&[b"BLOCK", b"2"]).unwrap().block, Some(2_000_000));
-        assert_eq!(common(&[b"US", b"BLOCK", b"7"]).unwrap().block, Some(7));
+        assert_eq!(options.block, Some(Micros(900_000)));
+        assert_eq!(
+            common(&[b"BLOCK", b"2"]).unwrap().block,
+            Some(Micros(2_000_000))
+        );
+        assert_eq!(
+            common(&[b"US", b"BLOCK", b"7"]).unwrap().block,
+            Some(Micros(7))
+        );
     }
 
     #[test]

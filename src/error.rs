@@ -3,6 +3,8 @@
 
 use std::ffi::CStr;
 
+use crate::core::params::ParamError;
+
 /// An error reply.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CommandError {
@@ -40,5 +42,11 @@ impl CommandError {
             CommandError::WrongArity => "ERR wrong number of arguments",
             CommandError::Message(message) => message.to_str().unwrap(),
         }
+    }
+}
+
+impl From<ParamError> for CommandError {
+    fn from(error: ParamError) -> CommandError {
+        CommandError::Message(error.message())
     }
 }

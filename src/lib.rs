@@ -1,20 +1,25 @@
-//! redis-ratelimit: native rate-limiting commands for Redis, as a module.
+//! redis-ratelimit: native rate-limiting commands for Redis and Valkey, as a module.
 //!
-//! - `core`: the algorithms in plain Rust, with time passed in (no Redis types).
-//! - `args`, `error`, `packed`: argument grammar, error replies and packed effect fields
-//!   shared by all commands.
-//! - `redis`: the thin layer to Redis (calls, keys, clock, registration).
-//! - `commands`: one file per command, joining the three.
+//! - [`core`]: the algorithms and the engine that runs them, in plain Rust: no server types,
+//!   no unsafe code, the time passed in.
+//! - [`redis`]: the FFI layer, the only place that calls the module API: registration, the
+//!   command callback, keys, effects, the native type, the server's settings.
+//! - [`commands`]: one file per command, from arguments to the engine and back.
+//! - [`args`], [`error`]: the option grammar and the error replies all commands share.
+//!
+//! docs/internals.md maps the path of a call through them.
+
+#![deny(unsafe_op_in_unsafe_fn)]
+#![deny(clippy::undocumented_unsafe_blocks)]
 
 mod args;
 mod commands;
 mod core;
 mod error;
-mod packed;
 mod redis;
 
-// Redis' allocator in the module, so that Redis accounts for (and can limit) its memory;
-// the system's in unit tests, which run outside Redis.
+// The server's allocator in the module, so that it accounts for (and can limit) its
+// memory; the system's in unit tests, which run outside the server.
 #[cfg(not(test))]
 #[global_allocator]
 static ALLOCATOR: redis_module::alloc::RedisAlloc = redis_module::alloc::RedisAlloc;

@@ -13,20 +13,22 @@
 use std::ffi::{c_int, CStr};
 
 use crate::args::{parse_integer, parse_options, CommonOptions, Keyword, Tail};
-use crate::core::all::combined;
+use crate::core::engine::{Call, MAX_LIMITERS};
 use crate::core::limiter::Limiter;
+use crate::core::settle::combined;
 use crate::core::time::{Rounding, Unit};
 use crate::core::verdict::Verdict;
 use crate::error::CommandError;
+use crate::redis::call::{Details, Invocation, LimiterReply, Reply};
 use crate::redis::clock;
-use crate::redis::engine::{self, LogEffect, Mode, Named, MAX_LIMITERS};
-use crate::redis::handler::{self, Details, Invocation, LimiterReply};
-use crate::redis::metadata::{Arg, ArgKind, CommandSpec};
+use crate::redis::handler::{callback, Registered};
+use crate::redis::metadata::{Arg, ArgKind, CommandSpec, Mode};
 use crate::redis::stats::CommandStats;
+use crate::redis::store;
 
 use super::window::{algorithm_keyword, ALGORITHM_ARG};
 use super::{
-    limiter_spec, log, request, throttle, window, without_refund, BLOCK_ARG, QUANTITY_ARG,
+    limiter_spec, log, outcome, request, throttle, window, without_refund, BLOCK_ARG, QUANTITY_ARG,
     REFUND_ARG, UNIT_ARG,
 };
 
@@ -85,10 +87,25 @@ const ARGS: &[Arg] = &[
     REFUND_ARG,
 ];
 
+/// `RL.ALL`.
+pub struct All;
+
+impl Registered for All {
+    const SPEC: &'static CommandSpec = &SPEC;
+}
+
+/// `RL.ALL_RO`.
+pub struct AllRo;
+
+impl Registered for AllRo {
+    const SPEC: &'static CommandSpec = &SPEC_RO;
+}
+
 /// `RL.ALL`'s registration.
 pub static SPEC: CommandSpec = limiter_spec(
     NAME,
-    rl_all,
+    callback::<All>,
+    run,
     Mode::Write,
     -REQUIRED_ARGUMENTS,
     c"Checks a request against several limiters at once: charged to all if all admit it, to none otherwise",
@@ -102,7 +119,8 @@ pub static SPEC: CommandSpec = limiter_spec(
 /// `RL.ALL_RO`'s registration.
 pub static SPEC_RO: CommandSpec = limiter_spec(
     NAME_RO,
-    rl_all_ro,
+    callback::<AllRo>,
+    run,
     Mode::ReadOnly,
     -REQUIRED_ARGUMENTS,
     c"The reply RL.ALL would give, without writing anything",
@@ -116,9 +134,6 @@ pub static SPEC_RO: CommandSpec = limiter_spec(
 const USAGE: CommandError = CommandError::Message(
     c"ERR syntax error. Usage: RL.ALL numkeys key [key ...] THROTTLE max_burst count period | WINDOW limit window [FIXED|SLIDING|BUCKETS n] | LOG limit window [...] [quantity] [S|MS|US] [BLOCK duration] [REFUND] [DETAILS]",
 );
-
-handler::command_callback!(rl_all, SPEC, run, Mode::Write);
-handler::command_callback!(rl_all_ro, SPEC_RO, run, Mode::ReadOnly);
 
 /// A limiter as given, before the unit is known.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -138,60 +153,37 @@ impl Params {
     }
 }
 
-/// A parsed call: its limiters (as many as keys, in order, at most `N`) and options.
-struct Parsed<const N: usize> {
-    params: [Option<Params>; N],
+/// A parsed call: its limiters (as many as keys, in order) and options.
+struct Parsed {
+    params: [Option<Params>; MAX_LIMITERS],
     keys: usize,
     options: CommonOptions,
     details: bool,
 }
 
-/// Runs the call with working arrays sized for its number of keys, so that two limiters
-/// pay for two, not for the sixteen a call can name.
-fn run(call: &Invocation, mode: Mode) -> Result<LimiterReply, CommandError> {
-    let keys = numkeys(call.args.get(1).copied())?;
-    match keys {
-        1 => run_sized::<1>(call, keys, mode),
-        2 => run_sized::<2>(call, keys, mode),
-        3 | 4 => run_sized::<4>(call, keys, mode),
-        5..=8 => run_sized::<8>(call, keys, mode),
-        _ => run_sized::<MAX_LIMITERS>(call, keys, mode),
-    }
-}
-
-/// [`run`] for a call of `keys` keys, at most `N`.
-fn run_sized<const N: usize>(
-    call: &Invocation,
-    keys: usize,
-    mode: Mode,
-) -> Result<LimiterReply, CommandError> {
-    let parsed = parse::<N>(keys, &call.args[2..])?;
-    let unit = parsed.options.unit;
-    let named_at = |i: usize| -> Result<Named, CommandError> {
-        let params = parsed.params[i].ok_or(CommandError::INTERNAL)?;
-        Ok(Named {
-            key: call.argument(2 + i),
-            limiter: params.limiter(unit)?,
-        })
+fn run(call: &Invocation, mode: Mode) -> Result<Reply, CommandError> {
+    let parsed = parse(numkeys(call.args.get(1).copied())?, &call.args[2..])?;
+    let (keys, unit) = (parsed.keys, parsed.options.unit);
+    let limiter_at = |index: usize| -> Result<Limiter, CommandError> {
+        parsed.params[index]
+            .ok_or(CommandError::INTERNAL)?
+            .limiter(unit)
     };
-    // Filled up to `parsed.keys`, the rest copies of the first (unused).
-    let mut named = [named_at(0)?; N];
-    for (i, slot) in named.iter_mut().enumerate().take(parsed.keys).skip(1) {
-        *slot = named_at(i)?;
+    // Filled up to `keys`, the rest copies of the first (unused).
+    let mut limiters = [limiter_at(0)?; MAX_LIMITERS];
+    for (index, limiter) in limiters.iter_mut().enumerate().take(keys).skip(1) {
+        *limiter = limiter_at(index)?;
     }
-    let named = &named[..parsed.keys];
     let request = request(&parsed.options, mode)?;
-    let mut verdicts = [Verdict::default(); N];
-    let verdicts = &mut verdicts[..parsed.keys];
-    engine::run::<N>(
-        call,
-        named,
-        &request,
-        mode,
-        clock::now_micros(),
-        LogEffect::Replay,
-        verdicts,
-    )?;
+    let engine_call = Call {
+        limiters: &limiters[..keys],
+        request,
+        now: clock::now(),
+        write: mode == Mode::Write,
+    };
+    let mut verdicts = [Verdict::default(); MAX_LIMITERS];
+    let verdicts = &mut verdicts[..keys];
+    store::run::<MAX_LIMITERS>(call, 2, &engine_call, verdicts)?;
     let verdicts = &*verdicts;
     let details = parsed.details.then(|| {
         let mut details = Box::new(Details {
@@ -203,11 +195,13 @@ fn run_sized<const N: usize>(
         }
         details
     });
-    Ok(LimiterReply {
-        fields: combined(verdicts).to_reply(unit, Rounding::Up),
+    let all = combined(verdicts);
+    Ok(Reply::Limiter(LimiterReply {
+        fields: all.to_reply(unit, Rounding::Up),
+        extra: None,
         details,
-        request,
-    })
+        outcome: outcome(&request, all.limited),
+    }))
 }
 
 /// `numkeys`: how many keys (and limiters) the call names.
@@ -221,9 +215,10 @@ fn numkeys(arg: Option<&[u8]>) -> Result<usize, CommandError> {
         ))
 }
 
-/// Parses the arguments after `numkeys`, for a call of `keys` keys, at most `N`.
-fn parse<const N: usize>(keys: usize, args: &[&[u8]]) -> Result<Parsed<N>, CommandError> {
-    if keys > N {
+/// Parses the arguments after `numkeys`, for a call of `keys` keys (at most
+/// [`MAX_LIMITERS`]).
+fn parse(keys: usize, args: &[&[u8]]) -> Result<Parsed, CommandError> {
+    if keys > MAX_LIMITERS {
         return Err(CommandError::INTERNAL);
     }
     if args.len() < keys {
@@ -237,7 +232,7 @@ fn parse<const N: usize>(keys: usize, args: &[&[u8]]) -> Result<Parsed<N>, Comma
             c"ERR RL.ALL names the same key twice",
         ));
     }
-    let mut params = [None; N];
+    let mut params = [None; MAX_LIMITERS];
     for slot in &mut params[..keys] {
         let (&keyword, after) = rest.split_first().ok_or(CommandError::Message(
             c"ERR fewer limiters than keys: give one limiter per key",

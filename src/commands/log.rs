@@ -13,25 +13,25 @@
 
 use std::ffi::{c_int, CStr};
 
-use redis_module::raw;
-
 use crate::args::{integer_argument, is_keyword, parse_options, CommonOptions};
+use crate::core::engine::{After, Call, Key, NativeChange, Store};
 use crate::core::limiter::Limiter;
 use crate::core::log::{LogLimiter, SlidingLog};
-use crate::core::request::{Action, Request};
-use crate::core::time::{Rounding, Unit};
+use crate::core::packed::{self, Effect};
+use crate::core::request::Request;
+use crate::core::time::{Micros, Rounding, Unit};
+use crate::core::verdict::Verdict;
 use crate::error::CommandError;
-use crate::packed;
-use crate::redis::engine::{self, LogEffect, Mode, Named};
-use crate::redis::handler::{self, Invocation, LimiterReply};
-use crate::redis::key::{Access, LimiterKey};
-use crate::redis::metadata::{Arg, ArgKind, CommandSpec, Keys};
-use crate::redis::native_type::BLOCKED_KEYWORD;
+use crate::redis::call::{Invocation, Reply};
+use crate::redis::handler::{callback, Registered};
+use crate::redis::metadata::{Arg, ArgKind, CommandSpec, Keys, Mode, KEY_INSERT, KEY_READ_WRITE};
+use crate::redis::native_type::{BLOCKED_KEYWORD, LOAD_CHUNK_COMMAND};
 use crate::redis::stats::CommandStats;
+use crate::redis::store::{self, RedisStore};
 
 use super::{
-    internal_only, limiter_spec, single, window_error, without_refund, BLOCK_ARG, QUANTITY_ARG,
-    REFUND_ARG, UNIT_ARG, WRITE_KEY_FLAGS,
+    internal_only, limiter_spec, single, without_refund, BLOCK_ARG, QUANTITY_ARG, REFUND_ARG,
+    UNIT_ARG,
 };
 
 const NAME: &CStr = c"rl.log";
@@ -55,10 +55,39 @@ const ARGS: &[Arg] = &[
     REFUND_ARG,
 ];
 
+/// `RL.LOG`.
+pub struct Log;
+
+impl Registered for Log {
+    const SPEC: &'static CommandSpec = &SPEC;
+}
+
+/// `RL.LOG_RO`.
+pub struct LogRo;
+
+impl Registered for LogRo {
+    const SPEC: &'static CommandSpec = &SPEC_RO;
+}
+
+/// `RL.LOG.REPLAY`.
+pub struct Replay;
+
+impl Registered for Replay {
+    const SPEC: &'static CommandSpec = &REPLAY_SPEC;
+}
+
+/// `RL.LOG.LOADCHUNK`.
+pub struct LoadChunk;
+
+impl Registered for LoadChunk {
+    const SPEC: &'static CommandSpec = &LOAD_CHUNK_SPEC;
+}
+
 /// `RL.LOG`'s registration.
 pub static SPEC: CommandSpec = limiter_spec(
     NAME,
-    rl_log,
+    callback::<Log>,
+    run,
     Mode::Write,
     -REQUIRED_ARGUMENTS,
     c"Rate-limits a key with an exact sliding log of the requests it admitted",
@@ -72,7 +101,8 @@ pub static SPEC: CommandSpec = limiter_spec(
 /// `RL.LOG_RO`'s registration.
 pub static SPEC_RO: CommandSpec = limiter_spec(
     NAME_RO,
-    rl_log_ro,
+    callback::<LogRo>,
+    run,
     Mode::ReadOnly,
     -REQUIRED_ARGUMENTS,
     c"The reply RL.LOG would give, without writing anything",
@@ -86,7 +116,9 @@ pub static SPEC_RO: CommandSpec = limiter_spec(
 /// `RL.LOG.REPLAY`'s registration.
 pub static REPLAY_SPEC: CommandSpec = CommandSpec {
     name: c"rl.log.replay",
-    handler: rl_log_replay,
+    handler: callback::<Replay>,
+    body: replay,
+    mode: Mode::Write,
     flags: c"write fast",
     arity: -3,
     summary: c"Internal: applies an RL.LOG call with the master's time (replication and AOF only)",
@@ -94,7 +126,7 @@ pub static REPLAY_SPEC: CommandSpec = CommandSpec {
     since: c"0.1.0",
     acl_categories: c"write fast",
     in_module_category: false,
-    keys: Keys::One(WRITE_KEY_FLAGS),
+    keys: Keys::One(KEY_READ_WRITE),
     args: &[
         Arg::new(c"key", ArgKind::Key),
         // `limit,window_us,quantity,now_us[,REFUND|,BLOCK,us]`, packed in one argument since
@@ -108,7 +140,9 @@ pub static REPLAY_SPEC: CommandSpec = CommandSpec {
 /// `RL.LOG.LOADCHUNK`'s registration.
 pub static LOAD_CHUNK_SPEC: CommandSpec = CommandSpec {
     name: c"rl.log.loadchunk",
-    handler: rl_log_load_chunk,
+    handler: callback::<LoadChunk>,
+    body: load_chunk,
+    mode: Mode::Write,
     flags: c"write",
     arity: -3,
     summary: c"Internal: appends serialized entries to a log (AOF rewrite only)",
@@ -116,7 +150,7 @@ pub static LOAD_CHUNK_SPEC: CommandSpec = CommandSpec {
     since: c"0.1.0",
     acl_categories: c"write slow",
     in_module_category: false,
-    keys: Keys::One(raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_INSERT),
+    keys: Keys::One(KEY_INSERT),
     args: &[
         Arg::new(c"key", ArgKind::Key),
         Arg::new(c"entries", ArgKind::String),
@@ -132,12 +166,7 @@ const USAGE: CommandError = CommandError::Message(
     c"ERR syntax error. Usage: RL.LOG key limit window [quantity] [S|MS|US] [BLOCK duration] [REFUND]",
 );
 
-handler::command_callback!(rl_log, SPEC, run, Mode::Write);
-handler::command_callback!(rl_log_ro, SPEC_RO, run, Mode::ReadOnly);
-handler::command_callback!(rl_log_replay, REPLAY_SPEC, replay);
-handler::command_callback!(rl_log_load_chunk, LOAD_CHUNK_SPEC, load_chunk);
-
-fn run(call: &Invocation, mode: Mode) -> Result<LimiterReply, CommandError> {
+fn run(call: &Invocation, mode: Mode) -> Result<Reply, CommandError> {
     let (params, options) = parse(&call.args[2..])?;
     let limiter = params.limiter(options.unit)?;
     single(call, limiter, &options, mode, Rounding::Up)
@@ -172,15 +201,17 @@ impl Params {
 
     /// The limiter, with `window` in `unit`s.
     pub fn limiter(&self, unit: Unit) -> Result<Limiter, CommandError> {
-        LogLimiter::new(self.limit, self.window, unit)
-            .map(Limiter::Log)
-            .map_err(window_error)
+        Ok(Limiter::Log(LogLimiter::new(
+            self.limit,
+            self.window,
+            unit,
+        )?))
     }
 }
 
 /// `RL.LOG.REPLAY key limit,window_us,quantity,now_us[,REFUND|,BLOCK,us]`, and the same
 /// fields as separate arguments, as versions before 0.2 propagated them.
-fn replay(call: &Invocation) -> Result<[i64; 5], CommandError> {
+fn replay(call: &Invocation, _: Mode) -> Result<Reply, CommandError> {
     internal_only(call)?;
     let mut unpacked = [&[][..]; 6];
     let fields = packed::unpack(&call.args[2..], &mut unpacked).ok_or(USAGE)?;
@@ -188,37 +219,33 @@ fn replay(call: &Invocation) -> Result<[i64; 5], CommandError> {
         return Err(CommandError::WrongArity);
     };
     let integer = |arg| integer_argument(arg, c"ERR RL.LOG.REPLAY takes integers");
-    let limiter = LogLimiter::new(integer(limit)?, integer(window)?, Unit::Microseconds)
-        .map_err(window_error)?;
+    let limiter = LogLimiter::new(integer(limit)?, integer(window)?, Unit::Microseconds)?;
     let quantity = u64::try_from(integer(quantity)?).map_err(|_| USAGE)?;
     let request = match tail {
         [] => Request::take(quantity),
-        [refund] if is_keyword(refund, "REFUND") => Request {
-            action: Action::Refund,
-            ..Request::take(quantity)
-        },
+        [refund] if is_keyword(refund, "REFUND") => Request::refund(quantity),
         [block, duration] if is_keyword(block, "BLOCK") => Request {
-            block: Some(integer(duration)?.max(1)),
+            block: Some(Micros(integer(duration)?.max(1))),
             ..Request::take(quantity)
         },
         _ => return Err(USAGE),
     };
-    let named = Named {
-        key: call.key_name(),
-        limiter: Limiter::Log(limiter),
+    let engine_call = Call {
+        limiters: &[Limiter::Log(limiter)],
+        request,
+        now: Micros(integer(now)?),
+        write: true,
     };
-    let verdict = engine::run_one(
-        call,
-        &named,
-        &request,
-        Mode::Write,
-        integer(now)?,
-        LogEffect::Verbatim,
-    )?;
-    Ok(verdict.to_reply(Unit::Microseconds, Rounding::Up))
+    let mut verdict = [Verdict::default()];
+    store::replay(call, &engine_call, &mut verdict)?;
+    Ok(Reply::Integers(
+        verdict[0].to_reply(Unit::Microseconds, Rounding::Up),
+    ))
 }
 
-fn load_chunk(call: &Invocation) -> Result<(), CommandError> {
+/// `RL.LOG.LOADCHUNK key entries [BLOCKED until_us]`: entries appended to the key's log (a
+/// new one when missing), as an AOF rewrite emitted them.
+fn load_chunk(call: &Invocation, _: Mode) -> Result<Reply, CommandError> {
     internal_only(call)?;
     let invalid =
         CommandError::Message(c"ERR RL.LOG.LOADCHUNK: not a whole number of ordered entries");
@@ -229,25 +256,24 @@ fn load_chunk(call: &Invocation) -> Result<(), CommandError> {
         }
         _ => return Err(invalid),
     };
-    let mut key = LimiterKey::open(call, call.key_name(), Access::Write)?;
     let entries = call.args[2];
-    let append = |log: &mut SlidingLog| {
-        log.append_serialized(entries).ok_or(invalid)?;
-        if let Some(until) = blocked_until {
-            log.set_blocked_until(until);
+    let store = RedisStore::single(call, true);
+    let mut key = store.open(0, true)?;
+    let loaded = key.change_native(true, |log: &mut SlidingLog| {
+        let loaded = log.append_serialized(entries);
+        if loaded.is_some() {
+            if let Some(until) = blocked_until {
+                log.set_blocked_until(Micros(until));
+            }
         }
-        Ok::<(), CommandError>(())
-    };
-    match key.native_borrow::<SlidingLog>()? {
-        Some(mut log) => append(&mut log)?,
-        None => {
-            let mut log = SlidingLog::default();
-            append(&mut log)?;
-            key.set_native(log)?;
+        NativeChange {
+            reply: loaded,
+            // The key's expiry comes after, as the AOF's own PEXPIREAT; the chunk travels
+            // as it came.
+            effect: loaded.map(|()| Effect::new(LOAD_CHUNK_COMMAND, &[])),
+            after: After::KeepsItsExpiry,
         }
-    }
-    key.changed_in_place(None)?;
-    // SAFETY: the running command's context.
-    unsafe { raw::RedisModule_ReplicateVerbatim.unwrap()(call.ctx) };
-    Ok(())
+    })?;
+    loaded.flatten().ok_or(invalid)?;
+    Ok(Reply::Ok)
 }

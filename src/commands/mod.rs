@@ -1,6 +1,9 @@
-//! The commands: each parses its arguments and hands its limiters to the shared engine
-//! ([`crate::redis::engine`]), through the shared layers in `crate::args` and `crate::redis`.
-//! Every limiter command comes as a writing command and a read-only `_RO` variant.
+//! The commands: each parses its arguments into limiters and a request ([`crate::args`])
+//! and hands them to the engine through the server's store ([`crate::redis::store`]). Every
+//! limiter command comes as a writing command and a read-only `_RO` variant, which share one
+//! body. No unsafe code and no call into the module API lives here.
+
+#![forbid(unsafe_code)]
 
 pub mod all;
 pub mod debug;
@@ -12,16 +15,19 @@ pub mod window;
 use std::ffi::{c_int, CStr};
 
 use crate::args::CommonOptions;
+use crate::core::engine::Call;
 use crate::core::limiter::Limiter;
-use crate::core::request::Request;
-use crate::core::time::Rounding;
-use crate::core::window::{WindowError, MAX_BUCKETS};
+use crate::core::request::{Action, Request};
+use crate::core::time::{Rounding, Unit};
+use crate::core::verdict::Verdict;
 use crate::error::CommandError;
+use crate::redis::call::{Invocation, LimiterReply, Reply};
 use crate::redis::clock;
-use crate::redis::engine::{self, LogEffect, Mode, Named};
-use crate::redis::handler::{Invocation, LimiterReply};
-use crate::redis::metadata::{Arg, ArgKind, CommandSpec, Handler, Keys};
-use crate::redis::stats::CommandStats;
+use crate::redis::metadata::{
+    Arg, ArgKind, Body, CommandSpec, Handler, Keys, Mode, KEY_READ_ONLY, KEY_READ_WRITE,
+};
+use crate::redis::stats::{CommandStats, Outcome};
+use crate::redis::store;
 
 /// Every command the module registers.
 pub static ALL: [&CommandSpec; 16] = [
@@ -65,6 +71,7 @@ pub static STATS: [&CommandStats; 12] = [
 const fn limiter_spec(
     name: &'static CStr,
     handler: Handler,
+    body: Body,
     mode: Mode,
     arity: c_int,
     summary: &'static CStr,
@@ -75,18 +82,20 @@ const fn limiter_spec(
     stats: &'static CommandStats,
 ) -> CommandSpec {
     // Not `deny-oom`: the module refuses only the calls that would write (see
-    // `LimiterKey::open`), so that peeks answer over `maxmemory`. Counted keys are told to
-    // Redis per call (`getkeys-api`): the key spec alone is not what Cluster routing and
-    // `CROSSSLOT` checks read.
+    // `store::writable`), so that peeks answer over `maxmemory`. Counted keys are told to
+    // the server per call (`getkeys-api`): the key spec alone is not what Cluster routing
+    // and `CROSSSLOT` checks read.
     let (flags, acl_categories, key_flags) = match (mode, counted_keys) {
-        (Mode::Write, false) => (c"write fast", c"write fast", WRITE_KEY_FLAGS),
-        (Mode::Write, true) => (c"write fast getkeys-api", c"write fast", WRITE_KEY_FLAGS),
-        (Mode::ReadOnly, false) => (c"readonly fast", c"read fast", READ_KEY_FLAGS),
-        (Mode::ReadOnly, true) => (c"readonly fast getkeys-api", c"read fast", READ_KEY_FLAGS),
+        (Mode::Write, false) => (c"write fast", c"write fast", KEY_READ_WRITE),
+        (Mode::Write, true) => (c"write fast getkeys-api", c"write fast", KEY_READ_WRITE),
+        (Mode::ReadOnly, false) => (c"readonly fast", c"read fast", KEY_READ_ONLY),
+        (Mode::ReadOnly, true) => (c"readonly fast getkeys-api", c"read fast", KEY_READ_ONLY),
     };
     CommandSpec {
         name,
         handler,
+        body,
+        mode,
         flags,
         arity,
         summary,
@@ -104,15 +113,6 @@ const fn limiter_spec(
         stats: Some(stats),
     }
 }
-
-/// The key spec of a writing command: the key is read and may be rewritten.
-const WRITE_KEY_FLAGS: u32 = redis_module::raw::REDISMODULE_CMD_KEY_RW
-    | redis_module::raw::REDISMODULE_CMD_KEY_ACCESS
-    | redis_module::raw::REDISMODULE_CMD_KEY_UPDATE;
-
-/// The key spec of a read-only variant: the key is only read.
-const READ_KEY_FLAGS: u32 =
-    redis_module::raw::REDISMODULE_CMD_KEY_RO | redis_module::raw::REDISMODULE_CMD_KEY_ACCESS;
 
 /// `quantity`, for `COMMAND DOCS`.
 const QUANTITY_ARG: Arg = Arg::new(c"quantity", ArgKind::Integer).optional();
@@ -138,49 +138,18 @@ const fn without_refund(args: &'static [Arg]) -> &'static [Arg] {
     args.split_at(args.len() - 1).0
 }
 
-/// The reply to a `BUCKETS` count out of range.
-const BUCKETS_RANGE: CommandError =
-    CommandError::Message(c"ERR BUCKETS must be an integer from 1 to 3600");
-
-const _: () = assert!(MAX_BUCKETS == 3_600, "BUCKETS_RANGE names the maximum");
-const _: () = assert!(
-    crate::core::log::MAX_LIMIT == 1_048_576,
-    "window_error names RL.LOG's maximum limit"
-);
-
-/// The replies to window and limit parameters `RL.WINDOW` and `RL.LOG` refuse.
-fn window_error(error: WindowError) -> CommandError {
-    CommandError::Message(match error {
-        WindowError::NonPositiveLimit => c"ERR limit must be positive",
-        WindowError::NonPositiveWindow => c"ERR window must be positive",
-        WindowError::WindowTooLong => {
-            c"ERR window is too long: the limit is 2^63 nanoseconds (292 years)"
-        }
-        WindowError::WindowTooLongForBuckets => {
-            c"ERR window is too long for BUCKETS: window * BUCKETS must stay below 2^63 microseconds"
-        }
-        WindowError::BucketsOutOfRange => return BUCKETS_RANGE,
-        WindowError::BucketTooShort => c"ERR window / BUCKETS must be at least 1 microsecond",
-        WindowError::LimitTooHighForLog => {
-            c"ERR limit is too high for RL.LOG: at most 1048576 (RL.WINDOW and CL.THROTTLE take any limit)"
-        }
-    })
-}
-
 /// The reply to an internal command from an ordinary client.
 const INTERNAL_ONLY: CommandError =
     CommandError::Message(c"ERR internal command: only a master or the AOF sends it");
 
 /// Refuses the internal commands from ordinary clients: they are accepted only from a
-/// master's replication stream or while loading.
+/// master's replication stream (or a slot migration's) or while loading.
 fn internal_only(call: &Invocation) -> Result<(), CommandError> {
-    let allowed = redis_module::raw::REDISMODULE_CTX_FLAGS_REPLICATED
-        | redis_module::raw::REDISMODULE_CTX_FLAGS_LOADING;
-    let flags = call.context_flags();
-    if flags as u32 & allowed == 0 {
-        return Err(INTERNAL_ONLY);
+    if call.context_flags().is_from_master_or_aof() {
+        Ok(())
+    } else {
+        Err(INTERNAL_ONLY)
     }
-    Ok(())
 }
 
 /// What a call in `mode` asks, from its options: a read-only variant never gives back.
@@ -193,31 +162,42 @@ fn request(options: &CommonOptions, mode: Mode) -> Result<Request, CommandError>
     Ok(options.request())
 }
 
+/// How a call of `request` ended, given the reply's `limited`, for the counters.
+fn outcome(request: &Request, limited: bool) -> Outcome {
+    match (request.action, request.quantity, limited) {
+        (Action::Refund, _, _) => Outcome::Refund,
+        (Action::Take, 0, _) => Outcome::Peek,
+        (Action::Take, _, false) => Outcome::Allowed,
+        (Action::Take, _, true) => Outcome::Limited,
+    }
+}
+
 /// Runs a single-limiter command: `limiter` on the call's key, replied with `rounding`.
-#[inline(always)]
 fn single(
     call: &Invocation,
     limiter: Limiter,
     options: &CommonOptions,
     mode: Mode,
     rounding: Rounding,
-) -> Result<LimiterReply, CommandError> {
+) -> Result<Reply, CommandError> {
     let request = request(options, mode)?;
-    let named = Named {
-        key: call.key_name(),
-        limiter,
-    };
-    let verdict = engine::run_one(
-        call,
-        &named,
-        &request,
-        mode,
-        clock::now_micros(),
-        LogEffect::Replay,
-    )?;
-    Ok(LimiterReply {
-        fields: verdict.to_reply(options.unit, rounding),
-        details: None,
+    let engine_call = Call {
+        limiters: std::slice::from_ref(&limiter),
         request,
+        now: clock::now(),
+        write: mode == Mode::Write,
+    };
+    let mut verdict = [Verdict::default()];
+    store::run::<1>(call, 1, &engine_call, &mut verdict)?;
+    Ok(limiter_reply(verdict[0], &request, options.unit, rounding))
+}
+
+/// The reply of a limiter command.
+fn limiter_reply(verdict: Verdict, request: &Request, unit: Unit, rounding: Rounding) -> Reply {
+    Reply::Limiter(LimiterReply {
+        fields: verdict.to_reply(unit, rounding),
+        extra: None,
+        details: None,
+        outcome: outcome(request, verdict.limited),
     })
 }

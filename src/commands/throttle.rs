@@ -5,13 +5,13 @@
 use std::ffi::{c_int, CStr};
 
 use crate::args::{integer_argument, parse_options, CommonOptions};
-use crate::core::gcra::{Gcra, GcraError};
+use crate::core::gcra::Gcra;
 use crate::core::limiter::Limiter;
 use crate::core::time::{Rounding, Unit};
 use crate::error::CommandError;
-use crate::redis::engine::Mode;
-use crate::redis::handler::{self, Invocation, LimiterReply};
-use crate::redis::metadata::{Arg, ArgKind, CommandSpec};
+use crate::redis::call::{Invocation, Reply};
+use crate::redis::handler::{callback, Registered};
+use crate::redis::metadata::{Arg, ArgKind, CommandSpec, Mode};
 use crate::redis::stats::CommandStats;
 
 use super::{limiter_spec, single, without_refund, BLOCK_ARG, QUANTITY_ARG, REFUND_ARG, UNIT_ARG};
@@ -40,10 +40,25 @@ const ARGS: &[Arg] = &[
     REFUND_ARG,
 ];
 
+/// `CL.THROTTLE`.
+pub struct Throttle;
+
+impl Registered for Throttle {
+    const SPEC: &'static CommandSpec = &SPEC;
+}
+
+/// `CL.THROTTLE_RO`.
+pub struct ThrottleRo;
+
+impl Registered for ThrottleRo {
+    const SPEC: &'static CommandSpec = &SPEC_RO;
+}
+
 /// `CL.THROTTLE`'s registration.
 pub static SPEC: CommandSpec = limiter_spec(
     NAME,
-    cl_throttle,
+    callback::<Throttle>,
+    run,
     Mode::Write,
     -REQUIRED_ARGUMENTS,
     SUMMARY,
@@ -57,7 +72,8 @@ pub static SPEC: CommandSpec = limiter_spec(
 /// `CL.THROTTLE_RO`'s registration.
 pub static SPEC_RO: CommandSpec = limiter_spec(
     NAME_RO,
-    cl_throttle_ro,
+    callback::<ThrottleRo>,
+    run,
     Mode::ReadOnly,
     -REQUIRED_ARGUMENTS,
     c"The reply CL.THROTTLE would give, without writing anything",
@@ -72,11 +88,7 @@ const USAGE: CommandError = CommandError::Message(
     c"ERR syntax error. Usage: CL.THROTTLE key max_burst count period [quantity] [S|MS|US] [BLOCK duration] [REFUND]",
 );
 
-handler::command_callback!(cl_throttle, SPEC, run, Mode::Write);
-handler::command_callback!(cl_throttle_ro, SPEC_RO, run, Mode::ReadOnly);
-
-#[inline(always)]
-fn run(call: &Invocation, mode: Mode) -> Result<LimiterReply, CommandError> {
+fn run(call: &Invocation, mode: Mode) -> Result<Reply, CommandError> {
     let (params, options) = parse(&call.args[2..])?;
     let limiter = params.limiter(options.unit)?;
     single(call, limiter, &options, mode, rounding(options.unit))
@@ -120,22 +132,13 @@ impl Params {
 
     /// The limiter, with `period` in `unit`s.
     pub fn limiter(&self, unit: Unit) -> Result<Limiter, CommandError> {
-        Gcra::new(self.max_burst, self.count, self.period, unit)
-            .map(Limiter::Throttle)
-            .map_err(invalid)
+        Ok(Limiter::Throttle(Gcra::new(
+            self.max_burst,
+            self.count,
+            self.period,
+            unit,
+        )?))
     }
-}
-
-fn invalid(error: GcraError) -> CommandError {
-    CommandError::Message(match error {
-        GcraError::NegativeBurst => c"ERR max_burst must not be negative",
-        GcraError::NonPositiveCount => c"ERR count must be positive",
-        GcraError::NonPositivePeriod => c"ERR period must be positive",
-        GcraError::RateTooHigh => c"ERR rate too high: count / period exceeds 2^24 per nanosecond",
-        GcraError::BurstTooLong => {
-            c"ERR (max_burst + 1) * period / count is too long: the limit is 2^63 nanoseconds (292 years)"
-        }
-    })
 }
 
 /// Times in seconds round as redis-cell does, for drop-in compatibility; finer units round
@@ -201,14 +204,21 @@ mod tests {
     #[test]
     fn invalid_parameters_get_their_own_messages() {
         let check = |b, c, p, expected: &str| {
-            let error = Gcra::new(b, c, p, Unit::Seconds)
-                .map_err(invalid)
-                .unwrap_err();
-            assert_eq!(error.text(), expected);
+            let params = Params {
+                max_burst: b,
+                count: c,
+                period: p,
+            };
+            assert_eq!(params.limiter(Unit::Seconds).unwrap_err().text(), expected);
         };
         check(-1, 1, 1, "ERR max_burst must not be negative");
         check(1, 0, 1, "ERR count must be positive");
         check(1, 1, -1, "ERR period must be positive");
-        check(i64::MAX, 1, 1, invalid(GcraError::BurstTooLong).text());
+        check(
+            i64::MAX,
+            1,
+            1,
+            "ERR (max_burst + 1) * period / count is too long: the limit is 2^63 nanoseconds (292 years)",
+        );
     }
 }

@@ -6,18 +6,16 @@ use std::ffi::{c_int, CStr};
 
 use crate::args::{integer_argument, parse_integer, parse_options, CommonOptions, Keyword, Tail};
 use crate::core::limiter::Limiter;
+use crate::core::params::BUCKETS_RANGE;
 use crate::core::time::{Rounding, Unit};
-use crate::core::window::{Algorithm, WindowLimiter};
+use crate::core::windows::{Algorithm, WindowLimiter};
 use crate::error::CommandError;
-use crate::redis::engine::Mode;
-use crate::redis::handler::{self, Invocation, LimiterReply};
-use crate::redis::metadata::{Arg, ArgKind, CommandSpec};
+use crate::redis::call::{Invocation, Reply};
+use crate::redis::handler::{callback, Registered};
+use crate::redis::metadata::{Arg, ArgKind, CommandSpec, Mode};
 use crate::redis::stats::CommandStats;
 
-use super::{
-    limiter_spec, single, window_error, without_refund, BLOCK_ARG, BUCKETS_RANGE, QUANTITY_ARG,
-    REFUND_ARG, UNIT_ARG,
-};
+use super::{limiter_spec, single, without_refund, BLOCK_ARG, QUANTITY_ARG, REFUND_ARG, UNIT_ARG};
 
 const NAME: &CStr = c"rl.window";
 const NAME_RO: &CStr = c"rl.window_ro";
@@ -54,10 +52,25 @@ const ARGS: &[Arg] = &[
     REFUND_ARG,
 ];
 
+/// `RL.WINDOW`.
+pub struct Window;
+
+impl Registered for Window {
+    const SPEC: &'static CommandSpec = &SPEC;
+}
+
+/// `RL.WINDOW_RO`.
+pub struct WindowRo;
+
+impl Registered for WindowRo {
+    const SPEC: &'static CommandSpec = &SPEC_RO;
+}
+
 /// `RL.WINDOW`'s registration.
 pub static SPEC: CommandSpec = limiter_spec(
     NAME,
-    rl_window,
+    callback::<Window>,
+    run,
     Mode::Write,
     -REQUIRED_ARGUMENTS,
     c"Rate-limits a key with a fixed window, a sliding-window counter or a rolling window of buckets",
@@ -71,7 +84,8 @@ pub static SPEC: CommandSpec = limiter_spec(
 /// `RL.WINDOW_RO`'s registration.
 pub static SPEC_RO: CommandSpec = limiter_spec(
     NAME_RO,
-    rl_window_ro,
+    callback::<WindowRo>,
+    run,
     Mode::ReadOnly,
     -REQUIRED_ARGUMENTS,
     c"The reply RL.WINDOW would give, without writing anything",
@@ -86,10 +100,7 @@ const USAGE: CommandError = CommandError::Message(
     c"ERR syntax error. Usage: RL.WINDOW key limit window [quantity] [FIXED|SLIDING|BUCKETS n] [S|MS|US] [BLOCK duration] [REFUND]",
 );
 
-handler::command_callback!(rl_window, SPEC, run, Mode::Write);
-handler::command_callback!(rl_window_ro, SPEC_RO, run, Mode::ReadOnly);
-
-fn run(call: &Invocation, mode: Mode) -> Result<LimiterReply, CommandError> {
+fn run(call: &Invocation, mode: Mode) -> Result<Reply, CommandError> {
     let (params, options) = parse(&call.args[2..])?;
     let limiter = params.limiter(options.unit)?;
     single(call, limiter, &options, mode, Rounding::Up)
@@ -131,7 +142,10 @@ pub fn algorithm_keyword(
                 return Some(Err(syntax_error));
             };
             let n = parse_integer(n).and_then(|n| u16::try_from(n).ok());
-            Some(n.map(Algorithm::Buckets).ok_or(BUCKETS_RANGE))
+            Some(
+                n.map(Algorithm::Buckets)
+                    .ok_or(CommandError::Message(BUCKETS_RANGE)),
+            )
         }
         _ => None,
     }
@@ -159,16 +173,19 @@ impl Params {
     /// The limiter, with `window` in `unit`s.
     pub fn limiter(&self, unit: Unit) -> Result<Limiter, CommandError> {
         let algorithm = self.algorithm.unwrap_or(Algorithm::Sliding);
-        WindowLimiter::new(self.limit, self.window, unit, algorithm)
-            .map(Limiter::Window)
-            .map_err(window_error)
+        Ok(Limiter::Window(WindowLimiter::new(
+            self.limit,
+            self.window,
+            unit,
+            algorithm,
+        )?))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::window::WindowError;
+    use crate::core::params::ParamError;
 
     fn algorithm(args: &[&[u8]]) -> Result<Algorithm, CommandError> {
         parse(args).map(|(params, _)| params.algorithm.unwrap_or(Algorithm::Sliding))
@@ -227,7 +244,7 @@ mod tests {
         for bad in [&b"-1"[..], b"65536", b"x", b""] {
             assert_eq!(
                 error(&[b"10", b"60", b"BUCKETS", bad]),
-                BUCKETS_RANGE.text()
+                BUCKETS_RANGE.to_str().unwrap()
             );
         }
         assert_eq!(error(&[b"10", b"60", b"FIXED", b"SLIDING"]), USAGE.text());
@@ -240,24 +257,35 @@ mod tests {
     #[test]
     fn invalid_parameters_get_their_own_messages() {
         let check = |limit, window, algorithm, expected: &str| {
-            let error = WindowLimiter::new(limit, window, Unit::Seconds, algorithm)
-                .map_err(window_error)
-                .unwrap_err();
-            assert_eq!(error.text(), expected);
+            let params = Params {
+                limit,
+                window,
+                algorithm: Some(algorithm),
+            };
+            assert_eq!(params.limiter(Unit::Seconds).unwrap_err().text(), expected);
         };
         check(0, 1, Algorithm::Fixed, "ERR limit must be positive");
         check(1, 0, Algorithm::Fixed, "ERR window must be positive");
-        check(1, 1, Algorithm::Buckets(0), BUCKETS_RANGE.text());
-        check(1, 1, Algorithm::Buckets(3_601), BUCKETS_RANGE.text());
+        check(1, 1, Algorithm::Buckets(0), BUCKETS_RANGE.to_str().unwrap());
+        check(
+            1,
+            1,
+            Algorithm::Buckets(3_601),
+            BUCKETS_RANGE.to_str().unwrap(),
+        );
         check(
             1,
             i64::MAX,
             Algorithm::Fixed,
-            window_error(WindowError::WindowTooLong).text(),
+            ParamError::WindowTooLong.message().to_str().unwrap(),
         );
-        let error = WindowLimiter::new(1, 5, Unit::Microseconds, Algorithm::Buckets(6));
+        let params = Params {
+            limit: 1,
+            window: 5,
+            algorithm: Some(Algorithm::Buckets(6)),
+        };
         assert_eq!(
-            error.map_err(window_error).unwrap_err().text(),
+            params.limiter(Unit::Microseconds).unwrap_err().text(),
             "ERR window / BUCKETS must be at least 1 microsecond"
         );
     }

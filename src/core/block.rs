@@ -13,7 +13,7 @@
 //!   refusal already replies as blocked.
 
 use super::request::{Action, Request};
-use super::time::from_micros;
+use super::time::Micros;
 use super::verdict::Verdict;
 
 /// What a call stores for one limiter.
@@ -24,8 +24,8 @@ pub enum Write {
     /// The algorithm's new state (an admitted take, or a refund that gave something back),
     /// keeping any block in force.
     State,
-    /// The same state, blocked until this instant (µs since the epoch).
-    StartBlock(i64),
+    /// The same state, blocked until this instant.
+    StartBlock(Micros),
 }
 
 /// One limiter's decision for a request: the reply, and what to store.
@@ -37,16 +37,16 @@ pub struct Decision {
     pub write: Write,
 }
 
-/// The block in force at `now` for a key blocked until `blocked_until` (0 for none): its
-/// end, when that is later than `now`.
-pub fn in_force(blocked_until: i64, now: i64) -> Option<i64> {
+/// The block in force at `now` for a key blocked until `blocked_until` (`Micros(0)` for
+/// none): its end, when that is later than `now`.
+pub fn in_force(blocked_until: Micros, now: Micros) -> Option<Micros> {
     (blocked_until > now).then_some(blocked_until)
 }
 
 /// The reply while the key is blocked until `until` (later than `now`), given what the
 /// algorithm alone replies.
-pub fn blocked_verdict(verdict: Verdict, until: i64, now: i64) -> Verdict {
-    let left = from_micros(until - now);
+pub fn blocked_verdict(verdict: Verdict, until: Micros, now: Micros) -> Verdict {
+    let left = (until - now).ticks();
     let never_fits = verdict.limited && verdict.retry_after.is_none();
     Verdict {
         limited: true,
@@ -58,13 +58,14 @@ pub fn blocked_verdict(verdict: Verdict, until: i64, now: i64) -> Verdict {
 }
 
 /// Applies the block rules to `verdict`, what the algorithm alone decided for `request` at
-/// `now` on a key blocked until `blocked_until` (0: none); `changes` says whether the
-/// algorithm's state would change (an admitted take, or a refund that gives something back).
+/// `now` on a key blocked until `blocked_until` (`Micros(0)`: none); `changes` says whether
+/// the algorithm's state would change (an admitted take, or a refund that gives something
+/// back).
 #[inline(always)]
 pub fn decide(
     request: &Request,
-    blocked_until: i64,
-    now: i64,
+    blocked_until: Micros,
+    now: Micros,
     verdict: Verdict,
     changes: bool,
 ) -> Decision {
@@ -110,26 +111,27 @@ pub fn decide(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::time::TICKS_PER_MICROSECOND;
-
-    const NOW: i64 = 1_700_000_000_000_000;
+    const NOW: Micros = Micros(1_700_000_000_000_000);
 
     fn verdict(limited: bool, remaining: i64, retry: Option<i64>, reset: i64) -> Verdict {
         Verdict {
             limited,
             limit: 5,
             remaining,
-            retry_after: retry.map(from_micros),
-            reset_after: from_micros(reset),
+            retry_after: retry.map(|micros| Micros(micros).ticks()),
+            reset_after: Micros(reset).ticks(),
         }
     }
 
     fn request(action: Action, quantity: u64, block: Option<i64>) -> Request {
         Request {
-            action,
-            quantity,
-            block,
+            block: block.map(Micros),
+            ..Request::take(quantity).with_action(action)
         }
+    }
+
+    fn micros(micros: i64) -> Micros {
+        NOW + Micros(micros)
     }
 
     #[test]
@@ -137,22 +139,34 @@ mod tests {
         let refused = verdict(true, 0, Some(300), 900);
         let decision = decide(
             &request(Action::Take, 1, Some(1_000)),
-            0,
+            Micros(0),
             NOW,
             refused,
             false,
         );
-        assert_eq!(decision.write, Write::StartBlock(NOW + 1_000));
+        assert_eq!(decision.write, Write::StartBlock(micros(1_000)));
         assert_eq!(decision.verdict, verdict(true, 0, Some(1_000), 1_000));
         // The algorithm's own wait, when longer, is kept.
-        let decision = decide(&request(Action::Take, 1, Some(100)), 0, NOW, refused, false);
+        let decision = decide(
+            &request(Action::Take, 1, Some(100)),
+            Micros(0),
+            NOW,
+            refused,
+            false,
+        );
         assert_eq!(decision.verdict, verdict(true, 0, Some(300), 900));
     }
 
     #[test]
     fn no_block_for_a_peek_at_a_limiter_over_its_limit() {
         let over = verdict(true, 0, Some(300), 900);
-        let decision = decide(&request(Action::Take, 0, Some(1_000)), 0, NOW, over, false);
+        let decision = decide(
+            &request(Action::Take, 0, Some(1_000)),
+            Micros(0),
+            NOW,
+            over,
+            false,
+        );
         assert_eq!(
             decision,
             Decision {
@@ -165,7 +179,13 @@ mod tests {
     #[test]
     fn no_block_for_a_quantity_that_never_fits_nor_without_the_option() {
         let never = verdict(true, 5, None, 0);
-        let decision = decide(&request(Action::Take, 9, Some(1_000)), 0, NOW, never, false);
+        let decision = decide(
+            &request(Action::Take, 9, Some(1_000)),
+            Micros(0),
+            NOW,
+            never,
+            false,
+        );
         assert_eq!(
             decision,
             Decision {
@@ -174,7 +194,13 @@ mod tests {
             }
         );
         let refused = verdict(true, 0, Some(300), 900);
-        let decision = decide(&request(Action::Take, 1, None), 0, NOW, refused, false);
+        let decision = decide(
+            &request(Action::Take, 1, None),
+            Micros(0),
+            NOW,
+            refused,
+            false,
+        );
         assert_eq!(
             decision,
             Decision {
@@ -186,7 +212,7 @@ mod tests {
 
     #[test]
     fn during_a_block_every_take_is_refused_and_nothing_is_written() {
-        let until = NOW + 700;
+        let until = micros(700);
         for (quantity, algorithm) in [
             (1, verdict(false, 3, None, 400)),
             (0, verdict(false, 4, None, 400)),
@@ -202,7 +228,7 @@ mod tests {
             assert_eq!(decision.write, Write::Nothing);
             let retry = algorithm
                 .retry_after
-                .map_or(700, |own| (own / TICKS_PER_MICROSECOND) as i64)
+                .map_or(700, |own| own.ceil_micros().0)
                 .max(700);
             assert_eq!(decision.verdict, verdict(true, 0, Some(retry), 700));
         }
@@ -227,14 +253,20 @@ mod tests {
         let after = verdict(false, 5, None, 0);
         let decision = decide(
             &request(Action::Refund, 1, None),
-            NOW + 50,
+            micros(50),
             NOW,
             after,
             true,
         );
         assert_eq!(decision.write, Write::State);
         assert_eq!(decision.verdict, verdict(true, 0, Some(50), 50));
-        let decision = decide(&request(Action::Refund, 1, None), 0, NOW, after, false);
+        let decision = decide(
+            &request(Action::Refund, 1, None),
+            Micros(0),
+            NOW,
+            after,
+            false,
+        );
         assert_eq!(
             decision,
             Decision {

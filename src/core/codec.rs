@@ -13,7 +13,7 @@
 //! it; the master's raw string costs the same 16 + 16 bytes), the least any string value
 //! costs besides a small integer.
 
-use super::time::{Ticks, MAX_INSTANT, TICKS_PER_NANOSECOND};
+use super::time::{Micros, Ticks};
 
 /// Tag of a `CL.THROTTLE` (GCRA) value, layout version 1.
 pub const GCRA_TAG: u8 = 0xF8;
@@ -70,30 +70,28 @@ pub const BLOCKED_TAG: u8 = 0xFF;
 /// Bytes before the limiter's own state in a blocked value.
 pub const BLOCKED_HEADER_LEN: usize = 8;
 
-/// Splits a stored value into the end of its block (0 when it has none) and the limiter's
-/// own state (`None` when a blocked value holds none).
-#[inline(always)]
-pub fn split_blocked(value: &[u8]) -> (i64, Option<&[u8]>) {
+/// Splits a stored value into the end of its block (`Micros(0)` when it has none) and the
+/// limiter's own state (`None` when a blocked value holds none).
+pub fn split_blocked(value: &[u8]) -> (Micros, Option<&[u8]>) {
     match value.split_first() {
         Some((&BLOCKED_TAG, rest)) if rest.len() >= BLOCKED_HEADER_LEN - 1 => {
             let mut until = [0; 8];
             until[..BLOCKED_HEADER_LEN - 1].copy_from_slice(&rest[..BLOCKED_HEADER_LEN - 1]);
             let state = &rest[BLOCKED_HEADER_LEN - 1..];
             (
-                i64::from_le_bytes(until),
+                Micros(i64::from_le_bytes(until)),
                 (!state.is_empty()).then_some(state),
             )
         }
-        _ => (0, Some(value)),
+        _ => (Micros(0), Some(value)),
     }
 }
 
-/// Appends the header of a value blocked until `until` (µs since the epoch); the limiter's
-/// state follows it.
-pub fn push_blocked_header(until: i64, value: &mut Vec<u8>) {
-    debug_assert!((0..1 << 56).contains(&until));
+/// Appends the header of a value blocked until `until`; the limiter's state follows it.
+pub fn push_blocked_header(until: Micros, value: &mut Vec<u8>) {
+    debug_assert!((0..1 << 56).contains(&until.0));
     value.push(BLOCKED_TAG);
-    value.extend_from_slice(&until.to_le_bytes()[..BLOCKED_HEADER_LEN - 1]);
+    value.extend_from_slice(&until.0.to_le_bytes()[..BLOCKED_HEADER_LEN - 1]);
 }
 
 /// Whether a string of `len` bytes may hold a state whose own lengths `is_own_length`
@@ -109,40 +107,23 @@ pub fn is_gcra_length(len: usize) -> bool {
     len == GCRA_LEN || len == REDIS_CELL_LEN
 }
 
-/// Appends the first `len` of `bytes` to `value` with one copy of all `N` (a few moves, where
-/// a copy of `len` bytes calls `memcpy`): what the fixed-size layouts append per call.
-#[inline(always)]
-pub fn append_fixed<const N: usize>(value: &mut Vec<u8>, bytes: &[u8; N], len: usize) {
-    assert!(len <= N);
-    value.reserve(N);
-    // SAFETY: `reserve` made room for `N` more bytes past the length; all `N` are written
-    // (initialised) before the length grows by `len` of them.
-    unsafe {
-        let end = value.as_mut_ptr().add(value.len());
-        std::ptr::copy_nonoverlapping(bytes.as_ptr(), end, N);
-        value.set_len(value.len() + len);
-    }
-}
-
-/// Encodes a `CL.THROTTLE` state. `tat` must lie in `0..=MAX_INSTANT`, which every TAT the
-/// core produces does.
-#[inline(always)]
+/// Encodes a `CL.THROTTLE` state. `tat` must lie in `0..=Ticks::LATEST`, which every TAT
+/// the core produces does.
 pub fn encode_gcra(tat: Ticks) -> [u8; GCRA_LEN] {
-    debug_assert!((0..=MAX_INSTANT).contains(&tat));
+    debug_assert!((0..=Ticks::LATEST.0).contains(&tat.0));
     let mut value = [0; GCRA_LEN];
     value[0] = GCRA_TAG;
-    value[1..].copy_from_slice(&tat.to_le_bytes()[..GCRA_LEN - 1]);
+    value[1..].copy_from_slice(&tat.0.to_le_bytes()[..GCRA_LEN - 1]);
     value
 }
 
 /// Decodes a `CL.THROTTLE` state, or `None` when the bytes are not one. A state redis-cell
 /// left behind (19 decimal digits of nanoseconds) is read too, so that switching modules
 /// keeps every limiter's state; the next admitted request rewrites it in this layout.
-#[inline(always)]
 pub fn decode_gcra(value: &[u8]) -> Option<Ticks> {
     if value.len() == REDIS_CELL_LEN && value.iter().all(u8::is_ascii_digit) {
         let nanos: u64 = std::str::from_utf8(value).ok()?.parse().ok()?;
-        return Some(Ticks::from(nanos) * TICKS_PER_NANOSECOND);
+        return Some(Ticks(i128::from(nanos) * Ticks::NANOSECOND.0));
     }
     let (&tag, tat) = value.split_first()?;
     if tag != GCRA_TAG || tat.len() != GCRA_LEN - 1 {
@@ -150,25 +131,25 @@ pub fn decode_gcra(value: &[u8]) -> Option<Ticks> {
     }
     let mut bytes = [0; 16];
     bytes[..GCRA_LEN - 1].copy_from_slice(tat);
-    Some(Ticks::from_le_bytes(bytes))
+    Some(Ticks(i128::from_le_bytes(bytes)))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::time::TICKS_PER_SECOND;
+
     use proptest::prelude::*;
 
     #[test]
     fn layout_is_the_tag_then_little_endian_ticks() {
-        let value = encode_gcra(0x0102_0304);
+        let value = encode_gcra(Ticks(0x0102_0304));
         assert_eq!(value, [0xF8, 4, 3, 2, 1, 0, 0, 0, 0, 0, 0, 0]);
-        assert_eq!(encode_gcra(MAX_INSTANT)[1..], [0xFF; 11]);
+        assert_eq!(encode_gcra(Ticks::LATEST)[1..], [0xFF; 11]);
     }
 
     #[test]
     fn other_values_are_not_mistaken_for_state() {
-        let valid = encode_gcra(1_700_000_000 * TICKS_PER_SECOND);
+        let valid = encode_gcra(Micros(1_700_000_000_000_000).ticks());
         assert!(decode_gcra(&valid).is_some());
         assert_eq!(decode_gcra(b""), None);
         assert_eq!(decode_gcra(b"hello world!"), None);
@@ -186,7 +167,7 @@ mod tests {
     fn redis_cell_states_are_read_as_nanoseconds() {
         let nanos = 1_795_282_310_692_123_456_u64;
         let tat = decode_gcra(nanos.to_string().as_bytes()).unwrap();
-        assert_eq!(tat, Ticks::from(nanos) * TICKS_PER_NANOSECOND);
+        assert_eq!(tat, Ticks(i128::from(nanos) * Ticks::NANOSECOND.0));
         assert!(is_gcra_length(19) && is_gcra_length(12) && !is_gcra_length(18));
         assert_eq!(decode_gcra(b"179528231069212345x"), None);
         assert_eq!(decode_gcra(b"-79528231069212345"), None);
@@ -196,18 +177,21 @@ mod tests {
 
     #[test]
     fn a_blocked_value_wraps_any_state() {
-        let state = encode_gcra(5);
+        let state = encode_gcra(Ticks(5));
         let mut value = Vec::new();
-        push_blocked_header(0x0001_0203_0405_0607, &mut value);
+        push_blocked_header(Micros(0x0001_0203_0405_0607), &mut value);
         value.extend_from_slice(&state);
         assert_eq!(&value[..8], [0xFF, 7, 6, 5, 4, 3, 2, 1]);
         assert_eq!(
             split_blocked(&value),
-            (0x0001_0203_0405_0607, Some(&state[..]))
+            (Micros(0x0001_0203_0405_0607), Some(&state[..]))
         );
-        assert_eq!(split_blocked(&value[..8]), (0x0001_0203_0405_0607, None));
-        assert_eq!(split_blocked(&state), (0, Some(&state[..])));
-        assert_eq!(split_blocked(&[0xFF, 1]), (0, Some(&[0xFF, 1][..])));
+        assert_eq!(
+            split_blocked(&value[..8]),
+            (Micros(0x0001_0203_0405_0607), None)
+        );
+        assert_eq!(split_blocked(&state), (Micros(0), Some(&state[..])));
+        assert_eq!(split_blocked(&[0xFF, 1]), (Micros(0), Some(&[0xFF, 1][..])));
         assert!(is_state_length(is_gcra_length, 12) && is_state_length(is_gcra_length, 20));
         assert!(is_state_length(is_gcra_length, 27) && is_state_length(is_gcra_length, 8));
         assert!(!is_state_length(is_gcra_length, 13) && !is_state_length(is_gcra_length, 7));
@@ -215,8 +199,8 @@ mod tests {
 
     proptest! {
         #[test]
-        fn round_trips(tat in 0..=MAX_INSTANT) {
-            prop_assert_eq!(decode_gcra(&encode_gcra(tat)), Some(tat));
+        fn round_trips(tat in 0..=Ticks::LATEST.0) {
+            prop_assert_eq!(decode_gcra(&encode_gcra(Ticks(tat))), Some(Ticks(tat)));
         }
 
         #[test]

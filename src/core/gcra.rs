@@ -7,23 +7,9 @@
 //! the state can be forgotten) once `now` reaches the TAT. This is redis-cell's algorithm;
 //! the replies match it, without its overflow and rounding defects.
 
-use super::time::{Ticks, Unit, MAX_SPAN, TICKS_PER_NANOSECOND};
+use super::params::ParamError;
+use super::time::{Ticks, Unit};
 use super::verdict::Verdict;
-
-/// Why a set of GCRA parameters is refused.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum GcraError {
-    /// `max_burst` below zero.
-    NegativeBurst,
-    /// `count` zero or below.
-    NonPositiveCount,
-    /// `period` zero or below.
-    NonPositivePeriod,
-    /// More than 2^24 per nanosecond: the emission interval would be below one tick.
-    RateTooHigh,
-    /// `(max_burst + 1) * period / count` longer than [`MAX_SPAN`] (about 292 years).
-    BurstTooLong,
-}
 
 /// A GCRA limiter's parameters, validated.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -52,22 +38,22 @@ impl Gcra {
     ///
     /// The emission interval is rounded up to a whole tick (2^-24 ns), so the long-run rate
     /// never exceeds `count / period`.
-    pub fn new(max_burst: i64, count: i64, period: i64, unit: Unit) -> Result<Gcra, GcraError> {
+    pub fn new(max_burst: i64, count: i64, period: i64, unit: Unit) -> Result<Gcra, ParamError> {
         if max_burst < 0 {
-            return Err(GcraError::NegativeBurst);
+            return Err(ParamError::NegativeBurst);
         }
         if count <= 0 {
-            return Err(GcraError::NonPositiveCount);
+            return Err(ParamError::NonPositiveCount);
         }
         if period <= 0 {
-            return Err(GcraError::NonPositivePeriod);
+            return Err(ParamError::NonPositivePeriod);
         }
-        let limit = max_burst.checked_add(1).ok_or(GcraError::BurstTooLong)?;
-        let interval = emission_interval(period, count, unit).ok_or(GcraError::RateTooHigh)?;
+        let limit = max_burst.checked_add(1).ok_or(ParamError::BurstTooLong)?;
+        let interval = emission_interval(period, count, unit).ok_or(ParamError::RateTooHigh)?;
         let tolerance = interval
-            .checked_mul(Ticks::from(limit))
-            .filter(|&tolerance| tolerance <= MAX_SPAN)
-            .ok_or(GcraError::BurstTooLong)?;
+            .checked_times(limit as u64)
+            .filter(|&tolerance| tolerance <= Ticks::MAX_SPAN)
+            .ok_or(ParamError::BurstTooLong)?;
         Ok(Gcra {
             interval,
             tolerance,
@@ -102,7 +88,7 @@ impl Gcra {
         if quantity > self.limit as u64 {
             return refuse(None);
         }
-        let new_tat = tat + self.interval * Ticks::from(quantity);
+        let new_tat = tat + self.interval.times(quantity);
         let allow_at = new_tat - self.tolerance;
         if now < allow_at {
             return refuse(Some(allow_at - now));
@@ -126,11 +112,8 @@ impl Gcra {
     /// missing or already full bucket has nothing to give back).
     pub fn refund(&self, stored_tat: Option<Ticks>, now: Ticks, quantity: u64) -> GcraOutcome {
         let tat = stored_tat.map_or(now, |stored| stored.max(now));
-        let back = self
-            .interval
-            .checked_mul(Ticks::from(quantity))
-            .unwrap_or(Ticks::MAX);
-        let new_tat = tat.saturating_sub(back).max(now);
+        let back = self.interval.checked_times(quantity);
+        let new_tat = back.map_or(now, |back| (tat - back).max(now));
         GcraOutcome {
             verdict: self.apply(Some(new_tat), now, 0).verdict,
             new_tat: (new_tat < tat).then_some(new_tat),
@@ -141,7 +124,7 @@ impl Gcra {
     /// (the bucket can be over-full after its parameters were tightened).
     fn remaining(&self, backlog: Ticks) -> i64 {
         let room = self.tolerance - backlog;
-        if room <= 0 {
+        if room.0 <= 0 {
             0
         } else {
             // room <= tolerance = interval * limit, so this is at most limit.
@@ -157,8 +140,8 @@ impl Gcra {
 /// whole nanoseconds give an estimate, which a 128-bit multiplication confirms or moves by
 /// one; a 128-bit division (a routine, about four times the cost) only when that fails.
 fn whole_intervals(room: Ticks, interval: Ticks) -> i64 {
-    debug_assert!(room > 0 && room < 1 << 88 && interval > 0);
-    let (room, interval) = (room as u128, interval as u128);
+    debug_assert!(room.0 > 0 && room.0 < 1 << 88 && interval.0 > 0);
+    let (room, interval) = (room.0 as u128, interval.0 as u128);
     if (room | interval) >> 64 == 0 {
         return (room as u64 / interval as u64) as i64;
     }
@@ -181,7 +164,7 @@ fn whole_intervals(room: Ticks, interval: Ticks) -> i64 {
 /// that is below one tick. Both arguments are positive.
 fn emission_interval(period: i64, count: i64, unit: Unit) -> Option<Ticks> {
     let (period, count) = (period as u64, count as u64);
-    let nanos_per_unit = (unit.ticks() / TICKS_PER_NANOSECOND) as u64;
+    let nanos_per_unit = (unit.ticks().0 / Ticks::NANOSECOND.0) as u64;
     // The usual case in 64-bit divisions: `period` in nanoseconds fits a u64, and `count`
     // is below 2^40, so the ticks left over after whole nanoseconds (under 2^24 of them per
     // unit of count) do too. A tick is 2^-24 ns: whole ns / count, then the remainder's
@@ -194,7 +177,9 @@ fn emission_interval(period: i64, count: i64, unit: Unit) -> Option<Ticks> {
         if whole == 0 && left_over << 24 < count {
             return None;
         }
-        return Some((Ticks::from(whole) << 24) + Ticks::from((left_over << 24).div_ceil(count)));
+        return Some(Ticks(
+            (i128::from(whole) << 24) + i128::from((left_over << 24).div_ceil(count)),
+        ));
     }
     emission_interval_wide(period, count, unit)
 }
@@ -202,18 +187,15 @@ fn emission_interval(period: i64, count: i64, unit: Unit) -> Option<Ticks> {
 /// [`emission_interval`] in 128-bit arithmetic, for any positive arguments: at most
 /// `i64::MAX` seconds in ticks, about 1.5e35, far inside i128.
 fn emission_interval_wide(period: u64, count: u64, unit: Unit) -> Option<Ticks> {
-    let period = Ticks::from(period) * unit.ticks();
-    let count = Ticks::from(count);
-    (period >= count).then(|| (period + count - 1) / count)
+    let period = i128::from(period) * unit.ticks().0;
+    let count = i128::from(count);
+    (period >= count).then(|| Ticks((period + count - 1) / count))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::time::{
-        Rounding, TICKS_PER_MICROSECOND, TICKS_PER_MILLISECOND, TICKS_PER_NANOSECOND,
-        TICKS_PER_SECOND,
-    };
+    use crate::core::time::{Micros, Rounding};
     use proptest::prelude::*;
 
     /// A limiter and its stored TAT, driven by a controlled clock.
@@ -240,10 +222,10 @@ mod tests {
         }
     }
 
-    const START: Ticks = 1_700_000_000 * TICKS_PER_SECOND;
+    const START: Ticks = Micros(1_700_000_000_000_000).ticks();
 
     fn ms(millis: i64) -> Ticks {
-        Ticks::from(millis) * TICKS_PER_MILLISECOND
+        Micros(millis * 1_000).ticks()
     }
 
     /// redis-cell's own test table (src/cell/mod.rs, `it_rate_limits`), as replies.
@@ -292,12 +274,12 @@ mod tests {
     /// call here), as on a live server.
     #[test]
     fn matches_redis_cell_on_bursts() {
-        let step = 10 * TICKS_PER_MICROSECOND;
+        let step = Micros(10).ticks();
         let run = |bucket: &mut Bucket, calls: &[(u64, [i64; 5])]| {
             let mut now = START;
             for (quantity, expected) in calls {
                 assert_eq!(bucket.call(now, *quantity), *expected);
-                now += step;
+                now = now + step;
             }
         };
         run(&mut Bucket::new(15, 30, 60), &[(1, [0, 16, 15, -1, 2])]);
@@ -373,7 +355,7 @@ mod tests {
         let gcra = Gcra::new(4, 1, 1, Unit::Seconds).unwrap();
         let outcome = gcra.apply(Some(START - ms(500)), START, 6);
         assert_eq!(outcome.verdict.remaining, 5);
-        assert_eq!(outcome.verdict.reset_after, 0);
+        assert_eq!(outcome.verdict.reset_after, Ticks(0));
     }
 
     #[test]
@@ -394,7 +376,7 @@ mod tests {
     #[test]
     fn a_million_per_second_is_exact() {
         let gcra = Gcra::new(999, 1_000_000, 1, Unit::Seconds).unwrap();
-        assert_eq!(gcra.interval, TICKS_PER_MICROSECOND);
+        assert_eq!(gcra.interval, Ticks::MICROSECOND);
         let mut tat = None;
         let mut admitted = 0;
         for _ in 0..2_000 {
@@ -417,40 +399,40 @@ mod tests {
         // 3 per second: T is 333,333,333.33 ns; a million requests take a million thirds of a
         // second, not a nanosecond more or less than a tick apiece.
         let gcra = Gcra::new(0, 3, 1, Unit::Seconds).unwrap();
-        assert_eq!(gcra.interval, (TICKS_PER_SECOND + 2) / 3);
+        assert_eq!(gcra.interval, Ticks((Ticks::SECOND.0 + 2) / 3));
         let mut tat = START;
         for _ in 0..1_000_000 {
             // Each request arrives exactly at the TAT, so each is admitted.
             tat = gcra.apply(Some(tat), tat, 1).new_tat.unwrap();
         }
         let elapsed = tat - START;
-        let exact = 1_000_000 * TICKS_PER_SECOND / 3;
+        let exact = Ticks(1_000_000 * Ticks::SECOND.0 / 3);
         assert!(
-            elapsed >= exact && elapsed - exact < 1_000_000,
-            "{elapsed} vs {exact}"
+            elapsed >= exact && (elapsed - exact).0 < 1_000_000,
+            "{elapsed:?} vs {exact:?}"
         );
         // Rates above one per nanosecond stay exact too.
         let fast = Gcra::new(0, 3_000_000_000, 1, Unit::Seconds).unwrap();
-        assert_eq!(fast.interval, (TICKS_PER_NANOSECOND + 2) / 3);
+        assert_eq!(fast.interval, Ticks((Ticks::NANOSECOND.0 + 2) / 3));
     }
 
     #[test]
     fn refuses_parameters_it_cannot_honour() {
         let err = |b, c, p, u| Gcra::new(b, c, p, u).unwrap_err();
-        assert_eq!(err(-1, 1, 1, Unit::Seconds), GcraError::NegativeBurst);
-        assert_eq!(err(0, 0, 1, Unit::Seconds), GcraError::NonPositiveCount);
-        assert_eq!(err(0, -3, 1, Unit::Seconds), GcraError::NonPositiveCount);
-        assert_eq!(err(0, 1, 0, Unit::Seconds), GcraError::NonPositivePeriod);
-        assert_eq!(err(0, 1, -60, Unit::Seconds), GcraError::NonPositivePeriod);
+        assert_eq!(err(-1, 1, 1, Unit::Seconds), ParamError::NegativeBurst);
+        assert_eq!(err(0, 0, 1, Unit::Seconds), ParamError::NonPositiveCount);
+        assert_eq!(err(0, -3, 1, Unit::Seconds), ParamError::NonPositiveCount);
+        assert_eq!(err(0, 1, 0, Unit::Seconds), ParamError::NonPositivePeriod);
+        assert_eq!(err(0, 1, -60, Unit::Seconds), ParamError::NonPositivePeriod);
         assert_eq!(
             err(0, i64::MAX, 1, Unit::Microseconds),
-            GcraError::RateTooHigh
+            ParamError::RateTooHigh
         );
-        assert_eq!(err(i64::MAX, 1, 1, Unit::Seconds), GcraError::BurstTooLong);
-        assert_eq!(err(0, 1, i64::MAX, Unit::Seconds), GcraError::BurstTooLong);
+        assert_eq!(err(i64::MAX, 1, 1, Unit::Seconds), ParamError::BurstTooLong);
+        assert_eq!(err(0, 1, i64::MAX, Unit::Seconds), ParamError::BurstTooLong);
         assert_eq!(
             err(i64::MAX - 1, 1, i64::MAX, Unit::Seconds),
-            GcraError::BurstTooLong
+            ParamError::BurstTooLong
         );
         // 292 years is the edge.
         assert!(Gcra::new(0, 1, 292 * 365 * 86_400, Unit::Seconds).is_ok());
@@ -460,7 +442,7 @@ mod tests {
         assert!(Gcra::new(0, 16_777_216_000, 1, Unit::Microseconds).is_ok());
         assert_eq!(
             err(0, 16_777_216_001, 1, Unit::Microseconds),
-            GcraError::RateTooHigh
+            ParamError::RateTooHigh
         );
     }
 
@@ -479,7 +461,7 @@ mod tests {
         let mut tat = None;
         let mut now = START;
         for &(gap, quantity) in stream {
-            now += Ticks::from(gap) * TICKS_PER_MICROSECOND;
+            now = now + Micros(gap).ticks();
             let outcome = gcra.apply(tat, now, quantity);
             check(now, quantity, &outcome);
             tat = outcome.new_tat.or(tat);
@@ -497,7 +479,7 @@ mod tests {
             (1_099_511_627_773, 920_291_232_446),
         ] {
             let interval = emission_interval(period, count, Unit::Microseconds).unwrap();
-            assert_eq!(interval % TICKS_PER_NANOSECOND, 0);
+            assert_eq!(interval.0 % Ticks::NANOSECOND.0, 0);
             assert_eq!(
                 Some(interval),
                 emission_interval_wide(period as u64, count as u64, Unit::Microseconds)
@@ -512,9 +494,12 @@ mod tests {
             quotient in prop_oneof![0i128..100, 0i128..1 << 24, 0i128..1 << 40],
             offset in 0.0f64..1.0,
         ) {
-            let room = quotient * interval + (offset * interval as f64) as Ticks;
+            let room = quotient * interval + (offset * interval as f64) as i128;
             prop_assume!(room > 0 && room < 1 << 88);
-            prop_assert_eq!(whole_intervals(room, interval) as i128, room / interval);
+            prop_assert_eq!(
+                whole_intervals(Ticks(room), Ticks(interval)) as i128,
+                room / interval
+            );
         }
     }
 
@@ -548,7 +533,7 @@ mod tests {
             replay(&gcra, &stream, |now, quantity, outcome| {
                 let verdict = outcome.verdict;
                 assert!(verdict.remaining >= 0 && verdict.remaining <= verdict.limit);
-                assert!(verdict.reset_after >= 0 && verdict.reset_after <= gcra.tolerance);
+                assert!(verdict.reset_after.0 >= 0 && verdict.reset_after <= gcra.tolerance);
                 if !verdict.limited && quantity > 0 {
                     assert_eq!(outcome.new_tat, Some(now + verdict.reset_after));
                     admitted.push((now, quantity));
@@ -560,8 +545,8 @@ mod tests {
                 let mut total = 0u64;
                 for &(at, quantity) in &admitted[i..] {
                     total += quantity;
-                    let bound = (at - admitted[i].0 + gcra.tolerance) / gcra.interval;
-                    prop_assert!(Ticks::from(total) <= bound);
+                    let bound = (at - admitted[i].0 + gcra.tolerance).0 / gcra.interval.0;
+                    prop_assert!(i128::from(total) <= bound);
                 }
             }
         }
@@ -582,7 +567,7 @@ mod tests {
             if let Some(wait) = verdict.retry_after {
                 prop_assert!(verdict.limited);
                 prop_assert!(!gcra.apply(tat, now + wait, quantity).verdict.limited);
-                prop_assert!(gcra.apply(tat, now + wait - 1, quantity).verdict.limited);
+                prop_assert!(gcra.apply(tat, now + wait - Ticks(1), quantity).verdict.limited);
             }
             let full = gcra.apply(tat, now + gcra.apply(tat, now, 0).verdict.reset_after, 0);
             prop_assert_eq!(full.verdict.remaining, gcra.limit());
@@ -595,18 +580,18 @@ mod tests {
             max_burst in 0i64..i64::MAX,
             count in 1i64..i64::MAX,
             period in 1i64..1_000_000,
-            stored in proptest::option::of(0..=crate::core::time::MAX_INSTANT),
-            now in 0..=(i64::MAX as Ticks * TICKS_PER_NANOSECOND),
+            stored in proptest::option::of(0..=Ticks::LATEST.0),
+            now in 0..=(i64::MAX as i128 * Ticks::NANOSECOND.0),
             quantity in any::<u64>(),
         ) {
             if let Ok(gcra) = Gcra::new(max_burst, count, period, Unit::Milliseconds) {
-                let outcome = gcra.apply(stored, now, quantity);
+                let outcome = gcra.apply(stored.map(Ticks), Ticks(now), quantity);
                 let reply = outcome.verdict.to_reply(Unit::Microseconds, Rounding::Up);
                 prop_assert!(reply[2] >= 0 && reply[2] <= reply[1]);
                 prop_assert!(reply[3] >= -1 && reply[4] >= 0);
                 if let Some(tat) = outcome.new_tat {
-                    prop_assert!(tat <= now + gcra.tolerance);
-                    prop_assert!(tat <= crate::core::time::MAX_INSTANT);
+                    prop_assert!(tat <= Ticks(now) + gcra.tolerance);
+                    prop_assert!(tat <= Ticks::LATEST);
                 }
             }
         }

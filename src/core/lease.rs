@@ -10,17 +10,16 @@
 //! grow within a key, and a key created anew after its leases ended gives ids its earlier
 //! life never gave (that would take more than one acquire per microsecond).
 
-use super::ring::Ring;
-use super::time::{from_micros, Unit};
+use std::ffi::CStr;
+
+use super::packed::{Effect, Field};
+use super::params::{self, ParamError, MAX_LEASE_LIMIT};
+use super::ring::{self, Native, Ring};
+use super::time::{Micros, Millis, Ticks, Unit};
 use super::verdict::Verdict;
-use super::window::window_micros;
 
 /// The kind tag of a lease set in the native type's storage.
 pub const LEASE_KIND: u8 = 1;
-
-/// The highest `limit` a lease set takes: it bounds the leases a key holds (each takes at
-/// least one slot), and so its memory (1 MiB) and every call's work.
-pub const MAX_LIMIT: u64 = 1 << 16;
 
 /// Bytes of a lease in the serialized form.
 pub const LEASE_LEN: usize = 16;
@@ -29,7 +28,7 @@ pub const LEASE_LEN: usize = 16;
 /// next id), then leases of two words, positions in 17 bits (up to 2^16 leases).
 type LeaseRing = Ring<2, 2, 17>;
 
-const _: () = assert!(MAX_LIMIT as usize <= LeaseRing::MAX_ENTRIES);
+const _: () = assert!(MAX_LEASE_LIMIT as usize <= LeaseRing::MAX_ENTRIES);
 const _: () = assert!(LeaseRing::OWNER_BITS >= 17, "the slots held fit in word 0");
 
 /// Header word 1: the next id.
@@ -46,8 +45,8 @@ const MAX_ID: u64 = (1 << TIME_BITS) - 1;
 /// One lease.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Lease {
-    /// When it ends, in microseconds since the epoch.
-    pub ends: i64,
+    /// When it ends.
+    pub ends: Micros,
     /// Its id.
     pub id: u64,
     /// The slots it holds.
@@ -58,14 +57,14 @@ impl Lease {
     fn encode(self) -> [u64; 2] {
         let quantity = self.quantity - 1;
         [
-            (self.ends as u64) << QUANTITY_PART_BITS | quantity & QUANTITY_PART_MASK,
+            (self.ends.0 as u64) << QUANTITY_PART_BITS | quantity & QUANTITY_PART_MASK,
             self.id << QUANTITY_PART_BITS | quantity >> QUANTITY_PART_BITS,
         ]
     }
 
     fn decode([ends, id]: [u64; 2]) -> Lease {
         Lease {
-            ends: (ends >> QUANTITY_PART_BITS) as i64,
+            ends: Micros((ends >> QUANTITY_PART_BITS) as i64),
             id: id >> QUANTITY_PART_BITS,
             quantity: ((id & QUANTITY_PART_MASK) << QUANTITY_PART_BITS | ends & QUANTITY_PART_MASK)
                 + 1,
@@ -73,7 +72,7 @@ impl Lease {
     }
 
     /// Whether it still holds its slots at `now`.
-    fn holds_at(&self, now: i64) -> bool {
+    fn holds_at(&self, now: Micros) -> bool {
         self.ends > now
     }
 }
@@ -89,6 +88,24 @@ impl Default for LeaseSet {
         LeaseSet {
             ring: LeaseRing::with_capacity(LEASE_KIND, 0),
         }
+    }
+}
+
+impl Native for LeaseSet {
+    const KIND: u8 = LEASE_KIND;
+
+    fn into_words(self) -> Box<[u64]> {
+        self.ring.into_words()
+    }
+
+    fn from_words(words: Box<[u64]>) -> Self {
+        LeaseSet {
+            ring: LeaseRing::from_words(words),
+        }
+    }
+
+    fn allocation_words(first_word: u64) -> usize {
+        ring::allocation_words::<2, 2, 17>(first_word)
     }
 }
 
@@ -136,21 +153,6 @@ impl LeaseSet {
         self.ring.allocated_bytes()
     }
 
-    /// Hands the set over as a thin pointer, for Redis to keep as the key's value.
-    pub fn into_raw(self) -> *mut u64 {
-        self.ring.into_raw()
-    }
-
-    /// Takes back a set handed over by [`LeaseSet::into_raw`].
-    ///
-    /// # Safety
-    /// `raw` must come from `LeaseSet::into_raw`, not yet taken back.
-    pub unsafe fn from_raw(raw: *mut u64) -> Self {
-        LeaseSet {
-            ring: unsafe { LeaseRing::from_raw(raw) },
-        }
-    }
-
     /// The leases from `first` on, [`LEASE_LEN`] little-endian bytes each, appended to `out`.
     pub fn serialize(&self, first: usize, count: usize, out: &mut Vec<u8>) {
         for index in first..first.saturating_add(count).min(self.len()) {
@@ -174,16 +176,16 @@ impl LeaseSet {
         let mut last = self
             .leases()
             .next_back()
-            .map_or(i64::MIN, |lease| lease.ends);
+            .map_or(Micros(i64::MIN), |lease| lease.ends);
         let mut held = self.held();
         for lease in decoded.clone() {
-            if lease.ends < last || lease.quantity > MAX_LIMIT {
+            if lease.ends < last || lease.quantity > MAX_LEASE_LIMIT {
                 return None;
             }
             last = lease.ends;
             held = held
                 .checked_add(lease.quantity)
-                .filter(|&h| h <= MAX_LIMIT)?;
+                .filter(|&h| h <= MAX_LEASE_LIMIT)?;
         }
         self.ring.reserve(self.len() + bytes.len() / LEASE_LEN)?;
         for lease in decoded {
@@ -195,7 +197,7 @@ impl LeaseSet {
     }
 
     /// The slots held at `now`, and how many leases at the front have ended.
-    fn live(&self, now: i64) -> (u64, usize) {
+    fn live(&self, now: Micros) -> (u64, usize) {
         let mut held = self.held();
         let mut ended = 0;
         for lease in self.leases() {
@@ -209,7 +211,7 @@ impl LeaseSet {
     }
 
     /// Drops the leases that ended by `now`.
-    fn drop_ended(&mut self, now: i64) {
+    fn drop_ended(&mut self, now: Micros) {
         let (held, ended) = self.live(now);
         for _ in 0..ended {
             self.ring.pop_front();
@@ -240,27 +242,6 @@ impl LeaseSet {
     }
 }
 
-/// Why a set of lease parameters is refused.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LeaseError {
-    /// `limit` zero or below.
-    NonPositiveLimit,
-    /// `limit` above [`MAX_LIMIT`].
-    LimitTooHigh,
-    /// `lease` zero or below.
-    NonPositiveLease,
-    /// `lease` longer than 2^63 - 1 ns.
-    LeaseTooLong,
-}
-
-/// A lease duration of `lease` `unit`s, in microseconds.
-pub fn lease_micros(lease: i64, unit: Unit) -> Result<i64, LeaseError> {
-    window_micros(lease, unit).map_err(|error| match error {
-        super::window::WindowError::NonPositiveWindow => LeaseError::NonPositiveLease,
-        _ => LeaseError::LeaseTooLong,
-    })
-}
-
 /// A concurrency limit's parameters, validated.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LeaseLimiter {
@@ -281,17 +262,14 @@ pub struct Acquired {
 impl LeaseLimiter {
     /// Validates the parameters: at most `limit` slots held at once, for leases of `lease`
     /// `unit`s.
-    pub fn new(limit: i64, lease: i64, unit: Unit) -> Result<LeaseLimiter, LeaseError> {
-        let limit = u64::try_from(limit)
-            .ok()
-            .filter(|&limit| limit > 0)
-            .ok_or(LeaseError::NonPositiveLimit)?;
-        if limit > MAX_LIMIT {
-            return Err(LeaseError::LimitTooHigh);
+    pub fn new(limit: i64, lease: i64, unit: Unit) -> Result<LeaseLimiter, ParamError> {
+        let limit = params::limit(limit)?;
+        if limit > MAX_LEASE_LIMIT {
+            return Err(ParamError::LimitTooHighForLeases);
         }
         Ok(LeaseLimiter {
             limit,
-            lease: lease_micros(lease, unit)?,
+            lease: params::lease(lease, unit)?.0,
         })
     }
 
@@ -300,14 +278,14 @@ impl LeaseLimiter {
         self.limit
     }
 
-    /// The lease, in microseconds.
-    pub fn lease_micros(&self) -> i64 {
-        self.lease
+    /// The lease.
+    pub fn lease(&self) -> Micros {
+        Micros(self.lease)
     }
 
-    /// Decides an acquire of `quantity` slots at `now` (µs) without changing anything: what
-    /// a peek or a refusal replies, and what an admitted acquire will.
-    pub fn inspect(&self, set: Option<&LeaseSet>, now: i64, quantity: u64) -> Verdict {
+    /// Decides an acquire of `quantity` slots at `now` without changing anything: what a
+    /// peek or a refusal replies, and what an admitted acquire will.
+    pub fn inspect(&self, set: Option<&LeaseSet>, now: Micros, quantity: u64) -> Verdict {
         let (held, ended) = set.map_or((0, 0), |set| set.live(now));
         let admitted = quantity <= self.limit && held + quantity <= self.limit;
         let charged = if admitted { quantity } else { 0 };
@@ -316,7 +294,7 @@ impl LeaseLimiter {
             .map(|lease| lease.ends)
             .filter(|&ends| ends > now);
         let last_end = if charged > 0 {
-            Some(last_end.unwrap_or(now).max(now + self.lease))
+            Some(last_end.unwrap_or(now).max(now + self.lease()))
         } else {
             last_end
         };
@@ -325,14 +303,14 @@ impl LeaseLimiter {
             limit: self.limit as i64,
             remaining: self.limit.saturating_sub(held + charged) as i64,
             retry_after: (!admitted && quantity <= self.limit)
-                .then(|| self.retry_at(set, held, ended, quantity) - now)
-                .map(|micros| from_micros(micros.max(0))),
-            reset_after: from_micros(last_end.map_or(0, |ends| ends - now)),
+                .then(|| (self.retry_at(set, held, ended, quantity) - now).ticks())
+                .map(|wait| wait.max(Ticks(0))),
+            reset_after: last_end.map_or(Ticks(0), |ends| (ends - now).ticks()),
         }
     }
 
     /// When enough leases will have ended for `quantity` (at most `limit`) to fit.
-    fn retry_at(&self, set: Option<&LeaseSet>, held: u64, ended: usize, quantity: u64) -> i64 {
+    fn retry_at(&self, set: Option<&LeaseSet>, held: u64, ended: usize, quantity: u64) -> Micros {
         let excess = held + quantity - self.limit;
         let mut freed = 0;
         for lease in set.into_iter().flat_map(LeaseSet::leases).skip(ended) {
@@ -350,7 +328,7 @@ impl LeaseLimiter {
     pub fn acquire(
         &self,
         set: &mut LeaseSet,
-        now: i64,
+        now: Micros,
         quantity: u64,
         id: Option<u64>,
     ) -> Acquired {
@@ -360,10 +338,10 @@ impl LeaseLimiter {
             return Acquired { verdict, id: None };
         }
         set.drop_ended(now);
-        let id = id.unwrap_or_else(|| set.next_id().max(now.max(1) as u64).min(MAX_ID));
+        let id = id.unwrap_or_else(|| set.next_id().max(now.0.max(1) as u64).min(MAX_ID));
         set.set_next_id((id + 1).min(MAX_ID));
         set.insert(Lease {
-            ends: now + self.lease,
+            ends: now + self.lease(),
             id,
             quantity,
         });
@@ -376,15 +354,15 @@ impl LeaseLimiter {
 
 /// Frees lease `id` at `now`: whether it was held (known, and not ended). Leases that
 /// ended are dropped first.
-pub fn release(set: &mut LeaseSet, now: i64, id: u64) -> bool {
+pub fn release(set: &mut LeaseSet, now: Micros, id: u64) -> bool {
     let held = set.take(id).is_some_and(|lease| lease.holds_at(now));
     set.drop_ended(now);
     held
 }
 
-/// Extends lease `id` to `lease` µs from `now`: whether it was held (known, and not ended).
+/// Extends lease `id` to `lease` from `now`: whether it was held (known, and not ended).
 /// Leases that ended are dropped first.
-pub fn renew(set: &mut LeaseSet, now: i64, id: u64, lease: i64) -> bool {
+pub fn renew(set: &mut LeaseSet, now: Micros, id: u64, lease: Micros) -> bool {
     let renewed = match set.take(id) {
         Some(held) if held.holds_at(now) => {
             set.insert(Lease {
@@ -399,11 +377,48 @@ pub fn renew(set: &mut LeaseSet, now: i64, id: u64, lease: i64) -> bool {
     renewed
 }
 
-/// When a key holding `set` should expire (Unix ms, rounded up): when its last lease ends.
-pub fn expire_at_ms(set: &LeaseSet) -> Option<i64> {
+/// The command a lease set's change propagates, with the master's time and lease id.
+pub const LEASE_APPLY: &CStr = c"RL.LEASE.APPLY";
+
+/// What an acquire propagates: `RL.LEASE.APPLY key ACQUIRE,now_us,limit,lease_us,quantity,id`.
+pub fn acquire_effect(limiter: &LeaseLimiter, now: Micros, quantity: u64, id: u64) -> Effect {
+    let fields = [
+        Field::Word("ACQUIRE"),
+        Field::Int(now.0),
+        Field::Int(limiter.limit() as i64),
+        Field::Int(limiter.lease().0),
+        Field::Int(quantity as i64),
+        Field::Int(id as i64),
+    ];
+    Effect::new(LEASE_APPLY, &fields)
+}
+
+/// What a release propagates: `RL.LEASE.APPLY key RELEASE,now_us,id`.
+pub fn release_effect(now: Micros, id: u64) -> Effect {
+    let fields = [
+        Field::Word("RELEASE"),
+        Field::Int(now.0),
+        Field::Int(id as i64),
+    ];
+    Effect::new(LEASE_APPLY, &fields)
+}
+
+/// What a renewal propagates: `RL.LEASE.APPLY key RENEW,now_us,id,lease_us`.
+pub fn renew_effect(now: Micros, id: u64, lease: Micros) -> Effect {
+    let fields = [
+        Field::Word("RENEW"),
+        Field::Int(now.0),
+        Field::Int(id as i64),
+        Field::Int(lease.0),
+    ];
+    Effect::new(LEASE_APPLY, &fields)
+}
+
+/// When a key holding `set` should expire: when its last lease ends.
+pub fn expire_at(set: &LeaseSet) -> Option<Millis> {
     set.leases()
         .next_back()
-        .map(|lease| lease.ends.div_euclid(1_000) + i64::from(lease.ends.rem_euclid(1_000) != 0))
+        .map(|lease| lease.ends.ceil_millis())
 }
 
 #[cfg(test)]

@@ -11,14 +11,15 @@
 
 use super::block::{self, Write};
 use super::codec::{
-    append_fixed, decode_gcra, encode_gcra, push_blocked_header, split_blocked, Placement, GCRA_LEN,
+    decode_gcra, encode_gcra, is_gcra_length, is_state_length, push_blocked_header, split_blocked,
+    Placement,
 };
 use super::gcra::Gcra;
 use super::log::{Live, LogLimiter, SlidingLog};
 use super::request::{Action, Request};
-use super::time::{ceil_millis, from_micros};
+use super::time::{Micros, Millis};
 use super::verdict::Verdict;
-use super::window::{Scratch, StateError, WindowLimiter};
+use super::windows::{is_window_length, Scratch, StateError, WindowLimiter};
 
 /// A limiter's parameters, validated, for one of the algorithms.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -40,11 +41,16 @@ impl Limiter {
             Limiter::Log(log) => log.limit(),
         }
     }
-}
 
-/// The first whole millisecond at or after `micros`.
-fn ceil_millis_of_micros(micros: i64) -> i64 {
-    micros.div_euclid(1_000) + i64::from(micros.rem_euclid(1_000) != 0)
+    /// Whether a string of `len` bytes may hold this limiter's state, blocked or not;
+    /// false for a limiter whose state is not a string.
+    pub fn accepts_length(&self, len: usize) -> bool {
+        match self {
+            Limiter::Throttle(_) => is_state_length(is_gcra_length, len),
+            Limiter::Window(_) => is_state_length(is_window_length, len),
+            Limiter::Log(_) => false,
+        }
+    }
 }
 
 /// What to do with a string key after a decision.
@@ -53,10 +59,10 @@ pub enum StringWrite {
     /// Nothing.
     Nothing,
     /// Store the bytes the decision wrote to its buffer where `placement` says, the key
-    /// expiring at `expire_at_ms` (Unix ms).
+    /// expiring at `expire_at`.
     Store {
         /// When the key expires.
-        expire_at_ms: i64,
+        expire_at: Millis,
         /// Where the bytes go, and whether the expiry moved.
         placement: Placement,
     },
@@ -80,26 +86,26 @@ struct Own {
     verdict: Verdict,
     /// Whether its state changes (the new state was appended to the buffer).
     changes: bool,
-    /// When the new state stops mattering (Unix ms), or `None` when nothing counts.
-    expire_at_ms: Option<i64>,
+    /// When the new state stops mattering, or `None` when nothing counts.
+    expire_at: Option<Millis>,
     /// Where its bytes go.
     placement: Placement,
 }
 
-/// Decides `request` at `now` (µs since the epoch) for a limiter whose state is a string,
-/// given the key's value (`None` for a missing key). What to store is appended to `value`
-/// (cleared first). `StateError` when the value is not this limiter's state; a `Log`
-/// limiter has no string state and always gets `Foreign`.
+/// Decides `request` at `now` for a limiter whose state is a string, given the key's value
+/// (`None` for a missing key). What to store is appended to `value` (cleared first).
+/// `StateError` when the value is not this limiter's state; a `Log` limiter has no string
+/// state and always gets `Foreign`.
 #[inline(always)]
 pub fn decide_string(
     limiter: &Limiter,
     stored: Option<&[u8]>,
-    now: i64,
+    now: Micros,
     request: &Request,
     scratch: &mut Scratch,
     value: &mut Vec<u8>,
 ) -> Result<StringDecision, StateError> {
-    let (blocked_until, own_state) = stored.map_or((0, None), split_blocked);
+    let (blocked_until, own_state) = stored.map_or((Micros(0), None), split_blocked);
     // Only a value that is the algorithm's state alone can be patched in place.
     let patch = own_state.is_some() && own_state.map(<[u8]>::len) == stored.map(<[u8]>::len);
     value.clear();
@@ -118,14 +124,14 @@ pub fn decide_string(
     let decision = block::decide(request, blocked_until, now, own.verdict, own.changes);
     let write = match decision.write {
         Write::Nothing => StringWrite::Nothing,
-        Write::State => match (own.expire_at_ms, kept_block) {
+        Write::State => match (own.expire_at, kept_block) {
             (None, None) => StringWrite::Delete,
-            (expire_at_ms, Some(until)) => StringWrite::Store {
-                expire_at_ms: expire_at_ms.unwrap_or(0).max(ceil_millis_of_micros(until)),
+            (expire_at, Some(until)) => StringWrite::Store {
+                expire_at: expire_at.unwrap_or_default().max(until.ceil_millis()),
                 placement: Placement::WHOLE,
             },
-            (Some(expire_at_ms), None) => StringWrite::Store {
-                expire_at_ms,
+            (Some(expire_at), None) => StringWrite::Store {
+                expire_at,
                 placement: own.placement,
             },
         },
@@ -133,9 +139,9 @@ pub fn decide_string(
             value.clear();
             push_blocked_header(until, value);
             value.extend_from_slice(own_state.unwrap_or_default());
-            let own_end = ceil_millis(from_micros(now) + own.verdict.reset_after);
+            let own_end = (now.ticks() + own.verdict.reset_after).ceil_millis();
             StringWrite::Store {
-                expire_at_ms: own_end.max(ceil_millis_of_micros(until)),
+                expire_at: own_end.max(until.ceil_millis()),
                 placement: Placement::WHOLE,
             }
         }
@@ -149,7 +155,7 @@ pub fn decide_string(
 
 /// Whether `request` is a take the algorithm would admit on a key blocked at `now`: the
 /// block alone refuses it, so its reply is the standing without it.
-fn blocked_take(request: &Request, blocked_until: i64, now: i64, own: &Verdict) -> bool {
+fn blocked_take(request: &Request, blocked_until: Micros, now: Micros, own: &Verdict) -> bool {
     request.action == Action::Take
         && !own.limited
         && request.quantity > 0
@@ -162,7 +168,7 @@ fn blocked_take(request: &Request, blocked_until: i64, now: i64, own: &Verdict) 
 fn decide_own(
     limiter: &Limiter,
     stored: Option<&[u8]>,
-    now: i64,
+    now: Micros,
     request: &Request,
     patch: bool,
     scratch: &mut Scratch,
@@ -174,18 +180,21 @@ fn decide_own(
             let stored_tat = stored
                 .map(|state| decode_gcra(state).ok_or(StateError::Foreign))
                 .transpose()?;
-            let now = from_micros(now.max(0));
+            let now = now.not_before_epoch().ticks();
             let outcome = match action {
                 Action::Take => gcra.apply(stored_tat, now, quantity),
                 Action::Refund => gcra.refund(stored_tat, now, quantity),
             };
             if let Some(tat) = outcome.new_tat {
-                append_fixed(value, &encode_gcra(tat), GCRA_LEN);
+                value.extend_from_slice(&encode_gcra(tat));
             }
             Ok(Own {
                 verdict: outcome.verdict,
                 changes: outcome.new_tat.is_some(),
-                expire_at_ms: outcome.new_tat.filter(|&tat| tat > now).map(ceil_millis),
+                expire_at: outcome
+                    .new_tat
+                    .filter(|&tat| tat > now)
+                    .map(|tat| tat.ceil_millis()),
                 placement: Placement::WHOLE,
             })
         }
@@ -193,8 +202,8 @@ fn decide_own(
             let outcome = window.apply(stored, now, quantity, patch, scratch, value)?;
             Ok(Own {
                 verdict: outcome.verdict,
-                changes: outcome.expire_at_ms.is_some(),
-                expire_at_ms: outcome.expire_at_ms,
+                changes: outcome.expire_at.is_some(),
+                expire_at: outcome.expire_at,
                 placement: outcome.placement,
             })
         }
@@ -203,7 +212,7 @@ fn decide_own(
             Ok(Own {
                 verdict: refund.verdict,
                 changes: refund.changed,
-                expire_at_ms: refund.expire_at_ms,
+                expire_at: refund.expire_at,
                 placement: refund.placement,
             })
         }
@@ -220,20 +229,19 @@ pub enum LogWrite {
     Take(Live),
     /// Give back the request's quantity ([`commit_log`]).
     Refund,
-    /// Block the key until this instant (µs since the epoch).
-    StartBlock(i64),
+    /// Block the key until this instant.
+    StartBlock(Micros),
 }
 
-/// Decides `request` at `now` (µs) for a log (`None` for a missing key), changing nothing.
-/// For a refund, the verdict is the standing before it: [`commit_log`] gives the one after.
-#[inline(always)]
+/// Decides `request` at `now` for a log (`None` for a missing key), changing nothing. For a
+/// refund, the verdict is the standing before it: [`commit_log`] gives the one after.
 pub fn decide_log(
     limiter: &LogLimiter,
     log: Option<&SlidingLog>,
-    now: i64,
+    now: Micros,
     request: &Request,
 ) -> (Verdict, LogWrite) {
-    let blocked_until = log.map_or(0, SlidingLog::blocked_until);
+    let blocked_until = log.map_or(Micros(0), SlidingLog::blocked_until);
     let live = limiter.survey(log, now);
     let (quantity, changes) = match request.action {
         Action::Take => (request.quantity, request.may_write(limiter.limit())),
@@ -254,33 +262,25 @@ pub fn decide_log(
     (decision.verdict, write)
 }
 
-/// What committing a log decision did.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct LogCommit {
-    /// When the key should expire (Unix ms).
-    pub expire_at_ms: i64,
-    /// Whether the key should go: a refund left nothing counted, and no block is in force.
-    pub delete: bool,
-}
-
 /// Carries out `write`, decided by [`decide_log`] for the same request at the same `now`,
 /// and makes `verdict` (the decision's) the reply after it: a refund's is the standing after.
-#[inline(always)]
+/// Returns when the key should expire, or `None` when it should go (a refund left nothing
+/// counted, and no block is in force).
 pub fn commit_log(
     limiter: &LogLimiter,
     log: &mut SlidingLog,
-    now: i64,
+    now: Micros,
     request: &Request,
     write: LogWrite,
     verdict: &mut Verdict,
-) -> LogCommit {
+) -> Option<Millis> {
     // The block in force, read once: only `StartBlock` changes it.
     let mut block = block::in_force(log.blocked_until(), now);
     match write {
         LogWrite::Nothing => {}
         LogWrite::Take(live) => {
             if block.is_none() {
-                log.set_blocked_until(0);
+                log.set_blocked_until(Micros(0));
             }
             limiter.log_surveyed(log, live, now, request.quantity);
         }
@@ -296,14 +296,11 @@ pub fn commit_log(
             block = block::in_force(until, now);
         }
     }
-    let block_end = block.map(ceil_millis_of_micros);
+    let block_end = block.map(Micros::ceil_millis);
     // A take just logged counts: no need to look.
     let spent = !matches!(write, LogWrite::Take(_)) && limiter.is_spent(log, now);
-    let own_end = (!spent).then(|| limiter.expire_at_ms(log));
-    LogCommit {
-        expire_at_ms: own_end.max(block_end).unwrap_or(0),
-        delete: own_end.is_none() && block_end.is_none(),
-    }
+    let own_end = (!spent).then(|| limiter.expire_at(log));
+    own_end.max(block_end)
 }
 
 #[cfg(test)]

@@ -9,19 +9,15 @@
 //! admitted, so the log never holds more than `limit` entries and each call costs O(1)
 //! amortised.
 
-use super::ring::Ring;
-use super::time::{from_micros, Unit};
+use super::params::{self, ParamError, MAX_LOG_LIMIT};
+use super::ring::{self, Native, Ring};
+use super::time::{Micros, Millis, Unit};
 use super::verdict::Verdict;
-use super::window::{validate_limit, window_micros, WindowError};
 
 /// Bits of an entry holding its count minus one.
 const COUNT_BITS: u32 = 10;
 /// The most one entry counts.
 const MAX_ENTRY_COUNT: u64 = 1 << COUNT_BITS;
-/// The highest `limit` a log takes: it bounds every call's work, since a request of
-/// `quantity` takes up to `quantity / 1024` entries (1,024 at most), and a log's memory
-/// (`limit` entries, 8 MiB).
-pub const MAX_LIMIT: u64 = 1 << 20;
 /// Bytes of an entry in the serialized form.
 pub const ENTRY_LEN: usize = 8;
 
@@ -29,7 +25,7 @@ pub const ENTRY_LEN: usize = 8;
 /// entries of one word, positions in 21 bits (up to 2^20 entries).
 type LogRing = Ring<3, 1, 21>;
 
-const _: () = assert!(MAX_LIMIT as usize <= LogRing::MAX_ENTRIES);
+const _: () = assert!(MAX_LOG_LIMIT as usize <= LogRing::MAX_ENTRIES);
 
 /// The kind tag of a log in the native type's storage.
 pub const LOG_KIND: u8 = 0;
@@ -88,14 +84,14 @@ impl SlidingLog {
         self.ring.set_header(TOTAL_WORD, total);
     }
 
-    /// When the key's penalty block ends (microseconds since the epoch), or 0 for none.
-    pub fn blocked_until(&self) -> i64 {
-        self.ring.header(BLOCKED_WORD) as i64
+    /// When the key's penalty block ends, or `Micros(0)` for none.
+    pub fn blocked_until(&self) -> Micros {
+        Micros(self.ring.header(BLOCKED_WORD) as i64)
     }
 
-    /// Sets the end of the key's penalty block (0: none).
-    pub fn set_blocked_until(&mut self, until: i64) {
-        self.ring.set_header(BLOCKED_WORD, until.max(0) as u64);
+    /// Sets the end of the key's penalty block (`Micros(0)`: none).
+    pub fn set_blocked_until(&mut self, until: Micros) {
+        self.ring.set_header(BLOCKED_WORD, until.0.max(0) as u64);
     }
 
     /// The entries, oldest first.
@@ -106,21 +102,6 @@ impl SlidingLog {
     /// Bytes of memory the log holds: its one allocation.
     pub fn allocated_bytes(&self) -> usize {
         self.ring.allocated_bytes()
-    }
-
-    /// Hands the log over as a thin pointer, for Redis to keep as the key's value.
-    pub fn into_raw(self) -> *mut u64 {
-        self.ring.into_raw()
-    }
-
-    /// Takes back a log handed over by [`SlidingLog::into_raw`].
-    ///
-    /// # Safety
-    /// `raw` must come from `SlidingLog::into_raw`, not yet taken back.
-    pub unsafe fn from_raw(raw: *mut u64) -> Self {
-        SlidingLog {
-            ring: unsafe { LogRing::from_raw(raw) },
-        }
     }
 
     /// The entries from `first` on, `ENTRY_LEN` little-endian bytes each, appended to `out`.
@@ -148,7 +129,7 @@ impl SlidingLog {
             total = total.checked_add(entry_count(entry))?;
         }
         let entries = self.len() + bytes.len() / ENTRY_LEN;
-        if entries > MAX_LIMIT as usize {
+        if entries > MAX_LOG_LIMIT as usize {
             return None;
         }
         self.ring.reserve(entries)?;
@@ -160,14 +141,12 @@ impl SlidingLog {
         Some(())
     }
 
-    #[inline(always)]
     fn newest_time(&self) -> Option<i64> {
         self.ring.back().map(|[entry]| entry_time(entry))
     }
 
     /// Drops the `entries` oldest entries, giving memory back when the log is left mostly
     /// empty.
-    #[inline(always)]
     fn drop_oldest_entries(&mut self, entries: usize) {
         if entries > 0 {
             self.drop_oldest_entries_now(entries);
@@ -257,6 +236,24 @@ impl SlidingLog {
     }
 }
 
+impl Native for SlidingLog {
+    const KIND: u8 = LOG_KIND;
+
+    fn into_words(self) -> Box<[u64]> {
+        self.ring.into_words()
+    }
+
+    fn from_words(words: Box<[u64]>) -> Self {
+        SlidingLog {
+            ring: LogRing::from_words(words),
+        }
+    }
+
+    fn allocation_words(first_word: u64) -> usize {
+        ring::allocation_words::<3, 1, 21>(first_word)
+    }
+}
+
 /// A sliding log's parameters, validated.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LogLimiter {
@@ -277,14 +274,14 @@ pub struct Live {
 
 impl LogLimiter {
     /// Validates the parameters: at most `limit` per `window` `unit`s.
-    pub fn new(limit: i64, window: i64, unit: Unit) -> Result<LogLimiter, WindowError> {
-        let limit = validate_limit(limit)?;
-        if limit > MAX_LIMIT {
-            return Err(WindowError::LimitTooHighForLog);
+    pub fn new(limit: i64, window: i64, unit: Unit) -> Result<LogLimiter, ParamError> {
+        let limit = params::limit(limit)?;
+        if limit > MAX_LOG_LIMIT {
+            return Err(ParamError::LimitTooHighForLog);
         }
         Ok(LogLimiter {
             limit,
-            window: window_micros(window, unit)?,
+            window: params::window(window, unit)?.0,
         })
     }
 
@@ -293,18 +290,16 @@ impl LogLimiter {
         self.limit
     }
 
-    /// The window, in microseconds.
-    pub fn window_micros(&self) -> i64 {
-        self.window
+    /// The window.
+    pub fn window(&self) -> Micros {
+        Micros(self.window)
     }
 
     /// What `log` holds at `now`.
-    #[inline(always)]
-    pub fn survey(&self, log: Option<&SlidingLog>, now: i64) -> Live {
-        self.live(log, now.max(0))
+    pub fn survey(&self, log: Option<&SlidingLog>, now: Micros) -> Live {
+        self.live(log, now.not_before_epoch().0)
     }
 
-    #[inline(always)]
     fn live(&self, log: Option<&SlidingLog>, now: i64) -> Live {
         let mut live = Live {
             expired_entries: 0,
@@ -327,23 +322,22 @@ impl LogLimiter {
     /// changing anything: what a peek or an oversized request replies, and what a request
     /// that may be logged will reply.
     #[cfg(test)]
-    pub fn inspect(&self, log: Option<&SlidingLog>, now: i64, quantity: u64) -> Verdict {
-        self.verdict(log, &self.live(log, now), now, quantity)
+    pub fn inspect(&self, log: Option<&SlidingLog>, now: Micros, quantity: u64) -> Verdict {
+        let now = now.not_before_epoch();
+        self.verdict(log, &self.live(log, now.0), now.0, quantity)
     }
 
     /// [`LogLimiter::inspect`], given what the log holds at `now` ([`LogLimiter::survey`]).
-    #[inline(always)]
     pub fn inspect_surveyed(
         &self,
         log: Option<&SlidingLog>,
         live: &Live,
-        now: i64,
+        now: Micros,
         quantity: u64,
     ) -> Verdict {
-        self.verdict(log, live, now, quantity)
+        self.verdict(log, live, now.not_before_epoch().0, quantity)
     }
 
-    #[inline(always)]
     fn verdict(&self, log: Option<&SlidingLog>, live: &Live, now: i64, quantity: u64) -> Verdict {
         let admitted = quantity <= self.limit && live.used.saturating_add(quantity) <= self.limit;
         let charged = if admitted { quantity } else { 0 };
@@ -359,8 +353,8 @@ impl LogLimiter {
             remaining: self.limit.saturating_sub(live.used + charged) as i64,
             retry_after: (!admitted && quantity <= self.limit)
                 .then(|| self.retry_at(log, live, quantity) - now)
-                .map(|micros| from_micros(micros.max(0))),
-            reset_after: from_micros(reset_at.map_or(0, |time| time + self.window - now).max(0)),
+                .map(|micros| Micros(micros.max(0)).ticks()),
+            reset_after: Micros(reset_at.map_or(0, |time| time + self.window - now).max(0)).ticks(),
         }
     }
 
@@ -385,20 +379,25 @@ impl LogLimiter {
     /// [`LogLimiter::inspect`] and [`LogLimiter::log_surveyed`] in one step. Returns the
     /// verdict and whether the log changed.
     #[cfg(test)]
-    pub fn apply(&self, log: &mut SlidingLog, now: i64, quantity: u64) -> (Verdict, bool) {
+    pub fn apply(&self, log: &mut SlidingLog, now: Micros, quantity: u64) -> (Verdict, bool) {
         let (live, trimmed) = self.trim(log, self.survey(Some(log), now));
-        let verdict = self.verdict(Some(log), &live, now.max(0), quantity);
+        let verdict = self.verdict(Some(log), &live, now.not_before_epoch().0, quantity);
         let logged = self.log_surveyed(log, live, now, quantity);
         (verdict, trimmed || logged)
     }
 
     /// Logs a request of `quantity` (from 1 to `limit`) at `now` if it fits, given what the
     /// log holds then ([`LogLimiter::survey`]); returns whether the log changed.
-    #[inline(always)]
-    pub fn log_surveyed(&self, log: &mut SlidingLog, live: Live, now: i64, quantity: u64) -> bool {
+    pub fn log_surveyed(
+        &self,
+        log: &mut SlidingLog,
+        live: Live,
+        now: Micros,
+        quantity: u64,
+    ) -> bool {
         debug_assert!((1..=self.limit).contains(&quantity));
         debug_assert_eq!(live, self.survey(Some(log), now));
-        let now = now.max(0);
+        let now = now.not_before_epoch().0;
         let (live, trimmed) = self.trim(log, live);
         if live.used + quantity > self.limit {
             return trimmed;
@@ -411,7 +410,6 @@ impl LogLimiter {
     /// A log holding more than `limit` units (the limit was lowered) drops its oldest units
     /// down to `limit`: the replies are the same, and later calls stay cheap. Returns what
     /// it holds after, and whether it changed.
-    #[inline(always)]
     fn trim(&self, log: &mut SlidingLog, live: Live) -> (Live, bool) {
         if live.used <= self.limit {
             return (live, false);
@@ -428,8 +426,8 @@ impl LogLimiter {
     /// Gives back `quantity` at `now`: the newest units still in the window leave the log,
     /// never more than it holds there (the expired ones go too). Returns the standing after,
     /// as a peek sees it, and whether the log changed.
-    pub fn refund(&self, log: &mut SlidingLog, now: i64, quantity: u64) -> (Verdict, bool) {
-        let now = now.max(0);
+    pub fn refund(&self, log: &mut SlidingLog, now: Micros, quantity: u64) -> (Verdict, bool) {
+        let now = now.not_before_epoch().0;
         let live = self.live(Some(log), now);
         let returned = quantity.min(live.used);
         if returned > 0 {
@@ -441,21 +439,18 @@ impl LogLimiter {
     }
 
     /// Whether the log holds nothing that still counts at `now`.
-    pub fn is_spent(&self, log: &SlidingLog, now: i64) -> bool {
+    pub fn is_spent(&self, log: &SlidingLog, now: Micros) -> bool {
         self.live_units(Some(log), now) == 0
     }
 
     /// Units of quantity the log holds that still count at `now`.
-    pub fn live_units(&self, log: Option<&SlidingLog>, now: i64) -> u64 {
-        self.live(log, now).used
+    pub fn live_units(&self, log: Option<&SlidingLog>, now: Micros) -> u64 {
+        self.survey(log, now).used
     }
 
-    /// When the key should expire: when its newest entry leaves the window (Unix ms,
-    /// rounded up).
-    #[inline(always)]
-    pub fn expire_at_ms(&self, log: &SlidingLog) -> i64 {
-        let leaves = log.newest_time().unwrap_or(0) + self.window;
-        (leaves + 999) / 1_000
+    /// When the key should expire: when its newest entry leaves the window.
+    pub fn expire_at(&self, log: &SlidingLog) -> Millis {
+        Micros(log.newest_time().unwrap_or(0) + self.window).ceil_millis()
     }
 }
 

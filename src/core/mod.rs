@@ -1,19 +1,32 @@
-//! The algorithms, in plain Rust: no Redis types, and the time passed in by the caller (the
-//! injectable clock), so that unit and property tests can drive them along any timeline.
+//! The algorithms and the engine that runs them, in plain Rust: no Redis types, no unsafe
+//! code, and the time passed in by the caller (the injectable clock), so that unit and
+//! property tests can drive them along any timeline.
+//!
+//! - Time and the reply: [`time`], [`verdict`]; what a call asks: [`request`]; parameters:
+//!   [`params`].
+//! - The limiters: [`gcra`], [`windows`] (fixed, sliding, buckets), [`log`], [`lease`], on
+//!   the storage of [`codec`] (string layouts) and [`ring`] (the native values).
+//! - Rules every limiter shares: [`block`]; one decision for any limiter: [`limiter`].
+//! - The engine: [`engine`] decides every limiter of a call, settles it ([`settle`]) and
+//!   commits it over a store of keys; [`packed`] is how its effects travel.
 
-pub mod all;
+#![forbid(unsafe_code)]
+
 pub mod block;
-pub mod buckets;
 pub mod codec;
+pub mod engine;
 pub mod gcra;
 pub mod lease;
 pub mod limiter;
 pub mod log;
+pub mod packed;
+pub mod params;
 pub mod request;
 pub mod ring;
+pub mod settle;
 pub mod time;
 pub mod verdict;
-pub mod window;
+pub mod windows;
 
 #[cfg(test)]
 mod testing;

@@ -1,6 +1,8 @@
 //! What a call asks of a limiter: to take a quantity (0 only looks) or to give one back
 //! (`REFUND`), and whether a refusal starts a penalty block (`BLOCK duration`).
 
+use super::time::Micros;
+
 /// Take or give back.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Action {
@@ -17,8 +19,8 @@ pub struct Request {
     pub action: Action,
     /// How much.
     pub quantity: u64,
-    /// `BLOCK`: how long (µs) a refusal because the limit is used up keeps the key refused.
-    pub block: Option<i64>,
+    /// `BLOCK`: how long a refusal because the limit is used up keeps the key refused.
+    pub block: Option<Micros>,
 }
 
 impl Request {
@@ -29,6 +31,20 @@ impl Request {
             quantity,
             block: None,
         }
+    }
+
+    /// A request to give back `quantity`.
+    pub fn refund(quantity: u64) -> Request {
+        Request {
+            action: Action::Refund,
+            ..Request::take(quantity)
+        }
+    }
+
+    /// The same request, taking or giving back as `action` says.
+    #[cfg(test)]
+    pub fn with_action(self, action: Action) -> Request {
+        Request { action, ..self }
     }
 
     /// Whether it can change a limiter that admits at most `limit` at once: a take that may

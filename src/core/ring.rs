@@ -117,7 +117,7 @@ impl<const HEADER: usize, const WIDTH: usize, const INDEX_BITS: u32>
     }
 
     /// [`Ring::words_of_class`] for every class, computed once: taking a ring back from its
-    /// raw pointer (every call on a native value) then reads a table instead of
+    /// thin pointer (every call on a native value) then reads a table instead of
     /// recomputing a size class.
     const WORDS_OF_CLASS: [u32; CLASSES] = {
         let mut words = [0; CLASSES];
@@ -459,38 +459,49 @@ impl<const HEADER: usize, const WIDTH: usize, const INDEX_BITS: u32>
         self.words.len() * 8
     }
 
-    /// Hands the allocation over as a thin pointer (what Redis keeps as the module value).
-    pub fn into_raw(self) -> *mut u64 {
-        Box::into_raw(self.words).cast::<u64>()
+    /// Hands the allocation over: what the server keeps as the key's value (the FFI layer
+    /// turns it into a thin pointer, and back with [`allocation_words`]).
+    pub fn into_words(self) -> Box<[u64]> {
+        self.words
     }
 
-    /// The total words of the allocation a raw pointer from [`Ring::into_raw`] points to.
-    ///
-    /// # Safety
-    /// `raw` must come from `into_raw` of a ring with this layout.
-    unsafe fn raw_words(raw: *const u64) -> usize {
-        let class = ((unsafe { *raw } >> CLASS_SHIFT) & ((1 << CLASS_BITS) - 1)) as usize;
-        Self::words_of_class(class)
-    }
-
-    /// Takes back a ring handed over by [`Ring::into_raw`].
-    ///
-    /// # Safety
-    /// `raw` must come from `into_raw` of a ring with this layout, not yet taken back.
-    pub unsafe fn from_raw(raw: *mut u64) -> Self {
-        let words = unsafe { Self::raw_words(raw) };
-        Ring {
-            words: unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(raw, words)) },
-        }
+    /// Takes back an allocation handed over by [`Ring::into_words`].
+    pub fn from_words(words: Box<[u64]>) -> Self {
+        debug_assert_eq!(words.len(), Self::words_of_class(class_of(words[0])));
+        Ring { words }
     }
 }
 
-/// The kind of value a raw pointer from [`Ring::into_raw`] holds, whatever its layout.
-///
-/// # Safety
-/// `raw` must come from `into_raw` of any ring.
-pub unsafe fn raw_kind(raw: *const u64) -> u8 {
-    (unsafe { *raw } & ((1 << KIND_BITS) - 1)) as u8
+/// A value the server keeps in the module's native type: one ring, whose word 0 says which
+/// kind it is. The FFI layer hands it to the server as a thin pointer to its words and takes
+/// it back from one.
+pub trait Native: Sized {
+    /// The kind in word 0.
+    const KIND: u8;
+    /// Hands the allocation over.
+    fn into_words(self) -> Box<[u64]>;
+    /// Takes back an allocation handed over by [`Native::into_words`].
+    fn from_words(words: Box<[u64]>) -> Self;
+    /// The words of the allocation whose word 0 is `first_word`.
+    fn allocation_words(first_word: u64) -> usize;
+}
+
+/// The size class word 0 names.
+fn class_of(first_word: u64) -> usize {
+    ((first_word >> CLASS_SHIFT) & ((1 << CLASS_BITS) - 1)) as usize
+}
+
+/// The words of the allocation of a ring of this layout whose word 0 is `first_word`: what
+/// gives a thin pointer to it its length back.
+pub fn allocation_words<const HEADER: usize, const WIDTH: usize, const INDEX_BITS: u32>(
+    first_word: u64,
+) -> usize {
+    Ring::<HEADER, WIDTH, INDEX_BITS>::words_of_class(class_of(first_word))
+}
+
+/// The kind of value a ring whose word 0 is `first_word` holds, whatever its layout.
+pub fn kind_of(first_word: u64) -> u8 {
+    (first_word & ((1 << KIND_BITS) - 1)) as u8
 }
 
 #[cfg(test)]

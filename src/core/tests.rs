@@ -13,30 +13,24 @@
 
 use proptest::prelude::*;
 
+use super::engine::memory::Value;
 use super::gcra::Gcra;
+use super::limiter::Limiter;
 use super::log::{LogLimiter, SlidingLog};
-use super::time::{ceil_millis, Rounding, Ticks, Unit, TICKS_PER_MICROSECOND};
+use super::ring::Native;
+use super::testing::{take, Key};
+use super::time::{Micros, Rounding, Unit};
 use super::verdict::Verdict;
-use super::window::{Algorithm, Scratch, WindowLimiter};
+use super::windows::{Algorithm, WindowLimiter};
 
 /// 2023-11-14T22:13:20Z, in microseconds.
 const T0: i64 = 1_700_000_000_000_000;
 
-/// One limiter of any algorithm with its state, driven by a controlled clock (µs).
+/// One limiter of any algorithm on its key, called through the engine along a controlled
+/// clock (µs).
 #[derive(Clone)]
-enum Subject {
-    Gcra {
-        gcra: Gcra,
-        tat: Option<Ticks>,
-    },
-    Window {
-        limiter: WindowLimiter,
-        value: Option<Vec<u8>>,
-    },
-    Log {
-        limiter: LogLimiter,
-        log: SlidingLog,
-    },
+struct Subject {
+    key: Key,
 }
 
 /// What one call did.
@@ -50,102 +44,55 @@ impl Subject {
     /// A fresh limiter: `limit` per `window` µs, in the shape `kind` picks.
     fn new(kind: u8, limit: u64, window: i64) -> Subject {
         let limit = limit as i64;
-        match kind {
-            0 => Subject::Gcra {
-                gcra: Gcra::new(limit - 1, limit, window, Unit::Microseconds).unwrap(),
-                tat: None,
-            },
+        let limiter = match kind {
+            0 => {
+                Limiter::Throttle(Gcra::new(limit - 1, limit, window, Unit::Microseconds).unwrap())
+            }
             1..=3 => {
                 let algorithm = match kind {
                     1 => Algorithm::Fixed,
                     2 => Algorithm::Sliding,
                     _ => Algorithm::Buckets(6),
                 };
-                let limiter =
-                    WindowLimiter::new(limit, window, Unit::Microseconds, algorithm).unwrap();
-                Subject::Window {
-                    limiter,
-                    value: None,
-                }
+                Limiter::Window(
+                    WindowLimiter::new(limit, window, Unit::Microseconds, algorithm).unwrap(),
+                )
             }
-            _ => Subject::Log {
-                limiter: LogLimiter::new(limit, window, Unit::Microseconds).unwrap(),
-                log: SlidingLog::default(),
-            },
+            _ => Limiter::Log(LogLimiter::new(limit, window, Unit::Microseconds).unwrap()),
+        };
+        Subject {
+            key: Key::new(limiter),
         }
     }
 
     /// The same limiter, without state.
     fn fresh(&self) -> Subject {
-        let mut fresh = self.clone();
-        match &mut fresh {
-            Subject::Gcra { tat, .. } => *tat = None,
-            Subject::Window { value, .. } => *value = None,
-            Subject::Log { log, .. } => *log = SlidingLog::default(),
+        Subject {
+            key: Key::new(self.key.limiter),
         }
-        fresh
     }
 
     /// A request of `quantity` at `now`, made as the command makes it.
     fn call(&mut self, now: i64, quantity: u64) -> Call {
-        match self {
-            Subject::Gcra { gcra, tat } => {
-                let outcome = gcra.apply(*tat, Ticks::from(now) * TICKS_PER_MICROSECOND, quantity);
-                *tat = outcome.new_tat.or(*tat);
-                Call {
-                    verdict: outcome.verdict,
-                    wrote: outcome.new_tat.map(ceil_millis),
-                }
-            }
-            Subject::Window { limiter, value } => {
-                let mut new_value = Vec::new();
-                let outcome = limiter
-                    .apply(
-                        value.as_deref(),
-                        now,
-                        quantity,
-                        true,
-                        &mut Scratch::default(),
-                        &mut new_value,
-                    )
-                    .unwrap();
-                if outcome.expire_at_ms.is_some() {
-                    *value = Some(outcome.placement.place(value.as_deref(), &new_value));
-                }
-                Call {
-                    verdict: outcome.verdict,
-                    wrote: outcome.expire_at_ms,
-                }
-            }
-            Subject::Log { limiter, log } => {
-                if quantity == 0 || quantity > limiter.limit() {
-                    let verdict = limiter.inspect(Some(log), now, quantity);
-                    return Call {
-                        verdict,
-                        wrote: None,
-                    };
-                }
-                let (verdict, changed) = limiter.apply(log, now, quantity);
-                Call {
-                    verdict,
-                    wrote: changed.then(|| limiter.expire_at_ms(log)),
-                }
-            }
+        let before = self.key.stored();
+        let verdict = self.key.call(Micros(now), take(quantity));
+        let after = self.key.stored();
+        Call {
+            verdict,
+            wrote: after
+                .filter(|entry| Some(entry) != before.as_ref())
+                .map(|entry| entry.expire_at.0),
         }
     }
 
-    /// The state, comparable between two limiters.
+    /// The state, comparable between two limiters (a log's entries, whatever its ring's
+    /// capacity).
     fn state(&self) -> Vec<u64> {
-        match self {
-            Subject::Gcra { tat, .. } => {
-                tat.map_or(vec![], |tat| vec![tat as u64, (tat >> 64) as u64])
-            }
-            Subject::Window { value, .. } => value
-                .iter()
-                .flatten()
-                .map(|&byte| u64::from(byte))
-                .collect(),
-            Subject::Log { log, .. } => {
+        match self.key.stored().map(|entry| entry.value) {
+            None => vec![],
+            Some(Value::String(bytes)) => bytes.into_iter().map(u64::from).collect(),
+            Some(Value::Native(words)) => {
+                let log = SlidingLog::from_words(words);
                 let mut bytes = Vec::new();
                 log.serialize(0, log.len(), &mut bytes);
                 bytes.into_iter().map(u64::from).collect()
@@ -159,11 +106,11 @@ impl Subject {
     /// boundary, documented for FIXED and SLIDING, and one bucket's worth at most for
     /// BUCKETS).
     fn bound(&self, limit: u64, window: i64, span: i64) -> u64 {
-        match self {
+        match self.key.limiter {
             // Bucket `limit` (max_burst + 1), refilled one per window / limit.
-            Subject::Gcra { .. } => limit + (span as u128 * limit as u128 / window as u128) as u64,
-            Subject::Window { .. } => 2 * limit,
-            Subject::Log { .. } => limit,
+            Limiter::Throttle(_) => limit + (span as u128 * limit as u128 / window as u128) as u64,
+            Limiter::Window(_) => 2 * limit,
+            Limiter::Log(_) => limit,
         }
     }
 }
@@ -243,8 +190,8 @@ proptest! {
         }
         // Past any state's reset: the furthest of its expiry and the last call plus two
         // windows, then up to 200 years more.
-        let reset = subject.call(now, 0).verdict.reset_after / TICKS_PER_MICROSECOND;
-        let later = now + reset as i64 + 2 * window + years * 365 * 86_400 * 1_000_000;
+        let reset = subject.call(now, 0).verdict.reset_after.ceil_micros().0;
+        let later = now + reset + 2 * window + years * 365 * 86_400 * 1_000_000;
         let mut fresh = subject.fresh();
         let (call, expected) = (subject.call(later, quantity), fresh.call(later, quantity));
         prop_assert_eq!(call.verdict, expected.verdict);

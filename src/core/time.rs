@@ -1,60 +1,186 @@
-//! Time as the cores see it: instants (since the Unix epoch) and spans, both counted in
-//! ticks of 2^-24 nanoseconds.
+//! Time as the cores see it, in three units that do not mix: [`Micros`] (the server clock's
+//! resolution: instants since the Unix epoch and spans), [`Millis`] (a key's absolute expiry)
+//! and [`Ticks`] of 2^-24 nanoseconds (GCRA's instants and spans).
 //!
 //! The server clock only has microsecond precision, but rates are `count / period`, and an
 //! emission interval such as 1 s / 3 or 1 s / 3,000,000 is not a whole number of
 //! nanoseconds. Counting in sub-nanosecond ticks keeps such intervals exact to within
 //! 2^-24 ns, so the long-run rate matches the configured one even above a billion per second.
 
-/// An instant since the Unix epoch, or a span of time, in ticks of 2^-24 ns.
-pub type Ticks = i128;
+use std::ops::{Add, Sub};
+
+/// Microseconds: an instant since the Unix epoch, or a span.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Micros(pub i64);
+
+/// Milliseconds since the Unix epoch: when a key expires.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Millis(pub i64);
+
+/// An instant since the Unix epoch, or a span, in ticks of 2^-24 ns.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Ticks(pub i128);
 
 /// Ticks in one nanosecond.
-pub const TICKS_PER_NANOSECOND: Ticks = 1 << 24;
+const PER_NANOSECOND: i128 = 1 << 24;
 /// Ticks in one microsecond.
-pub const TICKS_PER_MICROSECOND: Ticks = 1_000 * TICKS_PER_NANOSECOND;
-/// Ticks in one millisecond.
-pub const TICKS_PER_MILLISECOND: Ticks = 1_000 * TICKS_PER_MICROSECOND;
-/// Ticks in one second.
-pub const TICKS_PER_SECOND: Ticks = 1_000 * TICKS_PER_MILLISECOND;
+const PER_MICROSECOND: i128 = 1_000 * PER_NANOSECOND;
 
-/// The longest span a limiter may cover: 2^63 - 1 ns, about 292 years.
-///
-/// Bounding spans keeps every stored instant below [`MAX_INSTANT`] (the clock is centuries
-/// away from it) and every time in a reply within an `i64`, whatever the unit.
-pub const MAX_SPAN: Ticks = i64::MAX as Ticks * TICKS_PER_NANOSECOND;
+impl Ticks {
+    /// One nanosecond.
+    pub const NANOSECOND: Ticks = Ticks(PER_NANOSECOND);
+    /// One microsecond.
+    pub const MICROSECOND: Ticks = Ticks(PER_MICROSECOND);
+    /// One millisecond.
+    pub const MILLISECOND: Ticks = Ticks(1_000 * PER_MICROSECOND);
+    /// One second.
+    pub const SECOND: Ticks = Ticks(1_000_000 * PER_MICROSECOND);
 
-/// The latest instant a value may hold: 2^88 - 1 ticks, in the year 2554.
-pub const MAX_INSTANT: Ticks = (1 << 88) - 1;
+    /// The longest span a limiter may cover: 2^63 - 1 ns, about 292 years.
+    ///
+    /// Bounding spans keeps every stored instant below [`Ticks::LATEST`] (the clock is
+    /// centuries away from it) and every time in a reply within an `i64`, whatever the unit.
+    pub const MAX_SPAN: Ticks = Ticks(i64::MAX as i128 * PER_NANOSECOND);
 
-/// Converts a clock reading in microseconds since the epoch to ticks.
-pub const fn from_micros(micros: i64) -> Ticks {
-    micros as Ticks * TICKS_PER_MICROSECOND
-}
+    /// The latest instant a value may hold: 2^88 - 1 ticks, in the year 2554.
+    pub const LATEST: Ticks = Ticks((1 << 88) - 1);
 
-/// The first whole millisecond at or after `instant`: where a key's expiry goes so that it
-/// never disappears before the state it holds stops mattering.
-pub fn ceil_millis(instant: Ticks) -> i64 {
-    // Every instant from 0 to MAX_INSTANT has its whole nanoseconds below 2^64: the
-    // division is then by a constant, in 64 bits (a multiplication), where i128 would call
-    // a division routine.
-    if (0..=MAX_INSTANT).contains(&instant) {
-        let (nanos, fraction) = split_nanos(instant);
-        let millis = nanos / 1_000_000 + u64::from(nanos % 1_000_000 != 0 || fraction != 0);
-        return millis as i64; // At most 2^64 / 10^6.
+    /// `n` times this span; `None` on overflow.
+    pub fn checked_times(self, n: u64) -> Option<Ticks> {
+        self.0.checked_mul(i128::from(n)).map(Ticks)
     }
-    let millis = instant.div_euclid(TICKS_PER_MILLISECOND)
-        + Ticks::from(instant.rem_euclid(TICKS_PER_MILLISECOND) != 0);
-    i64::try_from(millis).expect("instants are bounded by MAX_INSTANT")
+
+    /// `n` times this span, for an `n` that cannot overflow (checked by the caller).
+    pub fn times(self, n: u64) -> Ticks {
+        Ticks(self.0 * i128::from(n))
+    }
+
+    /// The whole microseconds of a span, rounded up: how long to wait, in the clock's unit.
+    #[cfg(test)]
+    pub fn ceil_micros(self) -> Micros {
+        let micros = self.0.div_euclid(PER_MICROSECOND)
+            + i128::from(self.0.rem_euclid(PER_MICROSECOND) != 0);
+        Micros(i64::try_from(micros).unwrap_or(i64::MAX))
+    }
+
+    /// The first whole millisecond at or after this instant: where a key's expiry goes so
+    /// that it never disappears before the state it holds stops mattering.
+    pub fn ceil_millis(self) -> Millis {
+        // Every instant from 0 to LATEST has its whole nanoseconds below 2^64: the division
+        // is then by a constant, in 64 bits (a multiplication), where i128 would call a
+        // division routine.
+        if (0..=Ticks::LATEST.0).contains(&self.0) {
+            let (nanos, fraction) = self.split_nanos();
+            let millis = nanos / 1_000_000 + u64::from(nanos % 1_000_000 != 0 || fraction != 0);
+            return Millis(millis as i64); // At most 2^64 / 10^6.
+        }
+        let per_milli = Ticks::MILLISECOND.0;
+        let millis = self.0.div_euclid(per_milli) + i128::from(self.0.rem_euclid(per_milli) != 0);
+        Millis(i64::try_from(millis).expect("instants are bounded by Ticks::LATEST"))
+    }
+
+    /// The whole nanoseconds of a value from 0 to 2^88 - 1, and the ticks left over.
+    fn split_nanos(self) -> (u64, u64) {
+        debug_assert!((0..1 << 88).contains(&self.0));
+        (
+            (self.0 >> 24) as u64,
+            self.0 as u64 & (PER_NANOSECOND as u64 - 1),
+        )
+    }
+
+    /// This span in whole `unit`s for a reply. Negative spans count as zero; spans beyond
+    /// `i64::MAX` units saturate.
+    pub fn in_units(self, unit: Unit, rounding: Rounding) -> i64 {
+        if self.0 <= 0 {
+            return 0;
+        }
+        if self.0 >= 1 << 88 {
+            return self.in_units_wide(unit, rounding);
+        }
+        // Below 2^88 ticks the whole nanoseconds fit a u64, and each unit is a constant
+        // divisor: a multiplication instead of a 128-bit division routine. A thousandth of
+        // a unit is a whole number of nanoseconds, so the rounding rules read the same in
+        // nanoseconds (the ticks below a nanosecond only matter when rounding up).
+        let (nanos, fraction) = self.split_nanos();
+        let in_units = |per_unit: u64| {
+            let (whole, left_over) = (nanos / per_unit, nanos % per_unit);
+            let round_up = match rounding {
+                Rounding::RedisCell => left_over >= per_unit / 1_000,
+                Rounding::Up => left_over > 0 || fraction > 0,
+            };
+            // At most 2^64 / 1,000 units: within an i64.
+            (whole + u64::from(round_up)) as i64
+        };
+        match unit {
+            Unit::Seconds => in_units(1_000_000_000),
+            Unit::Milliseconds => in_units(1_000_000),
+            Unit::Microseconds => in_units(1_000),
+        }
+    }
+
+    /// [`Ticks::in_units`] for any span, in 128-bit arithmetic: the reference the fast path
+    /// is tested against, and the path of spans of 2^88 ticks or more.
+    fn in_units_wide(self, unit: Unit, rounding: Rounding) -> i64 {
+        let span = self.0.max(0);
+        let per_unit = unit.ticks().0;
+        let (whole, left_over) = (span / per_unit, span % per_unit);
+        let round_up = match rounding {
+            Rounding::RedisCell => left_over >= per_unit / 1_000,
+            Rounding::Up => left_over > 0,
+        };
+        i64::try_from(whole + i128::from(round_up)).unwrap_or(i64::MAX)
+    }
 }
 
-/// The whole nanoseconds of `ticks` (from 0 to 2^88 - 1) and the ticks left over.
-fn split_nanos(ticks: Ticks) -> (u64, u64) {
-    debug_assert!((0..1 << 88).contains(&ticks));
-    (
-        (ticks >> 24) as u64,
-        ticks as u64 & (TICKS_PER_NANOSECOND as u64 - 1),
-    )
+impl Add for Ticks {
+    type Output = Ticks;
+    fn add(self, other: Ticks) -> Ticks {
+        Ticks(self.0 + other.0)
+    }
+}
+
+impl Sub for Ticks {
+    type Output = Ticks;
+    fn sub(self, other: Ticks) -> Ticks {
+        Ticks(self.0 - other.0)
+    }
+}
+
+impl Micros {
+    /// The same instant or span in ticks.
+    pub const fn ticks(self) -> Ticks {
+        Ticks(self.0 as i128 * PER_MICROSECOND)
+    }
+
+    /// The first whole millisecond at or after this instant.
+    pub fn ceil_millis(self) -> Millis {
+        Millis(self.0.div_euclid(1_000) + i64::from(self.0.rem_euclid(1_000) != 0))
+    }
+
+    /// `self + other`, at most `i64::MAX` µs.
+    pub fn saturating_add(self, other: Micros) -> Micros {
+        Micros(self.0.saturating_add(other.0))
+    }
+
+    /// The later of this instant and the epoch: what the cores compute with, whatever a
+    /// stepped-back clock says.
+    pub fn not_before_epoch(self) -> Micros {
+        Micros(self.0.max(0))
+    }
+}
+
+impl Add for Micros {
+    type Output = Micros;
+    fn add(self, other: Micros) -> Micros {
+        Micros(self.0 + other.0)
+    }
+}
+
+impl Sub for Micros {
+    type Output = Micros;
+    fn sub(self, other: Micros) -> Micros {
+        Micros(self.0 - other.0)
+    }
 }
 
 /// The unit of periods and windows in a command's arguments, and of times in its reply.
@@ -70,15 +196,35 @@ pub enum Unit {
 }
 
 impl Unit {
-    /// Ticks in one of this unit.
+    /// One of this unit, in ticks.
     pub const fn ticks(self) -> Ticks {
         match self {
-            Unit::Seconds => TICKS_PER_SECOND,
-            Unit::Milliseconds => TICKS_PER_MILLISECOND,
-            Unit::Microseconds => TICKS_PER_MICROSECOND,
+            Unit::Seconds => Ticks::SECOND,
+            Unit::Milliseconds => Ticks::MILLISECOND,
+            Unit::Microseconds => Ticks::MICROSECOND,
         }
     }
+
+    /// Microseconds in one of this unit.
+    pub const fn micros(self) -> i64 {
+        match self {
+            Unit::Seconds => 1_000_000,
+            Unit::Milliseconds => 1_000,
+            Unit::Microseconds => 1,
+        }
+    }
+
+    /// `amount` of this unit in microseconds, when that is at most [`Ticks::MAX_SPAN`].
+    pub fn span(self, amount: i64) -> Option<Micros> {
+        amount
+            .checked_mul(self.micros())
+            .filter(|&micros| micros <= MAX_SPAN_MICROS)
+            .map(Micros)
+    }
 }
+
+/// [`Ticks::MAX_SPAN`] in whole microseconds.
+pub const MAX_SPAN_MICROS: i64 = i64::MAX / 1_000;
 
 /// How a span is turned into a whole number of units for a reply.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -90,117 +236,87 @@ pub enum Rounding {
     Up,
 }
 
-/// Expresses a span in whole `unit`s for a reply. Negative spans count as zero; spans beyond
-/// `i64::MAX` units saturate.
-pub fn span_in_units(span: Ticks, unit: Unit, rounding: Rounding) -> i64 {
-    if span <= 0 {
-        return 0;
-    }
-    if span >= 1 << 88 {
-        return span_in_units_wide(span, unit, rounding);
-    }
-    // Below 2^88 ticks the whole nanoseconds fit a u64, and each unit is a constant
-    // divisor: a multiplication instead of a 128-bit division routine. A thousandth of a
-    // unit is a whole number of nanoseconds, so the rounding rules read the same in
-    // nanoseconds (the ticks below a nanosecond only matter when rounding up).
-    let (nanos, fraction) = split_nanos(span);
-    let in_units = |per_unit: u64| {
-        let (whole, left_over) = (nanos / per_unit, nanos % per_unit);
-        let round_up = match rounding {
-            Rounding::RedisCell => left_over >= per_unit / 1_000,
-            Rounding::Up => left_over > 0 || fraction > 0,
-        };
-        // At most 2^64 / 1,000 units: within an i64.
-        (whole + u64::from(round_up)) as i64
-    };
-    match unit {
-        Unit::Seconds => in_units(1_000_000_000),
-        Unit::Milliseconds => in_units(1_000_000),
-        Unit::Microseconds => in_units(1_000),
-    }
-}
-
-/// [`span_in_units`] for any span, in 128-bit arithmetic: the reference the fast path is
-/// tested against, and the path of spans of 2^88 ticks or more.
-fn span_in_units_wide(span: Ticks, unit: Unit, rounding: Rounding) -> i64 {
-    let span = span.max(0);
-    let per_unit = unit.ticks();
-    let whole = span / per_unit;
-    let left_over = span % per_unit;
-    let round_up = match rounding {
-        Rounding::RedisCell => left_over >= per_unit / 1_000,
-        Rounding::Up => left_over > 0,
-    };
-    i64::try_from(whole + Ticks::from(round_up)).unwrap_or(i64::MAX)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    fn micros(micros: i64) -> Ticks {
+        Micros(micros).ticks()
+    }
+
     #[test]
     fn redis_cell_rounding_ignores_less_than_a_thousandth_of_a_unit() {
-        let s = Unit::Seconds;
-        let r = Rounding::RedisCell;
-        assert_eq!(span_in_units(TICKS_PER_MICROSECOND * 999_500, s, r), 1);
-        assert_eq!(span_in_units(2 * TICKS_PER_SECOND, s, r), 2);
-        assert_eq!(span_in_units(TICKS_PER_MICROSECOND * 400, s, r), 0);
-        assert_eq!(span_in_units(TICKS_PER_MILLISECOND, s, r), 1);
-        assert_eq!(span_in_units(TICKS_PER_MILLISECOND - 1, s, r), 0);
-        assert_eq!(
-            span_in_units(2 * TICKS_PER_SECOND + TICKS_PER_MILLISECOND, s, r),
-            3
-        );
+        let (s, r) = (Unit::Seconds, Rounding::RedisCell);
+        assert_eq!(micros(999_500).in_units(s, r), 1);
+        assert_eq!(Ticks(2 * Ticks::SECOND.0).in_units(s, r), 2);
+        assert_eq!(micros(400).in_units(s, r), 0);
+        assert_eq!(Ticks::MILLISECOND.in_units(s, r), 1);
+        assert_eq!(Ticks(Ticks::MILLISECOND.0 - 1).in_units(s, r), 0);
+        assert_eq!(micros(2_001_000).in_units(s, r), 3);
         let ms = Unit::Milliseconds;
-        assert_eq!(span_in_units(TICKS_PER_MICROSECOND * 1_001, ms, r), 2);
-        assert_eq!(span_in_units(TICKS_PER_MICROSECOND * 1_000 + 5, ms, r), 1);
+        assert_eq!(micros(1_001).in_units(ms, r), 2);
+        assert_eq!(Ticks(micros(1_000).0 + 5).in_units(ms, r), 1);
     }
 
     #[test]
     fn rounding_up_counts_any_left_over_tick() {
         let up = Rounding::Up;
-        assert_eq!(span_in_units(0, Unit::Seconds, up), 0);
-        assert_eq!(span_in_units(1, Unit::Seconds, up), 1);
-        assert_eq!(span_in_units(TICKS_PER_SECOND, Unit::Seconds, up), 1);
-        assert_eq!(span_in_units(TICKS_PER_SECOND + 1, Unit::Seconds, up), 2);
-        assert_eq!(
-            span_in_units(TICKS_PER_MILLISECOND * 1_500, Unit::Milliseconds, up),
-            1_500
-        );
-        assert_eq!(
-            span_in_units(TICKS_PER_NANOSECOND, Unit::Microseconds, up),
-            1
-        );
+        assert_eq!(Ticks(0).in_units(Unit::Seconds, up), 0);
+        assert_eq!(Ticks(1).in_units(Unit::Seconds, up), 1);
+        assert_eq!(Ticks::SECOND.in_units(Unit::Seconds, up), 1);
+        assert_eq!(Ticks(Ticks::SECOND.0 + 1).in_units(Unit::Seconds, up), 2);
+        assert_eq!(micros(1_500_000).in_units(Unit::Milliseconds, up), 1_500);
+        assert_eq!(Ticks::NANOSECOND.in_units(Unit::Microseconds, up), 1);
     }
 
     #[test]
     fn negative_spans_are_zero_and_huge_ones_saturate() {
-        assert_eq!(span_in_units(-5, Unit::Seconds, Rounding::Up), 0);
+        assert_eq!(Ticks(-5).in_units(Unit::Seconds, Rounding::Up), 0);
         assert_eq!(
-            span_in_units(Ticks::MAX, Unit::Microseconds, Rounding::Up),
+            Ticks(i128::MAX).in_units(Unit::Microseconds, Rounding::Up),
             i64::MAX
         );
     }
 
     #[test]
     fn expiry_is_the_first_whole_millisecond_at_or_after_the_instant() {
-        assert_eq!(ceil_millis(0), 0);
-        assert_eq!(ceil_millis(1), 1);
-        assert_eq!(ceil_millis(TICKS_PER_MILLISECOND), 1);
-        assert_eq!(ceil_millis(TICKS_PER_MILLISECOND + 1), 2);
+        assert_eq!(Ticks(0).ceil_millis(), Millis(0));
+        assert_eq!(Ticks(1).ceil_millis(), Millis(1));
+        assert_eq!(Ticks::MILLISECOND.ceil_millis(), Millis(1));
+        assert_eq!(Ticks(Ticks::MILLISECOND.0 + 1).ceil_millis(), Millis(2));
         assert_eq!(
-            ceil_millis(from_micros(1_700_000_000_123_456)),
-            1_700_000_000_124
+            micros(1_700_000_000_123_456).ceil_millis(),
+            Millis(1_700_000_000_124)
         );
-        assert_eq!(ceil_millis(MAX_INSTANT), 18_446_744_073_710);
+        assert_eq!(
+            Micros(1_700_000_000_123_456).ceil_millis(),
+            Millis(1_700_000_000_124)
+        );
+        assert_eq!(Micros(-1).ceil_millis(), Millis(0));
+        assert_eq!(Ticks::LATEST.ceil_millis(), Millis(18_446_744_073_710));
     }
 
-    /// The 128-bit forms the fast paths replace.
-    fn ceil_millis_wide(instant: Ticks) -> i64 {
-        let millis = instant.div_euclid(TICKS_PER_MILLISECOND)
-            + Ticks::from(instant.rem_euclid(TICKS_PER_MILLISECOND) != 0);
-        i64::try_from(millis).unwrap()
+    #[test]
+    fn spans_of_a_unit_are_bounded_by_the_longest_span() {
+        assert_eq!(Unit::Seconds.span(3), Some(Micros(3_000_000)));
+        assert_eq!(
+            Unit::Microseconds.span(MAX_SPAN_MICROS),
+            Some(Micros(MAX_SPAN_MICROS))
+        );
+        assert_eq!(Unit::Microseconds.span(MAX_SPAN_MICROS + 1), None);
+        assert_eq!(Unit::Seconds.span(i64::MAX), None);
+        assert_eq!(micros(7).ceil_micros(), Micros(7));
+        assert_eq!(Ticks(micros(7).0 + 1).ceil_micros(), Micros(8));
+    }
+
+    /// The 128-bit form the fast path replaces.
+    fn ceil_millis_wide(instant: Ticks) -> Millis {
+        let per = Ticks::MILLISECOND.0;
+        Millis(
+            i64::try_from(instant.0.div_euclid(per) + i128::from(instant.0.rem_euclid(per) != 0))
+                .unwrap(),
+        )
     }
 
     proptest! {
@@ -211,8 +327,8 @@ mod tests {
                 0..(1i128 << 88) + 1_000,
                 // Near whole units and their thousandths, where the rules differ.
                 (0i128..1 << 20, -3i128..3, 0usize..4).prop_map(|(n, off, unit)| {
-                    [TICKS_PER_SECOND / 1_000, TICKS_PER_MILLISECOND, TICKS_PER_SECOND,
-                        TICKS_PER_MICROSECOND][unit] * n + off
+                    [Ticks::SECOND.0 / 1_000, Ticks::MILLISECOND.0, Ticks::SECOND.0,
+                        Ticks::MICROSECOND.0][unit] * n + off
                 }),
                 proptest::num::i128::ANY,
             ],
@@ -220,14 +336,14 @@ mod tests {
             for unit in [Unit::Seconds, Unit::Milliseconds, Unit::Microseconds] {
                 for rounding in [Rounding::RedisCell, Rounding::Up] {
                     prop_assert_eq!(
-                        span_in_units(span, unit, rounding),
-                        span_in_units_wide(span, unit, rounding),
+                        Ticks(span).in_units(unit, rounding),
+                        Ticks(span).in_units_wide(unit, rounding),
                         "{} {:?} {:?}", span, unit, rounding
                     );
                 }
             }
-            if (0..=MAX_INSTANT).contains(&span) {
-                prop_assert_eq!(ceil_millis(span), ceil_millis_wide(span));
+            if (0..=Ticks::LATEST.0).contains(&span) {
+                prop_assert_eq!(Ticks(span).ceil_millis(), ceil_millis_wide(Ticks(span)));
             }
         }
     }
@@ -235,8 +351,8 @@ mod tests {
     #[test]
     fn the_largest_span_from_any_clock_reading_still_fits_an_instant() {
         // i64 microseconds reach the year 294,247; but a clock reading of the year 2262
-        // (i64 nanoseconds) plus the largest span is still below MAX_INSTANT.
-        let year_2262 = i64::MAX as Ticks * TICKS_PER_NANOSECOND;
-        assert!(year_2262 + MAX_SPAN <= MAX_INSTANT);
+        // (i64 nanoseconds) plus the largest span is still below LATEST.
+        let year_2262 = Ticks(i64::MAX as i128 * Ticks::NANOSECOND.0);
+        assert!(year_2262 + Ticks::MAX_SPAN <= Ticks::LATEST);
     }
 }

@@ -1,6 +1,6 @@
 //! The answer every limiter gives, and its five-integer reply.
 
-use super::time::{span_in_units, Rounding, Ticks, Unit};
+use super::time::{Rounding, Ticks, Unit};
 
 /// What a limiter decided for one request, before times are rounded into a reply unit.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -22,15 +22,14 @@ impl Verdict {
     /// The reply shared by all commands:
     /// `[limited, limit, remaining, retry_after, reset_after]`, with `retry_after` -1 when
     /// there is nothing to wait for, and times as whole `unit`s.
-    #[inline(always)]
     pub fn to_reply(self, unit: Unit, rounding: Rounding) -> [i64; 5] {
         [
             i64::from(self.limited),
             self.limit,
             self.remaining,
             self.retry_after
-                .map_or(-1, |span| span_in_units(span, unit, rounding)),
-            span_in_units(self.reset_after, unit, rounding),
+                .map_or(-1, |span| span.in_units(unit, rounding)),
+            self.reset_after.in_units(unit, rounding),
         ]
     }
 }
@@ -38,7 +37,7 @@ impl Verdict {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::time::{TICKS_PER_MILLISECOND, TICKS_PER_SECOND};
+    use crate::core::time::Micros;
 
     #[test]
     fn an_admitted_request_has_no_retry_time() {
@@ -47,7 +46,7 @@ mod tests {
             limit: 16,
             remaining: 15,
             retry_after: None,
-            reset_after: 2 * TICKS_PER_SECOND,
+            reset_after: Micros(2_000_000).ticks(),
         };
         assert_eq!(
             verdict.to_reply(Unit::Seconds, Rounding::RedisCell),
@@ -65,8 +64,8 @@ mod tests {
             limited: true,
             limit: 5,
             remaining: 0,
-            retry_after: Some(TICKS_PER_SECOND - 10 * TICKS_PER_MILLISECOND),
-            reset_after: 5 * TICKS_PER_SECOND - 10 * TICKS_PER_MILLISECOND,
+            retry_after: Some(Micros(990_000).ticks()),
+            reset_after: Micros(4_990_000).ticks(),
         };
         assert_eq!(
             verdict.to_reply(Unit::Seconds, Rounding::RedisCell),

@@ -3,20 +3,23 @@
 
 use redis_module::raw;
 
+use crate::core::time::Micros;
+
 /// Microseconds since the epoch at which readings are capped (2^63 - 1 ns, in 2262), so that
 /// every instant a limiter derives from the clock stays representable.
 const LATEST_MICROS: i64 = i64::MAX / 1_000;
 
-/// The current time in microseconds since the Unix epoch. On Redis 7.2+ and Valkey this is
-/// the server's cached command time, the instant Redis itself uses for expiry, constant
-/// through a command, a MULTI/EXEC or a script; on 7.0 it is the real-time clock.
-pub fn now_micros() -> i64 {
-    // SAFETY: the function pointer, when present, was filled in by Redis at load.
+/// The current time since the Unix epoch. On Redis 7.2+ and Valkey this is the server's
+/// cached command time, the instant the server itself uses for expiry, constant through a
+/// command, a MULTI/EXEC or a script; on 7.0 it is the real-time clock.
+pub fn now() -> Micros {
+    // SAFETY: a function pointer the server filled in at load, when present, only read.
     let micros = match unsafe { raw::RedisModule_CachedMicroseconds } {
+        // SAFETY: as above; it reads the server's clock.
         Some(cached_micros) => unsafe { cached_micros() },
         None => realtime_micros(),
     };
-    micros.clamp(0, LATEST_MICROS)
+    Micros(micros.clamp(0, LATEST_MICROS))
 }
 
 fn realtime_micros() -> i64 {

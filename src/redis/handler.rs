@@ -1,6 +1,10 @@
-//! The bridge from Redis' command callback to a command's body: arguments as byte slices
-//! (no copies, no allocation), every panic caught before it can reach Redis, and the
-//! reply written only once the body has finished, so a reply is never left half-built.
+//! The bridge from the server's command callback to a command's body: the arguments as byte
+//! slices (no copies, no allocation), every panic caught before it can reach the server,
+//! and the reply written only once the body has finished, so a reply is never left
+//! half-built.
+//!
+//! A command is a [`Registered`] type whose [`CommandSpec`] names its body, a plain Rust
+//! function of an [`Invocation`]; the server calls [`callback`] for it.
 
 use std::cell::Cell;
 use std::ffi::{c_int, CString};
@@ -9,170 +13,50 @@ use std::panic::{self, AssertUnwindSafe};
 
 use redis_module::raw;
 
-use crate::core::request::{Action, Request};
+use crate::core::engine::MAX_LIMITERS;
 use crate::error::CommandError;
-use crate::redis::engine::MAX_LIMITERS;
+use crate::redis::call::{Invocation, Reply};
 use crate::redis::metadata::{CommandSpec, Keys};
 use crate::redis::stats::Outcome;
 
 /// The most arguments any command accepts, counting its name; more is a wrong arity.
-/// `RL.ALL` with 16 limiters of the longest form and every option takes 104.
+/// `RL.ALL` with 16 limiters of the longest form and every option takes about 110.
 const MAX_ARGUMENTS: usize = 128;
 
-/// One call of a command.
-pub struct Invocation<'a> {
-    /// The Redis context of the call.
-    pub ctx: *mut raw::RedisModuleCtx,
-    /// The command called.
-    pub spec: &'static CommandSpec,
-    /// The arguments as Redis strings, the command's name first.
-    argv: &'a [*mut raw::RedisModuleString],
-    /// The same arguments as bytes; the command's name, and the key of a single-key
-    /// command, are left empty: they are only ever used as Redis strings.
-    pub args: &'a [&'a [u8]],
-    /// The context flags, once read.
-    flags: Cell<Option<c_int>>,
+/// A command the module registers, known by its description.
+pub trait Registered {
+    /// The command's description, with its body.
+    const SPEC: &'static CommandSpec;
 }
 
-impl Invocation<'_> {
-    /// The first argument, which is the key of every single-key command of this module.
-    pub fn key_name(&self) -> *mut raw::RedisModuleString {
-        self.argv[1]
-    }
-
-    /// Argument `index` (0 is the command's name) as a Redis string.
-    pub fn argument(&self, index: usize) -> *mut raw::RedisModuleString {
-        self.argv[index]
-    }
-
-    /// The call's context flags (`RedisModule_GetContextFlags`), read once however many
-    /// keys the call opens: they do not change during a call.
-    pub fn context_flags(&self) -> c_int {
-        if let Some(flags) = self.flags.get() {
-            return flags;
-        }
-        // SAFETY: the running command's context.
-        let flags = unsafe { raw::RedisModule_GetContextFlags.unwrap()(self.ctx) };
-        self.flags.set(Some(flags));
-        flags
-    }
-}
-
-/// What a command's body replies when it succeeds.
-pub trait Reply {
-    /// Sends the reply.
-    ///
-    /// # Safety
-    /// `ctx` must be the running command's context.
-    unsafe fn send(self, ctx: *mut raw::RedisModuleCtx);
-
-    /// How the call ended, for the command's counters.
-    fn outcome(&self) -> Outcome {
-        Outcome::Allowed
-    }
-}
-
-/// Integers: the five `[limited, limit, remaining, retry_after, reset_after]`, or with a
-/// lease id.
-impl<const N: usize> Reply for [i64; N] {
-    unsafe fn send(self, ctx: *mut raw::RedisModuleCtx) {
-        unsafe {
-            raw::RedisModule_ReplyWithArray.unwrap()(ctx, self.len() as _);
-            let reply_with_integer = raw::RedisModule_ReplyWithLongLong.unwrap();
-            for value in self {
-                reply_with_integer(ctx, value);
-            }
-        }
-    }
-}
-
-/// A limiter command's answer to a client: the five integers, optionally followed by each
-/// limiter's own five (`RL.ALL ... DETAILS`), and what kind of request it answered.
-pub struct LimiterReply {
-    /// `[limited, limit, remaining, retry_after, reset_after]`.
-    pub fields: [i64; 5],
-    /// Each limiter's own five integers, in key order, when asked for.
-    pub details: Option<Box<Details>>,
-    /// What the request asked.
-    pub request: Request,
-}
-
-/// Each limiter's own reply, in key order.
-pub struct Details {
-    /// The replies; the first `len` are used.
-    pub fields: [[i64; 5]; MAX_LIMITERS],
-    /// How many limiters.
-    pub len: usize,
-}
-
-impl Reply for LimiterReply {
-    unsafe fn send(self, ctx: *mut raw::RedisModuleCtx) {
-        let Some(details) = self.details else {
-            return unsafe { self.fields.send(ctx) };
-        };
-        unsafe {
-            raw::RedisModule_ReplyWithArray.unwrap()(ctx, (5 + details.len) as _);
-            for value in self.fields {
-                raw::RedisModule_ReplyWithLongLong.unwrap()(ctx, value);
-            }
-            for fields in &details.fields[..details.len] {
-                fields.send(ctx);
-            }
-        }
-    }
-
-    fn outcome(&self) -> Outcome {
-        match (self.request.action, self.request.quantity, self.fields[0]) {
-            (Action::Refund, _, _) => Outcome::Refund,
-            (Action::Take, 0, _) => Outcome::Peek,
-            (Action::Take, _, 0) => Outcome::Allowed,
-            (Action::Take, _, _) => Outcome::Limited,
-        }
-    }
-}
-
-/// `+OK`.
-impl Reply for () {
-    unsafe fn send(self, ctx: *mut raw::RedisModuleCtx) {
-        unsafe { raw::RedisModule_ReplyWithSimpleString.unwrap()(ctx, c"OK".as_ptr()) };
-    }
-}
-
-/// Defines `$callback`, the C function Redis calls for the command `$spec`: it runs `$body`
-/// through [`run`]; given a `$mode` too, it runs `$body(call, $mode)`, so that a writing
-/// command and its read-only variant share one body.
-macro_rules! command_callback {
-    ($callback:ident, $spec:path, $body:path, $mode:expr) => {
-        $crate::redis::handler::command_callback!($callback, $spec, |call| $body(call, $mode));
-    };
-    ($callback:ident, $spec:path, $body:expr) => {
-        unsafe extern "C" fn $callback(
-            ctx: *mut redis_module::raw::RedisModuleCtx,
-            argv: *mut *mut redis_module::raw::RedisModuleString,
-            argc: std::ffi::c_int,
-        ) -> std::ffi::c_int {
-            // SAFETY: Redis calls it as a command callback.
-            unsafe { $crate::redis::handler::run(ctx, argv, argc, &$spec, $body) }
-        }
-    };
-}
-pub(crate) use command_callback;
-
-/// Runs `body` for a call of `spec` with `argc` arguments, and counts the call in the
-/// command's counters.
+/// The C function the server calls for `R`'s command.
 ///
 /// # Safety
-/// `ctx`, `argv` and `argc` must come from Redis' command callback.
-pub unsafe fn run<R: Reply>(
+/// Only the server calls it, as a command callback, with its context and arguments.
+pub unsafe extern "C" fn callback<R: Registered>(
+    ctx: *mut raw::RedisModuleCtx,
+    argv: *mut *mut raw::RedisModuleString,
+    argc: c_int,
+) -> c_int {
+    // SAFETY: the server's own arguments to a command callback, passed on unchanged.
+    unsafe { run(ctx, argv, argc, R::SPEC) }
+}
+
+/// Runs `spec`'s body for a call with `argc` arguments, counts the call in the command's
+/// counters, and replies.
+///
+/// # Safety
+/// `ctx`, `argv` and `argc` must come from the server's command callback.
+unsafe fn run(
     ctx: *mut raw::RedisModuleCtx,
     argv: *mut *mut raw::RedisModuleString,
     argc: c_int,
     spec: &'static CommandSpec,
-    body: impl FnOnce(&Invocation) -> Result<R, CommandError>,
 ) -> c_int {
     if let Keys::Counted(flags) = spec.keys {
         // SAFETY: the running command's context.
         if unsafe { raw::RedisModule_IsKeysPositionRequest.unwrap()(ctx) } != 0 {
+            // SAFETY: as for this function, during a keys-position request.
             let _ = panic::catch_unwind(|| unsafe { report_counted_keys(ctx, argv, argc, flags) });
             return raw::Status::Ok as c_int;
         }
@@ -182,7 +66,7 @@ pub unsafe fn run<R: Reply>(
         if argv.is_null() || count < spec.min_arguments() || count > MAX_ARGUMENTS {
             return Err(CommandError::WrongArity);
         }
-        // SAFETY: Redis passes `argc` valid strings in `argv`.
+        // SAFETY: the server passes `argc` valid strings in `argv`.
         let argv = unsafe { std::slice::from_raw_parts(argv, count) };
         // Only the arguments given are filled: no zeroing of the whole array per call. The
         // command's name, and a single key, are never read as bytes: they stay empty.
@@ -196,34 +80,35 @@ pub unsafe fn run<R: Reply>(
             slot.write(&[]);
         }
         for (slot, &arg) in bytes[first_read..count].iter_mut().zip(&argv[first_read..]) {
+            // SAFETY: one of the call's arguments, alive for the call.
             slot.write(unsafe { string_bytes(arg) });
         }
         // SAFETY: the first `count` elements were just written.
         let args = unsafe { std::slice::from_raw_parts(bytes.as_ptr().cast::<&[u8]>(), count) };
-        body(&Invocation {
+        let call = Invocation {
             ctx,
-            spec,
+            event: spec.event,
             argv,
             args,
             flags: Cell::new(None),
-        })
+        };
+        (spec.body)(&call, spec.mode)
     }));
     let result = result.unwrap_or(Err(CommandError::INTERNAL));
     if let Some(stats) = spec.stats {
         stats.record(result.as_ref().map_or(Outcome::Error, Reply::outcome));
     }
-    unsafe {
-        match result {
-            Ok(reply) => reply.send(ctx),
-            Err(error) => reply_error(ctx, error),
-        }
+    match result {
+        Ok(reply) => reply.send(ctx),
+        // SAFETY: the running command's context.
+        Err(error) => unsafe { reply_error(ctx, error) },
     }
     raw::Status::Ok as c_int
 }
 
-/// Tells Redis where the keys of a `numkeys key [key ...]` call are (for Cluster routing,
-/// `CROSSSLOT`, ACL and `COMMAND GETKEYS`): none when `numkeys` is not a count of keys the
-/// call has, in which case the command itself replies with the error.
+/// Tells the server where the keys of a `numkeys key [key ...]` call are (for Cluster
+/// routing, `CROSSSLOT`, ACL and `COMMAND GETKEYS`): none when `numkeys` is not a count of
+/// keys the call has, in which case the command itself replies with the error.
 ///
 /// # Safety
 /// As for [`run`], during a keys-position request.
@@ -237,8 +122,9 @@ unsafe fn report_counted_keys(
     if argv.is_null() || count < 2 {
         return;
     }
-    // SAFETY: Redis passes `argc` valid strings in `argv`.
+    // SAFETY: the server passes `argc` valid strings in `argv`.
     let argv = unsafe { std::slice::from_raw_parts(argv, count) };
+    // SAFETY: an argument of the call.
     let numkeys = crate::args::parse_integer(unsafe { string_bytes(argv[1]) });
     let Some(keys) = numkeys
         .and_then(|keys| usize::try_from(keys).ok())
@@ -247,6 +133,7 @@ unsafe fn report_counted_keys(
         return;
     };
     for position in 2..2 + keys {
+        // SAFETY: the running command's context, during its keys-position request.
         unsafe {
             match raw::RedisModule_KeyAtPosWithFlags {
                 Some(key_at) => key_at(ctx, position as c_int, flags as c_int),
@@ -256,21 +143,28 @@ unsafe fn report_counted_keys(
     }
 }
 
-/// The bytes of a Redis string, borrowed.
+/// The bytes of a server string, borrowed.
 ///
 /// # Safety
-/// `string` must be a live Redis string; the slice must not outlive it.
+/// `string` must be a live server string; the slice must not outlive it.
 pub unsafe fn string_bytes<'a>(string: *mut raw::RedisModuleString) -> &'a [u8] {
     let mut len = 0;
+    // SAFETY: a live string, per the caller.
     let ptr = unsafe { raw::RedisModule_StringPtrLen.unwrap()(string, &mut len) };
     if ptr.is_null() || len == 0 {
         &[]
     } else {
+        // SAFETY: the server gives `len` readable bytes, alive as long as the string.
         unsafe { std::slice::from_raw_parts(ptr.cast(), len) }
     }
 }
 
+/// Replies with `error`.
+///
+/// # Safety
+/// `ctx` must be the running command's context.
 unsafe fn reply_error(ctx: *mut raw::RedisModuleCtx, error: CommandError) {
+    // SAFETY: per the caller; the messages are C strings.
     unsafe {
         match error {
             CommandError::WrongArity => {
@@ -283,13 +177,15 @@ unsafe fn reply_error(ctx: *mut raw::RedisModuleCtx, error: CommandError) {
     }
 }
 
-/// Sends panic messages to the Redis log (as data, never as a format string) instead of
-/// the server's stderr, which may go nowhere.
+/// Sends panic messages to the server's log (as data, never as a format string) instead of
+/// its stderr, which may go nowhere.
 pub fn log_panics_to_redis() {
     panic::set_hook(Box::new(|info| {
         let message = CString::new(format!("ratelimit module panic: {info}").replace('\0', " "))
             .unwrap_or_default();
+        // SAFETY: a function pointer the server filled in at load; both strings are C strings.
         if let Some(log) = unsafe { raw::RedisModule_Log } {
+            // SAFETY: as above; a null context logs under no module, which the server allows.
             unsafe {
                 log(
                     std::ptr::null_mut(),

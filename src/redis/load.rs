@@ -9,7 +9,7 @@ use std::panic::{self, AssertUnwindSafe};
 use redis_module::raw;
 
 use crate::commands;
-use crate::redis::{handler, key, metadata, native_type, propagation, settings, stats};
+use crate::redis::{effects, handler, metadata, native_type, propagation, settings, stats};
 
 /// The module's name: `MODULE LIST`, the log's `<ratelimit>` prefix, `MODULE UNLOAD`.
 const MODULE_NAME: &CStr = c"ratelimit";
@@ -57,11 +57,14 @@ pub unsafe extern "C" fn RedisModule_OnLoad(
     argv: *mut *mut raw::RedisModuleString,
     argc: c_int,
 ) -> c_int {
-    // Nothing may allocate before this: the global allocator is Redis' own.
+    // Nothing may allocate before this: the global allocator is the server's own.
+    // SAFETY: the server's context for this load, given to fill in the API's pointers.
     unsafe { raw::Export_RedisModule_InitAPI(ctx) };
     // A second load of the same library shares this one's statics: check before touching any.
-    let busy = unsafe { raw::RedisModule_IsModuleNameBusy }
-        .is_some_and(|is_busy| unsafe { is_busy(MODULE_NAME.as_ptr()) } != 0);
+    // SAFETY: a function pointer just filled in, only read.
+    let is_busy = unsafe { raw::RedisModule_IsModuleNameBusy };
+    // SAFETY: a C string; the server only reads it.
+    let busy = is_busy.is_some_and(|is_busy| unsafe { is_busy(MODULE_NAME.as_ptr()) } != 0);
     if busy {
         log_c_warning(
             ctx,
@@ -69,6 +72,7 @@ pub unsafe extern "C" fn RedisModule_OnLoad(
         );
         return ERR;
     }
+    // SAFETY: the server's context for this load; the name is a C string it copies.
     let initialized = unsafe {
         raw::Export_RedisModule_Init(
             ctx,
@@ -109,7 +113,7 @@ fn initialize(
     let debug_commands = parse_arguments(args)?;
     handler::log_panics_to_redis();
     set_module_options(ctx);
-    key::make_shared_strings();
+    effects::make_shared_strings();
     native_type::create(ctx)?;
     propagation::watch(ctx);
     settings::watch(ctx);
@@ -301,6 +305,7 @@ pub fn log_warning(ctx: *mut raw::RedisModuleCtx, message: &str) {
 fn log_c_warning(ctx: *mut raw::RedisModuleCtx, message: &CStr) {
     // SAFETY: a function pointer Redis filled in; both strings are NUL-terminated.
     if let Some(log) = unsafe { raw::RedisModule_Log } {
+        // SAFETY: the load's context; the message goes as data to a "%s" format.
         unsafe { log(ctx, c"warning".as_ptr(), c"%s".as_ptr(), message.as_ptr()) };
     }
 }

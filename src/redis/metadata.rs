@@ -9,21 +9,49 @@ use std::ptr;
 
 use redis_module::raw;
 
+use crate::error::CommandError;
+use crate::redis::call::{Invocation, Reply};
 use crate::redis::stats::CommandStats;
 
-/// The C signature of a command callback.
+/// The C signature of a command callback ([`crate::redis::handler::callback`]).
 pub type Handler = unsafe extern "C" fn(
     *mut raw::RedisModuleCtx,
     *mut *mut raw::RedisModuleString,
     c_int,
 ) -> c_int;
 
-/// Everything Redis is told about one command.
+/// A command's body: what it replies to a call in a mode, or the error.
+pub type Body = fn(&Invocation, Mode) -> Result<Reply, CommandError>;
+
+/// Whether a call may write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// A writing command: stores and propagates what it decides.
+    Write,
+    /// A `_RO` variant: the same decision, never stored.
+    ReadOnly,
+}
+
+/// The key-spec flags of a key a command reads and may rewrite.
+pub const KEY_READ_WRITE: u32 =
+    raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_ACCESS | raw::REDISMODULE_CMD_KEY_UPDATE;
+
+/// The key-spec flags of a key a command only reads.
+pub const KEY_READ_ONLY: u32 = raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS;
+
+/// The key-spec flags of a key a command fills (the AOF's chunks).
+pub const KEY_INSERT: u32 = raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_INSERT;
+
+/// Everything the server is told about one command.
 pub struct CommandSpec {
     /// The command's name.
     pub name: &'static CStr,
     /// Its callback.
     pub handler: Handler,
+    /// What it runs.
+    pub body: Body,
+    /// Whether it may write.
+    pub mode: Mode,
     /// Its flags, as `RedisModule_CreateCommand` takes them.
     pub flags: &'static CStr,
     /// Redis' arity: `-N` for at least N arguments, counting the name.
@@ -182,6 +210,7 @@ pub const MODULE_ACL_CATEGORY: &CStr = c"ratelimit";
 pub fn add_module_acl_category(ctx: *mut raw::RedisModuleCtx) -> bool {
     // SAFETY: a function pointer Redis filled in at load, called from OnLoad.
     unsafe { raw::RedisModule_AddACLCategory }.is_some_and(|add| {
+        // SAFETY: called from OnLoad with its context; the name is a C string it copies.
         let added = unsafe { add(ctx, MODULE_ACL_CATEGORY.as_ptr()) };
         added == raw::Status::Ok as c_int
     })
@@ -223,9 +252,10 @@ pub fn describe(
     spec: &CommandSpec,
     module_category: bool,
 ) -> Result<(), &'static str> {
-    let (Some(get_command), Some(set_info)) = (unsafe { raw::RedisModule_GetCommand }, unsafe {
-        raw::RedisModule_SetCommandInfo
-    }) else {
+    // SAFETY: function pointers the server filled in at load, only read.
+    let (get_command, set_info) =
+        unsafe { (raw::RedisModule_GetCommand, raw::RedisModule_SetCommandInfo) };
+    let (Some(get_command), Some(set_info)) = (get_command, set_info) else {
         return Ok(());
     };
     // SAFETY: looks up a command this module registered, from OnLoad.
@@ -234,7 +264,10 @@ pub fn describe(
         return Err("a registered command could not be found to describe it");
     }
     set_acl_categories(command, spec, module_category)?;
-    let mut key_specs = [key_spec(spec.keys), unsafe { std::mem::zeroed() }];
+    // SAFETY: an all-zero key spec (null pointers, zero flags) is the terminator the server
+    // looks for.
+    let terminator = unsafe { std::mem::zeroed() };
+    let mut key_specs = [key_spec(spec.keys), terminator];
     let mut args = c_args(spec.args);
     let info = raw::RedisModuleCommandInfo {
         version: &INFO_VERSION,

@@ -1,8 +1,12 @@
-//! The thin layer between Redis and the cores: calls, keys, time and registration.
+//! The FFI layer: every call into the server's module API, behind a small safe API the
+//! commands use (the call and its replies in [`handler`], keys in [`key`], what writes send
+//! to replicas in [`effects`], the engine's store in [`store`]), with a `SAFETY` comment on
+//! every `unsafe` block.
 
+pub mod call;
 pub mod clock;
 pub mod command_local;
-pub mod engine;
+pub mod effects;
 pub mod handler;
 pub mod key;
 pub mod load;
@@ -11,3 +15,4 @@ pub mod native_type;
 pub mod propagation;
 pub mod settings;
 pub mod stats;
+pub mod store;

@@ -17,6 +17,7 @@
 //! and still loads.
 
 use std::ffi::{c_int, c_void, CStr};
+use std::marker::PhantomData;
 use std::mem::ManuallyDrop;
 use std::ops::{Deref, DerefMut};
 use std::panic::{self, AssertUnwindSafe};
@@ -27,7 +28,8 @@ use redis_module::raw;
 
 use crate::core::lease::{LeaseSet, LEASE_KIND, LEASE_LEN};
 use crate::core::log::{SlidingLog, ENTRY_LEN, LOG_KIND};
-use crate::core::ring::raw_kind;
+use crate::core::ring::{kind_of, Native};
+use crate::core::time::Micros;
 
 /// The RDB encoding version this build writes; it reads this one and every earlier one.
 const ENCODING_VERSION: c_int = 2;
@@ -44,57 +46,38 @@ pub const BLOCKED_KEYWORD: &CStr = c"BLOCKED";
 /// The command an AOF rewrite emits to rebuild a lease set, chunk by chunk.
 pub const LEASE_LOAD_CHUNK_COMMAND: &CStr = c"RL.LEASE.LOADCHUNK";
 
-/// The data type's name, what `TYPE` shows: exactly 9 characters, as Redis requires.
+/// The data type's name, what `TYPE` shows: exactly 9 characters, as the server requires.
 const TYPE_NAME: &CStr = c"ratelimit";
 
 /// The data type, once created.
 static NATIVE_TYPE: AtomicPtr<raw::RedisModuleType> = AtomicPtr::new(ptr::null_mut());
 
-/// A kind of native value: how it is stored and handed to Redis.
-pub trait Native: Sized {
-    /// The kind tag in its first word.
-    const KIND: u8;
-    /// Hands the value over as a thin pointer.
-    fn into_raw(self) -> *mut u64;
-    /// Takes back a value handed over by `into_raw`.
-    ///
-    /// # Safety
-    /// `raw` must come from `into_raw` of this kind, not yet taken back.
-    unsafe fn from_raw(raw: *mut u64) -> Self;
-}
-
-impl Native for SlidingLog {
-    const KIND: u8 = LOG_KIND;
-    fn into_raw(self) -> *mut u64 {
-        SlidingLog::into_raw(self)
-    }
-    unsafe fn from_raw(raw: *mut u64) -> Self {
-        unsafe { SlidingLog::from_raw(raw) }
-    }
-}
-
-impl Native for LeaseSet {
-    const KIND: u8 = LEASE_KIND;
-    fn into_raw(self) -> *mut u64 {
-        LeaseSet::into_raw(self)
-    }
-    unsafe fn from_raw(raw: *mut u64) -> Self {
-        unsafe { LeaseSet::from_raw(raw) }
-    }
-}
-
-/// A value Redis holds, by kind.
-enum Value {
-    Log(View<SlidingLog>),
-    Leases(View<LeaseSet>),
-}
-
-/// The value behind a pointer Redis holds.
+/// Takes back a native value of kind `T` handed to the server as a thin pointer to its
+/// words.
 ///
 /// # Safety
-/// `value` must be a live value of this type.
-unsafe fn value(value: *const c_void) -> Option<Value> {
+/// `raw` must point to the words of a value of kind `T`, handed over with
+/// `Box::into_raw(value.into_words())` and not yet taken back.
+pub unsafe fn take_back<T: Native>(raw: *mut u64) -> T {
+    // SAFETY: per the caller, `raw` starts an allocation of the words its word 0 says.
+    let words = T::allocation_words(unsafe { *raw });
+    // SAFETY: the same allocation, whole, taken back once.
+    T::from_words(unsafe { Box::from_raw(ptr::slice_from_raw_parts_mut(raw, words)) })
+}
+
+/// A value the server holds, by kind.
+enum Value<'a> {
+    Log(View<'a, SlidingLog>),
+    Leases(View<'a, LeaseSet>),
+}
+
+/// The value behind a pointer the server holds.
+///
+/// # Safety
+/// `value` must be a live value of this type, unchanged while the result lives.
+unsafe fn value<'a>(value: *const c_void) -> Option<Value<'a>> {
     let raw = value.cast_mut().cast::<u64>();
+    // SAFETY: per the caller.
     unsafe {
         View::of(raw)
             .map(Value::Log)
@@ -119,6 +102,7 @@ pub fn create(ctx: *mut raw::RedisModuleCtx) -> Result<(), String> {
         unlink: None,
         copy: Some(copy),
         // Servers without RedisModule_DefragAlloc never call it.
+        // SAFETY: a function pointer the server filled in at load, only read.
         defrag: unsafe { raw::RedisModule_DefragAlloc }.map(|_| defrag as _),
         mem_usage2: None,
         free_effort2: None,
@@ -126,7 +110,7 @@ pub fn create(ctx: *mut raw::RedisModuleCtx) -> Result<(), String> {
         copy2: None,
         aux_save2: None,
     };
-    // SAFETY: called from OnLoad; Redis copies the methods.
+    // SAFETY: called from OnLoad; the server copies the methods.
     let created = unsafe {
         raw::RedisModule_CreateDataType.unwrap()(
             ctx,
@@ -147,37 +131,45 @@ pub fn native_type() -> *mut raw::RedisModuleType {
     NATIVE_TYPE.load(Ordering::Relaxed)
 }
 
-/// A native value read in place: never freed by this handle.
-pub struct View<T: Native>(ManuallyDrop<T>);
+/// A native value read in place: never freed by this handle, valid while `'a` lasts.
+pub struct View<'a, T: Native>(ManuallyDrop<T>, PhantomData<&'a T>);
 
-impl<T: Native> View<T> {
+impl<T: Native> View<'_, T> {
     /// The value behind `raw`, if it is of kind `T`.
     ///
     /// # Safety
     /// `raw` must be a live value of this type, unchanged while the view lives.
     pub unsafe fn of(raw: *mut u64) -> Option<Self> {
-        (unsafe { raw_kind(raw) } == T::KIND)
-            .then(|| View(ManuallyDrop::new(unsafe { T::from_raw(raw) })))
+        // SAFETY: per the caller, `raw` points to a live value's word 0.
+        if kind_of(unsafe { *raw }) != T::KIND {
+            return None;
+        }
+        // SAFETY: a live value of kind `T`; ManuallyDrop never frees it.
+        Some(View(
+            ManuallyDrop::new(unsafe { take_back(raw) }),
+            PhantomData,
+        ))
     }
 }
 
-impl<T: Native> Deref for View<T> {
+impl<T: Native> Deref for View<'_, T> {
     type Target = T;
     fn deref(&self) -> &T {
         &self.0
     }
 }
 
-/// A native value taken out of an open key to be changed. When dropped (after the change, or
-/// during a panic's unwinding) the key gets the value back, at its new address if the change
-/// moved it, so Redis never holds a freed allocation.
-pub struct Borrowed<T: Native> {
+/// A native value taken out of an open key to be changed. When dropped (after the change,
+/// or during a panic's unwinding) the key gets the value back, at its new address if the
+/// change moved it, so the server never holds a freed allocation.
+pub struct Borrowed<'a, T: Native> {
     key: *mut raw::RedisModuleKey,
     raw: *mut u64,
     value: ManuallyDrop<T>,
+    _key: PhantomData<&'a mut ()>,
 }
 
-impl<T: Native> Borrowed<T> {
+impl<T: Native> Borrowed<'_, T> {
     /// The value of the key `key` (open for writing), whose raw value is `raw` of kind `T`.
     ///
     /// # Safety
@@ -187,30 +179,36 @@ impl<T: Native> Borrowed<T> {
         Borrowed {
             key,
             raw,
-            value: ManuallyDrop::new(unsafe { T::from_raw(raw) }),
+            // SAFETY: per the caller.
+            value: ManuallyDrop::new(unsafe { take_back(raw) }),
+            _key: PhantomData,
         }
     }
 }
 
-impl<T: Native> Deref for Borrowed<T> {
+impl<T: Native> Deref for Borrowed<'_, T> {
     type Target = T;
     fn deref(&self) -> &T {
         &self.value
     }
 }
 
-impl<T: Native> DerefMut for Borrowed<T> {
+impl<T: Native> DerefMut for Borrowed<'_, T> {
     fn deref_mut(&mut self) -> &mut T {
         &mut self.value
     }
 }
 
-impl<T: Native> Drop for Borrowed<T> {
+impl<T: Native> Drop for Borrowed<'_, T> {
     fn drop(&mut self) {
-        // SAFETY: taken once, here; the key is open for writing and holds this type.
-        let moved = unsafe { ManuallyDrop::take(&mut self.value) }.into_raw();
+        // SAFETY: taken once, here.
+        let words = unsafe { ManuallyDrop::take(&mut self.value) }.into_words();
+        let moved = Box::into_raw(words).cast::<u64>();
         if moved != self.raw {
             let mut old = ptr::null_mut();
+            // SAFETY: the key is open for writing and holds this type; the old allocation
+            // was freed by the change that moved it, so the server must not free it: the
+            // replaced pointer it hands back is ignored.
             unsafe {
                 raw::RedisModule_ModuleTypeReplaceValue.unwrap()(
                     self.key,
@@ -223,7 +221,13 @@ impl<T: Native> Drop for Borrowed<T> {
     }
 }
 
-/// Runs a callback with panics caught: Redis must never see one. `fallback` is what the
+/// Hands a native value to the server as a thin pointer to its words ([`take_back`] takes
+/// it back).
+pub fn hand_over<T: Native>(value: T) -> *mut u64 {
+    Box::into_raw(value.into_words()).cast::<u64>()
+}
+
+/// Runs a callback with panics caught: the server must never see one. `fallback` is what the
 /// callback returns instead.
 fn guarded<T>(fallback: T, callback: impl FnOnce() -> T) -> T {
     panic::catch_unwind(AssertUnwindSafe(callback)).unwrap_or(fallback)
@@ -249,6 +253,7 @@ unsafe fn load_buffer(
     io: *mut raw::RedisModuleIO,
     read: impl FnOnce(&[u8]) -> Option<()>,
 ) -> Option<()> {
+    // SAFETY: the server's loading context, per the caller; the buffer is freed once.
     unsafe {
         let mut len = 0;
         let buffer = raw::RedisModule_LoadStringBuffer.unwrap()(io, &mut len);
@@ -266,6 +271,7 @@ unsafe fn load_buffer(
 /// # Safety
 /// `io` must be Redis' loading context.
 unsafe fn load_log_entries(io: *mut raw::RedisModuleIO, log: &mut SlidingLog) -> Option<()> {
+    // SAFETY: the server's loading context, per the caller.
     unsafe {
         let entries = raw::RedisModule_LoadUnsigned.unwrap()(io);
         load_buffer(io, |bytes| {
@@ -280,6 +286,7 @@ unsafe fn load_log_entries(io: *mut raw::RedisModuleIO, log: &mut SlidingLog) ->
 /// # Safety
 /// `io` must be Redis' loading context.
 unsafe fn load_leases(io: *mut raw::RedisModuleIO) -> Option<LeaseSet> {
+    // SAFETY: the server's loading context, per the caller.
     unsafe {
         let load_unsigned = raw::RedisModule_LoadUnsigned.unwrap();
         let next_id = load_unsigned(io);
@@ -294,13 +301,14 @@ unsafe fn load_leases(io: *mut raw::RedisModuleIO) -> Option<LeaseSet> {
 }
 
 unsafe extern "C" fn rdb_load(io: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
+    // SAFETY: the server calls it with its loading context, for a value of this type.
     guarded(ptr::null_mut(), || unsafe {
         let load_unsigned = raw::RedisModule_LoadUnsigned.unwrap();
         let is_error = || raw::RedisModule_IsIOError.unwrap()(io) != 0;
         let loaded = match encver {
             1 => {
                 let mut log = SlidingLog::default();
-                load_log_entries(io, &mut log).map(|()| log.into_raw())
+                load_log_entries(io, &mut log).map(|()| hand_over(log))
             }
             2 => match u8::try_from(load_unsigned(io)) {
                 Ok(LOG_KIND) => {
@@ -309,10 +317,10 @@ unsafe extern "C" fn rdb_load(io: *mut raw::RedisModuleIO, encver: c_int) -> *mu
                         return ptr::null_mut();
                     }
                     let mut log = SlidingLog::default();
-                    log.set_blocked_until(blocked_until as i64);
-                    load_log_entries(io, &mut log).map(|()| log.into_raw())
+                    log.set_blocked_until(Micros(blocked_until as i64));
+                    load_log_entries(io, &mut log).map(|()| hand_over(log))
                 }
-                Ok(LEASE_KIND) => load_leases(io).map(LeaseSet::into_raw),
+                Ok(LEASE_KIND) => load_leases(io).map(hand_over),
                 _ => None,
             },
             _ => None,
@@ -322,13 +330,14 @@ unsafe extern "C" fn rdb_load(io: *mut raw::RedisModuleIO, encver: c_int) -> *mu
 }
 
 unsafe extern "C" fn rdb_save(io: *mut raw::RedisModuleIO, value: *mut c_void) {
+    // SAFETY: the server calls it with its saving context and a live value of this type.
     guarded((), || unsafe {
         let save_unsigned = raw::RedisModule_SaveUnsigned.unwrap();
         let save_buffer = raw::RedisModule_SaveStringBuffer.unwrap();
         match self::value(value) {
             Some(Value::Log(log)) => {
                 save_unsigned(io, u64::from(LOG_KIND));
-                save_unsigned(io, log.blocked_until() as u64);
+                save_unsigned(io, log.blocked_until().0 as u64);
                 let bytes = serialized(&log, 0, log.len());
                 save_unsigned(io, log.len() as u64);
                 save_buffer(io, bytes.as_ptr().cast(), bytes.len());
@@ -350,6 +359,7 @@ unsafe extern "C" fn aof_rewrite(
     key: *mut raw::RedisModuleString,
     value: *mut c_void,
 ) {
+    // SAFETY: the server calls it with its rewriting context, a key and its live value.
     guarded((), || unsafe {
         let emit = raw::RedisModule_EmitAOF.unwrap();
         match self::value(value) {
@@ -359,7 +369,7 @@ unsafe extern "C" fn aof_rewrite(
                 for chunk in 0..chunks {
                     let first = chunk * ENTRIES_PER_AOF_COMMAND;
                     let bytes = serialized(&log, first, ENTRIES_PER_AOF_COMMAND);
-                    if chunk + 1 == chunks && log.blocked_until() > 0 {
+                    if chunk + 1 == chunks && log.blocked_until().0 > 0 {
                         emit(
                             aof,
                             LOAD_CHUNK_COMMAND.as_ptr(),
@@ -368,7 +378,7 @@ unsafe extern "C" fn aof_rewrite(
                             bytes.as_ptr(),
                             bytes.len(),
                             BLOCKED_KEYWORD.as_ptr(),
-                            log.blocked_until() as std::ffi::c_longlong,
+                            log.blocked_until().0 as std::ffi::c_longlong,
                         );
                     } else {
                         emit(
@@ -402,6 +412,7 @@ unsafe extern "C" fn aof_rewrite(
 }
 
 unsafe extern "C" fn mem_usage(value: *const c_void) -> usize {
+    // SAFETY: the server calls it with a live value of this type.
     guarded(0, || unsafe {
         match self::value(value) {
             Some(Value::Log(log)) => log.allocated_bytes(),
@@ -412,11 +423,12 @@ unsafe extern "C" fn mem_usage(value: *const c_void) -> usize {
 }
 
 unsafe extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
+    // SAFETY: the server calls it with its digest context and a live value of this type.
     guarded((), || unsafe {
         let bytes = match self::value(value) {
             Some(Value::Log(log)) => {
                 let mut bytes = serialized(&log, 0, log.len());
-                bytes.extend_from_slice(&log.blocked_until().to_le_bytes());
+                bytes.extend_from_slice(&log.blocked_until().0.to_le_bytes());
                 bytes
             }
             Some(Value::Leases(set)) => {
@@ -432,10 +444,12 @@ unsafe extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void)
 }
 
 unsafe extern "C" fn free(value: *mut c_void) {
+    // SAFETY: the server calls it once, with a value of this type it no longer holds.
     guarded((), || unsafe {
-        match raw_kind(value.cast()) {
-            LOG_KIND => drop(SlidingLog::from_raw(value.cast())),
-            LEASE_KIND => drop(LeaseSet::from_raw(value.cast())),
+        let raw = value.cast::<u64>();
+        match kind_of(*raw) {
+            LOG_KIND => drop(take_back::<SlidingLog>(raw)),
+            LEASE_KIND => drop(take_back::<LeaseSet>(raw)),
             _ => {}
         }
     })
@@ -454,10 +468,11 @@ unsafe extern "C" fn copy(
     _to_key: *mut raw::RedisModuleString,
     value: *const c_void,
 ) -> *mut c_void {
+    // SAFETY: the server calls it with a live value of this type.
     guarded(ptr::null_mut(), || unsafe {
         match self::value(value) {
-            Some(Value::Log(log)) => SlidingLog::clone(&log).into_raw().cast(),
-            Some(Value::Leases(set)) => LeaseSet::clone(&set).into_raw().cast(),
+            Some(Value::Log(log)) => hand_over(SlidingLog::clone(&log)).cast(),
+            Some(Value::Leases(set)) => hand_over(LeaseSet::clone(&set)).cast(),
             None => ptr::null_mut(),
         }
     })
@@ -470,6 +485,8 @@ unsafe extern "C" fn defrag(
     _key: *mut raw::RedisModuleString,
     value: *mut *mut c_void,
 ) -> c_int {
+    // SAFETY: the server calls it with its defrag context and a pointer to a live value
+    // of this type, which it lets the module replace.
     guarded(0, || unsafe {
         if let Some(defrag_alloc) = raw::RedisModule_DefragAlloc {
             let moved = defrag_alloc(ctx, *value);

@@ -26,18 +26,6 @@ use crate::redis::settings;
 /// Whether this server may feed replicas, now or later, from a backlog.
 static REPLICATION_SEEN: AtomicBool = AtomicBool::new(false);
 
-/// Whether a write made under the context flags `flags` must build its effect, because an
-/// AOF or a replication stream may receive it (or because the server is loading or a
-/// replica, where the module does not second-guess Redis).
-pub fn effects_needed(flags: c_int) -> bool {
-    let flags = flags as u32;
-    let listening = raw::REDISMODULE_CTX_FLAGS_AOF
-        | raw::REDISMODULE_CTX_FLAGS_SLAVE
-        | raw::REDISMODULE_CTX_FLAGS_LOADING
-        | raw::REDISMODULE_CTX_FLAGS_REPLICATED;
-    flags & listening != 0 || replication_seen()
-}
-
 /// Whether this server may feed replicas, now or later: then every write builds its
 /// effect, whatever the context flags say.
 pub fn replication_seen() -> bool {
@@ -56,16 +44,6 @@ pub fn effects_known() -> Option<bool> {
     } else {
         None
     }
-}
-
-/// Counts a write whose effect nothing receives: Redis' own accounting of changes, and
-/// nothing built.
-///
-/// # Safety
-/// `ctx` must be the running command's context.
-pub unsafe fn count_without_effect(ctx: *mut raw::RedisModuleCtx) {
-    // SAFETY: per the caller.
-    unsafe { raw::RedisModule_ReplicateVerbatim.unwrap()(ctx) };
 }
 
 /// Starts watching for replication, from OnLoad. Without the APIs it needs (or if any
@@ -90,6 +68,7 @@ fn filter_registered(ctx: *mut raw::RedisModuleCtx) -> bool {
     let Some(register) = (unsafe { raw::RedisModule_RegisterCommandFilter }) else {
         return false;
     };
+    // SAFETY: called from OnLoad with its context; `on_command` is a filter callback.
     let filter = unsafe {
         register(
             ctx,
@@ -97,9 +76,14 @@ fn filter_registered(ctx: *mut raw::RedisModuleCtx) -> bool {
             raw::REDISMODULE_CMDFILTER_NOSELF as c_int,
         )
     };
-    !filter.is_null()
-        && unsafe { raw::RedisModule_CommandFilterArgGet }.is_some()
-        && unsafe { raw::RedisModule_CommandFilterArgsCount }.is_some()
+    // SAFETY: function pointers the server filled in at load, only read.
+    let (arg_get, args_count) = unsafe {
+        (
+            raw::RedisModule_CommandFilterArgGet,
+            raw::RedisModule_CommandFilterArgsCount,
+        )
+    };
+    !filter.is_null() && arg_get.is_some() && args_count.is_some()
 }
 
 fn role_changes_watched(ctx: *mut raw::RedisModuleCtx) -> bool {
@@ -111,6 +95,7 @@ fn role_changes_watched(ctx: *mut raw::RedisModuleCtx) -> bool {
         id: raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED,
         dataver: 1,
     };
+    // SAFETY: called from OnLoad with its context; `on_role_change` is an event callback.
     unsafe { subscribe(ctx, event, Some(on_role_change)) == raw::Status::Ok as c_int }
 }
 

@@ -35,6 +35,13 @@ pub fn aof_on() -> bool {
     AOF_ON.load(Ordering::Relaxed)
 }
 
+/// How much of `maxmemory` the server uses (1 or more: at or over the limit); 1 when the
+/// server cannot tell.
+pub fn used_memory_ratio() -> f32 {
+    // SAFETY: a function pointer the server filled in at load (6.0+), called on its thread.
+    unsafe { raw::RedisModule_GetUsedMemoryRatio.map_or(1.0, |ratio| ratio()) }
+}
+
 /// Reads the settings and follows their changes, from OnLoad.
 pub fn watch(ctx: *mut raw::RedisModuleCtx) {
     // SAFETY: a function pointer Redis filled in at load, called from OnLoad.
@@ -45,6 +52,7 @@ pub fn watch(ctx: *mut raw::RedisModuleCtx) {
         id: raw::REDISMODULE_EVENT_CONFIG,
         dataver: 1,
     };
+    // SAFETY: called from OnLoad with its context; `on_config_change` is an event callback.
     if unsafe { subscribe(ctx, event, Some(on_config_change)) } == raw::Status::Ok as i32 {
         refresh(ctx);
     }

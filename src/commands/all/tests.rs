@@ -1,7 +1,7 @@
 use super::*;
-use crate::core::window::Algorithm;
+use crate::core::windows::Algorithm;
 
-fn parse_words(words: &[&str]) -> Result<Parsed<MAX_LIMITERS>, CommandError> {
+fn parse_words(words: &[&str]) -> Result<Parsed, CommandError> {
     let args: Vec<&[u8]> = words.iter().map(|word| word.as_bytes()).collect();
     let keys = numkeys(args.first().copied())?;
     parse(keys, &args[1..])
@@ -40,7 +40,7 @@ fn one_limiter_per_key_in_order_keywords_in_any_case() {
     };
     assert_eq!(
         window,
-        crate::core::window::WindowLimiter::new(10, 60, Unit::Seconds, Algorithm::Buckets(6))
+        crate::core::windows::WindowLimiter::new(10, 60, Unit::Seconds, Algorithm::Buckets(6))
             .unwrap()
     );
     assert!(matches!(limiters[0], Limiter::Throttle(_)));

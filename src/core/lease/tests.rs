@@ -3,10 +3,10 @@ use proptest::prelude::*;
 use super::*;
 use crate::core::time::Rounding;
 
-const T0: i64 = 1_700_000_000_000_000;
+const T0: Micros = Micros(1_700_000_000_000_000);
 
-fn ms(millis: i64) -> i64 {
-    millis * 1_000
+fn ms(millis: i64) -> Micros {
+    Micros(millis * 1_000)
 }
 
 fn limiter(limit: i64, lease_ms: i64) -> LeaseLimiter {
@@ -14,7 +14,12 @@ fn limiter(limit: i64, lease_ms: i64) -> LeaseLimiter {
 }
 
 /// One acquire as the command makes it: peeks and quantities that never fit only look.
-fn acquire(limiter: &LeaseLimiter, set: &mut LeaseSet, now: i64, quantity: u64) -> ([i64; 5], u64) {
+fn acquire(
+    limiter: &LeaseLimiter,
+    set: &mut LeaseSet,
+    now: Micros,
+    quantity: u64,
+) -> ([i64; 5], u64) {
     let acquired = if quantity == 0 || quantity > limiter.limit() {
         Acquired {
             verdict: limiter.inspect(Some(set), now, quantity),
@@ -35,12 +40,12 @@ fn leases_hold_slots_until_released_or_ended() {
     let mut set = LeaseSet::default();
     let (reply, first) = acquire(&limiter, &mut set, T0, 2);
     assert_eq!(reply, [0, 3, 1, -1, 1_000]);
-    assert_eq!(first, T0 as u64, "the first id is the time");
+    assert_eq!(first, T0.0 as u64, "the first id is the time");
     let (reply, second) = acquire(&limiter, &mut set, T0 + ms(100), 1);
     // The next id is the time, which is ahead of the count.
     assert_eq!(
         (reply, second),
-        ([0, 3, 0, -1, 1_000], (T0 + ms(100)) as u64)
+        ([0, 3, 0, -1, 1_000], (T0 + ms(100)).0 as u64)
     );
     // Full: retry when the first lease ends (2 slots free then), an upper bound.
     assert_eq!(
@@ -91,7 +96,7 @@ fn a_renewed_lease_holds_on_and_moves_in_line() {
     assert!(renew(&mut set, T0 + ms(1_800), a, ms(500)));
     assert!(!renew(&mut set, T0 + ms(1_800), b, ms(500)));
     assert!(!renew(&mut set, T0 + ms(1_800), 12_345, ms(500)));
-    let ends: Vec<i64> = set.leases().map(|lease| lease.ends).collect();
+    let ends: Vec<Micros> = set.leases().map(|lease| lease.ends).collect();
     assert_eq!(ends, [T0 + ms(2_100), T0 + ms(2_300)]);
 }
 
@@ -102,12 +107,15 @@ fn ids_only_grow_within_a_transaction_of_one_time_and_across_key_lifetimes() {
     let ids: Vec<u64> = (0..3)
         .map(|_| acquire(&limiter, &mut set, T0, 1).1)
         .collect();
-    assert_eq!(ids, [T0 as u64, T0 as u64 + 1, T0 as u64 + 2]);
+    assert_eq!(ids, [T0.0 as u64, T0.0 as u64 + 1, T0.0 as u64 + 2]);
     // Released and acquired again at the same instant: a new id, not a freed one.
     assert!(release(&mut set, T0, ids[2]));
-    assert_eq!(acquire(&limiter, &mut set, T0, 1).1, T0 as u64 + 3);
+    assert_eq!(acquire(&limiter, &mut set, T0, 1).1, T0.0 as u64 + 3);
     // A later time is taken when it is ahead of the count.
-    assert_eq!(acquire(&limiter, &mut set, T0 + 7, 1).1, T0 as u64 + 7);
+    assert_eq!(
+        acquire(&limiter, &mut set, T0 + Micros(7), 1).1,
+        T0.0 as u64 + 7
+    );
 }
 
 #[test]
@@ -117,7 +125,7 @@ fn a_lease_is_16_bytes_and_one_lease_a_32_byte_allocation() {
     acquire(&limiter, &mut set, T0, 1);
     assert_eq!(set.allocated_bytes(), 32);
     for i in 1..10_000 {
-        acquire(&limiter, &mut set, T0 + i, 1 + (i as u64 % 3));
+        acquire(&limiter, &mut set, T0 + Micros(i), 1 + (i as u64 % 3));
     }
     assert_eq!(set.len(), 10_000);
     // 160,016 bytes in jemalloc's 160 KiB class: 16.4 bytes a lease.
@@ -141,19 +149,19 @@ fn a_lease_is_16_bytes_and_one_lease_a_32_byte_allocation() {
 fn refuses_parameters_it_cannot_honour() {
     assert_eq!(
         LeaseLimiter::new(0, 1, Unit::Seconds),
-        Err(LeaseError::NonPositiveLimit)
+        Err(ParamError::NonPositiveLimit)
     );
     assert_eq!(
         LeaseLimiter::new(65_537, 1, Unit::Seconds),
-        Err(LeaseError::LimitTooHigh)
+        Err(ParamError::LimitTooHighForLeases)
     );
     assert_eq!(
         LeaseLimiter::new(1, 0, Unit::Seconds),
-        Err(LeaseError::NonPositiveLease)
+        Err(ParamError::NonPositiveLease)
     );
     assert_eq!(
         LeaseLimiter::new(1, i64::MAX, Unit::Seconds),
-        Err(LeaseError::LeaseTooLong)
+        Err(ParamError::LeaseTooLong)
     );
 }
 
@@ -166,7 +174,7 @@ struct Model {
 }
 
 impl Model {
-    fn held(&self, now: i64) -> u64 {
+    fn held(&self, now: Micros) -> u64 {
         self.leases
             .iter()
             .filter(|lease| lease.ends > now)
@@ -175,7 +183,7 @@ impl Model {
     }
 
     /// When enough leases end for `quantity` to fit.
-    fn retry_at(&self, now: i64, limit: u64, quantity: u64) -> i64 {
+    fn retry_at(&self, now: Micros, limit: u64, quantity: u64) -> Micros {
         let mut live: Vec<&Lease> = self.leases.iter().filter(|l| l.ends > now).collect();
         live.sort_by_key(|lease| lease.ends);
         let mut held = self.held(now);
@@ -218,7 +226,7 @@ proptest! {
         let mut issued: Vec<u64> = Vec::new();
         let mut now = T0;
         for (step, op) in history {
-            now += step;
+            now = now + Micros(step);
             match op {
                 Op::Acquire(quantity) => {
                     let before = set.clone();
@@ -235,14 +243,14 @@ proptest! {
                     if fits && quantity > 0 {
                         prop_assert!(id > 0 && issued.iter().all(|&old| old < id), "ids grow");
                         issued.push(id);
-                        model.leases.push(Lease { ends: now + lease, id, quantity });
+                        model.leases.push(Lease { ends: now + Micros(lease), id, quantity });
                     } else {
                         prop_assert_eq!(id, 0);
                     }
                     let retry = dry.retry_after;
                     if !fits && quantity <= limit {
                         let expected = model.retry_at(now, limit, quantity) - now;
-                        prop_assert_eq!(retry, Some(from_micros(expected)));
+                        prop_assert_eq!(retry, Some(expected.ticks()));
                     } else {
                         prop_assert_eq!(retry, None);
                     }
@@ -256,20 +264,20 @@ proptest! {
                 Op::Renew(pick, extension) => {
                     let id = if issued.is_empty() { 1 } else { issued[pick % issued.len()] };
                     let held = model.leases.iter().any(|l| l.id == id && l.ends > now);
-                    prop_assert_eq!(renew(&mut set, now, id, extension), held);
+                    prop_assert_eq!(renew(&mut set, now, id, Micros(extension)), held);
                     model.leases.retain(|l| l.id != id || l.ends > now);
                     for l in model.leases.iter_mut().filter(|l| l.id == id) {
-                        l.ends = now + extension;
+                        l.ends = now + Micros(extension);
                     }
                 }
             }
             prop_assert!(model.held(now) <= limit);
             prop_assert_eq!(set.live(now).0, model.held(now));
-            let ends: Vec<i64> = set.leases().map(|l| l.ends).collect();
+            let ends: Vec<Micros> = set.leases().map(|l| l.ends).collect();
             prop_assert!(ends.windows(2).all(|pair| pair[0] <= pair[1]), "kept in order");
             let reset = limiter.inspect(Some(&set), now, 0).reset_after;
             let last = model.leases.iter().map(|l| l.ends).filter(|&e| e > now).max();
-            prop_assert_eq!(reset, from_micros(last.map_or(0, |e| e - now)));
+            prop_assert_eq!(reset, last.map_or(Ticks(0), |e| (e - now).ticks()));
         }
     }
 }

@@ -5,8 +5,8 @@ use proptest::prelude::*;
 
 use super::*;
 use crate::core::testing::*;
-use crate::core::time::{Unit, TICKS_PER_MICROSECOND};
-use crate::core::window::Algorithm;
+use crate::core::time::{Micros, Unit};
+use crate::core::windows::Algorithm;
 
 #[test]
 fn a_refund_of_what_was_just_taken_restores_the_standing_and_the_state() {
@@ -14,14 +14,14 @@ fn a_refund_of_what_was_just_taken_restores_the_standing_and_the_state() {
         let mut key = Key::new(limiter);
         key.call(T0 + ms(10), take(2));
         let standing = key.dry(T0 + ms(10), take(0));
-        let state = key.stored.clone();
+        let state = key.stored();
         key.call(T0 + ms(10), take(2));
         let after = key.call(T0 + ms(10), refund(2));
         assert_eq!(after, standing, "{limiter:?}");
         assert_eq!(key.dry(T0 + ms(10), take(0)), standing, "{limiter:?}");
         if !matches!(limiter, Limiter::Log(_)) {
             // The log keeps its (equivalent) entries in a ring of another capacity.
-            assert_eq!(key.stored, state, "{limiter:?}");
+            assert_eq!(key.stored(), state, "{limiter:?}");
         }
     }
 }
@@ -32,14 +32,14 @@ fn a_refund_never_gives_more_than_was_counted_and_a_key_left_empty_goes() {
         let mut key = Key::new(limiter);
         assert_eq!(key.reply(T0, refund(3)), [0, 5, 5, -1, 0], "{limiter:?}");
         assert_eq!(
-            key.stored,
-            Stored::Missing,
+            key.stored(),
+            None,
             "a refund on a missing key writes nothing"
         );
         key.call(T0, take(3));
         let reply = key.reply(T0, refund(100));
         assert_eq!(reply, [0, 5, 5, -1, 0], "{limiter:?}");
-        assert_eq!(key.stored, Stored::Missing, "{limiter:?}");
+        assert_eq!(key.stored(), None, "{limiter:?}");
     }
 }
 
@@ -127,7 +127,7 @@ fn a_refund_during_a_block_gives_back_and_keeps_the_block() {
             [1, 5, 0, 1_900, 1_900],
             "{limiter:?}"
         );
-        assert!(key.live(T0 + ms(1_999)) != Stored::Missing, "{limiter:?}");
+        assert!(key.live(T0 + ms(1_999)).is_some(), "{limiter:?}");
         assert_eq!(
             key.reply(T0 + ms(2_000), take(5))[..3],
             [0, 5, 0],
@@ -157,11 +157,11 @@ proptest! {
         let mut key = Key::new(every_algorithm()[algorithm]);
         let mut now = T0;
         for (step, request) in stream {
-            now += ms(step) / 7;
-            let before = key.stored.clone();
+            now = now + Micros(ms(step).0 / 7);
+            let before = key.stored();
             if request.action == Action::Take {
                 let dry = key.dry(now, request);
-                prop_assert_eq!(&key.stored, &before);
+                prop_assert_eq!(&key.stored(), &before);
                 prop_assert_eq!(key.call(now, request), dry);
             } else {
                 key.call(now, request);
@@ -177,9 +177,9 @@ proptest! {
         let mut key = Key::new(every_algorithm()[algorithm]);
         let mut now = T0;
         // When the current block ends, as first announced.
-        let mut block_end: Option<i64> = None;
+        let mut block_end: Option<Micros> = None;
         for (step, request) in stream {
-            now += ms(step) / 7;
+            now = now + Micros(ms(step).0 / 7);
             let blocked_before = block_end.filter(|&end| end > now);
             let verdict = key.call(now, request);
             prop_assert!((0..=5).contains(&verdict.remaining));
@@ -189,7 +189,7 @@ proptest! {
                     if request.action == Action::Take {
                         prop_assert!(verdict.limited);
                     }
-                    let left = from_micros(end - now);
+                    let left = (end - now).ticks();
                     if let Some(retry) = verdict.retry_after {
                         prop_assert!(retry >= left);
                     }
@@ -200,8 +200,8 @@ proptest! {
                     if verdict.limited && request.block.is_some() && verdict.retry_after.is_some() {
                         let duration = request.block.unwrap();
                         block_end = Some(now + duration);
-                        let retry = verdict.retry_after.unwrap() / TICKS_PER_MICROSECOND;
-                        prop_assert!(retry as i64 >= duration);
+                        let retry = verdict.retry_after.unwrap();
+                        prop_assert!(retry >= duration.ticks());
                     }
                 }
             }

@@ -1,11 +1,12 @@
 use super::*;
-use crate::core::time::{Rounding, TICKS_PER_MICROSECOND};
+use crate::core::params::MAX_LOG_LIMIT;
+use crate::core::time::Rounding;
 use proptest::prelude::*;
 
-const T0: i64 = 1_700_000_000_000_000;
+const T0: Micros = Micros(1_700_000_000_000_000);
 
-fn ms(millis: i64) -> i64 {
-    millis * 1_000
+fn ms(millis: i64) -> Micros {
+    Micros(millis * 1_000)
 }
 
 fn limiter(limit: i64, window_ms: i64) -> LogLimiter {
@@ -13,7 +14,7 @@ fn limiter(limit: i64, window_ms: i64) -> LogLimiter {
 }
 
 /// One call, as the command makes it: peeks and oversized quantities only inspect.
-fn call(limiter: &LogLimiter, log: &mut SlidingLog, now: i64, quantity: u64) -> (Verdict, bool) {
+fn call(limiter: &LogLimiter, log: &mut SlidingLog, now: Micros, quantity: u64) -> (Verdict, bool) {
     if quantity == 0 || quantity > limiter.limit() {
         (limiter.inspect(Some(log), now, quantity), false)
     } else {
@@ -21,7 +22,7 @@ fn call(limiter: &LogLimiter, log: &mut SlidingLog, now: i64, quantity: u64) -> 
     }
 }
 
-fn reply(limiter: &LogLimiter, log: &mut SlidingLog, now: i64, quantity: u64) -> [i64; 5] {
+fn reply(limiter: &LogLimiter, log: &mut SlidingLog, now: Micros, quantity: u64) -> [i64; 5] {
     call(limiter, log, now, quantity)
         .0
         .to_reply(Unit::Milliseconds, Rounding::Up)
@@ -71,7 +72,7 @@ fn refills_exactly_as_the_oldest_entries_leave() {
         2,
         "the expired entries were dropped, the same-time ones merged"
     );
-    assert_eq!(limiter.expire_at_ms(&log), (T0 + ms(4_100)) / 1_000);
+    assert_eq!(limiter.expire_at(&log), (T0 + ms(4_100)).ceil_millis());
 }
 
 #[test]
@@ -85,8 +86,8 @@ fn a_quantity_takes_one_entry_up_to_1024() {
     limiter.apply(&mut log, T0, 3_000);
     assert_eq!((log.len(), log.total()), (4, 4_024));
     // The oldest units leave first, entry by entry.
-    let (verdict, _) = limiter.apply(&mut log, T0 + 1, 6_000);
-    assert_eq!(verdict.retry_after, Some(from_micros(ms(1_000) - 1)));
+    let (verdict, _) = limiter.apply(&mut log, T0 + Micros(1), 6_000);
+    assert_eq!(verdict.retry_after, Some((ms(1_000) - Micros(1)).ticks()));
 }
 
 #[test]
@@ -138,7 +139,7 @@ fn lowering_the_limit_drops_the_oldest_units_once() {
     assert_eq!(verdict, peek, "trimming does not change the reply");
     assert_eq!((log.len(), log.total()), (3, 3));
     // The newest three remain: the next fits when the first of them leaves.
-    assert_eq!(verdict.retry_after, Some(from_micros(ms(1_070) - ms(100))));
+    assert_eq!(verdict.retry_after, Some((ms(1_070) - ms(100)).ticks()));
     let (_, changed) = low.apply(&mut log, T0 + ms(101), 1);
     assert!(!changed, "once trimmed, refusals write nothing");
 }
@@ -148,7 +149,7 @@ fn the_ring_grows_no_further_than_the_limit_and_shrinks_when_idle() {
     let limiter = limiter(10_000, 60_000);
     let mut log = SlidingLog::default();
     for i in 0..10_000 {
-        limiter.apply(&mut log, T0 + i, 1);
+        limiter.apply(&mut log, T0 + Micros(i), 1);
     }
     assert_eq!(log.len(), 10_000);
     // 10,000 entries and the header fill jemalloc's 80 KiB class: 8.2 bytes per entry.
@@ -165,8 +166,8 @@ fn a_clock_going_back_logs_at_the_newest_time() {
     let mut log = SlidingLog::default();
     limiter.apply(&mut log, T0 + ms(500), 1);
     let (verdict, _) = limiter.apply(&mut log, T0, 1);
-    assert_eq!(verdict.reset_after, from_micros(ms(1_500)));
-    assert_eq!(limiter.expire_at_ms(&log), (T0 + ms(1_500)) / 1_000);
+    assert_eq!(verdict.reset_after, ms(1_500).ticks());
+    assert_eq!(limiter.expire_at(&log), (T0 + ms(1_500)).ceil_millis());
     let (verdict, _) = limiter.apply(&mut log, T0, 1);
     assert!(verdict.limited);
     assert_eq!(log.len(), 1);
@@ -177,7 +178,7 @@ fn serialized_entries_round_trip_and_are_checked() {
     let limiter = limiter(5_000, 1_000);
     let mut log = SlidingLog::default();
     for (i, quantity) in [1, 1, 7, 2_000].into_iter().enumerate() {
-        limiter.apply(&mut log, T0 + i as i64, quantity);
+        limiter.apply(&mut log, T0 + Micros(i as i64), quantity);
     }
     let mut bytes = Vec::new();
     log.serialize(0, log.len(), &mut bytes);
@@ -199,25 +200,25 @@ fn serialized_entries_round_trip_and_are_checked() {
 fn refuses_parameters_it_cannot_honour() {
     assert_eq!(
         LogLimiter::new(0, 1, Unit::Seconds),
-        Err(WindowError::NonPositiveLimit)
+        Err(ParamError::NonPositiveLimit)
     );
     // A request may take up to quantity / 1024 entries: the limit bounds each call's work.
-    assert!(LogLimiter::new(MAX_LIMIT as i64, 1, Unit::Seconds).is_ok());
+    assert!(LogLimiter::new(MAX_LOG_LIMIT as i64, 1, Unit::Seconds).is_ok());
     assert_eq!(
-        LogLimiter::new(MAX_LIMIT as i64 + 1, 1, Unit::Seconds),
-        Err(WindowError::LimitTooHighForLog)
+        LogLimiter::new(MAX_LOG_LIMIT as i64 + 1, 1, Unit::Seconds),
+        Err(ParamError::LimitTooHighForLog)
     );
     assert_eq!(
         LogLimiter::new(i64::MAX, 1, Unit::Seconds),
-        Err(WindowError::LimitTooHighForLog)
+        Err(ParamError::LimitTooHighForLog)
     );
     assert_eq!(
         LogLimiter::new(1, 0, Unit::Seconds),
-        Err(WindowError::NonPositiveWindow)
+        Err(ParamError::NonPositiveWindow)
     );
     assert_eq!(
         LogLimiter::new(1, i64::MAX, Unit::Seconds),
-        Err(WindowError::WindowTooLong)
+        Err(ParamError::WindowTooLong)
     );
 }
 
@@ -292,11 +293,11 @@ proptest! {
     fn replies_match_the_brute_force_log((window, calls) in stream()) {
         let mut model = Model { window, units: Vec::new() };
         let mut log = SlidingLog::default();
-        let mut now = T0;
+        let mut now = T0.0;
         for (step, quantity, limit) in calls {
             now += step;
             let limiter = LogLimiter::new(limit as i64, window, Unit::Microseconds).unwrap();
-            let (verdict, _) = call(&limiter, &mut log, now, quantity);
+            let (verdict, _) = call(&limiter, &mut log, Micros(now), quantity);
             let expected = model.call(limit, now, quantity);
             prop_assert_eq!(verdict.to_reply(Unit::Microseconds, Rounding::Up), expected);
             prop_assert!(log.len() as u64 <= limit.max(model.units.len() as u64));
@@ -312,10 +313,10 @@ proptest! {
         let limiter = LogLimiter::new(limit as i64, window, Unit::Microseconds).unwrap();
         let mut log = SlidingLog::default();
         let mut admitted = Vec::new();
-        let mut now = T0;
+        let mut now = T0.0;
         for (step, quantity, _) in calls {
             now += step;
-            if !call(&limiter, &mut log, now, quantity).0.limited && quantity > 0 {
+            if !call(&limiter, &mut log, Micros(now), quantity).0.limited && quantity > 0 {
                 admitted.push((now, quantity));
                 // An admitted request leaves no expired entry in front: each entry is
                 // dropped once, which is what makes a call O(1) amortised.
@@ -336,15 +337,15 @@ proptest! {
     fn waiting_retry_after_is_exactly_enough((window, calls) in stream(), limit in 1u64..10) {
         let limiter = LogLimiter::new(limit as i64, window, Unit::Microseconds).unwrap();
         let mut log = SlidingLog::default();
-        let mut now = T0;
+        let mut now = T0.0;
         for (step, quantity, _) in calls {
             now += step;
-            let (verdict, _) = call(&limiter, &mut log, now, quantity);
+            let (verdict, _) = call(&limiter, &mut log, Micros(now), quantity);
             let Some(retry) = verdict.retry_after else { continue };
-            let wait = (retry / TICKS_PER_MICROSECOND) as i64;
+            let wait = retry.ceil_micros().0;
             prop_assert!(wait > 0);
-            prop_assert!(!limiter.inspect(Some(&log), now + wait, quantity).limited);
-            prop_assert!(limiter.inspect(Some(&log), now + wait - 1, quantity).limited);
+            prop_assert!(!limiter.inspect(Some(&log), Micros(now + wait), quantity).limited);
+            prop_assert!(limiter.inspect(Some(&log), Micros(now + wait - 1), quantity).limited);
         }
     }
 
@@ -354,18 +355,18 @@ proptest! {
         jumps in prop::collection::vec(-10_000i64..10_000, 120),
     ) {
         let mut log = SlidingLog::default();
-        let mut now = T0;
+        let mut now = T0.0;
         for ((_, quantity, limit), jump) in calls.into_iter().zip(jumps) {
             now += jump;
             let limiter = LogLimiter::new(limit as i64, window, Unit::Microseconds).unwrap();
-            let (verdict, _) = call(&limiter, &mut log, now, quantity);
+            let (verdict, _) = call(&limiter, &mut log, Micros(now), quantity);
             let reply = verdict.to_reply(Unit::Microseconds, Rounding::Up);
             prop_assert!(reply[2] >= 0 && reply[2] <= reply[1]);
             prop_assert!(reply[3] >= -1 && reply[4] >= 0);
             prop_assert!(log.entries().zip(log.entries().skip(1))
                 .all(|(a, b)| entry_time(a) <= entry_time(b)));
             if !log.is_empty() {
-                prop_assert!(limiter.expire_at_ms(&log) * 1_000 >= entry_time(log.entries().next_back().unwrap()));
+                prop_assert!(limiter.expire_at(&log).0 * 1_000 >= entry_time(log.entries().next_back().unwrap()));
             }
         }
     }

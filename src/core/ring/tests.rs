@@ -43,7 +43,7 @@ fn ten_thousand_entries_fill_one_80_kib_class() {
 }
 
 #[test]
-fn header_kind_and_entries_survive_growth_raw_pointers_and_shrinking() {
+fn header_kind_and_entries_survive_growth_handing_over_and_shrinking() {
     let mut ring = LeaseRing::with_capacity(2, 0);
     ring.set_header(1, 0xdead_beef);
     for i in 0..100 {
@@ -54,10 +54,10 @@ fn header_kind_and_entries_survive_growth_raw_pointers_and_shrinking() {
     }
     ring.shrink_if_sparse();
     assert!(ring.capacity() < 100);
-    let raw = ring.into_raw();
-    // SAFETY: from into_raw of this layout.
-    assert_eq!(unsafe { raw_kind(raw) }, 2);
-    let ring = unsafe { LeaseRing::from_raw(raw) };
+    let words = ring.into_words();
+    assert_eq!(kind_of(words[0]), 2);
+    assert_eq!(allocation_words::<2, 2, 17>(words[0]), words.len());
+    let ring = LeaseRing::from_words(words);
     assert_eq!((ring.kind(), ring.header(1)), (2, 0xdead_beef));
     assert!(ring.iter().eq((95..100).map(|i| [i, i * 2])));
 }
@@ -80,9 +80,10 @@ fn a_ring_stops_at_its_maximum() {
         ring.push_back_bounded([i, i], max).unwrap();
     }
     assert_eq!(ring.push_back([0, 0]), None);
-    // Capped below its class, and still read back whole through a raw pointer.
-    // SAFETY: straight from into_raw of this layout.
-    let ring = unsafe { LeaseRing::from_raw(ring.into_raw()) };
+    // Capped below its class, and still read back whole when handed over.
+    let words = ring.into_words();
+    assert_eq!(allocation_words::<2, 2, 17>(words[0]), words.len());
+    let ring = LeaseRing::from_words(words);
     assert_eq!(ring.back(), Some([max as u64 - 1; 2]));
 }
 
@@ -166,8 +167,9 @@ proptest! {
                 }
                 Op::Shrink => ring.shrink_if_sparse(),
                 Op::RawRoundTrip => {
-                    // SAFETY: straight from into_raw of this layout.
-                    ring = unsafe { LeaseRing::from_raw(ring.into_raw()) };
+                    let words = ring.into_words();
+                    prop_assert_eq!(allocation_words::<2, 2, 17>(words[0]), words.len());
+                    ring = LeaseRing::from_words(words);
                 }
                 Op::Remove(_) | Op::Set(..) => {}
             }

@@ -29,12 +29,13 @@
 //! States written by the first release (tag `0xFB`: all `n` counts, oldest first) and states
 //! kept with another `n` or window are read, converted, and rewritten whole.
 
-use super::codec::Placement;
-use super::time::from_micros;
-use super::verdict::Verdict;
-use super::window::{
-    Algorithm, StateError, WindowLimiter, WindowOutcome, WindowRefund, MAX_BUCKETS,
+use super::{
+    ceil_millis, Algorithm, StateError, WindowLimiter, WindowOutcome, WindowRefund, BUCKETS_V1_TAG,
 };
+use crate::core::codec::Placement;
+use crate::core::params::MAX_BUCKETS;
+use crate::core::time::{Micros, Millis, Ticks, Unit};
+use crate::core::verdict::Verdict;
 
 /// Tag of a bucket log.
 pub const TAG: u8 = 0xFC;
@@ -264,7 +265,7 @@ impl WindowLimiter {
                         built(scratch)
                     }
                 }
-                Some(&super::window::BUCKETS_V1_TAG) => {
+                Some(&BUCKETS_V1_TAG) => {
                     self.rebuild_from_first_release(value, scratch)?;
                     built(scratch)
                 }
@@ -289,7 +290,7 @@ impl WindowLimiter {
 
     fn foreign_or_other(&self, value: &[u8]) -> StateError {
         match value.first() {
-            Some(&tag) if super::window::is_window_tag(tag) => StateError::OtherAlgorithm,
+            Some(&tag) if super::is_window_tag(tag) => StateError::OtherAlgorithm,
             _ => StateError::Foreign,
         }
     }
@@ -300,7 +301,7 @@ impl WindowLimiter {
         let old = WindowLimiter::new(
             1,
             log.window,
-            super::time::Unit::Microseconds,
+            Unit::Microseconds,
             Algorithm::Buckets(log.buckets),
         )
         .map_err(|_| StateError::Foreign)?;
@@ -329,7 +330,7 @@ impl WindowLimiter {
         Ok(())
     }
 
-    /// Decides a request of `quantity` at `now` (µs) on a bucket log. The new state, when the
+    /// Decides a request of `quantity` at `now` (µs since the epoch) on a bucket log. The new state, when the
     /// request changes it, is appended to `value`: whole, or (when `patch` allows it) only
     /// the bytes it changes.
     pub(super) fn apply_buckets(
@@ -341,7 +342,6 @@ impl WindowLimiter {
         scratch: &mut Vec<Entry>,
         value: &mut Vec<u8>,
     ) -> Result<WindowOutcome, StateError> {
-        let now = now.max(0);
         let (live, current) = self.live(stored, self.bucket_of(now), scratch)?;
         let used = live.total;
         let admitted = quantity <= self.limit() && used.saturating_add(quantity) <= self.limit();
@@ -357,13 +357,13 @@ impl WindowLimiter {
             limited: !admitted,
             limit: self.limit() as i64,
             remaining: self.limit().saturating_sub(used + charged) as i64,
-            retry_after: retry_at.map(|at| from_micros((at - now).max(0))),
+            retry_after: retry_at.map(|at| Micros((at - now).max(0)).ticks()),
             reset_after: self.reset_after_buckets(newest_bucket, now),
         };
         if charged == 0 {
             return Ok(WindowOutcome {
                 verdict,
-                expire_at_ms: None,
+                expire_at: None,
                 placement: Placement::WHOLE,
             });
         }
@@ -374,12 +374,13 @@ impl WindowLimiter {
         let placement = self.write(&live, change, used + charged, patch, value);
         Ok(WindowOutcome {
             verdict,
-            expire_at_ms: Some(self.expire_at_ms(current)),
+            expire_at: Some(self.expire_at(current)),
             placement,
         })
     }
 
-    /// Gives back `quantity` at `now` on a bucket log: from the newest counts first.
+    /// Gives back `quantity` at `now` (µs since the epoch) on a bucket log: from the newest
+    /// counts first.
     pub(super) fn refund_buckets(
         &self,
         stored: Option<&[u8]>,
@@ -389,7 +390,6 @@ impl WindowLimiter {
         scratch: &mut Vec<Entry>,
         value: &mut Vec<u8>,
     ) -> Result<WindowRefund, StateError> {
-        let now = now.max(0);
         let (live, _) = self.live(stored, self.bucket_of(now), scratch)?;
         let mut left = quantity;
         let mut lowest = None;
@@ -443,7 +443,7 @@ impl WindowLimiter {
         Ok(WindowRefund {
             verdict,
             changed: returned > 0,
-            expire_at_ms: newest_bucket.map(|bucket| self.expire_at_ms(bucket)),
+            expire_at: newest_bucket.map(|bucket| self.expire_at(bucket)),
             placement,
         })
     }
@@ -466,15 +466,15 @@ impl WindowLimiter {
         self.bucket_start(last + self.buckets_per_window())
     }
 
-    fn reset_after_buckets(&self, newest_bucket: Option<i64>, now: i64) -> super::time::Ticks {
-        newest_bucket.map_or(0, |bucket| {
-            from_micros((self.bucket_start(bucket + self.buckets_per_window()) - now).max(0))
+    fn reset_after_buckets(&self, newest_bucket: Option<i64>, now: i64) -> Ticks {
+        newest_bucket.map_or(Ticks(0), |bucket| {
+            Micros((self.bucket_start(bucket + self.buckets_per_window()) - now).max(0)).ticks()
         })
     }
 
-    /// When the key may go: once bucket `newest` has left the window (Unix ms).
-    fn expire_at_ms(&self, newest: i64) -> i64 {
-        (self.bucket_start(newest + self.buckets_per_window()) + 999) / 1_000
+    /// When the key may go: once bucket `newest` has left the window.
+    fn expire_at(&self, newest: i64) -> Millis {
+        ceil_millis(self.bucket_start(newest + self.buckets_per_window()))
     }
 
     /// Appends the state after `change` to `value`: only the bytes from the first changed

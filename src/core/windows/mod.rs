@@ -16,23 +16,24 @@
 //! Only admitted requests are counted. All times are whole microseconds, the server clock's
 //! resolution.
 
-use super::buckets::{self, Entry};
+use self::buckets::Entry;
 use super::codec::Placement;
-use super::time::{Unit, TICKS_PER_MICROSECOND};
+use super::params::{self, ParamError, MAX_BUCKETS};
+use super::time::{Micros, Millis, Unit};
 use super::verdict::Verdict;
 
-/// The most buckets `BUCKETS n` accepts: an hour of one-second buckets.
-pub const MAX_BUCKETS: i64 = 3_600;
+mod buckets;
+mod pair;
 
 /// Tag of a `FIXED` state.
 const FIXED_TAG: u8 = 0xF9;
 /// Tag of a `SLIDING` state.
 const SLIDING_TAG: u8 = 0xFA;
 /// Tag of a `BUCKETS` state as the first release wrote it (all `n` counts), still read.
-pub(super) const BUCKETS_V1_TAG: u8 = 0xFB;
+const BUCKETS_V1_TAG: u8 = 0xFB;
 
 /// Whether `tag` starts a window counter's state, of any algorithm.
-pub(super) fn is_window_tag(tag: u8) -> bool {
+fn is_window_tag(tag: u8) -> bool {
     [FIXED_TAG, SLIDING_TAG, BUCKETS_V1_TAG, buckets::TAG].contains(&tag)
 }
 
@@ -45,9 +46,6 @@ const START_BITS: u32 = 54;
 /// The longest first-release `BUCKETS` state: `MAX_BUCKETS` counters of 8 bytes.
 const MAX_V1_LEN: usize = HEADER_LEN + 8 * MAX_BUCKETS as usize;
 
-/// The longest window: 2^63 - 1 nanoseconds, as for `CL.THROTTLE`.
-const MAX_WINDOW_MICROS: i64 = i64::MAX / 1_000;
-
 /// Which window counter.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Algorithm {
@@ -58,25 +56,6 @@ pub enum Algorithm {
     Sliding,
     /// The window cut into this many buckets.
     Buckets(u16),
-}
-
-/// Why a set of window parameters is refused.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum WindowError {
-    /// `limit` zero or below.
-    NonPositiveLimit,
-    /// `window` zero or below.
-    NonPositiveWindow,
-    /// `window` longer than 2^63 - 1 ns.
-    WindowTooLong,
-    /// `window * n` microseconds beyond 2^63 - 1 (`BUCKETS n`).
-    WindowTooLongForBuckets,
-    /// `BUCKETS n` outside `1..=MAX_BUCKETS`.
-    BucketsOutOfRange,
-    /// Buckets shorter than a microsecond, the clock's resolution.
-    BucketTooShort,
-    /// An `RL.LOG` limit above [`crate::core::log::MAX_LIMIT`].
-    LimitTooHighForLog,
 }
 
 /// Why a stored value cannot be used.
@@ -109,9 +88,9 @@ pub struct WindowRefund {
     /// Whether anything was given back: the new state was then appended to the output
     /// buffer.
     pub changed: bool,
-    /// When the key should expire (Unix ms): when the newest counted bucket leaves the
-    /// window; `None` when nothing counts any more.
-    pub expire_at_ms: Option<i64>,
+    /// When the key should expire: when the newest counted bucket leaves the window;
+    /// `None` when nothing counts any more.
+    pub expire_at: Option<Millis>,
     /// Where the new state's bytes go.
     pub placement: Placement,
 }
@@ -138,9 +117,9 @@ pub struct WindowOutcome {
     /// The reply, before rounding.
     pub verdict: Verdict,
     /// When the request changed the state: the new state was written to the output buffer,
-    /// and the key should expire at this Unix time in milliseconds. `None` for a refused
-    /// request or a peek, which change nothing.
-    pub expire_at_ms: Option<i64>,
+    /// and the key should expire then. `None` for a refused request or a peek, which change
+    /// nothing.
+    pub expire_at: Option<Millis>,
     /// Where the new state's bytes go.
     pub placement: Placement,
 }
@@ -153,24 +132,24 @@ impl WindowLimiter {
         window: i64,
         unit: Unit,
         algorithm: Algorithm,
-    ) -> Result<WindowLimiter, WindowError> {
-        let limit = validate_limit(limit)?;
-        let window = window_micros(window, unit)?;
+    ) -> Result<WindowLimiter, ParamError> {
+        let limit = params::limit(limit)?;
+        let window = params::window(window, unit)?.0;
         let (per_window, slots) = match algorithm {
             Algorithm::Fixed => (1, 1),
             Algorithm::Sliding => (1, 2),
             Algorithm::Buckets(n) => {
                 let n = i64::from(n);
                 if !(1..=MAX_BUCKETS).contains(&n) {
-                    return Err(WindowError::BucketsOutOfRange);
+                    return Err(ParamError::BucketsOutOfRange);
                 }
                 if window < n {
-                    return Err(WindowError::BucketTooShort);
+                    return Err(ParamError::BucketTooShort);
                 }
                 // Bucket arithmetic multiplies offsets within a window by n.
                 window
                     .checked_mul(n)
-                    .ok_or(WindowError::WindowTooLongForBuckets)?;
+                    .ok_or(ParamError::WindowTooLongForBuckets)?;
                 (n, n as usize)
             }
         };
@@ -189,18 +168,18 @@ impl WindowLimiter {
     }
 
     /// Buckets per window: `n` for `BUCKETS n`, else 1.
-    pub(super) fn buckets_per_window(&self) -> i64 {
+    fn buckets_per_window(&self) -> i64 {
         self.per_window
     }
 
     /// The window, in microseconds.
-    pub(super) fn window_micros(&self) -> i64 {
+    fn window_micros(&self) -> i64 {
         self.window
     }
 
     /// The bucket holding instant `micros` (not negative).
     #[inline(always)]
-    pub(super) fn bucket_of(&self, micros: i64) -> i64 {
+    fn bucket_of(&self, micros: i64) -> i64 {
         if self.per_window == 1 {
             // `FIXED` and `SLIDING`: a bucket is a window, and one division does.
             return micros / self.window;
@@ -212,7 +191,7 @@ impl WindowLimiter {
 
     /// The first microsecond of bucket `bucket`.
     #[inline(always)]
-    pub(super) fn bucket_start(&self, bucket: i64) -> i64 {
+    fn bucket_start(&self, bucket: i64) -> i64 {
         if self.per_window == 1 {
             return bucket * self.window;
         }
@@ -220,10 +199,10 @@ impl WindowLimiter {
         windows * self.window + (index * self.window + self.per_window - 1) / self.per_window
     }
 
-    /// Decides a request of `quantity` at `now` (microseconds since the epoch), given the
-    /// stored value (`None` for a new or expired key). When the request changes the state,
-    /// the new value is appended to `value` and the outcome says when the key should
-    /// expire. A `quantity` of 0 is a peek and never writes.
+    /// Decides a request of `quantity` at `now`, given the stored value (`None` for a new or
+    /// expired key). When the request changes the state, the new value is appended to
+    /// `value` and the outcome says when the key should expire. A `quantity` of 0 is a peek
+    /// and never writes.
     ///
     /// With `patch`, a `BUCKETS` state may be written as the bytes that change at the end of
     /// the stored value (the outcome's placement says from where); otherwise it is whole.
@@ -231,12 +210,14 @@ impl WindowLimiter {
     pub fn apply(
         &self,
         stored: Option<&[u8]>,
-        now: i64,
+        now: Micros,
         quantity: u64,
         patch: bool,
         scratch: &mut Scratch,
         value: &mut Vec<u8>,
     ) -> Result<WindowOutcome, StateError> {
+        // The cores count in whole microseconds since the epoch, never before it.
+        let now = now.not_before_epoch().0;
         match self.algorithm {
             Algorithm::Buckets(_) => {
                 self.apply_buckets(stored, now, quantity, patch, &mut scratch.entries, value)
@@ -253,12 +234,13 @@ impl WindowLimiter {
     pub fn refund(
         &self,
         stored: Option<&[u8]>,
-        now: i64,
+        now: Micros,
         quantity: u64,
         patch: bool,
         scratch: &mut Scratch,
         value: &mut Vec<u8>,
     ) -> Result<WindowRefund, StateError> {
+        let now = now.not_before_epoch().0;
         match self.algorithm {
             Algorithm::Buckets(_) => {
                 self.refund_buckets(stored, now, quantity, patch, &mut scratch.entries, value)
@@ -281,7 +263,7 @@ impl WindowLimiter {
     /// A state kept with another `BUCKETS n` keeps its newest counts; older ones that no
     /// longer have a bucket of their own are added to the oldest kept bucket, so nothing
     /// counted is forgotten before its time.
-    pub(super) fn decode(&self, value: &[u8], counts: &mut Vec<u64>) -> Result<i64, StateError> {
+    fn decode(&self, value: &[u8], counts: &mut Vec<u64>) -> Result<i64, StateError> {
         counts.clear();
         counts.resize(self.slots, 0);
         self.decode_into(value, counts)
@@ -334,7 +316,7 @@ impl WindowLimiter {
     /// holds both the limit and every count. The layout `FIXED` and `SLIDING` write, and
     /// the one the first release wrote for `BUCKETS n`: what tests store to read back.
     #[cfg(test)]
-    pub(super) fn encode(&self, counts: &[u64], newest_start: i64, value: &mut Vec<u8>) {
+    fn encode(&self, counts: &[u64], newest_start: i64, value: &mut Vec<u8>) {
         let width_code = width_code(counts.iter().copied().fold(self.limit, u64::max));
         let width = 1usize << width_code;
         value.push(self.tag());
@@ -357,25 +339,6 @@ fn width_code(largest: u64) -> u64 {
     }
 }
 
-/// Checks a limit: at least 1.
-pub fn validate_limit(limit: i64) -> Result<u64, WindowError> {
-    u64::try_from(limit)
-        .ok()
-        .filter(|&limit| limit > 0)
-        .ok_or(WindowError::NonPositiveLimit)
-}
-
-/// A window of `window` `unit`s in microseconds: positive, and at most 2^63 - 1 ns.
-pub fn window_micros(window: i64, unit: Unit) -> Result<i64, WindowError> {
-    if window <= 0 {
-        return Err(WindowError::NonPositiveWindow);
-    }
-    window
-        .checked_mul((unit.ticks() / TICKS_PER_MICROSECOND) as i64)
-        .filter(|&micros| micros <= MAX_WINDOW_MICROS)
-        .ok_or(WindowError::WindowTooLong)
-}
-
 /// Whether a string of `len` bytes may hold a window counter's state.
 pub fn is_window_length(len: usize) -> bool {
     (HEADER_LEN + 1..=MAX_V1_LEN.max(buckets::MAX_LEN)).contains(&len)
@@ -387,7 +350,10 @@ fn read_le(bytes: &[u8]) -> u64 {
     u64::from_le_bytes(word)
 }
 
-mod pair;
+/// The first whole millisecond at or after `micros` µs since the epoch.
+fn ceil_millis(micros: i64) -> Millis {
+    Micros(micros).ceil_millis()
+}
 
 #[cfg(test)]
 mod tests;

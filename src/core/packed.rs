@@ -1,11 +1,13 @@
 //! Several fields in one argument: decimal integers and words joined by commas, as in
-//! `100,86400000000,1,1763850000000000`.
+//! `100,86400000000,1,1763850000000000`, and the effects that carry them.
 //!
 //! The internal commands an effect propagates (`RL.LOG.REPLAY`, `RL.LEASE.APPLY`) carry
 //! their fields this way. `RedisModule_Replicate` turns every argument into an object of its
 //! own (an integer costs about 470 instructions, formatted by Redis), so one argument built
 //! on the stack instead of five makes a write's effect several times cheaper to build,
 //! while the replication stream and the AOF stay readable text.
+
+use std::ffi::CStr;
 
 /// The most bytes packed fields take: eight integers of 20 characters and their commas.
 const CAPACITY: usize = 192;
@@ -62,39 +64,42 @@ impl Packed {
     }
 }
 
-/// One decimal integer, formatted on the stack: an effect's expiry or offset, which needs
-/// no buffer of packed fields (nor the zeroing of one).
+/// One decimal integer, formatted on the stack: an effect's field, expiry or offset.
 pub struct Decimal {
-    /// Right-aligned: a sign and at most 19 digits, in three groups of eight.
-    bytes: [u8; 24],
+    /// Right-aligned: a sign and at most 19 digits.
+    bytes: [u8; 20],
     start: usize,
 }
+
+/// "00" to "99": two digits at a time, as itoa and the C libraries do.
+const PAIRS: &[u8; 200] = b"0001020304050607080910111213141516171819\
+2021222324252627282930313233343536373839\
+4041424344454647484950515253545556575859\
+6061626364656667686970717273747576777879\
+8081828384858687888990919293949596979899";
 
 impl Decimal {
     /// `value` in decimal.
     pub fn new(value: i64) -> Decimal {
-        let mut bytes = [0u8; 24];
-        let value_abs = value.unsigned_abs();
-        // Eight digits at a time, each group in one word: an expiry in milliseconds (13
-        // digits) takes two.
-        let (high, low) = (value_abs / 100_000_000, value_abs % 100_000_000);
-        let low = eight_digits(low as u32);
-        bytes[16..].copy_from_slice(&(low | ZEROS).to_le_bytes());
-        let mut start = if high == 0 {
-            16 + leading_zeros(low)
+        let mut bytes = [0u8; 20];
+        let mut start = bytes.len();
+        let mut rest = value.unsigned_abs();
+        // Two digits at a time (an effect carries microsecond times of 16 digits, formatted
+        // on every write of a log or a lease).
+        while rest >= 100 {
+            let pair = (rest % 100) as usize * 2;
+            rest /= 100;
+            start -= 2;
+            bytes[start..start + 2].copy_from_slice(&PAIRS[pair..pair + 2]);
+        }
+        if rest >= 10 {
+            let pair = rest as usize * 2;
+            start -= 2;
+            bytes[start..start + 2].copy_from_slice(&PAIRS[pair..pair + 2]);
         } else {
-            let (top, middle) = (high / 100_000_000, high % 100_000_000);
-            let middle = eight_digits(middle as u32);
-            bytes[8..16].copy_from_slice(&(middle | ZEROS).to_le_bytes());
-            if top == 0 {
-                8 + leading_zeros(middle)
-            } else {
-                // At most 1,844 (2^64 / 10^16).
-                let top = eight_digits(top as u32);
-                bytes[..8].copy_from_slice(&(top | ZEROS).to_le_bytes());
-                leading_zeros(top)
-            }
-        };
+            start -= 1;
+            bytes[start] = b'0' + rest as u8;
+        }
         if value < 0 {
             start -= 1;
             bytes[start] = b'-';
@@ -108,29 +113,52 @@ impl Decimal {
     }
 }
 
-/// `'0'` in every byte.
-const ZEROS: u64 = 0x3030_3030_3030_3030;
-
-/// The eight decimal digits of `value` (below 10^8) as the bytes of a word, one digit
-/// value (0 to 9) a byte, the most significant in the lowest byte: the digits in memory
-/// order once stored little-endian. All at once in one word (SWAR), each division by a
-/// multiplication that is exact in this range.
-fn eight_digits(value: u32) -> u64 {
-    debug_assert!(value < 100_000_000);
-    // Two halves of four digits, in 32-bit lanes (the more significant in the lower one).
-    // No lane borrows from or carries into the next: wrapping arithmetic is exact here.
-    let fours = u64::from(value / 10_000) | u64::from(value % 10_000) << 32;
-    // Each half by 100 (x * 10,486 >> 20 is x / 100 for x below 10,000).
-    let hundreds = (fours.wrapping_mul(10_486) >> 20) & 0x0000_007F_0000_007F;
-    let pairs = fours.wrapping_sub(hundreds.wrapping_mul(100)) << 16 | hundreds;
-    // Each pair by 10, in 16-bit lanes (y * 103 >> 10 is y / 10 for y below 100).
-    let tens = (pairs.wrapping_mul(103) >> 10) & 0x000F_000F_000F_000F;
-    tens | pairs.wrapping_sub(tens.wrapping_mul(10)) << 8
+/// One field of an effect.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Field {
+    /// A decimal integer.
+    Int(i64),
+    /// A word (never containing a comma).
+    Word(&'static str),
 }
 
-/// How many of the digits of [`eight_digits`] lead with zeros, keeping the last digit.
-fn leading_zeros(digits: u64) -> usize {
-    (digits.trailing_zeros() as usize / 8).min(7)
+/// The most fields an effect carries.
+const MAX_FIELDS: usize = 8;
+
+/// A change to a native value as replicas and the AOF receive it: an internal command with
+/// the key and one argument of packed fields, such as `RL.LOG.REPLAY key
+/// 100,86400000000,1,1763850000000000`. Built by the cores, plain data until the FFI layer
+/// packs and sends it, which it skips when nothing would receive it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Effect {
+    /// The internal command.
+    pub command: &'static CStr,
+    fields: [Field; MAX_FIELDS],
+    len: usize,
+}
+
+impl Effect {
+    /// `command` with `fields` (at most [`MAX_FIELDS`]; past that, a bug, they are dropped
+    /// and the receiver refuses the command).
+    pub fn new(command: &'static CStr, fields: &[Field]) -> Effect {
+        let mut effect = Effect {
+            command,
+            fields: [Field::Int(0); MAX_FIELDS],
+            len: fields.len().min(MAX_FIELDS),
+        };
+        effect.fields[..effect.len].copy_from_slice(&fields[..effect.len]);
+        effect
+    }
+
+    /// Packs the fields in one argument, into `packed`.
+    pub fn pack(&self, packed: &mut Packed) {
+        for field in &self.fields[..self.len] {
+            match *field {
+                Field::Int(value) => packed.int(value),
+                Field::Word(word) => packed.word(word),
+            };
+        }
+    }
 }
 
 /// The fields of a packed argument, in order.
@@ -159,7 +187,10 @@ pub fn unpack<'a, 'o, const N: usize>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::args::parse_integer;
+
+    fn parse_integer(field: &[u8]) -> Option<i64> {
+        std::str::from_utf8(field).ok()?.parse().ok()
+    }
     use proptest::prelude::*;
 
     #[test]

@@ -1,8 +1,10 @@
-//! Several limiters, one decision (`RL.ALL`): a take is admitted only if every limiter admits
-//! it, and then charged to every one; refused, it is charged to none. What each limiter
-//! decided alone ([`super::limiter`]) settles the call; [`combined`] is its reply.
+//! Several limiters, one decision: a take is admitted only if every limiter admits it, and
+//! then charged to every one; refused, it is charged to none. What each limiter decided
+//! alone ([`super::limiter`]) settles the call ([`super::engine`] applies the settlement);
+//! [`combined`] is its reply. A call of one limiter settles the same way.
 
 use super::request::{Action, Request};
+use super::time::Ticks;
 use super::verdict::Verdict;
 
 /// How a call over several limiters settles.
@@ -36,45 +38,6 @@ impl Settlement {
     }
 }
 
-/// One limiter of a call, once decided: what the call needs of it to conclude.
-pub trait Decided {
-    /// Why committing or reading can fail.
-    type Error;
-    /// What it decided alone.
-    fn verdict(&self) -> Verdict;
-    /// The most it admits at once.
-    fn limit(&self) -> u64;
-    /// Whether what it decided is a block its refusal starts.
-    fn starts_block(&self) -> bool;
-    /// Stores what it decided; returns its reply after (a refund's may differ).
-    fn commit(&mut self) -> Result<Verdict, Self::Error>;
-    /// Its standing now, uncharged, as a peek sees it.
-    fn standing(&mut self) -> Result<Verdict, Self::Error>;
-}
-
-/// Concludes a call whose limiters have all decided `request` (the slots that are `Some`,
-/// in order), storing what the settled call changes when `write` (never for a read-only
-/// call), and writes each limiter's reply to `verdicts`: what it decided, or, for a limiter
-/// that would admit a call refused elsewhere, its uncharged standing.
-pub fn conclude<D: Decided>(
-    decided: &mut [Option<D>],
-    request: &Request,
-    write: bool,
-    verdicts: &mut [Verdict],
-) -> Result<(), D::Error> {
-    let settlement = Settlement::of(
-        request,
-        decided
-            .iter()
-            .flatten()
-            .map(|one| (one.verdict(), one.limit())),
-    );
-    for (one, verdict) in decided.iter_mut().flatten().zip(verdicts) {
-        *verdict = settlement.conclude(one, write)?;
-    }
-    Ok(())
-}
-
 /// What becomes of one limiter of a settled call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Conclusion {
@@ -89,7 +52,6 @@ pub enum Conclusion {
 impl Settlement {
     /// What becomes of a limiter that decided `verdict`, starting a block or not, in a call
     /// settled so; `write` is false for a read-only call, which never stores.
-    #[inline(always)]
     pub fn conclusion(&self, write: bool, starts_block: bool, verdict: &Verdict) -> Conclusion {
         if write && self.commits(starts_block) {
             Conclusion::Commit
@@ -97,17 +59,6 @@ impl Settlement {
             Conclusion::Standing
         } else {
             Conclusion::AsDecided
-        }
-    }
-
-    /// Concludes one limiter of a call settled so: stores what it decided if the call
-    /// commits it, and returns its reply.
-    #[inline(always)]
-    fn conclude<D: Decided>(&self, one: &mut D, write: bool) -> Result<Verdict, D::Error> {
-        match self.conclusion(write, one.starts_block(), &one.verdict()) {
-            Conclusion::Commit => one.commit(),
-            Conclusion::Standing => one.standing(),
-            Conclusion::AsDecided => Ok(one.verdict()),
         }
     }
 }
@@ -122,7 +73,7 @@ pub fn combined(verdicts: &[Verdict]) -> Verdict {
         .map(|verdict| verdict.reset_after)
         .max()
         .unwrap_or_default();
-    let wait = |verdict: &Verdict| verdict.retry_after.unwrap_or(i128::MAX);
+    let wait = |verdict: &Verdict| verdict.retry_after.unwrap_or(Ticks(i128::MAX));
     let refusing = verdicts.iter().filter(|verdict| verdict.limited);
     let binding = refusing.fold(None, |binding: Option<&Verdict>, verdict| match binding {
         Some(best) if wait(best) >= wait(verdict) => Some(best),
@@ -142,6 +93,3 @@ pub fn combined(verdicts: &[Verdict]) -> Verdict {
         ..*binding
     }
 }
-
-#[cfg(test)]
-mod tests;

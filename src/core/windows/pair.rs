@@ -3,11 +3,11 @@
 //! [`super::buckets`]). A bucket is a window here, found with one division.
 
 use super::{
-    is_window_tag, read_le, width_code, Algorithm, StateError, WindowLimiter, WindowOutcome,
-    WindowRefund, HEADER_LEN, START_BITS,
+    ceil_millis, is_window_tag, read_le, width_code, Algorithm, StateError, WindowLimiter,
+    WindowOutcome, WindowRefund, HEADER_LEN, START_BITS,
 };
-use crate::core::codec::{append_fixed, Placement};
-use crate::core::time::{from_micros, Ticks};
+use crate::core::codec::Placement;
+use crate::core::time::{Micros, Ticks};
 use crate::core::verdict::Verdict;
 
 /// The counts a `FIXED` or `SLIDING` limiter keeps, rolled on to its newest window.
@@ -29,7 +29,7 @@ impl Pair {
 }
 
 impl WindowLimiter {
-    /// [`WindowLimiter::apply`] for `FIXED` and `SLIDING`.
+    /// [`WindowLimiter::apply`] for `FIXED` and `SLIDING`, at `now` µs since the epoch.
     #[inline(always)]
     pub(super) fn apply_pair(
         &self,
@@ -38,7 +38,6 @@ impl WindowLimiter {
         quantity: u64,
         value: &mut Vec<u8>,
     ) -> Result<WindowOutcome, StateError> {
-        let now = now.max(0);
         let mut pair = self.load_pair(stored, now)?;
         let used = pair.used();
         let room = self.room(&pair, now);
@@ -53,13 +52,13 @@ impl WindowLimiter {
             limit: self.limit as i64,
             remaining: self.whole_units(room - weight.wrapping_mul(charged as i128)),
             retry_after: (!admitted && fits)
-                .then(|| from_micros((self.retry_at(&pair, used, quantity) - now).max(0))),
+                .then(|| Micros((self.retry_at(&pair, used, quantity) - now).max(0)).ticks()),
             reset_after: self.reset_after(&pair, now),
         };
         if charged == 0 {
             return Ok(WindowOutcome {
                 verdict,
-                expire_at_ms: None,
+                expire_at: None,
                 placement: Placement::WHOLE,
             });
         }
@@ -67,13 +66,13 @@ impl WindowLimiter {
         let expire_at = self.bucket_start(pair.newest + self.slots as i64);
         Ok(WindowOutcome {
             verdict,
-            expire_at_ms: Some((expire_at + 999) / 1_000),
+            expire_at: Some(ceil_millis(expire_at)),
             placement: Placement::WHOLE,
         })
     }
 
-    /// [`WindowLimiter::refund`] for `FIXED` and `SLIDING`: the newest count gives back
-    /// first.
+    /// [`WindowLimiter::refund`] for `FIXED` and `SLIDING`, at `now` µs since the epoch: the
+    /// newest count gives back first.
     pub(super) fn refund_pair(
         &self,
         stored: Option<&[u8]>,
@@ -81,7 +80,6 @@ impl WindowLimiter {
         quantity: u64,
         value: &mut Vec<u8>,
     ) -> Result<WindowRefund, StateError> {
-        let now = now.max(0);
         let mut pair = self.load_pair(stored, now)?;
         let from_current = quantity.min(pair.current);
         let from_previous = (quantity - from_current).min(pair.previous);
@@ -102,7 +100,7 @@ impl WindowLimiter {
         Ok(WindowRefund {
             verdict,
             changed: returned > 0,
-            expire_at_ms: self.reset_at(&pair).map(|at| (at + 999) / 1_000),
+            expire_at: self.reset_at(&pair).map(ceil_millis),
             placement: Placement::WHOLE,
         })
     }
@@ -171,16 +169,13 @@ impl WindowLimiter {
         let width_code = width_code(self.limit.max(pair.previous).max(pair.current));
         let width = 1usize << width_code;
         let start = self.bucket_start(pair.newest) as u64;
-        let mut bytes = [0; HEADER_LEN + 2 * 8];
-        bytes[0] = self.tag();
-        bytes[1..9].copy_from_slice(&(start | width_code << START_BITS).to_le_bytes());
-        let mut len = HEADER_LEN;
+        value.push(self.tag());
+        let header = start | width_code << START_BITS;
+        value.extend_from_slice(&header.to_le_bytes()[..HEADER_LEN - 1]);
         if self.algorithm == Algorithm::Sliding {
-            bytes[len..len + 8].copy_from_slice(&pair.previous.to_le_bytes());
-            len += width;
+            value.extend_from_slice(&pair.previous.to_le_bytes()[..width]);
         }
-        bytes[len..len + 8].copy_from_slice(&pair.current.to_le_bytes());
-        append_fixed(value, &bytes, len + width);
+        value.extend_from_slice(&pair.current.to_le_bytes()[..width]);
     }
 
     /// How much room is left: not negative while nothing more is counted than fits. In
@@ -263,7 +258,7 @@ impl WindowLimiter {
     /// How long until every counted request has left the window.
     #[inline(always)]
     fn reset_after(&self, pair: &Pair, now: i64) -> Ticks {
-        from_micros(self.reset_at(pair).map_or(0, |at| at - now).max(0))
+        Micros(self.reset_at(pair).map_or(0, |at| at - now).max(0)).ticks()
     }
 
     /// When every counted request has left the window, or `None` when none is counted: the

@@ -1,8 +1,8 @@
 use std::collections::BTreeMap;
 
 use super::*;
-use crate::core::time::{Unit, TICKS_PER_MICROSECOND};
-use crate::core::window::Scratch;
+use crate::core::time::{Micros, Unit};
+use crate::core::windows::Scratch;
 use proptest::prelude::*;
 
 /// 2023-11-14T22:13:20Z: a multiple of every window used here.
@@ -40,19 +40,19 @@ impl Key {
         let outcome = limiter
             .apply(
                 self.live(now),
-                now,
+                Micros(now),
                 quantity,
                 patch,
                 &mut Scratch::default(),
                 &mut bytes,
             )
             .unwrap();
-        if let Some(expire_at_ms) = outcome.expire_at_ms {
+        if let Some(expire_at_ms) = outcome.expire_at.map(|at| at.0) {
             self.store(&bytes, outcome.placement, expire_at_ms);
         }
         Call {
             verdict: outcome.verdict,
-            expire_at_ms: outcome.expire_at_ms,
+            expire_at_ms: outcome.expire_at.map(|at| at.0),
         }
     }
 
@@ -61,21 +61,21 @@ impl Key {
         let refund = limiter
             .refund(
                 self.live(now),
-                now,
+                Micros(now),
                 quantity,
                 patch,
                 &mut Scratch::default(),
                 &mut bytes,
             )
             .unwrap();
-        match (refund.changed, refund.expire_at_ms) {
+        match (refund.changed, refund.expire_at.map(|at| at.0)) {
             (true, Some(expire_at_ms)) => self.store(&bytes, refund.placement, expire_at_ms),
             (true, None) => *self = Key::default(),
             (false, _) => {}
         }
         Call {
             verdict: refund.verdict,
-            expire_at_ms: refund.expire_at_ms.filter(|_| refund.changed),
+            expire_at_ms: refund.expire_at.map(|at| at.0).filter(|_| refund.changed),
         }
     }
 
@@ -140,8 +140,8 @@ impl Model {
             limited,
             limit: self.limit as i64,
             remaining: self.limit.saturating_sub(self.used(now)) as i64,
-            retry_after: retry_after.map(|micros| micros as i128 * TICKS_PER_MICROSECOND),
-            reset_after: self.reset_after(now) as i128 * TICKS_PER_MICROSECOND,
+            retry_after: retry_after.map(|micros| Micros(micros).ticks()),
+            reset_after: Micros(self.reset_after(now)).ticks(),
         }
     }
 
@@ -250,7 +250,7 @@ fn a_refund_lowers_the_newest_counts_first() {
     let call = key.refund(&limiter, T0 + 1_500_000, 5, true);
     assert_eq!(call.verdict.remaining, 8);
     assert_eq!(call.expire_at_ms, Some((T0 + 3_000_000) / 1_000));
-    assert_eq!(call.verdict.reset_after, 1_500_000 * TICKS_PER_MICROSECOND);
+    assert_eq!(call.verdict.reset_after, Micros(1_500_000).ticks());
     // More than is left: everything back, and the key goes.
     let call = key.refund(&limiter, T0 + 1_500_000, 50, true);
     assert_eq!(call.verdict.remaining, 10);
@@ -264,7 +264,7 @@ fn first_release_states_keep_their_counts() {
     // All four counts, oldest first, the newest bucket starting at T0 + 3 s.
     let mut value = Vec::new();
     limiter.encode(&[1, 2, 0, 4], T0 + 3_000_000, &mut value);
-    assert_eq!(value[0], crate::core::window::BUCKETS_V1_TAG);
+    assert_eq!(value[0], super::BUCKETS_V1_TAG);
     let mut key = Key {
         value: Some(value),
         ..Key::default()
@@ -274,10 +274,7 @@ fn first_release_states_keep_their_counts() {
     // The oldest bucket (1) leaves at T0 + 4 s, the next (2) at T0 + 5 s.
     let call = key.take(&limiter, T0 + 4_000_000, 95, true);
     assert!(call.verdict.limited);
-    assert_eq!(
-        call.verdict.retry_after,
-        Some(1_000_000 * TICKS_PER_MICROSECOND)
-    );
+    assert_eq!(call.verdict.retry_after, Some(Micros(1_000_000).ticks()));
     let call = key.take(&limiter, T0 + 4_000_000, 94, true);
     assert!(!call.verdict.limited);
     assert_eq!(key.value.as_ref().unwrap()[0], TAG);
@@ -297,10 +294,7 @@ fn a_log_kept_with_another_n_or_window_keeps_its_counts() {
         93
     );
     let call = key.take(&two, T0 + 4_000_000, 98, true);
-    assert_eq!(
-        call.verdict.retry_after,
-        Some(2_000_000 * TICKS_PER_MICROSECOND)
-    );
+    assert_eq!(call.verdict.retry_after, Some(Micros(2_000_000).ticks()));
     // A window of 8 s in 8 buckets: the same instants, in 1-second buckets.
     let eight = limiter(100, 8_000_000, 8);
     assert_eq!(
@@ -319,7 +313,7 @@ fn damaged_logs_are_refused_not_trusted() {
         limiter
             .apply(
                 Some(value),
-                T0,
+                Micros(T0),
                 1,
                 true,
                 &mut Scratch::default(),
@@ -340,7 +334,7 @@ fn damaged_logs_are_refused_not_trusted() {
     let fixed = WindowLimiter::new(10, 3, Unit::Seconds, Algorithm::Fixed).unwrap();
     let other = fixed.apply(
         Some(&value),
-        T0,
+        Micros(T0),
         1,
         true,
         &mut Scratch::default(),
@@ -413,9 +407,9 @@ proptest! {
         value.extend_from_slice(&bytes);
         let mut out = Vec::new();
         if refund {
-            let _ = limiter.refund(Some(&value), T0, quantity, true, &mut Scratch::default(), &mut out);
+            let _ = limiter.refund(Some(&value), Micros(T0), quantity, true, &mut Scratch::default(), &mut out);
         } else {
-            let _ = limiter.apply(Some(&value), T0, quantity, true, &mut Scratch::default(), &mut out);
+            let _ = limiter.apply(Some(&value), Micros(T0), quantity, true, &mut Scratch::default(), &mut out);
         }
     }
 }

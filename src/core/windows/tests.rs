@@ -1,5 +1,5 @@
 use super::*;
-use crate::core::time::Rounding;
+use crate::core::time::{Micros, Rounding, Ticks};
 use proptest::prelude::*;
 
 /// 2023-11-14T22:13:20Z: a multiple of every window used here.
@@ -37,14 +37,14 @@ impl Key {
             .limiter
             .apply(
                 self.value.as_deref(),
-                now,
+                Micros(now),
                 quantity,
                 true,
                 &mut self.scratch,
                 &mut value,
             )
             .unwrap();
-        if let Some(expire_at_ms) = outcome.expire_at_ms {
+        if let Some(expire_at_ms) = outcome.expire_at.map(|at| at.0) {
             if outcome.placement.expiry_kept {
                 assert_eq!(self.expire_at_ms, Some(expire_at_ms), "a kept expiry moved");
             }
@@ -154,20 +154,14 @@ fn buckets_need_not_divide_the_window_evenly() {
     let mut key = Key::new(1, 1_000, Algorithm::Buckets(3));
     let at = |micros| T0 + micros;
     let outcome = key.outcome(at(0), 1);
-    assert_eq!(
-        outcome.verdict.reset_after,
-        1_000_000 * TICKS_PER_MICROSECOND
-    );
+    assert_eq!(outcome.verdict.reset_after, Micros(1_000_000).ticks());
     let outcome = key.outcome(at(333_333), 1);
     assert!(outcome.verdict.limited);
-    assert_eq!(outcome.verdict.reset_after, 666_667 * TICKS_PER_MICROSECOND);
+    assert_eq!(outcome.verdict.reset_after, Micros(666_667).ticks());
     // A new request, two buckets later, rolls off one window after its bucket's start.
     assert!(!key.outcome(at(1_000_000), 1).verdict.limited);
     let outcome = key.outcome(at(1_333_334), 1);
-    assert_eq!(
-        outcome.verdict.retry_after,
-        Some(666_666 * TICKS_PER_MICROSECOND)
-    );
+    assert_eq!(outcome.verdict.retry_after, Some(Micros(666_666).ticks()));
 }
 
 #[test]
@@ -175,7 +169,7 @@ fn a_peek_reports_and_writes_nothing() {
     for algorithm in [Algorithm::Fixed, Algorithm::Sliding, Algorithm::Buckets(6)] {
         let mut key = Key::new(5, 1_000, algorithm);
         let outcome = key.outcome(T0, 0);
-        assert_eq!(outcome.expire_at_ms, None);
+        assert_eq!(outcome.expire_at.map(|at| at.0), None);
         assert_eq!(
             outcome.verdict.to_reply(Unit::Milliseconds, Rounding::Up),
             [0, 5, 5, -1, 0]
@@ -183,7 +177,7 @@ fn a_peek_reports_and_writes_nothing() {
         key.call(T0, 2);
         let before = key.value.clone();
         let outcome = key.outcome(T0 + 1, 0);
-        assert_eq!(outcome.expire_at_ms, None);
+        assert_eq!(outcome.expire_at.map(|at| at.0), None);
         assert_eq!(outcome.verdict.remaining, 3);
         assert_eq!(key.value, before);
     }
@@ -195,7 +189,7 @@ fn an_oversized_quantity_is_refused_for_good_and_writes_nothing() {
         let mut key = Key::new(5, 1_000, algorithm);
         key.call(T0, 1);
         let outcome = key.outcome(T0, 6);
-        assert_eq!(outcome.expire_at_ms, None);
+        assert_eq!(outcome.expire_at.map(|at| at.0), None);
         assert_eq!(
             outcome.verdict.to_reply(Unit::Milliseconds, Rounding::Up),
             [
@@ -281,7 +275,14 @@ fn other_values_are_refused() {
     let mut scratch = Scratch::default();
     let mut apply = |limiter: &WindowLimiter, stored: &[u8]| {
         limiter
-            .apply(Some(stored), T0, 1, true, &mut scratch, &mut Vec::new())
+            .apply(
+                Some(stored),
+                Micros(T0),
+                1,
+                true,
+                &mut scratch,
+                &mut Vec::new(),
+            )
             .map(|_| ())
     };
     assert_eq!(apply(&fixed, &value), Ok(()));
@@ -292,7 +293,7 @@ fn other_values_are_refused() {
     longer.push(0);
     assert_eq!(apply(&fixed, &longer), Err(StateError::Foreign));
     assert_eq!(apply(&sliding, &longer), Err(StateError::OtherAlgorithm));
-    let gcra_state = crate::core::codec::encode_gcra(1);
+    let gcra_state = crate::core::codec::encode_gcra(Ticks(1));
     assert_eq!(apply(&fixed, &gcra_state), Err(StateError::Foreign));
     assert_eq!(apply(&fixed, b"hello world"), Err(StateError::Foreign));
     assert_eq!(apply(&buckets, b""), Err(StateError::Foreign));
@@ -310,48 +311,45 @@ fn refuses_parameters_it_cannot_honour() {
     let new = |limit, window, unit, algorithm| WindowLimiter::new(limit, window, unit, algorithm);
     use Algorithm::*;
     use Unit::*;
-    assert_eq!(
-        new(0, 1, Seconds, Fixed),
-        Err(WindowError::NonPositiveLimit)
-    );
+    assert_eq!(new(0, 1, Seconds, Fixed), Err(ParamError::NonPositiveLimit));
     assert_eq!(
         new(-1, 1, Seconds, Fixed),
-        Err(WindowError::NonPositiveLimit)
+        Err(ParamError::NonPositiveLimit)
     );
     assert_eq!(
         new(1, 0, Seconds, Sliding),
-        Err(WindowError::NonPositiveWindow)
+        Err(ParamError::NonPositiveWindow)
     );
     assert_eq!(
         new(1, -5, Seconds, Sliding),
-        Err(WindowError::NonPositiveWindow)
+        Err(ParamError::NonPositiveWindow)
     );
     assert_eq!(
         new(1, 1, Seconds, Buckets(0)),
-        Err(WindowError::BucketsOutOfRange)
+        Err(ParamError::BucketsOutOfRange)
     );
     assert_eq!(
         new(1, 1, Seconds, Buckets(3_601)),
-        Err(WindowError::BucketsOutOfRange)
+        Err(ParamError::BucketsOutOfRange)
     );
     assert!(new(1, 1, Seconds, Buckets(3_600)).is_ok());
     assert_eq!(
         new(1, 10, Microseconds, Buckets(11)),
-        Err(WindowError::BucketTooShort)
+        Err(ParamError::BucketTooShort)
     );
     assert!(new(1, 11, Microseconds, Buckets(11)).is_ok());
     assert_eq!(
         new(1, i64::MAX, Seconds, Fixed),
-        Err(WindowError::WindowTooLong)
+        Err(ParamError::WindowTooLong)
     );
     assert!(new(1, i64::MAX / 1_000, Microseconds, Fixed).is_ok());
     assert_eq!(
         new(1, i64::MAX / 1_000 + 1, Microseconds, Fixed),
-        Err(WindowError::WindowTooLong)
+        Err(ParamError::WindowTooLong)
     );
     assert_eq!(
         new(1, i64::MAX / 1_000, Microseconds, Buckets(3_600)),
-        Err(WindowError::WindowTooLongForBuckets)
+        Err(ParamError::WindowTooLongForBuckets)
     );
     assert!(new(i64::MAX, 1, Seconds, Sliding).is_ok());
 }
@@ -533,8 +531,8 @@ proptest! {
             let (value, expire) = (key.value.clone(), key.expire_at_ms);
             let verdict = key.outcome(now, quantity).verdict;
             let Some(retry_after) = verdict.retry_after else { continue };
-            prop_assert_eq!(retry_after % TICKS_PER_MICROSECOND, 0);
-            let wait = (retry_after / TICKS_PER_MICROSECOND) as i64;
+            prop_assert_eq!(retry_after.0 % Ticks::MICROSECOND.0, 0);
+            let wait = retry_after.ceil_micros().0;
             prop_assert!(wait > 0);
             let mut later = Key { value: value.clone(), expire_at_ms: expire, ..Key::with(limiter) };
             prop_assert!(!later.outcome(now + wait, quantity).verdict.limited);
@@ -551,8 +549,8 @@ proptest! {
         for (step, quantity) in stream {
             now += step;
             let outcome = key.outcome(now, quantity);
-            let reset = (outcome.verdict.reset_after / TICKS_PER_MICROSECOND) as i64;
-            if let Some(expire_at_ms) = outcome.expire_at_ms {
+            let reset = outcome.verdict.reset_after.ceil_micros().0;
+            if let Some(expire_at_ms) = outcome.expire_at.map(|at| at.0) {
                 // The key lives until the reset, rounded up to its millisecond.
                 prop_assert_eq!(expire_at_ms, (now + reset + 999) / 1_000);
             }
@@ -576,7 +574,7 @@ proptest! {
             now += step;
             let before = key.value.clone();
             let peek = key.outcome(now, 0);
-            prop_assert_eq!(peek.expire_at_ms, None);
+            prop_assert_eq!(peek.expire_at, None);
             prop_assert_eq!(&key.value, &before);
             let verdict = key.outcome(now, quantity).verdict;
             prop_assert_eq!(peek.verdict.reset_after <= verdict.reset_after || verdict.limited, true);
@@ -597,7 +595,7 @@ proptest! {
             let reply = outcome.verdict.to_reply(Unit::Microseconds, Rounding::Up);
             prop_assert!(reply[2] >= 0 && reply[2] <= reply[1]);
             prop_assert!(reply[3] >= -1 && reply[4] >= 0);
-            if let Some(expire_at_ms) = outcome.expire_at_ms {
+            if let Some(expire_at_ms) = outcome.expire_at.map(|at| at.0) {
                 prop_assert!(expire_at_ms * 1_000 >= now);
             }
         }

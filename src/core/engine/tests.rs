@@ -1,0 +1,276 @@
+//! All or nothing, over random mixes of limiters and clocks: a call over several keys is
+//! run by the engine on an in-memory store, and checked against what each limiter alone
+//! would do.
+
+use proptest::prelude::*;
+
+use super::memory::{Entry, Memory};
+use super::*;
+use crate::core::gcra::Gcra;
+use crate::core::settle::combined;
+use crate::core::testing::*;
+use crate::core::time::{Rounding, Unit};
+use crate::core::windows::{Algorithm, WindowLimiter};
+
+const NAMES: [&str; 4] = ["k0", "k1", "k2", "k3"];
+
+/// Limiters on keys of one store, `k0` and on.
+#[derive(Clone)]
+struct Keys {
+    limiters: Vec<Limiter>,
+    memory: Memory,
+}
+
+impl Keys {
+    fn new(limiters: Vec<Limiter>) -> Keys {
+        assert!(limiters.len() <= NAMES.len());
+        Keys {
+            limiters,
+            memory: Memory::new(),
+        }
+    }
+
+    fn run(
+        &self,
+        first: usize,
+        limiters: &[Limiter],
+        now: Micros,
+        request: Request,
+        write: bool,
+    ) -> Vec<Verdict> {
+        let call = Call {
+            limiters,
+            request,
+            now,
+            write,
+        };
+        let names = &NAMES[first..first + limiters.len()];
+        self.memory.run(names, &call).unwrap()
+    }
+
+    /// A call over every key, as RL.ALL makes it: each key's reply and the combined one.
+    fn call_all(&mut self, now: Micros, request: Request) -> (Vec<Verdict>, Verdict) {
+        let verdicts = self.run(0, &self.limiters.clone(), now, request, true);
+        let all = combined(&verdicts);
+        (verdicts, all)
+    }
+
+    /// A call of key `index` alone.
+    fn call(&mut self, index: usize, now: Micros, request: Request) -> Verdict {
+        let limiter = self.limiters[index];
+        self.run(index, &[limiter], now, request, true)[0]
+    }
+
+    /// A dry run of key `index` alone.
+    fn dry(&self, index: usize, now: Micros, request: Request) -> Verdict {
+        self.run(index, &[self.limiters[index]], now, request, false)[0]
+    }
+
+    fn stored(&self, index: usize) -> Option<Entry> {
+        self.memory.snapshot().remove(NAMES[index])
+    }
+
+    fn live(&self, index: usize, now: Micros) -> Option<Entry> {
+        self.memory.get(NAMES[index], now)
+    }
+}
+
+/// Whether `request` on key `index` alone would start a block: refused for lack of room,
+/// with `BLOCK`, on a key not blocked already.
+fn starts_block(keys: &Keys, index: usize, now: Micros, request: &Request) -> bool {
+    let mut alone = keys.clone();
+    let before = alone.live(index, now);
+    let verdict = alone.call(index, now, *request);
+    verdict.limited && alone.stored(index) != before && request.action == Action::Take
+}
+
+fn limiter(kind: u8, limit: u64, window_ms: i64) -> Limiter {
+    let limit = limit as i64;
+    match kind {
+        0 => Limiter::Throttle(Gcra::new(limit - 1, limit, window_ms, Unit::Milliseconds).unwrap()),
+        1..=3 => {
+            let algorithm = match kind {
+                1 => Algorithm::Fixed,
+                2 => Algorithm::Sliding,
+                _ => Algorithm::Buckets(5),
+            };
+            Limiter::Window(
+                WindowLimiter::new(limit, window_ms, Unit::Milliseconds, algorithm).unwrap(),
+            )
+        }
+        _ => Limiter::Log(LogLimiter::new(limit, window_ms, Unit::Milliseconds).unwrap()),
+    }
+}
+
+#[test]
+fn per_second_and_per_minute_together() {
+    // 3 per second and 5 per minute, exactly: the second limit binds after 5.
+    let mut keys = Keys::new(vec![limiter(4, 3, 1_000), limiter(4, 5, 60_000)]);
+    let reply = |(_, all): (Vec<Verdict>, Verdict)| all.to_reply(Unit::Milliseconds, Rounding::Up);
+    assert_eq!(reply(keys.call_all(T0, take(1))), [0, 3, 2, -1, 60_000]);
+    assert_eq!(reply(keys.call_all(T0, take(2))), [0, 3, 0, -1, 60_000]);
+    // The per-second limit refuses: nothing is charged to the per-minute one.
+    assert_eq!(reply(keys.call_all(T0, take(1))), [1, 3, 0, 1_000, 60_000]);
+    assert_eq!(keys.dry(1, T0, take(0)).remaining, 2);
+    assert_eq!(
+        reply(keys.call_all(T0 + ms(1_000), take(2))),
+        [0, 5, 0, -1, 60_000]
+    );
+    // Now the per-minute one binds: retry when its first entries leave.
+    let (verdicts, all) = keys.call_all(T0 + ms(2_000), take(1));
+    assert_eq!(
+        all.to_reply(Unit::Milliseconds, Rounding::Up),
+        [1, 5, 0, 58_000, 59_000]
+    );
+    // The per-second limiter would admit: it replies its standing, uncharged.
+    assert_eq!(
+        verdicts[0].to_reply(Unit::Milliseconds, Rounding::Up),
+        [0, 3, 3, -1, 0]
+    );
+}
+
+#[test]
+fn a_quantity_one_limiter_can_never_fit_is_refused_for_good_and_blocks_nothing() {
+    let mut keys = Keys::new(vec![limiter(1, 2, 1_000), limiter(0, 10, 1_000)]);
+    keys.call_all(T0, take(2));
+    let before = keys.memory.snapshot();
+    let (_, all) = keys.call_all(T0, blocking(5, 10_000));
+    assert_eq!(
+        all.to_reply(Unit::Milliseconds, Rounding::Up)[..4],
+        [1, 2, 0, -1]
+    );
+    assert_eq!(keys.memory.snapshot(), before);
+}
+
+#[test]
+fn a_key_of_another_kind_anywhere_stops_the_call_before_any_write() {
+    let mut keys = Keys::new(vec![limiter(0, 5, 1_000), limiter(4, 5, 1_000)]);
+    keys.call(0, T0, take(1));
+    let before = keys.memory.snapshot();
+    // The throttle on k1 (new, and would be written), the log on k0 (a throttle's string).
+    let call = Call {
+        limiters: &keys.limiters,
+        request: take(1),
+        now: T0,
+        write: true,
+    };
+    assert_eq!(
+        keys.memory.run(&["k1", "k0"], &call),
+        Err(crate::core::windows::StateError::Foreign)
+    );
+    assert_eq!(keys.memory.snapshot(), before);
+}
+
+#[test]
+fn a_logs_change_travels_as_the_call_with_its_time() {
+    let mut keys = Keys::new(vec![limiter(4, 3, 1_000)]);
+    keys.call(0, T0, take(2));
+    keys.call(0, T0 + ms(1), refund(1));
+    keys.call(0, T0 + ms(2), take(2));
+    // Refused without a block: nothing changes, nothing travels.
+    keys.call(0, T0 + ms(3), take(1));
+    keys.call(0, T0 + ms(4), blocking(1, 500));
+    let effects: Vec<(String, String)> = keys
+        .memory
+        .effects()
+        .into_iter()
+        .map(|(key, effect)| {
+            let mut packed = crate::core::packed::Packed::default();
+            effect.pack(&mut packed);
+            let fields = String::from_utf8(packed.as_bytes().to_vec()).unwrap();
+            (
+                key,
+                format!("{} {fields}", effect.command.to_str().unwrap()),
+            )
+        })
+        .collect();
+    let expected = [
+        "RL.LOG.REPLAY 3,1000000,2,1700000000000000",
+        "RL.LOG.REPLAY 3,1000000,1,1700000000001000,REFUND",
+        "RL.LOG.REPLAY 3,1000000,2,1700000000002000",
+        "RL.LOG.REPLAY 3,1000000,1,1700000000004000,BLOCK,500000",
+    ];
+    assert_eq!(effects.len(), expected.len());
+    for ((key, effect), expected) in effects.iter().zip(expected) {
+        assert_eq!((key.as_str(), effect.as_str()), ("k0", expected));
+    }
+    // Replayed on another store, the calls reach the same log and expiry.
+    let mut replica = Keys::new(keys.limiters.clone());
+    replica.call(0, T0, take(2));
+    replica.call(0, T0 + ms(1), refund(1));
+    replica.call(0, T0 + ms(2), take(2));
+    replica.call(0, T0 + ms(4), blocking(1, 500));
+    assert_eq!(replica.stored(0), keys.stored(0));
+}
+
+/// A mix of 1 to 4 limiters (algorithm, limit 2 to 8, window 200 ms to 2 s).
+fn mixes() -> impl Strategy<Value = Vec<(u8, u64, i64)>> {
+    prop::collection::vec((0u8..5, 2u64..9, 200i64..2_000), 1..5)
+}
+
+fn requests() -> impl Strategy<Value = Vec<(i64, i64, Request)>> {
+    let request = prop_oneof![
+        5 => (0u64..6).prop_map(take),
+        2 => (1u64..6, 1i64..2_000).prop_map(|(q, block)| blocking(q, block)),
+        2 => (0u64..6).prop_map(refund),
+        1 => (9u64..12).prop_map(take),
+    ];
+    // (ms forward, ms back now and then, request)
+    prop::collection::vec(
+        (
+            0i64..400,
+            prop_oneof![9 => Just(0i64), 1 => 0i64..500],
+            request,
+        ),
+        1..60,
+    )
+}
+
+proptest! {
+    #[test]
+    fn all_or_nothing_under_any_mix_and_clock(mix in mixes(), stream in requests()) {
+        let mut keys = Keys::new(
+            mix.iter().map(|&(kind, limit, window)| limiter(kind, limit, window)).collect(),
+        );
+        let count = keys.limiters.len();
+        let mut now = T0;
+        for (forward, back, request) in stream {
+            now = now + ms(forward) - ms(back);
+            let alone: Vec<Verdict> = (0..count).map(|i| keys.dry(i, now, request)).collect();
+            let mut each_alone = keys.clone();
+            let after_alone: Vec<Verdict> =
+                (0..count).map(|i| each_alone.call(i, now, request)).collect();
+            let before = keys.clone();
+            let (verdicts, all) = keys.call_all(now, request);
+
+            let admitted = request.action == Action::Refund || alone.iter().all(|v| !v.limited);
+            prop_assert_eq!(all.limited, verdicts.iter().any(|v| v.limited));
+            if admitted {
+                // Charged to every limiter, exactly as each alone.
+                for i in 0..count {
+                    prop_assert_eq!(keys.stored(i), each_alone.stored(i));
+                    prop_assert_eq!(verdicts[i], after_alone[i]);
+                }
+                if request.action == Action::Take {
+                    prop_assert!(!all.limited);
+                }
+            } else {
+                prop_assert!(all.limited);
+                let never_fits = keys.limiters.iter().any(|l| request.quantity > l.limit());
+                for i in 0..count {
+                    if alone[i].limited {
+                        // Refusing limiters: their own reply, and only a block stored.
+                        prop_assert_eq!(verdicts[i], alone[i]);
+                        let blocked = !never_fits && starts_block(&before, i, now, &request);
+                        let expected = if blocked { each_alone.stored(i) } else { before.stored(i) };
+                        prop_assert_eq!(keys.stored(i), expected);
+                    } else {
+                        // The others: untouched, and their standing uncharged.
+                        prop_assert_eq!(keys.stored(i), before.stored(i));
+                        prop_assert_eq!(verdicts[i], before.dry(i, now, take(0)));
+                    }
+                }
+            }
+        }
+    }
+}

@@ -167,11 +167,14 @@ impl Keyword {
     /// [`<[u8]>::eq_ignore_ascii_case`] compares them); `None` when it cannot be one: empty,
     /// longer than 8 bytes, or holding a NUL byte (which would make two lengths pack alike).
     pub fn read(arg: &[u8]) -> Option<Keyword> {
-        if arg.is_empty() || arg.len() > 8 || arg.contains(&0) {
+        if arg.is_empty() || arg.len() > 8 {
             return None;
         }
         let mut word = 0;
-        for (at, byte) in arg.iter().enumerate() {
+        for (at, &byte) in arg.iter().enumerate() {
+            if byte == 0 {
+                return None;
+            }
             word |= u64::from(byte.to_ascii_uppercase()) << (8 * at);
         }
         Some(Keyword(word))

@@ -154,15 +154,32 @@ impl Params {
 }
 
 /// A parsed call: its limiters (as many as keys, in order) and options.
-struct Parsed {
-    params: [Option<Params>; MAX_LIMITERS],
+struct Parsed<const N: usize> {
+    params: [Option<Params>; N],
     keys: usize,
     options: CommonOptions,
     details: bool,
 }
 
 fn run(call: &Invocation, mode: Mode) -> Result<Reply, CommandError> {
-    let parsed = parse(numkeys(call.args.get(1).copied())?, &call.args[2..])?;
+    let keys = numkeys(call.args.get(1).copied())?;
+    match keys {
+        1 => run_sized::<1>(call, keys, mode),
+        2 => run_sized::<2>(call, keys, mode),
+        3 | 4 => run_sized::<4>(call, keys, mode),
+        5..=8 => run_sized::<8>(call, keys, mode),
+        _ => run_sized::<MAX_LIMITERS>(call, keys, mode),
+    }
+}
+
+/// Runs the call with working arrays sized for its number of keys (at most `N`), so that
+/// two limiters pay for two, not for the sixteen a call can name.
+fn run_sized<const N: usize>(
+    call: &Invocation,
+    keys: usize,
+    mode: Mode,
+) -> Result<Reply, CommandError> {
+    let parsed = parse::<N>(keys, &call.args[2..])?;
     let (keys, unit) = (parsed.keys, parsed.options.unit);
     let limiter_at = |index: usize| -> Result<Limiter, CommandError> {
         parsed.params[index]
@@ -170,7 +187,7 @@ fn run(call: &Invocation, mode: Mode) -> Result<Reply, CommandError> {
             .limiter(unit)
     };
     // Filled up to `keys`, the rest copies of the first (unused).
-    let mut limiters = [limiter_at(0)?; MAX_LIMITERS];
+    let mut limiters = [limiter_at(0)?; N];
     for (index, limiter) in limiters.iter_mut().enumerate().take(keys).skip(1) {
         *limiter = limiter_at(index)?;
     }
@@ -181,9 +198,9 @@ fn run(call: &Invocation, mode: Mode) -> Result<Reply, CommandError> {
         now: clock::now(),
         write: mode == Mode::Write,
     };
-    let mut verdicts = [Verdict::default(); MAX_LIMITERS];
+    let mut verdicts = [Verdict::default(); N];
     let verdicts = &mut verdicts[..keys];
-    store::run::<MAX_LIMITERS>(call, 2, &engine_call, verdicts)?;
+    store::run::<N>(call, 2, &engine_call, verdicts)?;
     let verdicts = &*verdicts;
     let details = parsed.details.then(|| {
         let mut details = Box::new(Details {
@@ -215,10 +232,9 @@ fn numkeys(arg: Option<&[u8]>) -> Result<usize, CommandError> {
         ))
 }
 
-/// Parses the arguments after `numkeys`, for a call of `keys` keys (at most
-/// [`MAX_LIMITERS`]).
-fn parse(keys: usize, args: &[&[u8]]) -> Result<Parsed, CommandError> {
-    if keys > MAX_LIMITERS {
+/// Parses the arguments after `numkeys`, for a call of `keys` keys (at most `N`).
+fn parse<const N: usize>(keys: usize, args: &[&[u8]]) -> Result<Parsed<N>, CommandError> {
+    if keys > N {
         return Err(CommandError::INTERNAL);
     }
     if args.len() < keys {
@@ -232,7 +248,7 @@ fn parse(keys: usize, args: &[&[u8]]) -> Result<Parsed, CommandError> {
             c"ERR RL.ALL names the same key twice",
         ));
     }
-    let mut params = [None; MAX_LIMITERS];
+    let mut params = [None; N];
     for slot in &mut params[..keys] {
         let (&keyword, after) = rest.split_first().ok_or(CommandError::Message(
             c"ERR fewer limiters than keys: give one limiter per key",

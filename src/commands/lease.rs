@@ -21,7 +21,7 @@ use std::ffi::CStr;
 use crate::args::{integer_argument, is_keyword, parse_options, unit_keyword};
 use crate::core::engine::{After, Key, NativeChange, Store};
 use crate::core::lease::{self, Acquired, LeaseLimiter, LeaseSet};
-use crate::core::packed::{self, Effect};
+use crate::core::packed::{self, Packed};
 use crate::core::params::{self, MAX_LEASE_LIMIT};
 use crate::core::request::Request;
 use crate::core::time::{Micros, Rounding, Unit};
@@ -258,16 +258,21 @@ fn run_acquire(call: &Invocation, mode: Mode) -> Result<Reply, CommandError> {
     let store = RedisStore::single(call, false);
     let acquired = if mode == Mode::Write && quantity > 0 && quantity <= limiter.limit() {
         let mut key = store.open(0, true)?;
-        key.change_native(true, |set: &mut LeaseSet| {
-            let acquired = limiter.acquire(set, now, quantity, None);
-            NativeChange {
-                effect: acquired
-                    .id
-                    .map(|id| lease::acquire_effect(&limiter, now, quantity, id)),
-                after: After::expiring(lease::expire_at(set)),
-                reply: acquired,
-            }
-        })?
+        key.change_native(
+            true,
+            |set: &mut LeaseSet| {
+                let acquired = limiter.acquire(set, now, quantity, None);
+                NativeChange {
+                    changed: acquired.id.is_some(),
+                    after: After::expiring(lease::expire_at(set)),
+                    reply: acquired,
+                }
+            },
+            |acquired, packed| {
+                let id = acquired.id.unwrap_or_default();
+                lease::acquire_effect(&limiter, now, quantity, id, packed)
+            },
+        )?
         .ok_or(CommandError::INTERNAL)?
     } else {
         // Peeks, quantities that never fit and dry runs only read.
@@ -290,9 +295,13 @@ fn run_acquire(call: &Invocation, mode: Mode) -> Result<Reply, CommandError> {
 fn release(call: &Invocation, _: Mode) -> Result<Reply, CommandError> {
     let id = lease_id(call.args[2])?;
     let now = clock::now();
-    let held = change_set(call, false, Propagation::Effect, |set| {
-        released(set, now, id)
-    })?;
+    let held = change_set(
+        call,
+        false,
+        Propagation::Effect,
+        |set| released(set, now, id),
+        |_, packed| lease::release_effect(now, id, packed),
+    )?;
     Ok(Reply::Held(held.unwrap_or(false)))
 }
 
@@ -309,28 +318,29 @@ fn renew(call: &Invocation, _: Mode) -> Result<Reply, CommandError> {
     };
     let lease = params::lease(lease, unit)?;
     let now = clock::now();
-    let renewed = change_set(call, false, Propagation::Effect, |set| {
-        renewed(set, now, id, lease)
-    })?;
+    let renewed = change_set(
+        call,
+        false,
+        Propagation::Effect,
+        |set| renewed(set, now, id, lease),
+        |_, packed| lease::renew_effect(now, id, lease, packed),
+    )?;
     Ok(Reply::Held(renewed.unwrap_or(false)))
 }
 
-/// Releases lease `id` of `set`: whether it was held, and the effect when anything changed
-/// (the lease freed, or others that ended dropped on the way).
-fn released(set: &mut LeaseSet, now: Micros, id: u64) -> (bool, Option<Effect>) {
+/// Releases lease `id` of `set`: whether it was held, and whether anything changed (the
+/// lease freed, or others that ended dropped on the way).
+fn released(set: &mut LeaseSet, now: Micros, id: u64) -> (bool, bool) {
     let before = set.len();
     let held = lease::release(set, now, id);
-    let changed = set.len() != before;
-    (held, changed.then(|| lease::release_effect(now, id)))
+    (held, set.len() != before)
 }
 
-/// Renews lease `id` of `set` to `lease`: whether it was held, and the effect when anything
-/// changed.
-fn renewed(set: &mut LeaseSet, now: Micros, id: u64, lease: Micros) -> (bool, Option<Effect>) {
+/// Renews lease `id` of `set` to `lease`: whether it was held, and whether anything changed.
+fn renewed(set: &mut LeaseSet, now: Micros, id: u64, lease: Micros) -> (bool, bool) {
     let before = set.len();
     let held = lease::renew(set, now, id, lease);
-    let changed = held || set.len() != before;
-    (held, changed.then(|| lease::renew_effect(now, id, lease)))
+    (held, held || set.len() != before)
 }
 
 /// How a change to a lease set reaches replicas and the AOF.
@@ -343,24 +353,29 @@ enum Propagation {
 }
 
 /// Runs `operation` on the call's lease set, when the key exists (or, with `create`, on a
-/// new one), and stores, expires, signals and propagates what it changed; a set left empty
-/// goes.
+/// new one): it returns its reply and whether it changed anything, which is then stored,
+/// expired, signalled and propagated (`effect` writes it); a set left empty goes.
 fn change_set<R>(
     call: &Invocation,
     create: bool,
     propagation: Propagation,
-    operation: impl FnOnce(&mut LeaseSet) -> (R, Option<Effect>),
+    operation: impl FnOnce(&mut LeaseSet) -> (R, bool),
+    effect: impl FnOnce(&R, &mut Packed) -> &'static CStr,
 ) -> Result<Option<R>, CommandError> {
     let store = RedisStore::single(call, propagation == Propagation::Verbatim);
     let mut key = store.open(0, true)?;
-    key.change_native(create, |set: &mut LeaseSet| {
-        let (reply, effect) = operation(set);
-        NativeChange {
-            reply,
-            effect,
-            after: After::expiring(lease::expire_at(set)),
-        }
-    })
+    key.change_native(
+        create,
+        |set: &mut LeaseSet| {
+            let (reply, changed) = operation(set);
+            NativeChange {
+                reply,
+                changed,
+                after: After::expiring(lease::expire_at(set)),
+            }
+        },
+        effect,
+    )
 }
 
 /// Applies a change a master propagated, with its time and id.
@@ -383,29 +398,43 @@ fn apply(call: &Invocation, _: Mode) -> Result<Reply, CommandError> {
             .filter(|quantity| (1..=limiter.limit()).contains(quantity))
             .ok_or(APPLY_INVALID)?;
         let id = lease_id(id)?;
-        change_set(call, true, Propagation::Verbatim, |set| {
-            let acquired = limiter.acquire(set, now, quantity, Some(id));
-            let effect = acquired
-                .id
-                .map(|id| lease::acquire_effect(&limiter, now, quantity, id));
-            ((), effect)
-        })?;
+        // What changes propagates as it came: the effect itself is never built.
+        change_set(
+            call,
+            true,
+            Propagation::Verbatim,
+            |set| {
+                (
+                    (),
+                    limiter.acquire(set, now, quantity, Some(id)).id.is_some(),
+                )
+            },
+            |_, _| lease::LEASE_APPLY,
+        )?;
     } else if is_keyword(change, "RELEASE") {
         let [id] = rest else {
             return Err(APPLY_INVALID);
         };
         let id = lease_id(id)?;
-        change_set(call, false, Propagation::Verbatim, |set| {
-            ((), released(set, now, id).1)
-        })?;
+        change_set(
+            call,
+            false,
+            Propagation::Verbatim,
+            |set| ((), released(set, now, id).1),
+            |_, _| lease::LEASE_APPLY,
+        )?;
     } else if is_keyword(change, "RENEW") {
         let [id, lease] = rest else {
             return Err(APPLY_INVALID);
         };
         let (id, lease) = (lease_id(id)?, Micros(integer(lease)?));
-        change_set(call, false, Propagation::Verbatim, |set| {
-            ((), renewed(set, now, id, lease).1)
-        })?;
+        change_set(
+            call,
+            false,
+            Propagation::Verbatim,
+            |set| ((), renewed(set, now, id, lease).1),
+            |_, _| lease::LEASE_APPLY,
+        )?;
     } else {
         return Err(APPLY_INVALID);
     }
@@ -426,14 +455,19 @@ fn load_chunk(call: &Invocation, _: Mode) -> Result<Reply, CommandError> {
     let leases = call.args[3];
     let store = RedisStore::single(call, true);
     let mut key = store.open(0, true)?;
-    let loaded = key.change_native(true, |set: &mut LeaseSet| {
-        let loaded = set.append_serialized(next_id, leases);
-        NativeChange {
-            reply: loaded,
-            effect: loaded.map(|()| Effect::new(LEASE_LOAD_CHUNK_COMMAND, &[])),
-            after: After::KeepsItsExpiry,
-        }
-    })?;
+    let loaded = key.change_native(
+        true,
+        |set: &mut LeaseSet| {
+            let loaded = set.append_serialized(next_id, leases);
+            NativeChange {
+                changed: loaded.is_some(),
+                reply: loaded,
+                after: After::KeepsItsExpiry,
+            }
+        },
+        // The chunk travels as it came.
+        |_, _| LEASE_LOAD_CHUNK_COMMAND,
+    )?;
     loaded.flatten().ok_or(invalid)?;
     Ok(Reply::Ok)
 }

@@ -17,7 +17,7 @@ use crate::args::{integer_argument, is_keyword, parse_options, CommonOptions};
 use crate::core::engine::{After, Call, Key, NativeChange, Store};
 use crate::core::limiter::Limiter;
 use crate::core::log::{LogLimiter, SlidingLog};
-use crate::core::packed::{self, Effect};
+use crate::core::packed;
 use crate::core::request::Request;
 use crate::core::time::{Micros, Rounding, Unit};
 use crate::core::verdict::Verdict;
@@ -259,21 +259,25 @@ fn load_chunk(call: &Invocation, _: Mode) -> Result<Reply, CommandError> {
     let entries = call.args[2];
     let store = RedisStore::single(call, true);
     let mut key = store.open(0, true)?;
-    let loaded = key.change_native(true, |log: &mut SlidingLog| {
-        let loaded = log.append_serialized(entries);
-        if loaded.is_some() {
-            if let Some(until) = blocked_until {
-                log.set_blocked_until(Micros(until));
+    let loaded = key.change_native(
+        true,
+        |log: &mut SlidingLog| {
+            let loaded = log.append_serialized(entries);
+            if loaded.is_some() {
+                if let Some(until) = blocked_until {
+                    log.set_blocked_until(Micros(until));
+                }
             }
-        }
-        NativeChange {
-            reply: loaded,
-            // The key's expiry comes after, as the AOF's own PEXPIREAT; the chunk travels
-            // as it came.
-            effect: loaded.map(|()| Effect::new(LOAD_CHUNK_COMMAND, &[])),
-            after: After::KeepsItsExpiry,
-        }
-    })?;
+            NativeChange {
+                changed: loaded.is_some(),
+                reply: loaded,
+                // The key's expiry comes after, as the AOF's own PEXPIREAT.
+                after: After::KeepsItsExpiry,
+            }
+        },
+        // The chunk travels as it came.
+        |_, _| LOAD_CHUNK_COMMAND,
+    )?;
     loaded.flatten().ok_or(invalid)?;
     Ok(Reply::Ok)
 }

@@ -19,7 +19,7 @@ use std::ops::Deref;
 use super::codec::Placement;
 use super::limiter::{commit_log, decide_log, decide_string, Limiter, LogWrite, StringWrite};
 use super::log::{LogLimiter, SlidingLog};
-use super::packed::{Effect, Field};
+use super::packed::Packed;
 use super::request::{Action, Request};
 use super::ring::Native;
 use super::settle::{Conclusion, Settlement};
@@ -79,11 +79,14 @@ pub trait Key {
 
     /// Changes the key's native value of kind `T` in place (a new, empty one when the key
     /// does not exist and `create` says so; else `change` does not run and the reply is
-    /// `None`).
+    /// `None`). When the change says it changed something, `effect` writes its fields (for
+    /// replicas and the AOF) and names the internal command that carries them; it runs
+    /// only when something may receive it.
     fn change_native<T: Native + Default, R>(
         &mut self,
         create: bool,
         change: impl FnOnce(&mut T) -> NativeChange<R>,
+        effect: impl FnOnce(&R, &mut Packed) -> &'static CStr,
     ) -> Result<Option<R>, Self::Error>;
 }
 
@@ -91,9 +94,9 @@ pub trait Key {
 pub struct NativeChange<R> {
     /// What the caller gets back.
     pub reply: R,
-    /// What changed, for replicas and the AOF; `None` when nothing did (then nothing is
-    /// stored, signalled or propagated).
-    pub effect: Option<Effect>,
+    /// Whether anything changed (when nothing did, nothing is stored, signalled or
+    /// propagated).
+    pub changed: bool,
     /// What becomes of the key.
     pub after: After,
 }
@@ -151,6 +154,14 @@ impl Working {
     }
 }
 
+impl Decision {
+    /// Nothing decided yet.
+    const NOTHING: Decision = Decision {
+        plan: Plan::String(StringWrite::Nothing),
+        starts_block: false,
+    };
+}
+
 /// What one limiter will store if the call commits.
 #[derive(Clone, Copy, Debug)]
 enum Plan {
@@ -158,10 +169,9 @@ enum Plan {
     Log(LogLimiter, LogWrite),
 }
 
-/// One limiter of a running call, decided.
-struct Slot<K> {
-    key: K,
-    verdict: Verdict,
+/// What one limiter decided to store, having changed nothing (its reply is kept apart).
+#[derive(Clone, Copy, Debug)]
+struct Decision {
     plan: Plan,
     /// Whether the plan is a block this refusal starts.
     starts_block: bool,
@@ -181,78 +191,72 @@ pub fn run<S: Store, const N: usize>(
         peek,
         scratch,
     } = working;
-    let count = call.limiters.len();
+    // At most N: a bound the compiler sees, so that a call of one limiter runs no loop.
+    let count = call.limiters.len().min(N);
     debug_assert!((1..=N.min(MAX_LIMITERS)).contains(&count) && verdicts.len() == count);
-    let mut slots: [Option<Slot<S::Key<'_>>>; N] = [const { None }; N];
-    let slots = &mut slots[..count];
-    for (index, ((limiter, slot), buffer)) in call
-        .limiters
-        .iter()
-        .zip(slots.iter_mut())
-        .zip(buffers.iter_mut())
-        .enumerate()
-    {
+    let mut keys: [Option<S::Key<'_>>; N] = [const { None }; N];
+    let mut decisions = [Decision::NOTHING; N];
+    for index in 0..count {
+        let limiter = &call.limiters[index];
         let write = call.write && call.request.may_write(limiter.limit());
-        let key = store.open(index, write)?;
-        *slot = Some(decide(call, limiter, key, buffer, scratch)?);
+        let key = keys[index].insert(store.open(index, write)?);
+        let buffer = &mut buffers[index];
+        decisions[index] = decide(call, limiter, key, buffer, scratch, &mut verdicts[index])?;
     }
     let settlement = Settlement::of(
         &call.request,
-        slots
+        verdicts
             .iter()
-            .flatten()
             .zip(call.limiters)
-            .map(|(slot, limiter)| (slot.verdict, limiter.limit())),
+            .map(|(verdict, limiter)| (*verdict, limiter.limit())),
     );
-    for (((slot, limiter), buffer), verdict) in slots
-        .iter_mut()
-        .flatten()
-        .zip(call.limiters)
-        .zip(buffers.iter())
-        .zip(verdicts.iter_mut())
-    {
-        *verdict = match settlement.conclusion(call.write, slot.starts_block, &slot.verdict) {
-            Conclusion::Commit => commit(call, slot, buffer)?,
-            Conclusion::Standing => standing(call, limiter, &slot.key, peek, scratch)?,
-            Conclusion::AsDecided => slot.verdict,
+    for index in 0..count {
+        let (Some(key), decision) = (&mut keys[index], &decisions[index]) else {
+            continue;
         };
+        let verdict = &mut verdicts[index];
+        match settlement.conclusion(call.write, decision.starts_block, verdict) {
+            Conclusion::Commit => commit(call, key, decision, &buffers[index], verdict)?,
+            Conclusion::Standing => {
+                *verdict = standing(call, &call.limiters[index], key, peek, scratch)?;
+            }
+            Conclusion::AsDecided => {}
+        }
     }
     Ok(())
 }
 
-/// Decides `limiter` on its open `key`, changing nothing; a new string state goes to
-/// `buffer`.
+/// Decides `limiter` on its open `key`, changing nothing: its reply goes to `verdict`, a
+/// new string state to `buffer`.
 #[inline(always)]
 fn decide<K: Key>(
     call: &Call,
     limiter: &Limiter,
-    key: K,
+    key: &K,
     buffer: &mut Vec<u8>,
     scratch: &mut Scratch,
-) -> Result<Slot<K>, K::Error> {
-    let (verdict, plan, starts_block) = match limiter {
+    verdict: &mut Verdict,
+) -> Result<Decision, K::Error> {
+    Ok(match limiter {
         Limiter::Log(log_limiter) => {
             let log = key.native::<SlidingLog>()?;
-            let (verdict, write) = decide_log(log_limiter, log.as_deref(), call.now, &call.request);
-            let starts_block = matches!(write, LogWrite::StartBlock(_));
-            (verdict, Plan::Log(*log_limiter, write), starts_block)
+            let write;
+            (*verdict, write) = decide_log(log_limiter, log.as_deref(), call.now, &call.request);
+            Decision {
+                plan: Plan::Log(*log_limiter, write),
+                starts_block: matches!(write, LogWrite::StartBlock(_)),
+            }
         }
         limiter => {
             let stored = key.string(|len| limiter.accepts_length(len))?;
             let decision =
                 decide_string(limiter, stored, call.now, &call.request, scratch, buffer)?;
-            (
-                decision.verdict,
-                Plan::String(decision.write),
-                decision.starts_block,
-            )
+            *verdict = decision.verdict;
+            Decision {
+                plan: Plan::String(decision.write),
+                starts_block: decision.starts_block,
+            }
         }
-    };
-    Ok(Slot {
-        key,
-        verdict,
-        plan,
-        starts_block,
     })
 }
 
@@ -277,64 +281,66 @@ fn standing<K: Key>(
     })
 }
 
-/// Stores what a limiter decided on its open key (`value`: the new string state); returns
-/// the reply after.
+/// Stores what a limiter decided on its open key (`value`: the new string state), and
+/// brings its reply, `verdict`, to the state after.
 #[inline(always)]
-fn commit<K: Key>(call: &Call, slot: &mut Slot<K>, value: &[u8]) -> Result<Verdict, K::Error> {
-    let mut verdict = slot.verdict;
-    match slot.plan {
+fn commit<K: Key>(
+    call: &Call,
+    key: &mut K,
+    decision: &Decision,
+    value: &[u8],
+    verdict: &mut Verdict,
+) -> Result<(), K::Error> {
+    match decision.plan {
         Plan::String(StringWrite::Nothing) | Plan::Log(_, LogWrite::Nothing) => {}
         Plan::String(StringWrite::Store {
             expire_at,
             placement,
-        }) => slot.key.put_string(value, placement, expire_at)?,
-        Plan::String(StringWrite::Delete) => slot.key.delete()?,
+        }) => key.put_string(value, placement, expire_at)?,
+        Plan::String(StringWrite::Delete) => key.delete()?,
         Plan::Log(log_limiter, write) => {
-            let effect = log_effect(&log_limiter, &call.request, call.now);
-            slot.key.change_native(true, |log: &mut SlidingLog| {
-                let expire_at = commit_log(
-                    &log_limiter,
-                    log,
-                    call.now,
-                    &call.request,
-                    write,
-                    &mut verdict,
-                );
-                NativeChange {
-                    reply: (),
-                    effect: Some(effect),
-                    after: After::expiring(expire_at),
-                }
-            })?;
+            let (request, now) = (&call.request, call.now);
+            key.change_native(
+                true,
+                |log: &mut SlidingLog| {
+                    let expire_at = commit_log(&log_limiter, log, now, request, write, verdict);
+                    NativeChange {
+                        reply: (),
+                        changed: true,
+                        after: After::expiring(expire_at),
+                    }
+                },
+                |(), packed| log_effect(&log_limiter, request, now, packed),
+            )?;
         }
     }
-    Ok(verdict)
+    Ok(())
 }
 
 /// What a log's change propagates: the call again, with its time, so that replicas and the
 /// AOF reach the same log and expiry (a few integers, whatever the log's length):
 /// `RL.LOG.REPLAY key limit,window_us,quantity,now_us[,REFUND|,BLOCK,us]`.
-pub fn log_effect(limiter: &LogLimiter, request: &Request, now: Micros) -> Effect {
-    let (limit, window) = (limiter.limit() as i64, limiter.window().0);
-    let (quantity, now) = (request.quantity as i64, now.0);
-    let call = [
-        Field::Int(limit),
-        Field::Int(window),
-        Field::Int(quantity),
-        Field::Int(now),
-    ];
+pub fn log_effect(
+    limiter: &LogLimiter,
+    request: &Request,
+    now: Micros,
+    packed: &mut Packed,
+) -> &'static CStr {
+    packed
+        .int(limiter.limit() as i64)
+        .int(limiter.window().0)
+        .int(request.quantity as i64)
+        .int(now.0);
     match (request.action, request.block) {
         (Action::Refund, _) => {
-            let [a, b, c, d] = call;
-            Effect::new(LOG_REPLAY, &[a, b, c, d, Field::Word("REFUND")])
+            packed.word("REFUND");
         }
         (Action::Take, Some(block)) => {
-            let [a, b, c, d] = call;
-            let block = Field::Int(block.0);
-            Effect::new(LOG_REPLAY, &[a, b, c, d, Field::Word("BLOCK"), block])
+            packed.word("BLOCK").int(block.0);
         }
-        (Action::Take, None) => Effect::new(LOG_REPLAY, &call),
+        (Action::Take, None) => {}
     }
+    LOG_REPLAY
 }
 
 #[cfg(test)]

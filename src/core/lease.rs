@@ -12,7 +12,7 @@
 
 use std::ffi::CStr;
 
-use super::packed::{Effect, Field};
+use super::packed::Packed;
 use super::params::{self, ParamError, MAX_LEASE_LIMIT};
 use super::ring::{self, Native, Ring};
 use super::time::{Micros, Millis, Ticks, Unit};
@@ -381,37 +381,33 @@ pub fn renew(set: &mut LeaseSet, now: Micros, id: u64, lease: Micros) -> bool {
 pub const LEASE_APPLY: &CStr = c"RL.LEASE.APPLY";
 
 /// What an acquire propagates: `RL.LEASE.APPLY key ACQUIRE,now_us,limit,lease_us,quantity,id`.
-pub fn acquire_effect(limiter: &LeaseLimiter, now: Micros, quantity: u64, id: u64) -> Effect {
-    let fields = [
-        Field::Word("ACQUIRE"),
-        Field::Int(now.0),
-        Field::Int(limiter.limit() as i64),
-        Field::Int(limiter.lease().0),
-        Field::Int(quantity as i64),
-        Field::Int(id as i64),
-    ];
-    Effect::new(LEASE_APPLY, &fields)
+pub fn acquire_effect(
+    limiter: &LeaseLimiter,
+    now: Micros,
+    quantity: u64,
+    id: u64,
+    packed: &mut Packed,
+) -> &'static CStr {
+    packed
+        .word("ACQUIRE")
+        .int(now.0)
+        .int(limiter.limit() as i64)
+        .int(limiter.lease().0)
+        .int(quantity as i64)
+        .int(id as i64);
+    LEASE_APPLY
 }
 
 /// What a release propagates: `RL.LEASE.APPLY key RELEASE,now_us,id`.
-pub fn release_effect(now: Micros, id: u64) -> Effect {
-    let fields = [
-        Field::Word("RELEASE"),
-        Field::Int(now.0),
-        Field::Int(id as i64),
-    ];
-    Effect::new(LEASE_APPLY, &fields)
+pub fn release_effect(now: Micros, id: u64, packed: &mut Packed) -> &'static CStr {
+    packed.word("RELEASE").int(now.0).int(id as i64);
+    LEASE_APPLY
 }
 
 /// What a renewal propagates: `RL.LEASE.APPLY key RENEW,now_us,id,lease_us`.
-pub fn renew_effect(now: Micros, id: u64, lease: Micros) -> Effect {
-    let fields = [
-        Field::Word("RENEW"),
-        Field::Int(now.0),
-        Field::Int(id as i64),
-        Field::Int(lease.0),
-    ];
-    Effect::new(LEASE_APPLY, &fields)
+pub fn renew_effect(now: Micros, id: u64, lease: Micros, packed: &mut Packed) -> &'static CStr {
+    packed.word("RENEW").int(now.0).int(id as i64).int(lease.0);
+    LEASE_APPLY
 }
 
 /// When a key holding `set` should expire: when its last lease ends.

@@ -235,6 +235,7 @@ pub enum LogWrite {
 
 /// Decides `request` at `now` for a log (`None` for a missing key), changing nothing. For a
 /// refund, the verdict is the standing before it: [`commit_log`] gives the one after.
+#[inline(always)]
 pub fn decide_log(
     limiter: &LogLimiter,
     log: Option<&SlidingLog>,
@@ -266,6 +267,7 @@ pub fn decide_log(
 /// and makes `verdict` (the decision's) the reply after it: a refund's is the standing after.
 /// Returns when the key should expire, or `None` when it should go (a refund left nothing
 /// counted, and no block is in force).
+#[inline(always)]
 pub fn commit_log(
     limiter: &LogLimiter,
     log: &mut SlidingLog,

@@ -1,13 +1,12 @@
 //! Several fields in one argument: decimal integers and words joined by commas, as in
-//! `100,86400000000,1,1763850000000000`, and the effects that carry them.
+//! `100,86400000000,1,1763850000000000`: how the effects of changes to native values
+//! travel.
 //!
 //! The internal commands an effect propagates (`RL.LOG.REPLAY`, `RL.LEASE.APPLY`) carry
 //! their fields this way. `RedisModule_Replicate` turns every argument into an object of its
 //! own (an integer costs about 470 instructions, formatted by Redis), so one argument built
 //! on the stack instead of five makes a write's effect several times cheaper to build,
 //! while the replication stream and the AOF stay readable text.
-
-use std::ffi::CStr;
 
 /// The most bytes packed fields take: eight integers of 20 characters and their commas.
 const CAPACITY: usize = 192;
@@ -110,54 +109,6 @@ impl Decimal {
     /// The decimal bytes.
     pub fn as_bytes(&self) -> &[u8] {
         &self.bytes[self.start..]
-    }
-}
-
-/// One field of an effect.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Field {
-    /// A decimal integer.
-    Int(i64),
-    /// A word (never containing a comma).
-    Word(&'static str),
-}
-
-/// The most fields an effect carries.
-const MAX_FIELDS: usize = 8;
-
-/// A change to a native value as replicas and the AOF receive it: an internal command with
-/// the key and one argument of packed fields, such as `RL.LOG.REPLAY key
-/// 100,86400000000,1,1763850000000000`. Built by the cores, plain data until the FFI layer
-/// packs and sends it, which it skips when nothing would receive it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Effect {
-    /// The internal command.
-    pub command: &'static CStr,
-    fields: [Field; MAX_FIELDS],
-    len: usize,
-}
-
-impl Effect {
-    /// `command` with `fields` (at most [`MAX_FIELDS`]; past that, a bug, they are dropped
-    /// and the receiver refuses the command).
-    pub fn new(command: &'static CStr, fields: &[Field]) -> Effect {
-        let mut effect = Effect {
-            command,
-            fields: [Field::Int(0); MAX_FIELDS],
-            len: fields.len().min(MAX_FIELDS),
-        };
-        effect.fields[..effect.len].copy_from_slice(&fields[..effect.len]);
-        effect
-    }
-
-    /// Packs the fields in one argument, into `packed`.
-    pub fn pack(&self, packed: &mut Packed) {
-        for field in &self.fields[..self.len] {
-            match *field {
-                Field::Int(value) => packed.int(value),
-                Field::Word(word) => packed.word(word),
-            };
-        }
     }
 }
 

@@ -188,9 +188,12 @@ impl OpenKey {
         };
         // SAFETY: a key open for writing; the server takes its own reference to the string.
         let stored = unsafe { raw::RedisModule_StringSet.unwrap()(self.key, string.as_ptr()) };
-        self.held = self.read_held();
+        if stored != raw::Status::Ok as c_int {
+            return None;
+        }
+        self.held = Held::String(bytes.len());
         self.native.set(ptr::null_mut());
-        (stored == raw::Status::Ok as c_int).then_some(string)
+        Some(string)
     }
 
     /// Sets the key's absolute expiry; false if the server refuses.

@@ -5,6 +5,8 @@
 //!
 //! Nothing here knows which limiter a key serves: the engine says what to read and write.
 
+use std::ffi::CStr;
+
 use crate::core::codec::Placement;
 use crate::core::engine::{self, After, Call, Key, NativeChange, Store, Working};
 use crate::core::packed::Packed;
@@ -308,6 +310,7 @@ impl Key for LimiterKey<'_> {
         &mut self,
         create: bool,
         change: impl FnOnce(&mut T) -> NativeChange<R>,
+        effect: impl FnOnce(&R, &mut Packed) -> &'static CStr,
     ) -> Result<Option<R>, CommandError> {
         let changed = match self.key.held() {
             Held::Native if self.key.holds_other_native::<T>() => {
@@ -320,10 +323,7 @@ impl Key for LimiterKey<'_> {
             Held::Nothing if create => {
                 let mut value = T::default();
                 let changed = change(&mut value);
-                if changed.effect.is_some()
-                    && changed.after != After::Goes
-                    && !self.key.set_native(value)
-                {
+                if changed.changed && changed.after != After::Goes && !self.key.set_native(value) {
                     return Err(CommandError::INTERNAL);
                 }
                 changed
@@ -331,9 +331,9 @@ impl Key for LimiterKey<'_> {
             Held::Nothing => return Ok(None),
             _ => return Err(CommandError::WRONG_TYPE),
         };
-        let Some(effect) = changed.effect else {
+        if !changed.changed {
             return Ok(Some(changed.reply));
-        };
+        }
         let done = match changed.after {
             After::ExpiresAt(expire_at) => self.key.set_expiry(expire_at),
             After::KeepsItsExpiry => true,
@@ -349,8 +349,8 @@ impl Key for LimiterKey<'_> {
                 call.replicate_verbatim();
             } else {
                 let mut packed = Packed::default();
-                effect.pack(&mut packed);
-                call.replicate_packed(effect.command, name, packed.as_bytes());
+                let command = effect(&changed.reply, &mut packed);
+                call.replicate_packed(command, name, packed.as_bytes());
             }
         });
         Ok(Some(changed.reply))

@@ -1,7 +1,7 @@
 use super::*;
 use crate::core::windows::Algorithm;
 
-fn parse_words(words: &[&str]) -> Result<Parsed, CommandError> {
+fn parse_words(words: &[&str]) -> Result<Parsed<MAX_LIMITERS>, CommandError> {
     let args: Vec<&[u8]> = words.iter().map(|word| word.as_bytes()).collect();
     let keys = numkeys(args.first().copied())?;
     parse(keys, &args[1..])

@@ -8,7 +8,9 @@ use std::collections::BTreeMap;
 
 use super::{run, After, Call, Key, NativeChange, Store, Working};
 use crate::core::codec::Placement;
-use crate::core::packed::Effect;
+use std::ffi::CStr;
+
+use crate::core::packed::Packed;
 use crate::core::ring::{kind_of, Native};
 use crate::core::time::{Micros, Millis};
 use crate::core::verdict::Verdict;
@@ -43,8 +45,8 @@ impl Entry {
 #[derive(Clone, Debug, Default)]
 pub struct Memory {
     entries: RefCell<BTreeMap<String, Entry>>,
-    /// Every effect propagated, with its key, in order.
-    effects: RefCell<Vec<(String, Effect)>>,
+    /// Every effect propagated, with its key, in order: `COMMAND fields`.
+    effects: RefCell<Vec<(String, String)>>,
 }
 
 impl Memory {
@@ -76,8 +78,8 @@ impl Memory {
         self.entries.borrow().clone()
     }
 
-    /// The effects propagated so far, with their keys.
-    pub fn effects(&self) -> Vec<(String, Effect)> {
+    /// The effects propagated so far, with their keys: `COMMAND fields`.
+    pub fn effects(&self) -> Vec<(String, String)> {
         self.effects.borrow().clone()
     }
 }
@@ -222,6 +224,7 @@ impl Key for MemoryKey<'_> {
         &mut self,
         create: bool,
         change: impl FnOnce(&mut T) -> NativeChange<R>,
+        effect: impl FnOnce(&R, &mut Packed) -> &'static CStr,
     ) -> Result<Option<R>, StateError> {
         let mut value = match self.native::<T>()? {
             Some(held) => held.0,
@@ -229,11 +232,15 @@ impl Key for MemoryKey<'_> {
             None => return Ok(None),
         };
         let changed = change(&mut value);
-        if let Some(effect) = changed.effect {
+        if changed.changed {
+            let mut packed = Packed::default();
+            let command = effect(&changed.reply, &mut packed);
+            let fields = String::from_utf8_lossy(packed.as_bytes());
+            let text = format!("{} {fields}", command.to_str().unwrap_or_default());
             self.memory
                 .effects
                 .borrow_mut()
-                .push((self.name.clone(), effect));
+                .push((self.name.clone(), text.trim_end().to_owned()));
             let expire_at = match changed.after {
                 After::ExpiresAt(expire_at) => Some(expire_at),
                 After::KeepsItsExpiry => Some(

@@ -30,7 +30,8 @@
 //! kept with another `n` or window are read, converted, and rewritten whole.
 
 use super::{
-    ceil_millis, Algorithm, StateError, WindowLimiter, WindowOutcome, WindowRefund, BUCKETS_V1_TAG,
+    ceil_millis, read_le, Algorithm, StateError, WindowLimiter, WindowOutcome, WindowRefund,
+    BUCKETS_V1_TAG,
 };
 use crate::core::codec::Placement;
 use crate::core::params::MAX_BUCKETS;
@@ -596,12 +597,6 @@ fn max_count(width: usize) -> u64 {
         8 => u64::MAX,
         width => (1 << (8 * width)) - 1,
     }
-}
-
-fn read_le(bytes: &[u8]) -> u64 {
-    let mut word = [0; 8];
-    word[..bytes.len()].copy_from_slice(bytes);
-    u64::from_le_bytes(word)
 }
 
 #[cfg(test)]

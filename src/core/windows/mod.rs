@@ -344,6 +344,7 @@ pub fn is_window_length(len: usize) -> bool {
     (HEADER_LEN + 1..=MAX_V1_LEN.max(buckets::MAX_LEN)).contains(&len)
 }
 
+/// An unsigned little-endian integer of up to 8 bytes.
 fn read_le(bytes: &[u8]) -> u64 {
     let mut word = [0; 8];
     word[..bytes.len()].copy_from_slice(bytes);

@@ -153,6 +153,8 @@ class Workload:
     # Requests sent before measuring, so that a hot key's log is long already.
     warm_up: int = 0
     target: float | None = None  # the ratio to SET ... PX it must stay within
+    # The plain call an option's workload is judged against (within OPTION_TARGET).
+    plain: str | None = None
     results: dict = field(default_factory=dict)
 
 
@@ -172,6 +174,28 @@ WORKLOADS = [
              ["RL.ALL", "2", "all:__rand_int__", "allw:__rand_int__", "THROTTLE", "15", "1", "3600",
               "WINDOW", "100", LONG, "FIXED"], target=2.2),
     Workload("RL.ACQUIRE", "module", ["RL.ACQUIRE", "lease:__rand_int__", "100", "3600"]),
+    # The options a request that does not fit may take, against the plain call with as many
+    # arguments (the server makes an object of each before the command runs): on the path
+    # where the request fits (what most calls take), and where it does not.
+    Workload("CL.THROTTLE ... 1 S", "module",
+             ["CL.THROTTLE", "gcra:__rand_int__", "15", "1", "3600", "1", "S"]),
+    Workload("CL.THROTTLE ... DELAY 60, admitted at once", "module",
+             ["CL.THROTTLE", "gcra:__rand_int__", "15", "1", "3600", "DELAY", "60"],
+             plain="CL.THROTTLE ... 1 S"),
+    Workload("CL.THROTTLE ... DELAY, every call delayed", "module",
+             ["CL.THROTTLE", "queue", "15", "1", "1", "DELAY", LONG], random_keys=False,
+             plain="CL.THROTTLE ... 1 S"),
+    Workload("RL.WINDOW ... 1 SLIDING S", "module",
+             ["RL.WINDOW", "sliding:__rand_int__", "100", LONG, "1", "SLIDING", "S"]),
+    Workload("RL.WINDOW ... 1 SLIDING AT_MOST", "module",
+             ["RL.WINDOW", "sliding:__rand_int__", "100", LONG, "1", "SLIDING", "AT_MOST"],
+             plain="RL.WINDOW ... 1 SLIDING S"),
+    Workload("RL.LOG ... 1 S", "module", ["RL.LOG", "log:__rand_int__", "100", "86400", "1", "S"]),
+    Workload("RL.LOG ... 1 FORCE", "module",
+             ["RL.LOG", "log:__rand_int__", "100", "86400", "1", "FORCE"], plain="RL.LOG ... 1 S"),
+    Workload("RL.LOG ... 2 FORCE, every call owed", "module",
+             ["RL.LOG", "owed", "1000000", "86400", "2", "FORCE"], random_keys=False,
+             warm_up=500_000, plain="RL.LOG ... 1 S"),
     Workload("Lua GCRA (redis_rate)", "lua",
              ["EVALSHA", "{gcra}", "1", "luagcra:__rand_int__", "15", "1", "3600", "1"]),
     Workload("Lua fixed window", "lua",
@@ -402,7 +426,8 @@ def measure_instructions(setup: Setup, workloads: list[Workload], requests: int,
     try:
         for workload in workloads:
             probe = server.client.call(*server.command(workload))
-            if isinstance(probe, RuntimeError) and "unknown command" in str(probe):
+            # A build without the command, or without one of its options (a baseline).
+            if isinstance(probe, RuntimeError):
                 continue
             server.prepare(workload)
             subprocess.run(["callgrind_control", "-z", pid], check=True, capture_output=True)
@@ -593,6 +618,20 @@ def scripts_table(workloads: list[Workload]) -> list[str]:
     return lines
 
 
+# How much more an option may cost than the plain call, where the request fits.
+OPTION_TARGET = 1.05
+
+
+def options_table(workloads: list[Workload]) -> list[str]:
+    """Each option's workload against its plain call, a replica attached."""
+    lines = ["| Workload | Instructions | The plain call | Ratio |", "|---|---:|---|---:|"]
+    for w in workloads:
+        plain = by_name(workloads, w.plain) if w.plain else None
+        if plain and (share := ratio(w, plain, "replica")):
+            lines.append(f"| {w.name} | {w.results['replica']:,.0f} | {plain.name} | {share:.3f}x |")
+    return lines
+
+
 def baseline_table(workloads: list[Workload], name: str) -> list[str]:
     """Each module workload's instructions against the baseline build's, per setup measured."""
     setups = [s for s in SETUPS if any(f"baseline:{s.key}" in w.results for w in workloads)]
@@ -647,8 +686,28 @@ def chart_svg(workloads: list[Workload], key: str) -> str:
     return "\n".join(parts) + "\n"
 
 
+def roundtrips_section(result) -> list[str]:
+    """What DELAY saves a client under contention: round trips per admitted request."""
+    if not result:
+        return []
+    return [
+        "## DELAY against polling",
+        "",
+        f"{result['clients']} clients each need {result['each']} requests through one limiter of "
+        f"{result['rate']} a second (`CL.THROTTLE` without a burst), all at once, on a live server "
+        "([bench/roundtrips.py](bench/roundtrips.py)). A polling client calls, sleeps the "
+        "`retry_after` it is told and calls again until admitted (as upstash's `blockUntilReady` "
+        "does); a `DELAY` client calls once and sleeps the wait it is told.",
+        "",
+        "| Client | Round trips per admitted request | Seconds for all |",
+        "|---|---:|---:|",
+        *(f"| {name} | {trips:.2f} | {seconds:.1f} |" for name, trips, seconds in result["rows"]),
+        "",
+    ]
+
+
 def report(workloads, memory, info, requests, callgrind_requests, minutes, command,
-           baseline: str | None = None) -> str:
+           baseline: str | None = None, roundtrips=None) -> str:
     lines = [
         "# Benchmarks",
         "",
@@ -677,6 +736,14 @@ def report(workloads, memory, info, requests, callgrind_requests, minutes, comma
         "",
         *scripts_table(workloads),
         "",
+        f"The options for a request that does not fit (`DELAY`, `AT_MOST`, `FORCE`) against the "
+        f"plain call with as many arguments (a replica attached; the target where the request "
+        f"fits: within {OPTION_TARGET:.2f}x). A delayed call decides twice, at now and at its "
+        f"time; an owed one places its parts:",
+        "",
+        *options_table(workloads),
+        "",
+        *roundtrips_section(roundtrips),
         *([f"Against an earlier build, {baseline}, measured in the same run (instructions "
            "per request):", "", *baseline_table(workloads, baseline), ""] if baseline else []),
         "## Time and latency (a replica attached, no valgrind)",
@@ -734,6 +801,11 @@ def main() -> None:
     if not options.no_speed:
         print("Time and latency, a replica attached:", flush=True)
         measure_speed(workloads, options.requests)
+    roundtrips = None
+    if not options.no_speed and not options.only:
+        print("DELAY against polling:", flush=True)
+        from roundtrips import measure_roundtrips
+        roundtrips = measure_roundtrips(MODULE)
     memory = {"keys": {}, "items": {}}
     if not options.no_memory:
         print("Memory:", flush=True)
@@ -746,7 +818,7 @@ def main() -> None:
     if complete and options.baseline:
         command += f" BASELINE={options.baseline_name}"
     text = report(workloads, memory, info, options.requests, options.callgrind_requests, minutes, command,
-                  options.baseline_name if options.baseline else None)
+                  options.baseline_name if options.baseline else None, roundtrips)
     print()
     print("\n".join(line for line in text.splitlines() if line.startswith("|")))
     out = ROOT if options.write else ROOT / "target/bench"

@@ -14,11 +14,15 @@
 //! - `REFUND`: give `quantity` back instead of taking it;
 //! - `BLOCK duration`: a refusal because the limit is used up keeps the key refused for
 //!   `duration`;
+//! - what a take that does not fit now does instead of being refused: `DELAY max_wait`
+//!   (wait for it, at most `max_wait` in the call's unit), `AT_MOST` (take what fits, at
+//!   least 1) or `FORCE` (take it all and owe the rest); at most one of them, and none with
+//!   `REFUND`, nor `DELAY` or `FORCE` with `BLOCK`;
 //!
 //! and a command can accept keywords of its own (`RL.WINDOW`'s algorithms, `RL.ALL`'s
 //! `DETAILS`). The redis-cell form of `CL.THROTTLE` has no keyword, so it keeps its meaning.
 
-use crate::core::request::{Action, Request};
+use crate::core::request::{Action, Request, Shortfall};
 use crate::core::time::{Micros, Unit};
 use crate::error::CommandError;
 
@@ -69,6 +73,8 @@ pub struct CommonOptions {
     pub refund: bool,
     /// `BLOCK duration`.
     pub block: Option<Micros>,
+    /// `DELAY max_wait`, `AT_MOST` or `FORCE`.
+    pub shortfall: Shortfall,
 }
 
 impl Default for CommonOptions {
@@ -78,6 +84,7 @@ impl Default for CommonOptions {
             unit: Unit::Seconds,
             refund: false,
             block: None,
+            shortfall: Shortfall::Refuse,
         }
     }
 }
@@ -93,9 +100,14 @@ impl CommonOptions {
             },
             quantity: self.quantity,
             block: self.block,
+            shortfall: self.shortfall,
         }
     }
 }
+
+/// The reply to a `DELAY` that is not an integer of at least 0.
+const DELAY_NOT_AN_INTEGER: CommandError =
+    CommandError::Message(c"ERR DELAY must be an integer of at least 0");
 
 /// The reply to a `BLOCK` duration that is not a positive integer.
 const BLOCK_NOT_POSITIVE: CommandError =
@@ -148,15 +160,21 @@ impl Keyword {
     pub const REFUND: Keyword = Keyword::new("REFUND");
     /// A penalty block.
     pub const BLOCK: Keyword = Keyword::new("BLOCK");
+    /// `DELAY`.
+    pub const DELAY: Keyword = Keyword::new("DELAY");
+    /// `AT_MOST`.
+    pub const AT_MOST: Keyword = Keyword::new("AT_MOST");
+    /// `FORCE`.
+    pub const FORCE: Keyword = Keyword::new("FORCE");
 
-    /// `text`: at most 8 upper-case ASCII letters.
+    /// `text`: at most 8 upper-case ASCII letters and underscores.
     pub const fn new(text: &str) -> Keyword {
         let bytes = text.as_bytes();
         assert!(!bytes.is_empty() && bytes.len() <= 8);
         let mut word = 0;
         let mut at = 0;
         while at < bytes.len() {
-            assert!(bytes[at].is_ascii_uppercase());
+            assert!(bytes[at].is_ascii_uppercase() || bytes[at] == b'_');
             word |= (bytes[at] as u64) << (8 * at);
             at += 1;
         }
@@ -208,6 +226,8 @@ pub fn parse_options<'a>(
     let mut options = CommonOptions::default();
     let mut unit_given = false;
     let mut block = None;
+    let mut delay = None;
+    let (mut at_most, mut force) = (false, false);
     let mut tail = Tail::new(tail);
     while let Some(arg) = tail.next_argument() {
         let first = tail.read == 1;
@@ -234,10 +254,28 @@ pub fn parse_options<'a>(
             if block.replace(duration.ok_or(BLOCK_NOT_POSITIVE)?).is_some() {
                 return Err(syntax_error);
             }
+        } else if keyword == Keyword::DELAY {
+            let max_wait = tail.next_argument().ok_or(syntax_error)?;
+            let max_wait = parse_integer(max_wait).filter(|&max_wait| max_wait >= 0);
+            if delay
+                .replace(max_wait.ok_or(DELAY_NOT_AN_INTEGER)?)
+                .is_some()
+            {
+                return Err(syntax_error);
+            }
+        } else if keyword == Keyword::AT_MOST {
+            if std::mem::replace(&mut at_most, true) {
+                return Err(syntax_error);
+            }
+        } else if keyword == Keyword::FORCE {
+            if std::mem::replace(&mut force, true) {
+                return Err(syntax_error);
+            }
         } else if !command_keyword(keyword, &mut tail)? {
             return Err(syntax_error);
         }
     }
+    options.shortfall = shortfall(&options, block.is_some(), delay, at_most, force)?;
     if let Some(duration) = block {
         if options.refund {
             return Err(CommandError::Message(
@@ -249,6 +287,57 @@ pub fn parse_options<'a>(
         ))?);
     }
     Ok(options)
+}
+
+/// The one `DELAY max_wait` (in `options.unit`s), `AT_MOST` or `FORCE` a call may give, or
+/// the error that names the two it combines.
+fn shortfall(
+    options: &CommonOptions,
+    block: bool,
+    delay: Option<i64>,
+    at_most: bool,
+    force: bool,
+) -> Result<Shortfall, CommandError> {
+    let pair = |message: &'static std::ffi::CStr| Err(CommandError::Message(message));
+    match (delay, at_most, force) {
+        (Some(_), true, _) => {
+            return pair(c"ERR DELAY and AT_MOST cannot be combined: a request waits for all of its quantity or takes part of it now")
+        }
+        (Some(_), _, true) => {
+            return pair(c"ERR DELAY and FORCE cannot be combined: a forced request never waits")
+        }
+        (None, true, true) => {
+            return pair(c"ERR AT_MOST and FORCE cannot be combined: a request takes part of its quantity or owes the rest")
+        }
+        _ => {}
+    }
+    if delay.is_none() && !at_most && !force {
+        return Ok(Shortfall::Refuse);
+    }
+    if options.refund {
+        return pair(if delay.is_some() {
+            c"ERR REFUND and DELAY cannot be combined: a refund is never refused"
+        } else if at_most {
+            c"ERR REFUND and AT_MOST cannot be combined: a refund is never refused"
+        } else {
+            c"ERR REFUND and FORCE cannot be combined: a refund is never refused"
+        });
+    }
+    if block && delay.is_some() {
+        return pair(c"ERR DELAY and BLOCK cannot be combined: a request that may wait is not refused for a penalty");
+    }
+    if block && force {
+        return pair(c"ERR FORCE and BLOCK cannot be combined: a forced request is never refused");
+    }
+    Ok(match delay {
+        Some(max_wait) => {
+            Shortfall::Delay(options.unit.span(max_wait).ok_or(CommandError::Message(
+                c"ERR DELAY is too long: the limit is 2^63 nanoseconds (292 years)",
+            ))?)
+        }
+        None if at_most => Shortfall::TakePart,
+        None => Shortfall::Owe,
+    })
 }
 
 /// Whether `arg` was meant as a number (a quantity) rather than a mistyped keyword.

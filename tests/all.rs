@@ -158,7 +158,7 @@ fn every_error_is_named_and_changes_nothing() {
     let _: () = query(&mut con, &["SET", "text", "hello"]);
     let before = state(&mut con, "held");
     let writes = changes(&mut con);
-    let usage = "ERR syntax error. Usage: RL.ALL numkeys key [key ...] THROTTLE max_burst count period | WINDOW limit window [FIXED|SLIDING|BUCKETS n] | LOG limit window [...] [quantity] [S|MS|US] [BLOCK duration] [REFUND] [DETAILS]";
+    let usage = "ERR syntax error. Usage: RL.ALL numkeys key [key ...] THROTTLE max_burst count period [WARMUP period] | WINDOW limit window [FIXED|SLIDING|BUCKETS n] | LOG limit window [...] [quantity] [S|MS|US] [BLOCK duration] [DELAY max_wait|AT_MOST|FORCE] [REFUND] [DETAILS]";
     let cases: &[(&[&str], &str)] = &[
         (
             &["x", "a", "LOG", "1", "1"],
@@ -190,7 +190,7 @@ fn every_error_is_named_and_changes_nothing() {
         ),
         (
             &["1", "held", "THROTTLE", "1", "1"],
-            "ERR THROTTLE takes max_burst count period",
+            "ERR THROTTLE takes max_burst count period [WARMUP period]",
         ),
         (
             &["1", "held", "LOG", "0", "60"],

@@ -184,7 +184,8 @@ fn quoted(bytes: &[u8]) -> String {
 }
 
 /// The reply as `redis-cli` prints it to a terminal, one line per scalar, each with its role.
-fn format(value: &Value, command: &str) -> Vec<(String, Role)> {
+/// `delayed`: the call has `DELAY`, whose wait (the 6th integer) is a time.
+fn format(value: &Value, command: &str, delayed: bool) -> Vec<(String, Role)> {
     let limiter = LIMITER_COMMANDS.contains(&command);
     let scalar_role = match command {
         "TTL" | "PTTL" => Role::Time,
@@ -199,7 +200,7 @@ fn format(value: &Value, command: &str) -> Vec<(String, Role)> {
         scalar_role,
         &mut current,
         &mut lines,
-        command,
+        (command, delayed),
     );
     lines
 }
@@ -214,7 +215,7 @@ fn format_into(
     role: Role,
     current: &mut String,
     lines: &mut Vec<(String, Role)>,
-    command: &str,
+    (command, delayed): (&str, bool),
 ) {
     let mut finish = |text: String, role: Role, current: &mut String| {
         current.push_str(&text);
@@ -249,6 +250,7 @@ fn format_into(
                 let item_role = match (limiter, i, item) {
                     (true, 3 | 4, Value::Int(_)) => Role::Time,
                     (true, 5, Value::Int(_)) if command.starts_with("RL.ACQUIRE") => Role::LeaseId,
+                    (true, 5, Value::Int(_)) if delayed => Role::Time,
                     _ => Role::Exact,
                 };
                 let nested_limiter = limiter && matches!(item, Value::Array(_));
@@ -259,7 +261,7 @@ fn format_into(
                     item_role,
                     current,
                     lines,
-                    command,
+                    (command, delayed),
                 );
             }
         }
@@ -347,7 +349,10 @@ fn replay(transcript: &Transcript) -> Result<(), String> {
     let mut ids = HashMap::new();
     for (line, shown) in &transcript.steps {
         let (name, slack, value) = run(&mut con, line, &ids);
-        let actual = format(&value, &name);
+        let delayed = line
+            .split_whitespace()
+            .any(|word| word.eq_ignore_ascii_case("DELAY"));
+        let actual = format(&value, &name, delayed);
         let fits = actual.len() == shown.len()
             && actual
                 .iter()
@@ -489,7 +494,10 @@ fn replies_read_as_redis_cli_prints_them() {
         Value::Array(vec![Value::Int(1), Value::BulkString(b"a\"b\n".to_vec())]),
         Value::Nil,
     ]);
-    let lines: Vec<String> = format(&nested, "X").into_iter().map(|(l, _)| l).collect();
+    let lines: Vec<String> = format(&nested, "X", false)
+        .into_iter()
+        .map(|(l, _)| l)
+        .collect();
     assert_eq!(
         lines,
         [
@@ -500,7 +508,10 @@ fn replies_read_as_redis_cli_prints_them() {
         ]
     );
     let ten = Value::Array((0..10).map(Value::Int).collect());
-    let lines: Vec<String> = format(&ten, "X").into_iter().map(|(l, _)| l).collect();
+    let lines: Vec<String> = format(&ten, "X", false)
+        .into_iter()
+        .map(|(l, _)| l)
+        .collect();
     assert_eq!(
         (lines[0].as_str(), lines[9].as_str()),
         (" 1) (integer) 0", "10) (integer) 9")

@@ -284,13 +284,17 @@ fn item(name: &str, parameters: &[(&str, i64)]) -> Item {
 
 /// `GET /` from the client IP `source`.
 fn get(service: &Service, source: Ipv4Addr) -> Response {
-    let mut stream = connect_from(source, service.port);
+    get_path(service.port, source, "/")
+}
+
+/// `GET path` on the service at `port`, from the loopback address `source`.
+fn get_path(port: u16, source: Ipv4Addr, path: &str) -> Response {
+    let mut stream = connect_from(source, port);
     stream
         .set_read_timeout(Some(Duration::from_secs(10)))
         .unwrap();
-    stream
-        .write_all(b"GET / HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
-        .unwrap();
+    let request = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).unwrap();
     let mut response = String::new();
     stream.read_to_string(&mut response).unwrap();
     let (head, _body) = response.split_once("\r\n\r\n").expect("a whole response");
@@ -420,4 +424,52 @@ fn several_policies_are_named_fields_counted_all_or_nothing() {
     assert_eq!(last.header("ratelimit-limit"), Some("3"));
     assert_eq!(last.header("ratelimit-remaining"), Some("0"));
     assert_eq!(last.header("ratelimit-reset"), Some("60"));
+}
+
+#[test]
+fn a_shaped_route_waits_for_its_turn_up_to_a_bound_then_answers_429() {
+    let server = Server::start();
+    // One a second, no burst; /slow waits up to 2.5 seconds for its turn.
+    let service = Service::start(
+        server.port(),
+        &["--policy", "steady=THROTTLE:0:1:1", "--shape", "/slow=2.5"],
+    );
+    let port = service.port;
+    let started = std::time::Instant::now();
+    let requests: Vec<_> = (0..4)
+        .map(|_| {
+            std::thread::spawn(move || {
+                let response = get_path(port, Ipv4Addr::new(127, 0, 0, 1), "/slow");
+                (
+                    response.status,
+                    started.elapsed(),
+                    response.header("retry-after").map(str::to_owned),
+                )
+            })
+        })
+        .collect();
+    let mut answers: Vec<_> = requests.into_iter().map(|r| r.join().unwrap()).collect();
+    answers.sort_by_key(|(_, elapsed, _)| *elapsed);
+    let statuses: Vec<u16> = answers.iter().map(|(status, ..)| *status).collect();
+    let mut sorted = statuses.clone();
+    sorted.sort();
+    // Three go, at their turns 0, 1 and 2 seconds on; the fourth's would be 3 seconds on,
+    // beyond the bound: refused at once.
+    assert_eq!(sorted, [200, 200, 200, 429], "{answers:?}");
+    let (_, refused_at, retry_after) = answers.iter().find(|(status, ..)| *status == 429).unwrap();
+    assert!(*refused_at < Duration::from_millis(1_500), "{answers:?}");
+    assert!(retry_after.is_some(), "{answers:?}");
+    let last_admitted = answers
+        .iter()
+        .filter(|(status, ..)| *status == 200)
+        .map(|(_, at, _)| *at)
+        .max()
+        .unwrap();
+    assert!(
+        last_admitted >= Duration::from_millis(1_900),
+        "the last one waited its turn: {answers:?}"
+    );
+    // A route that is not shaped answers 429 at once.
+    let plain = get_path(port, Ipv4Addr::new(127, 0, 0, 1), "/");
+    assert_eq!(plain.status, 429);
 }

@@ -104,7 +104,8 @@ const NUMBERS: &[&[u8]] = &[
 /// Keywords, some misspelled or of another command.
 const WORDS: &[&str] = &[
     "S", "MS", "US", "FIXED", "SLIDING", "BUCKETS", "NS", "SLIDNG", "FIX", "bucket", "WINDOW",
-    "LIMIT", "KEEPTTL", "PX", "REFUND", "BLOCK", "DETAILS", "THROTTLE", "LOG", "REFUNDS",
+    "LIMIT", "KEEPTTL", "PX", "REFUND", "BLOCK", "DETAILS", "THROTTLE", "LOG", "REFUNDS", "DELAY",
+    "AT_MOST", "FORCE", "WARMUP", "AT_LEAST", "FORCED",
 ];
 
 /// One argument: a number, a keyword in a random case, or random bytes.
@@ -206,6 +207,14 @@ fn well_formed(rng: &mut Rng, long_key: &[u8]) -> Vec<Vec<u8>> {
             (1 + rng.below(100)).to_string().into_bytes(),
         ]),
         1 if !command[0].ends_with(b"_RO") => command.push(b"refund".to_vec()),
+        // What a take that does not fit does instead of being refused.
+        2 => command.extend([b"DELAY".to_vec(), rng.below(200).to_string().into_bytes()]),
+        3 => command.push(b"at_most".to_vec()),
+        4 if command[0].starts_with(b"CL.THROTTLE") => command.extend([
+            b"WARMUP".to_vec(),
+            (1 + rng.below(100)).to_string().into_bytes(),
+        ]),
+        5 => command.push(b"Force".to_vec()),
         _ => {}
     }
     if rng.chance(20) {
@@ -368,15 +377,22 @@ fn check_reply(command: &[Vec<u8>], reply: &Value, seed: u64) {
     match reply {
         // RL.RELEASE and RL.RENEW: whether the lease was held.
         Value::Int(held) => assert!(*held == 0 || *held == 1, "{}: {held}", shown()),
-        // RL.ACQUIRE: the five integers and the lease's id (0 when none was given).
-        Value::Array(items) if items.len() == 6 && matches!(items[5], Value::Int(_)) => {
-            let Value::Int(id) = items[5] else {
+        // A sixth integer: RL.ACQUIRE's lease id (0 when none was given), DELAY's wait,
+        // AT_MOST's quantity granted; each limiter's own reply may follow (DETAILS).
+        Value::Array(items) if items.len() >= 6 && matches!(items[5], Value::Int(_)) => {
+            let Value::Int(sixth) = items[5] else {
                 unreachable!()
             };
-            // A refusal gives no id.
             let refused = matches!(items[0], Value::Int(1));
-            assert!(id >= 0 && !(refused && id > 0), "{}: {items:?}", shown());
-            check_reply(command, &Value::Array(items[..5].to_vec()), seed);
+            // A refusal gives no id, no wait and no quantity.
+            assert!(
+                sixth >= 0 && !(refused && sixth > 0),
+                "{}: {items:?}",
+                shown()
+            );
+            let mut rest = items[..5].to_vec();
+            rest.extend_from_slice(&items[6..]);
+            check_reply(command, &Value::Array(rest), seed);
         }
         Value::Array(items) => {
             let (items, details) = items.split_at(items.len().min(5));

@@ -44,6 +44,8 @@ const COMMANDS: [&str; 12] = [
     "rl.renew",
 ];
 
+/// The counters of one command; those of the options (delayed, partial, forced) are counted
+/// by tests/shortfall.rs, and zero here.
 fn expected(counts: [u64; 6]) -> HashMap<String, u64> {
     let [calls, allowed, limited, peeks, refunds, errors] = counts;
     [
@@ -53,6 +55,9 @@ fn expected(counts: [u64; 6]) -> HashMap<String, u64> {
         ("peeks", peeks),
         ("refunds", refunds),
         ("errors", errors),
+        ("delayed", 0),
+        ("partial", 0),
+        ("forced", 0),
     ]
     .into_iter()
     .map(|(name, value)| (name.to_owned(), value))
@@ -254,6 +259,14 @@ fn multiple(arg: DocArg) -> DocArg {
     }
 }
 
+/// `[WARMUP period]`.
+fn warmup() -> DocArg {
+    optional(DocArg {
+        token: Some("WARMUP".to_owned()),
+        ..arg("warmup", "integer")
+    })
+}
+
 fn block(name: &str, parts: Vec<DocArg>) -> DocArg {
     DocArg {
         arguments: parts,
@@ -261,13 +274,26 @@ fn block(name: &str, parts: Vec<DocArg>) -> DocArg {
     }
 }
 
-/// The options every limiter command ends with: `[BLOCK duration]`, then `[REFUND]` for the
-/// writing commands.
+/// The options every limiter command ends with: `[BLOCK duration]`, one of `DELAY max_wait`,
+/// `AT_MOST` and `FORCE`, then `[REFUND]` for the writing commands.
 fn options(writing: bool) -> Vec<DocArg> {
-    let mut options = vec![optional(DocArg {
-        token: Some("BLOCK".to_owned()),
-        ..arg("duration", "integer")
-    })];
+    let mut options = vec![
+        optional(DocArg {
+            token: Some("BLOCK".to_owned()),
+            ..arg("duration", "integer")
+        }),
+        optional(one_of(
+            "shortfall",
+            vec![
+                DocArg {
+                    token: Some("DELAY".to_owned()),
+                    ..arg("max_wait", "integer")
+                },
+                token("AT_MOST"),
+                token("FORCE"),
+            ],
+        )),
+    ];
     if writing {
         options.push(optional(token("REFUND")));
     }
@@ -297,6 +323,7 @@ fn command_docs_describe_every_argument() {
                 arg("period", "integer"),
                 optional(arg("quantity", "integer")),
                 unit(),
+                warmup(),
             ],
             options(writing),
         ]
@@ -340,6 +367,7 @@ fn command_docs_describe_every_argument() {
                         arg("max_burst", "integer"),
                         arg("count", "integer"),
                         arg("period", "integer"),
+                        warmup(),
                     ],
                 ),
                 block(

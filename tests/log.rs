@@ -350,7 +350,7 @@ fn replicas_hold_the_same_log_and_expiry() {
 fn bad_arguments_and_other_types_are_refused_and_change_nothing() {
     let server = Server::start();
     let mut con = server.connect();
-    let usage = "ERR syntax error. Usage: RL.LOG key limit window [quantity] [S|MS|US] [BLOCK duration] [REFUND]";
+    let usage = "ERR syntax error. Usage: RL.LOG key limit window [quantity] [S|MS|US] [BLOCK duration] [DELAY max_wait|AT_MOST|FORCE] [REFUND]";
     let arity = "ERR wrong number of arguments for 'rl.log' command";
     let i64_max = i64::MAX.to_string();
     let cases: &[(&[&str], &str)] = &[

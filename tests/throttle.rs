@@ -328,27 +328,27 @@ fn bad_arguments_get_clear_errors_and_change_nothing() {
         ),
         (
             &["k", "1", "1", "1", "1", "2"],
-            "ERR syntax error. Usage: CL.THROTTLE key max_burst count period [quantity] [S|MS|US] [BLOCK duration] [REFUND]",
+            "ERR syntax error. Usage: CL.THROTTLE key max_burst count period [quantity] [S|MS|US] [WARMUP period] [BLOCK duration] [DELAY max_wait|AT_MOST|FORCE] [REFUND]",
         ),
         (
             &["k", "1", "1", "1", "MS", "1"],
-            "ERR syntax error. Usage: CL.THROTTLE key max_burst count period [quantity] [S|MS|US] [BLOCK duration] [REFUND]",
+            "ERR syntax error. Usage: CL.THROTTLE key max_burst count period [quantity] [S|MS|US] [WARMUP period] [BLOCK duration] [DELAY max_wait|AT_MOST|FORCE] [REFUND]",
         ),
         (
             &["k", "1", "1", "1", "1", "MS", "MS"],
-            "ERR syntax error. Usage: CL.THROTTLE key max_burst count period [quantity] [S|MS|US] [BLOCK duration] [REFUND]",
+            "ERR syntax error. Usage: CL.THROTTLE key max_burst count period [quantity] [S|MS|US] [WARMUP period] [BLOCK duration] [DELAY max_wait|AT_MOST|FORCE] [REFUND]",
         ),
         (
             &["k", "1", "1", "1", "abc"],
-            "ERR syntax error. Usage: CL.THROTTLE key max_burst count period [quantity] [S|MS|US] [BLOCK duration] [REFUND]",
+            "ERR syntax error. Usage: CL.THROTTLE key max_burst count period [quantity] [S|MS|US] [WARMUP period] [BLOCK duration] [DELAY max_wait|AT_MOST|FORCE] [REFUND]",
         ),
         (
             &["k", "1", "1", "1", "1", "minutes"],
-            "ERR syntax error. Usage: CL.THROTTLE key max_burst count period [quantity] [S|MS|US] [BLOCK duration] [REFUND]",
+            "ERR syntax error. Usage: CL.THROTTLE key max_burst count period [quantity] [S|MS|US] [WARMUP period] [BLOCK duration] [DELAY max_wait|AT_MOST|FORCE] [REFUND]",
         ),
         (
             &["k", "1", "1", "1", "1", "MS", "a", "b", "c", "d", "e", "f", "g", "h", "i", "j"],
-            "ERR syntax error. Usage: CL.THROTTLE key max_burst count period [quantity] [S|MS|US] [BLOCK duration] [REFUND]",
+            "ERR syntax error. Usage: CL.THROTTLE key max_burst count period [quantity] [S|MS|US] [WARMUP period] [BLOCK duration] [DELAY max_wait|AT_MOST|FORCE] [REFUND]",
         ),
     ];
     let writes = changes(&mut con);

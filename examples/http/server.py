@@ -13,7 +13,10 @@ checked in one RL.ALL call: a request is counted by all of them or by none.
     curl -i http://127.0.0.1:8080/
 
 A policy is NAME=THROTTLE:max_burst:count:period, NAME=WINDOW:limit:window[:FIXED|SLIDING|
-BUCKETS:n] or NAME=LOG:limit:window, times in seconds. `--legacy-headers` adds the older
+BUCKETS:n] or NAME=LOG:limit:window, times in seconds. `--shape PATH=SECONDS` shapes one
+route instead of refusing at once: a request to PATH that does not fit waits for its turn
+(the handler sleeps the wait the module gives, RL's DELAY), up to SECONDS, and only a request
+whose turn is further away gets 429. `--legacy-headers` adds the older
 RateLimit-Limit, RateLimit-Remaining and RateLimit-Reset fields. If Redis cannot be reached,
 requests are let through (fail open) and a warning is logged.
 """
@@ -29,7 +32,8 @@ from pathlib import Path
 import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
-from ratelimit_client import Limiter, Log, Throttle, Window, check, headers  # noqa: E402
+from ratelimit_client import (  # noqa: E402
+    Limiter, Log, Throttle, Window, acquire_slot, check, headers)
 
 
 def parse_policy(text: str) -> tuple[str, str, list[str]]:
@@ -59,12 +63,25 @@ def limiters_for(client_ip: str, policies: list[tuple[str, str, list[str]]]) -> 
     return limiters
 
 
-def make_handler(client: redis.Redis, policies, legacy: bool):
+def parse_shape(text: str) -> tuple[str, float]:
+    """PATH=SECONDS: a route that waits up to SECONDS for its turn."""
+    path, _, seconds = text.partition("=")
+    try:
+        return path, float(seconds)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a shaped route: {text!r}") from None
+
+
+def make_handler(client: redis.Redis, policies, legacy: bool, shaped: dict[str, float]):
     class RateLimitedHandler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             limiters = limiters_for(self.client_address[0], policies)
             try:
-                result = check(client, limiters)
+                if self.path in shaped:
+                    # Wait for the turn the module gives, up to the bound; then answer.
+                    result = acquire_slot(client, limiters, timeout=shaped[self.path])
+                else:
+                    result = check(client, limiters)
             except redis.RedisError as error:
                 # Fail open: an unavailable limiter must not take the service down with it.
                 logging.warning("rate limiter unavailable, request let through: %s", error)
@@ -100,11 +117,14 @@ def main() -> None:
                         help="NAME=KIND:args (repeatable); default burst=THROTTLE:4:1:60")
     parser.add_argument("--legacy-headers", action="store_true",
                         help="also send RateLimit-Limit, RateLimit-Remaining, RateLimit-Reset")
+    parser.add_argument("--shape", type=parse_shape, action="append", default=[],
+                        help="PATH=SECONDS (repeatable): requests to PATH wait up to SECONDS "
+                             "for their turn instead of getting 429 at once")
     options = parser.parse_args()
     policies = options.policy or [parse_policy("burst=THROTTLE:4:1:60")]
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     client = redis.Redis.from_url(options.redis_url, socket_timeout=1)
-    handler = make_handler(client, policies, options.legacy_headers)
+    handler = make_handler(client, policies, options.legacy_headers, dict(options.shape))
     server = ThreadingHTTPServer((options.host, options.port), handler)
     logging.info("listening on http://%s:%d/", options.host, options.port)
     server.serve_forever()

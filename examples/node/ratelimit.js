@@ -57,7 +57,7 @@ function log(key, limit, seconds, name = "log") {
  * Reads `[limited, limit, remaining, retry_after, reset_after]` given in ms.
  * @returns {RateLimit}
  */
-function fromReply([limited, limit, remaining, retryAfter, resetAfter], each = []) {
+function fromReply([limited, limit, remaining, retryAfter, resetAfter], each = [], waitMs = null) {
   return {
     allowed: limited === 0,
     limit,
@@ -65,24 +65,45 @@ function fromReply([limited, limit, remaining, retryAfter, resetAfter], each = [
     retryAfter: retryAfter < 0 ? null : retryAfter / 1000,
     resetAfter: resetAfter / 1000,
     each,
+    // With a delay allowed: seconds to wait before going ahead (0: at once, or refused).
+    ...(waitMs === null ? {} : { wait: waitMs / 1000 }),
   };
 }
 
 /**
  * One request against every limiter, all or nothing: one limiter's own command, or RL.ALL
- * (with each limiter's own result in `each`).
+ * (with each limiter's own result in `each`). With `delay` (seconds), a request that does
+ * not fit now is admitted if its turn comes within `delay`, and `wait` says when.
  * @returns {Promise<RateLimit>}
  */
-async function check(redis, limiters, quantity = 1, { refund = false } = {}) {
+async function check(redis, limiters, quantity = 1, { refund = false, delay = null } = {}) {
   const options = [quantity, "MS", ...(refund ? ["REFUND"] : [])];
+  if (delay !== null) options.push("DELAY", Math.max(0, Math.round(delay * 1000)));
+  const waitOf = (reply) => (delay === null ? null : reply[5]);
   if (limiters.length === 1) {
     const [one] = limiters;
-    return fromReply(await redis.call(one.command, one.key, ...one.args, ...options, ...one.keywords));
+    const reply = await redis.call(one.command, one.key, ...one.args, ...options, ...one.keywords);
+    return fromReply(reply, [], waitOf(reply));
   }
   const args = ["RL.ALL", limiters.length, ...limiters.map((one) => one.key)];
   for (const one of limiters) args.push(one.inAll, ...one.args, ...one.keywords);
   const reply = await redis.call(...args, ...options, "DETAILS");
-  return fromReply(reply.slice(0, 5), reply.slice(5).map((one) => fromReply(one)));
+  const first = delay === null ? 5 : 6;
+  return fromReply(reply.slice(0, 5), reply.slice(first).map((one) => fromReply(one)), waitOf(reply));
+}
+
+/**
+ * Waits for a slot, as Guava's `tryAcquire(timeout)` does: one call, then a sleep of the wait
+ * the module gives. Resolves once the request may go ahead (`allowed`), or at once, refused,
+ * when its turn would come later than `timeout` seconds. No polling: the module keeps the queue.
+ * @returns {Promise<RateLimit>}
+ */
+async function acquireSlot(redis, limiters, quantity = 1, { timeout = 0 } = {}) {
+  const result = await check(redis, limiters, quantity, { delay: timeout });
+  if (result.allowed && result.wait > 0) {
+    await new Promise((resolve) => setTimeout(resolve, result.wait * 1000));
+  }
+  return result;
 }
 
 /** RL.ACQUIRE: `quantity` of `limit` slots for `lease` seconds; `id` is 0 when refused. */
@@ -131,4 +152,6 @@ function headers(result, limiters, { legacy = false } = {}) {
   return fields;
 }
 
-module.exports = { throttle, window, log, fromReply, check, acquire, release, renew, headers };
+module.exports = {
+  throttle, window, log, fromReply, check, acquireSlot, acquire, release, renew, headers,
+};

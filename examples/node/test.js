@@ -6,7 +6,9 @@ const assert = require("node:assert/strict");
 const { randomUUID } = require("node:crypto");
 const { after, before, test } = require("node:test");
 const Redis = require("ioredis");
-const { throttle, window, log, check, acquire, release, renew, headers } = require("./ratelimit");
+const {
+  throttle, window, log, check, acquireSlot, acquire, release, renew, headers,
+} = require("./ratelimit");
 
 let redis;
 const prefix = `test:${randomUUID()}`;
@@ -80,6 +82,22 @@ test("leases are taken, freed and renewed", async () => {
   assert.equal(await release(redis, key, lease.id), true);
   assert.equal(await release(redis, key, lease.id), false);
   assert.equal(await renew(redis, key, lease.id, 60), false);
+});
+
+test("acquireSlot sleeps the wait it is told, or refuses at once", async () => {
+  // One every second, no burst: the second request's turn comes in a second.
+  const limiter = throttle(`${prefix}:slot`, 0, 1, 1);
+  const first = await acquireSlot(redis, [limiter], 1, { timeout: 5 });
+  assert.equal(first.allowed, true);
+  assert.equal(first.wait, 0);
+  const started = Date.now();
+  const second = await acquireSlot(redis, [limiter], 1, { timeout: 5 });
+  assert.equal(second.allowed, true);
+  near(second.wait, 1);
+  assert.ok(Date.now() - started >= second.wait * 1000 - 20, "it slept the wait");
+  const third = await acquireSlot(redis, [limiter], 1, { timeout: 0.1 });
+  assert.equal(third.allowed, false);
+  assert.equal(third.wait, 0);
 });
 
 test("errors are Redis errors", async () => {

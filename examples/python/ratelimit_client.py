@@ -6,6 +6,9 @@ result, and the HTTP RateLimit fields (draft-ietf-httpapi-ratelimit-headers-11) 
     if not result.allowed:
         ...  # answer 429 with headers(result)
 
+    # Or wait for a slot, up to 2 seconds, instead of being refused:
+    result = acquire_slot(client, [Throttle("api:alice", 9, 10, 1)], timeout=2)
+
 Times are asked of the module in milliseconds and given in seconds (floats); the header
 fields round them up to whole seconds, so a client that waits them is never early.
 """
@@ -13,6 +16,7 @@ fields round them up to whole seconds, so a client that waits them is never earl
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, field
 from typing import Sequence, Union
 
@@ -30,9 +34,12 @@ class RateLimit:
     reset_after: float  # seconds until the limiter is back to full capacity
     # RL.ALL: each limiter's own result, in the order given (empty for a single limiter).
     each: tuple[RateLimit, ...] = field(default=(), compare=False)
+    # With a delay allowed: seconds to wait before going ahead (0: at once, or refused).
+    wait: float = 0.0
 
     @classmethod
-    def from_reply(cls, reply: Sequence[int], each: Sequence[RateLimit] = ()) -> RateLimit:
+    def from_reply(cls, reply: Sequence[int], each: Sequence[RateLimit] = (),
+                   wait_ms: int = 0) -> RateLimit:
         """Reads `[limited, limit, remaining, retry_after, reset_after]` given in ms."""
         limited, limit, remaining, retry_after, reset_after = reply[:5]
         return cls(
@@ -42,6 +49,7 @@ class RateLimit:
             retry_after=None if retry_after < 0 else retry_after / 1000,
             reset_after=reset_after / 1000,
             each=tuple(each),
+            wait=wait_ms / 1000,
         )
 
 
@@ -119,20 +127,37 @@ def _millis(seconds: float) -> int:
 
 
 def check(client: redis.Redis, limiters: Sequence[Limiter], quantity: int = 1,
-          refund: bool = False) -> RateLimit:
+          refund: bool = False, delay: float | None = None) -> RateLimit:
     """One request against every limiter, all or nothing: one limiter's own command, or
-    RL.ALL (with each limiter's own result in `each`)."""
+    RL.ALL (with each limiter's own result in `each`). With `delay` (seconds), a request that
+    does not fit now is admitted if its turn comes within `delay`, and `wait` says when."""
     options = [quantity, "MS", *(["REFUND"] if refund else [])]
+    if delay is not None:
+        options += ["DELAY", max(0, round(delay * 1000))]
     if len(limiters) == 1:
         limiter = limiters[0]
         reply = client.execute_command(limiter.command, limiter.key, *limiter.arguments(),
                                        *options, *limiter.keywords())
-        return RateLimit.from_reply(reply)
+        return RateLimit.from_reply(reply, wait_ms=reply[5] if delay is not None else 0)
     arguments = ["RL.ALL", len(limiters), *(limiter.key for limiter in limiters)]
     for limiter in limiters:
         arguments += [limiter.in_all, *limiter.arguments(), *limiter.keywords()]
     reply = client.execute_command(*arguments, *options, "DETAILS")
-    return RateLimit.from_reply(reply[:5], [RateLimit.from_reply(one) for one in reply[5:]])
+    first = 6 if delay is not None else 5
+    return RateLimit.from_reply(reply[:5], [RateLimit.from_reply(one) for one in reply[first:]],
+                                wait_ms=reply[5] if delay is not None else 0)
+
+
+def acquire_slot(client: redis.Redis, limiters: Sequence[Limiter], quantity: int = 1,
+                 timeout: float = 0.0, sleep=time.sleep) -> RateLimit:
+    """Waits for a slot, as Guava's `tryAcquire(timeout)` does: one call, then a sleep of the
+    wait the module gives. Returns once the request may go ahead (`allowed`), or at once,
+    refused, when its turn would come later than `timeout` seconds (its `retry_after` is
+    when the same call would be admitted). No polling: the module keeps the queue."""
+    result = check(client, limiters, quantity, delay=timeout)
+    if result.allowed and result.wait > 0:
+        sleep(result.wait)
+    return result
 
 
 @dataclass(frozen=True)

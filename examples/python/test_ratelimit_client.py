@@ -9,8 +9,8 @@ import uuid
 
 import redis
 
-from ratelimit_client import (Log, RateLimit, Throttle, Window, acquire, check, headers,
-                              release, renew)
+from ratelimit_client import (Log, RateLimit, Throttle, Window, acquire, acquire_slot, check,
+                              headers, release, renew)
 
 
 class HelperTest(unittest.TestCase):
@@ -38,6 +38,28 @@ class HelperTest(unittest.TestCase):
         self.assertAlmostEqual(refused.retry_after, 60.0, delta=0.5)
         # A quantity that can never fit: refused, with nothing to wait for.
         self.assertIsNone(check(self.client, [limiter], quantity=3).retry_after)
+
+    def test_acquire_slot_sleeps_the_wait_it_is_told_or_refuses_at_once(self) -> None:
+        # One every 10 s, no burst: the second request's turn comes in 10 s.
+        limiter = Throttle(self.key("slot"), max_burst=0, count=1, period=10)
+        slept: list[float] = []
+        first = acquire_slot(self.client, [limiter], timeout=30, sleep=slept.append)
+        self.assertEqual((first.allowed, first.wait, slept), (True, 0.0, []))
+        second = acquire_slot(self.client, [limiter], timeout=30, sleep=slept.append)
+        self.assertTrue(second.allowed)
+        self.assertAlmostEqual(second.wait, 10.0, delta=0.5)
+        self.assertEqual(slept, [second.wait])
+        # A third would wait 20 s: more than 5 is refused at once, nothing slept or charged.
+        third = acquire_slot(self.client, [limiter], timeout=5, sleep=slept.append)
+        self.assertFalse(third.allowed)
+        self.assertEqual((third.wait, len(slept)), (0.0, 1))
+        self.assertAlmostEqual(third.retry_after, 15.0, delta=0.5)
+        # Several limiters wait for the last of them; each result still comes.
+        minute = Log(self.key("slot-minute"), 1, 60, "minute")
+        both = check(self.client, [limiter, minute], delay=60)
+        self.assertTrue(both.allowed)
+        self.assertAlmostEqual(both.wait, 20.0, delta=0.5)
+        self.assertEqual(len(both.each), 2)
 
     def test_windows_and_logs_take_their_algorithm_and_quantity(self) -> None:
         buckets = Window(self.key("buckets"), 10, 60, "BUCKETS 6")

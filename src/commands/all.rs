@@ -1,5 +1,5 @@
 //! `RL.ALL numkeys key [key ...] limiter [limiter ...] [quantity] [S | MS | US]
-//! [BLOCK duration] [REFUND] [DETAILS]`: several limits, one atomic all-or-nothing
+//! [BLOCK duration] [DELAY max_wait|AT_MOST|FORCE] [REFUND] [DETAILS]`: several limits, one atomic all-or-nothing
 //! decision; and `RL.ALL_RO`, the same decision without writing. Each limiter is, in key
 //! order, one of
 //!
@@ -28,8 +28,8 @@ use crate::redis::store;
 
 use super::window::{algorithm_keyword, ALGORITHM_ARG};
 use super::{
-    limiter_spec, log, outcome, request, throttle, window, without_refund, BLOCK_ARG, QUANTITY_ARG,
-    REFUND_ARG, UNIT_ARG,
+    limiter_spec, log, outcome, request, shortfall_field, throttle, window, without_refund,
+    BLOCK_ARG, QUANTITY_ARG, REFUND_ARG, SHORTFALL_ARG, UNIT_ARG,
 };
 
 const NAME: &CStr = c"rl.all";
@@ -58,6 +58,7 @@ const ARGS: &[Arg] = &[
                     Arg::new(c"max_burst", ArgKind::Integer),
                     Arg::new(c"count", ArgKind::Integer),
                     Arg::new(c"period", ArgKind::Integer),
+                    throttle::WARMUP_ARG,
                 ],
             ),
             Arg::block(
@@ -83,6 +84,7 @@ const ARGS: &[Arg] = &[
     QUANTITY_ARG,
     UNIT_ARG,
     BLOCK_ARG,
+    SHORTFALL_ARG,
     Arg::token(c"DETAILS").optional(),
     REFUND_ARG,
 ];
@@ -132,7 +134,7 @@ pub static SPEC_RO: CommandSpec = limiter_spec(
 );
 
 const USAGE: CommandError = CommandError::Message(
-    c"ERR syntax error. Usage: RL.ALL numkeys key [key ...] THROTTLE max_burst count period | WINDOW limit window [FIXED|SLIDING|BUCKETS n] | LOG limit window [...] [quantity] [S|MS|US] [BLOCK duration] [REFUND] [DETAILS]",
+    c"ERR syntax error. Usage: RL.ALL numkeys key [key ...] THROTTLE max_burst count period [WARMUP period] | WINDOW limit window [FIXED|SLIDING|BUCKETS n] | LOG limit window [...] [quantity] [S|MS|US] [BLOCK duration] [DELAY max_wait|AT_MOST|FORCE] [REFUND] [DETAILS]",
 );
 
 /// A limiter as given, before the unit is known.
@@ -191,7 +193,7 @@ fn run_sized<const N: usize>(
     for (index, limiter) in limiters.iter_mut().enumerate().take(keys).skip(1) {
         *limiter = limiter_at(index)?;
     }
-    let request = request(&parsed.options, mode)?;
+    let request = request(&parsed.options, mode, &limiters[..keys])?;
     let engine_call = Call {
         limiters: &limiters[..keys],
         request,
@@ -200,7 +202,7 @@ fn run_sized<const N: usize>(
     };
     let mut verdicts = [Verdict::default(); N];
     let verdicts = &mut verdicts[..keys];
-    store::run::<N>(call, 2, &engine_call, verdicts)?;
+    let settled = store::run::<N>(call, 2, &engine_call, verdicts)?;
     let verdicts = &*verdicts;
     let details = parsed.details.then(|| {
         let mut details = Box::new(Details {
@@ -215,9 +217,9 @@ fn run_sized<const N: usize>(
     let all = combined(verdicts);
     Ok(Reply::Limiter(LimiterReply {
         fields: all.to_reply(unit, Rounding::Up),
-        extra: None,
+        extra: shortfall_field(&request, &settled, unit),
         details,
-        outcome: outcome(&request, all.limited),
+        outcome: outcome(&request, all.limited, &settled),
     }))
 }
 
@@ -302,8 +304,21 @@ fn limiter(keyword: &[u8], args: &[&[u8]]) -> Result<(Params, usize), CommandErr
     };
     let keyword = Keyword::read(keyword);
     if keyword == Some(THROTTLE) {
-        needs(3, c"ERR THROTTLE takes max_burst count period")?;
-        Ok((Params::Throttle(throttle::Params::parse(&args[..3])?), 3))
+        needs(
+            3,
+            c"ERR THROTTLE takes max_burst count period [WARMUP period]",
+        )?;
+        let mut params = throttle::Params::parse(&args[..3])?;
+        let mut tail = Tail::new(&args[3..]);
+        if let Some(next) = tail.next_argument() {
+            let warmup =
+                Keyword::read(next).and_then(|k| throttle::warmup_keyword(k, &mut tail, USAGE));
+            if let Some(warmup) = warmup {
+                params.warmup = Some(warmup?);
+                return Ok((Params::Throttle(params), 3 + tail.read()));
+            }
+        }
+        Ok((Params::Throttle(params), 3))
     } else if keyword == Some(WINDOW) {
         needs(
             2,

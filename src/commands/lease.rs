@@ -19,11 +19,11 @@
 use std::ffi::CStr;
 
 use crate::args::{integer_argument, is_keyword, parse_options, unit_keyword};
-use crate::core::engine::{After, Key, NativeChange, Store};
+use crate::core::engine::{After, Key, NativeChange, Settled, Store};
 use crate::core::lease::{self, Acquired, LeaseLimiter, LeaseSet};
 use crate::core::packed::{self, Packed};
 use crate::core::params::{self, MAX_LEASE_LIMIT};
-use crate::core::request::Request;
+use crate::core::request::{Request, Shortfall};
 use crate::core::time::{Micros, Rounding, Unit};
 use crate::error::CommandError;
 use crate::redis::call::{Invocation, LimiterReply, Reply};
@@ -252,6 +252,11 @@ fn run_acquire(call: &Invocation, mode: Mode) -> Result<Reply, CommandError> {
     if options.refund || options.block.is_some() {
         return Err(ACQUIRE_USAGE);
     }
+    if options.shortfall != Shortfall::Refuse {
+        return Err(CommandError::Message(
+            c"ERR RL.ACQUIRE takes no DELAY, AT_MOST or FORCE: a lease is held whole until released, so wait for RL.RELEASE and retry",
+        ));
+    }
     let limiter = LeaseLimiter::new(limit, lease, options.unit)?;
     let quantity = options.quantity;
     let now = clock::now();
@@ -288,7 +293,7 @@ fn run_acquire(call: &Invocation, mode: Mode) -> Result<Reply, CommandError> {
         fields: acquired.verdict.to_reply(options.unit, Rounding::Up),
         extra: Some(acquired.id.unwrap_or(0) as i64),
         details: None,
-        outcome: outcome(&request, acquired.verdict.limited),
+        outcome: outcome(&request, acquired.verdict.limited, &Settled::default()),
     }))
 }
 

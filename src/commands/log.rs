@@ -1,8 +1,9 @@
-//! `RL.LOG key limit window [quantity] [S | MS | US] [BLOCK duration] [REFUND]`: the exact
+//! `RL.LOG key limit window [quantity] [S | MS | US] [BLOCK duration] [DELAY max_wait|AT_MOST|FORCE] [REFUND]`: the exact
 //! sliding log, in the module's native type; `RL.LOG_RO`, the same decision without
 //! writing; and the two internal commands that carry logs to replicas and the AOF:
 //!
-//! - `RL.LOG.REPLAY key limit window_us quantity now_us [REFUND] [BLOCK block_us]`: what
+//! - `RL.LOG.REPLAY key limit window_us quantity now_us [REFUND] [BLOCK block_us] [DELAY max_wait_us | AT_MOST |
+//!   FORCE]`: what
 //!   the master propagates for a call that changed a log. The call is run again with the
 //!   master's clock reading, so a replica or an AOF replay reaches the same log and the same
 //!   absolute expiry, and what is propagated is a few integers, whatever the log's length.
@@ -18,7 +19,7 @@ use crate::core::engine::{After, Call, Key, NativeChange, Store};
 use crate::core::limiter::Limiter;
 use crate::core::log::{LogLimiter, SlidingLog};
 use crate::core::packed;
-use crate::core::request::Request;
+use crate::core::request::{Request, Shortfall};
 use crate::core::time::{Micros, Rounding, Unit};
 use crate::core::verdict::Verdict;
 use crate::error::CommandError;
@@ -31,7 +32,7 @@ use crate::redis::store::{self, RedisStore};
 
 use super::{
     internal_only, limiter_spec, single, without_refund, BLOCK_ARG, QUANTITY_ARG, REFUND_ARG,
-    UNIT_ARG,
+    SHORTFALL_ARG, UNIT_ARG,
 };
 
 const NAME: &CStr = c"rl.log";
@@ -52,6 +53,7 @@ const ARGS: &[Arg] = &[
     QUANTITY_ARG,
     UNIT_ARG,
     BLOCK_ARG,
+    SHORTFALL_ARG,
     REFUND_ARG,
 ];
 
@@ -129,7 +131,7 @@ pub static REPLAY_SPEC: CommandSpec = CommandSpec {
     keys: Keys::One(KEY_READ_WRITE),
     args: &[
         Arg::new(c"key", ArgKind::Key),
-        // `limit,window_us,quantity,now_us[,REFUND|,BLOCK,us]`, packed in one argument since
+        // `limit,window_us,quantity,now_us[,REFUND|,BLOCK,us|,DELAY,us|,AT_MOST|,FORCE]`, packed in one argument since
         // 0.2; before, the same fields came as separate arguments.
         Arg::new(c"fields", ArgKind::String).multiple(),
     ],
@@ -163,7 +165,7 @@ pub static LOAD_CHUNK_SPEC: CommandSpec = CommandSpec {
 };
 
 const USAGE: CommandError = CommandError::Message(
-    c"ERR syntax error. Usage: RL.LOG key limit window [quantity] [S|MS|US] [BLOCK duration] [REFUND]",
+    c"ERR syntax error. Usage: RL.LOG key limit window [quantity] [S|MS|US] [BLOCK duration] [DELAY max_wait|AT_MOST|FORCE] [REFUND]",
 );
 
 fn run(call: &Invocation, mode: Mode) -> Result<Reply, CommandError> {
@@ -209,7 +211,7 @@ impl Params {
     }
 }
 
-/// `RL.LOG.REPLAY key limit,window_us,quantity,now_us[,REFUND|,BLOCK,us]`, and the same
+/// `RL.LOG.REPLAY key limit,window_us,quantity,now_us[,REFUND|,BLOCK,us|,DELAY,us|,AT_MOST|,FORCE]`, and the same
 /// fields as separate arguments, as versions before 0.2 propagated them.
 fn replay(call: &Invocation, _: Mode) -> Result<Reply, CommandError> {
     internal_only(call)?;
@@ -226,6 +228,18 @@ fn replay(call: &Invocation, _: Mode) -> Result<Reply, CommandError> {
         [refund] if is_keyword(refund, "REFUND") => Request::refund(quantity),
         [block, duration] if is_keyword(block, "BLOCK") => Request {
             block: Some(Micros(integer(duration)?.max(1))),
+            ..Request::take(quantity)
+        },
+        [force] if is_keyword(force, "FORCE") => Request {
+            shortfall: Shortfall::Owe,
+            ..Request::take(quantity)
+        },
+        [at_most] if is_keyword(at_most, "AT_MOST") => Request {
+            shortfall: Shortfall::TakePart,
+            ..Request::take(quantity)
+        },
+        [delay, max_wait] if is_keyword(delay, "DELAY") => Request {
+            shortfall: Shortfall::Delay(Micros(integer(max_wait)?.max(0))),
             ..Request::take(quantity)
         },
         _ => return Err(USAGE),

@@ -15,10 +15,11 @@ pub mod window;
 use std::ffi::{c_int, CStr};
 
 use crate::args::CommonOptions;
-use crate::core::engine::Call;
+use crate::core::engine::{Call, Settled};
 use crate::core::limiter::Limiter;
-use crate::core::request::{Action, Request};
-use crate::core::time::{Rounding, Unit};
+use crate::core::params;
+use crate::core::request::{Action, Request, Shortfall};
+use crate::core::time::{Micros, Rounding, Unit};
 use crate::core::verdict::Verdict;
 use crate::error::CommandError;
 use crate::redis::call::{Invocation, LimiterReply, Reply};
@@ -131,6 +132,17 @@ const BLOCK_ARG: Arg = Arg::new(c"duration", ArgKind::Integer)
 
 /// `REFUND`: last in every argument list, so that a read-only variant's list is the same
 /// without it.
+/// What a take that does not fit now does instead of being refused.
+const SHORTFALL_ARG: Arg = Arg::one_of(
+    c"shortfall",
+    &[
+        Arg::new(c"max_wait", ArgKind::Integer).after_token(c"DELAY"),
+        Arg::token(c"AT_MOST"),
+        Arg::token(c"FORCE"),
+    ],
+)
+.optional();
+
 const REFUND_ARG: Arg = Arg::token(c"REFUND").optional();
 
 /// A writing command's arguments, without `REFUND`: its read-only variant's.
@@ -152,23 +164,52 @@ fn internal_only(call: &Invocation) -> Result<(), CommandError> {
     }
 }
 
-/// What a call in `mode` asks, from its options: a read-only variant never gives back.
-fn request(options: &CommonOptions, mode: Mode) -> Result<Request, CommandError> {
+/// What a call in `mode` asks of `limiters`, from its options: a read-only variant never
+/// gives back, and a `FORCE` charges each limiter at most 16 times its limit.
+fn request(
+    options: &CommonOptions,
+    mode: Mode,
+    limiters: &[Limiter],
+) -> Result<Request, CommandError> {
     if mode == Mode::ReadOnly && options.refund {
         return Err(CommandError::Message(
             c"ERR REFUND is not allowed in a read-only dry run (the _RO variants never write)",
         ));
     }
-    Ok(options.request())
+    let request = options.request();
+    if request.shortfall == Shortfall::Owe {
+        for limiter in limiters {
+            params::force_quantity(request.quantity, limiter.limit())?;
+        }
+    }
+    Ok(request)
 }
 
-/// How a call of `request` ended, given the reply's `limited`, for the counters.
-fn outcome(request: &Request, limited: bool) -> Outcome {
+/// How a call of `request` ended, given the reply's `limited` and what the engine settled,
+/// for the counters.
+fn outcome(request: &Request, limited: bool, settled: &Settled) -> Outcome {
     match (request.action, request.quantity, limited) {
         (Action::Refund, _, _) => Outcome::Refund,
         (Action::Take, 0, _) => Outcome::Peek,
-        (Action::Take, _, false) => Outcome::Allowed,
         (Action::Take, _, true) => Outcome::Limited,
+        (Action::Take, quantity, false) => match request.shortfall {
+            Shortfall::Delay(_) if settled.wait > Micros(0) => Outcome::Delayed,
+            Shortfall::TakePart if settled.granted < quantity => Outcome::Partial,
+            Shortfall::Owe if settled.owed => Outcome::Forced,
+            _ => Outcome::Allowed,
+        },
+    }
+}
+
+/// The sixth integer of a reply: with `DELAY`, the wait before going ahead (in `unit`s,
+/// rounded up; 0 at once or when refused); with `AT_MOST`, the quantity granted.
+fn shortfall_field(request: &Request, settled: &Settled, unit: Unit) -> Option<i64> {
+    match (request.action, request.shortfall) {
+        (Action::Take, Shortfall::Delay(_)) => {
+            Some(settled.wait.ticks().in_units(unit, Rounding::Up))
+        }
+        (Action::Take, Shortfall::TakePart) => Some(settled.granted as i64),
+        _ => None,
     }
 }
 
@@ -180,7 +221,7 @@ fn single(
     mode: Mode,
     rounding: Rounding,
 ) -> Result<Reply, CommandError> {
-    let request = request(options, mode)?;
+    let request = request(options, mode, std::slice::from_ref(&limiter))?;
     let engine_call = Call {
         limiters: std::slice::from_ref(&limiter),
         request,
@@ -188,16 +229,11 @@ fn single(
         write: mode == Mode::Write,
     };
     let mut verdict = [Verdict::default()];
-    store::run::<1>(call, 1, &engine_call, &mut verdict)?;
-    Ok(limiter_reply(verdict[0], &request, options.unit, rounding))
-}
-
-/// The reply of a limiter command.
-fn limiter_reply(verdict: Verdict, request: &Request, unit: Unit, rounding: Rounding) -> Reply {
-    Reply::Limiter(LimiterReply {
-        fields: verdict.to_reply(unit, rounding),
-        extra: None,
+    let settled = store::run::<1>(call, 1, &engine_call, &mut verdict)?;
+    Ok(Reply::Limiter(LimiterReply {
+        fields: verdict[0].to_reply(options.unit, rounding),
+        extra: shortfall_field(&request, &settled, options.unit),
         details: None,
-        outcome: outcome(request, verdict.limited),
-    })
+        outcome: outcome(&request, verdict[0].limited, &settled),
+    }))
 }

@@ -4,9 +4,10 @@
 
 use std::ffi::{c_int, CStr};
 
-use crate::args::{integer_argument, parse_options, CommonOptions};
+use crate::args::{integer_argument, parse_options, CommonOptions, Keyword, Tail};
 use crate::core::gcra::Gcra;
 use crate::core::limiter::Limiter;
+use crate::core::params;
 use crate::core::time::{Rounding, Unit};
 use crate::error::CommandError;
 use crate::redis::call::{Invocation, Reply};
@@ -14,7 +15,10 @@ use crate::redis::handler::{callback, Registered};
 use crate::redis::metadata::{Arg, ArgKind, CommandSpec, Mode};
 use crate::redis::stats::CommandStats;
 
-use super::{limiter_spec, single, without_refund, BLOCK_ARG, QUANTITY_ARG, REFUND_ARG, UNIT_ARG};
+use super::{
+    limiter_spec, single, without_refund, BLOCK_ARG, QUANTITY_ARG, REFUND_ARG, SHORTFALL_ARG,
+    UNIT_ARG,
+};
 
 const NAME: &CStr = c"cl.throttle";
 const NAME_RO: &CStr = c"cl.throttle_ro";
@@ -36,9 +40,16 @@ const ARGS: &[Arg] = &[
     Arg::new(c"period", ArgKind::Integer),
     QUANTITY_ARG,
     UNIT_ARG,
+    WARMUP_ARG,
     BLOCK_ARG,
+    SHORTFALL_ARG,
     REFUND_ARG,
 ];
+
+/// `WARMUP period`: a cold limiter's units cost more until `period` of use has warmed it.
+pub const WARMUP_ARG: Arg = Arg::new(c"warmup", ArgKind::Integer)
+    .after_token(c"WARMUP")
+    .optional();
 
 /// `CL.THROTTLE`.
 pub struct Throttle;
@@ -85,7 +96,7 @@ pub static SPEC_RO: CommandSpec = limiter_spec(
 );
 
 const USAGE: CommandError = CommandError::Message(
-    c"ERR syntax error. Usage: CL.THROTTLE key max_burst count period [quantity] [S|MS|US] [BLOCK duration] [REFUND]",
+    c"ERR syntax error. Usage: CL.THROTTLE key max_burst count period [quantity] [S|MS|US] [WARMUP period] [BLOCK duration] [DELAY max_wait|AT_MOST|FORCE] [REFUND]",
 );
 
 fn run(call: &Invocation, mode: Mode) -> Result<Reply, CommandError> {
@@ -100,10 +111,33 @@ fn parse(args: &[&[u8]]) -> Result<(Params, CommonOptions), CommandError> {
         return Err(CommandError::WrongArity);
     }
     let (required, tail) = args.split_at(3);
-    Ok((
-        Params::parse(required)?,
-        parse_options(tail, USAGE, |_, _| Ok(false))?,
-    ))
+    let mut params = Params::parse(required)?;
+    let options = parse_options(tail, USAGE, |keyword, tail| {
+        let Some(warmup) = warmup_keyword(keyword, tail, USAGE) else {
+            return Ok(false);
+        };
+        if params.warmup.replace(warmup?).is_some() {
+            return Err(USAGE);
+        }
+        Ok(true)
+    })?;
+    Ok((params, options))
+}
+
+/// `WARMUP period` (taking `period` from `tail`) when `keyword` is `WARMUP`;
+/// `syntax_error` when it has no value.
+pub fn warmup_keyword(
+    keyword: Keyword,
+    tail: &mut Tail,
+    syntax_error: CommandError,
+) -> Option<Result<i64, CommandError>> {
+    const WARMUP: Keyword = Keyword::new("WARMUP");
+    if keyword != WARMUP {
+        return None;
+    }
+    Some(tail.next_argument().ok_or(syntax_error).and_then(|period| {
+        integer_argument(period, c"ERR WARMUP is not an integer or out of range")
+    }))
 }
 
 /// GCRA's parameters as given: `max_burst count period`.
@@ -112,6 +146,8 @@ pub struct Params {
     max_burst: i64,
     count: i64,
     period: i64,
+    /// `WARMUP period`, in the call's unit.
+    pub warmup: Option<i64>,
 }
 
 impl Params {
@@ -127,17 +163,17 @@ impl Params {
             )?,
             count: integer_argument(count, c"ERR count is not an integer or out of range")?,
             period: integer_argument(period, c"ERR period is not an integer or out of range")?,
+            warmup: None,
         })
     }
 
-    /// The limiter, with `period` in `unit`s.
+    /// The limiter, with `period` and `WARMUP` in `unit`s.
     pub fn limiter(&self, unit: Unit) -> Result<Limiter, CommandError> {
-        Ok(Limiter::Throttle(Gcra::new(
-            self.max_burst,
-            self.count,
-            self.period,
-            unit,
-        )?))
+        let gcra = Gcra::new(self.max_burst, self.count, self.period, unit)?;
+        Ok(Limiter::Throttle(match self.warmup {
+            Some(period) => gcra.with_warmup(params::warmup(period, unit)?.ticks()),
+            None => gcra,
+        }))
     }
 }
 
@@ -162,7 +198,8 @@ mod tests {
                 Params {
                     max_burst: 15,
                     count: 30,
-                    period: 60
+                    period: 60,
+                    warmup: None,
                 },
                 CommonOptions::default()
             ))
@@ -208,6 +245,7 @@ mod tests {
                 max_burst: b,
                 count: c,
                 period: p,
+                warmup: None,
             };
             assert_eq!(params.limiter(Unit::Seconds).unwrap_err().text(), expected);
         };

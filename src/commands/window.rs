@@ -1,5 +1,5 @@
 //! `RL.WINDOW key limit window [quantity] [FIXED | SLIDING | BUCKETS n] [S | MS | US]
-//! [BLOCK duration] [REFUND]`: window counters, one string key per limiter whatever the
+//! [BLOCK duration] [DELAY max_wait|AT_MOST|FORCE] [REFUND]`: window counters, one string key per limiter whatever the
 //! algorithm; and `RL.WINDOW_RO`, the same decision without writing.
 
 use std::ffi::{c_int, CStr};
@@ -15,7 +15,10 @@ use crate::redis::handler::{callback, Registered};
 use crate::redis::metadata::{Arg, ArgKind, CommandSpec, Mode};
 use crate::redis::stats::CommandStats;
 
-use super::{limiter_spec, single, without_refund, BLOCK_ARG, QUANTITY_ARG, REFUND_ARG, UNIT_ARG};
+use super::{
+    limiter_spec, single, without_refund, BLOCK_ARG, QUANTITY_ARG, REFUND_ARG, SHORTFALL_ARG,
+    UNIT_ARG,
+};
 
 const NAME: &CStr = c"rl.window";
 const NAME_RO: &CStr = c"rl.window_ro";
@@ -49,6 +52,7 @@ const ARGS: &[Arg] = &[
     ALGORITHM_ARG,
     UNIT_ARG,
     BLOCK_ARG,
+    SHORTFALL_ARG,
     REFUND_ARG,
 ];
 
@@ -97,7 +101,7 @@ pub static SPEC_RO: CommandSpec = limiter_spec(
 );
 
 const USAGE: CommandError = CommandError::Message(
-    c"ERR syntax error. Usage: RL.WINDOW key limit window [quantity] [FIXED|SLIDING|BUCKETS n] [S|MS|US] [BLOCK duration] [REFUND]",
+    c"ERR syntax error. Usage: RL.WINDOW key limit window [quantity] [FIXED|SLIDING|BUCKETS n] [S|MS|US] [BLOCK duration] [DELAY max_wait|AT_MOST|FORCE] [REFUND]",
 );
 
 fn run(call: &Invocation, mode: Mode) -> Result<Reply, CommandError> {

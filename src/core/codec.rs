@@ -13,6 +13,7 @@
 //! it; the master's raw string costs the same 16 + 16 bytes), the least any string value
 //! costs besides a small integer.
 
+use super::gcra::GcraState;
 use super::time::{Micros, Ticks};
 
 /// Tag of a `CL.THROTTLE` (GCRA) value, layout version 1.
@@ -21,6 +22,14 @@ pub const GCRA_TAG: u8 = 0xF8;
 /// Length of a `CL.THROTTLE` value: the tag, then the TAT as an unsigned 88-bit
 /// little-endian count of ticks (2^-24 ns) since the Unix epoch.
 pub const GCRA_LEN: usize = 12;
+
+/// Tag of a `CL.THROTTLE ... WARMUP` value: the tag, the TAT as in [`GCRA_TAG`]'s layout,
+/// then how cold the limiter was at its TAT (a span of up to the warm-up period, in ticks,
+/// 11 bytes).
+pub const WARM_GCRA_TAG: u8 = 0xFD;
+
+/// Length of a `CL.THROTTLE ... WARMUP` value.
+pub const WARM_GCRA_LEN: usize = 23;
 
 /// Length of a state written by redis-cell: its TAT in nanoseconds since the epoch, in
 /// decimal. Every instant from 2001 to 2286 has 19 digits.
@@ -104,7 +113,7 @@ pub fn is_state_length(is_own_length: fn(usize) -> bool, len: usize) -> bool {
 
 /// Whether a string of `len` bytes may hold a `CL.THROTTLE` state, ours or redis-cell's.
 pub fn is_gcra_length(len: usize) -> bool {
-    len == GCRA_LEN || len == REDIS_CELL_LEN
+    len == GCRA_LEN || len == REDIS_CELL_LEN || len == WARM_GCRA_LEN
 }
 
 /// Encodes a `CL.THROTTLE` state. `tat` must lie in `0..=Ticks::LATEST`, which every TAT
@@ -115,6 +124,43 @@ pub fn encode_gcra(tat: Ticks) -> [u8; GCRA_LEN] {
     value[0] = GCRA_TAG;
     value[1..].copy_from_slice(&tat.0.to_le_bytes()[..GCRA_LEN - 1]);
     value
+}
+
+/// Encodes a `CL.THROTTLE ... WARMUP` state: the TAT, and the coldness at the TAT (both in
+/// `0..=Ticks::LATEST`).
+pub fn encode_warm_gcra(state: GcraState) -> [u8; WARM_GCRA_LEN] {
+    debug_assert!((0..=Ticks::LATEST.0).contains(&state.tat.0));
+    debug_assert!((0..=Ticks::LATEST.0).contains(&state.cold.0));
+    let mut value = [0; WARM_GCRA_LEN];
+    value[0] = WARM_GCRA_TAG;
+    value[1..GCRA_LEN].copy_from_slice(&state.tat.0.to_le_bytes()[..GCRA_LEN - 1]);
+    value[GCRA_LEN..].copy_from_slice(&state.cold.0.to_le_bytes()[..GCRA_LEN - 1]);
+    value
+}
+
+/// Decodes any `CL.THROTTLE` state: with [`WARM_GCRA_TAG`], the TAT and its coldness; any
+/// other ([`decode_gcra`]), the TAT, warm.
+pub fn decode_gcra_state(value: &[u8]) -> Option<GcraState> {
+    if value.len() != WARM_GCRA_LEN {
+        return decode_gcra(value).map(|tat| GcraState {
+            tat,
+            cold: Ticks(0),
+        });
+    }
+    let (&tag, rest) = value.split_first()?;
+    if tag != WARM_GCRA_TAG {
+        return None;
+    }
+    let (tat, cold) = rest.split_at(GCRA_LEN - 1);
+    let read = |bytes: &[u8]| {
+        let mut word = [0; 16];
+        word[..GCRA_LEN - 1].copy_from_slice(bytes);
+        Ticks(i128::from_le_bytes(word))
+    };
+    Some(GcraState {
+        tat: read(tat),
+        cold: read(cold),
+    })
 }
 
 /// Decodes a `CL.THROTTLE` state, or `None` when the bytes are not one. A state redis-cell

@@ -17,13 +17,15 @@ use std::ffi::CStr;
 use std::ops::Deref;
 
 use super::codec::Placement;
-use super::limiter::{commit_log, decide_log, decide_string, Limiter, LogWrite, StringWrite};
+use super::limiter::{
+    commit_log, decide_log, decide_string, force_log, force_string, Limiter, LogWrite, StringWrite,
+};
 use super::log::{LogLimiter, SlidingLog};
 use super::packed::Packed;
-use super::request::{Action, Request};
+use super::request::{Action, Request, Shortfall};
 use super::ring::Native;
 use super::settle::{Conclusion, Settlement};
-use super::time::{Micros, Millis};
+use super::time::{Micros, Millis, Ticks};
 use super::verdict::Verdict;
 use super::windows::{Scratch, StateError};
 
@@ -166,6 +168,8 @@ impl Decision {
 #[derive(Clone, Copy, Debug)]
 enum Plan {
     String(StringWrite),
+    /// A log's change, for the request as the call settled it (a delayed request at its
+    /// time, a partial one for what was granted).
     Log(LogLimiter, LogWrite),
 }
 
@@ -177,15 +181,34 @@ struct Decision {
     starts_block: bool,
 }
 
+/// What a settled call did, besides each limiter's reply.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Settled {
+    /// How long the caller waits before going ahead (`DELAY`); 0: at once, or refused.
+    pub wait: Micros,
+    /// The quantity admitted: all of it, what fit (`AT_MOST`), or 0 when refused.
+    pub granted: u64,
+    /// Whether some limiter was charged beyond what fit now (`FORCE`).
+    pub owed: bool,
+}
+
+/// How many times a delayed call looks for the time every limiter admits it. Each limiter
+/// fits from the time it names on, so the first look finds it; the others are a margin.
+const DELAY_ROUNDS: usize = 4;
+
 /// Runs `call` on `store`, writing each limiter's reply to `verdicts` (in the limiters'
 /// order), as described in the module's documentation. `N`, at least the number of
 /// limiters, sizes the call's working state: a command of one limiter pays for one.
+///
+/// A take that does not fit now settles by its [`Shortfall`], a rule for every limiter:
+/// refused; delayed to the earliest time every limiter admits it, when that is soon
+/// enough; cut to what fits now; or forced, each limiter charging the rest when it fits.
 pub fn run<S: Store, const N: usize>(
     store: &S,
     call: &Call,
     working: &mut Working,
     verdicts: &mut [Verdict],
-) -> Result<(), S::Error> {
+) -> Result<Settled, S::Error> {
     let Working {
         buffers,
         peek,
@@ -201,38 +224,256 @@ pub fn run<S: Store, const N: usize>(
         let write = call.write && call.request.may_write(limiter.limit());
         let key = keys[index].insert(store.open(index, write)?);
         let buffer = &mut buffers[index];
-        decisions[index] = decide(call, limiter, key, buffer, scratch, &mut verdicts[index])?;
+        decisions[index] = decide(
+            limiter,
+            key,
+            call.now,
+            &call.request,
+            buffer,
+            scratch,
+            &mut verdicts[index],
+        )?;
+    }
+    let mut request = call.request;
+    let mut settled = Settled::default();
+    let refused = verdicts.iter().any(|verdict| verdict.limited);
+    if refused && request.shortfall != Shortfall::Refuse && request.action == Action::Take {
+        let mut all = All {
+            limiters: &call.limiters[..count],
+            keys: &keys[..count],
+            buffers: &mut buffers[..count],
+            decisions: &mut decisions[..count],
+            verdicts,
+            scratch,
+            write: call.write,
+        };
+        (request, settled) = all.settle(call.now, request, peek)?;
     }
     let settlement = Settlement::of(
-        &call.request,
+        &request,
         verdicts
             .iter()
             .zip(call.limiters)
             .map(|(verdict, limiter)| (*verdict, limiter.limit())),
     );
+    if settlement.admitted && request.action == Action::Take {
+        settled.granted = request.quantity;
+    }
     for index in 0..count {
         let (Some(key), decision) = (&mut keys[index], &decisions[index]) else {
             continue;
         };
         let verdict = &mut verdicts[index];
         match settlement.conclusion(call.write, decision.starts_block, verdict) {
-            Conclusion::Commit => commit(call, key, decision, &buffers[index], verdict)?,
+            Conclusion::Commit => {
+                let settled = (call.now + settled.wait, &request);
+                commit(call, settled, key, decision, &buffers[index], verdict)?;
+            }
             Conclusion::Standing => {
                 *verdict = standing(call, &call.limiters[index], key, peek, scratch)?;
             }
             Conclusion::AsDecided => {}
         }
     }
-    Ok(())
+    Ok(settled)
 }
 
-/// Decides `limiter` on its open `key`, changing nothing: its reply goes to `verdict`, a
-/// new string state to `buffer`.
+/// The limiters of a call that did not all admit its take, decided again by its shortfall.
+struct All<'a, K> {
+    limiters: &'a [Limiter],
+    keys: &'a [Option<K>],
+    buffers: &'a mut [Vec<u8>],
+    decisions: &'a mut [Decision],
+    verdicts: &'a mut [Verdict],
+    scratch: &'a mut Scratch,
+    /// Whether the call writes (else a dry run).
+    write: bool,
+}
+
+impl<K: Key> All<'_, K> {
+    /// Settles a take some limiter refused by its shortfall: the request as settled (a
+    /// partial one cut to what fits), and what the call did.
+    #[cold]
+    #[inline(never)]
+    fn settle(
+        &mut self,
+        now: Micros,
+        request: Request,
+        spare: &mut Vec<u8>,
+    ) -> Result<(Request, Settled), K::Error> {
+        let mut settled = Settled::default();
+        if request.quantity == 0 {
+            return Ok((request, settled));
+        }
+        let request = match request.shortfall {
+            Shortfall::Refuse => request,
+            Shortfall::Delay(max_wait) => {
+                settled.wait = self.delay(now, &request, max_wait)?;
+                request
+            }
+            Shortfall::TakePart => self.take_part(now, &request)?,
+            Shortfall::Owe => {
+                settled.owed = self.owe(now, &request, spare)?;
+                request
+            }
+        };
+        Ok((request, settled))
+    }
+
+    /// Decides every limiter again, for `request` at `at`.
+    fn decide_at(&mut self, at: Micros, request: &Request) -> Result<(), K::Error> {
+        for (index, limiter) in self.limiters.iter().enumerate() {
+            let Some(key) = &self.keys[index] else {
+                continue;
+            };
+            self.decisions[index] = decide(
+                limiter,
+                key,
+                at,
+                request,
+                &mut self.buffers[index],
+                self.scratch,
+                &mut self.verdicts[index],
+            )?;
+        }
+        Ok(())
+    }
+
+    /// When every limiter that refused the take now admits it, as far as they say: the
+    /// longest wait they name from `at`; `None` when one never will.
+    fn longest_wait(&self) -> Option<Ticks> {
+        self.verdicts
+            .iter()
+            .filter(|verdict| verdict.limited)
+            .try_fold(Ticks(0), |longest, verdict| {
+                verdict.retry_after.map(|wait| wait.max(longest))
+            })
+    }
+
+    /// `DELAY max_wait`: decides the take at the earliest time `t` every limiter admits it,
+    /// if `t - now` is at most `max_wait`, and returns that wait (each reply then stands as
+    /// at `now`: nothing more fits before `t`). Otherwise the take stays refused, each
+    /// refusal's wait the time from which the same call would be admitted.
+    fn delay(
+        &mut self,
+        now: Micros,
+        request: &Request,
+        max_wait: Micros,
+    ) -> Result<Micros, K::Error> {
+        let mut at = now;
+        for _ in 0..DELAY_ROUNDS {
+            let Some(wait) = self.longest_wait() else {
+                break; // Never fits: refused as without DELAY.
+            };
+            at = at.saturating_add(wait.ceil_micros());
+            if at - now > max_wait {
+                break;
+            }
+            self.decide_at(at, request)?;
+            if self.verdicts.iter().all(|verdict| !verdict.limited) {
+                let later = (at - now).ticks();
+                for verdict in self.verdicts.iter_mut() {
+                    verdict.remaining = 0;
+                    verdict.reset_after = verdict.reset_after + later;
+                }
+                return Ok(at - now);
+            }
+        }
+        if at > now {
+            // Refused: the replies as at `now`, each wait shortened by what the caller
+            // accepts (the combined wait: from when the whole call would be admitted).
+            let needed = (at - now).ticks();
+            self.decide_at(now, request)?;
+            let accepted = max_wait.ticks();
+            for verdict in self.verdicts.iter_mut().filter(|verdict| verdict.limited) {
+                if let Some(wait) = verdict.retry_after {
+                    verdict.retry_after = Some(Ticks((wait.max(needed) - accepted).0.max(0)));
+                }
+            }
+        }
+        Ok(Micros(0))
+    }
+
+    /// `AT_MOST`: the request cut to what every limiter admits now; when nothing fits, a
+    /// request of 1, refused as any other (and starting a block, with `BLOCK`).
+    fn take_part(&mut self, now: Micros, request: &Request) -> Result<Request, K::Error> {
+        let fits = self
+            .verdicts
+            .iter()
+            .filter(|verdict| verdict.limited)
+            .map(|verdict| u64::try_from(verdict.remaining).unwrap_or(0))
+            .fold(request.quantity, u64::min);
+        let part = request.with_quantity(fits.max(1));
+        self.decide_at(now, &part)?;
+        Ok(part)
+    }
+
+    /// `FORCE`: each limiter that refused the take charges it anyway, what fits now and
+    /// the rest when it fits; returns true (something is owed).
+    fn owe(
+        &mut self,
+        now: Micros,
+        request: &Request,
+        spare: &mut Vec<u8>,
+    ) -> Result<bool, K::Error> {
+        for (index, limiter) in self.limiters.iter().enumerate() {
+            let Some(key) = &self.keys[index] else {
+                continue;
+            };
+            if !self.verdicts[index].limited {
+                continue;
+            }
+            let (verdict, plan) = match limiter {
+                Limiter::Log(log_limiter) => {
+                    // Placed on the log itself when the call commits, which gives the reply
+                    // then; a dry run places it on a copy.
+                    let verdict = if self.write {
+                        Verdict {
+                            limited: false,
+                            retry_after: None,
+                            ..self.verdicts[index]
+                        }
+                    } else {
+                        let log = key.native::<SlidingLog>()?;
+                        let mut copy = log.as_deref().cloned().unwrap_or_default();
+                        force_log(log_limiter, &mut copy, now, request.quantity)
+                    };
+                    let plan = Plan::Log(*log_limiter, LogWrite::Force);
+                    (verdict, plan)
+                }
+                limiter => {
+                    let stored = key.string(|len| limiter.accepts_length(len))?;
+                    let buffer = &mut self.buffers[index];
+                    let decision = force_string(
+                        limiter,
+                        stored,
+                        now,
+                        request.quantity,
+                        self.scratch,
+                        buffer,
+                        spare,
+                    )?;
+                    (decision.verdict, Plan::String(decision.write))
+                }
+            };
+            self.verdicts[index] = verdict;
+            self.decisions[index] = Decision {
+                plan,
+                starts_block: false,
+            };
+        }
+        Ok(true)
+    }
+}
+
+/// Decides `limiter` on its open `key` for `request` at `at`, changing nothing: its reply
+/// goes to `verdict`, a new string state to `buffer`.
 #[inline(always)]
 fn decide<K: Key>(
-    call: &Call,
     limiter: &Limiter,
     key: &K,
+    at: Micros,
+    request: &Request,
     buffer: &mut Vec<u8>,
     scratch: &mut Scratch,
     verdict: &mut Verdict,
@@ -241,7 +482,7 @@ fn decide<K: Key>(
         Limiter::Log(log_limiter) => {
             let log = key.native::<SlidingLog>()?;
             let write;
-            (*verdict, write) = decide_log(log_limiter, log.as_deref(), call.now, &call.request);
+            (*verdict, write) = decide_log(log_limiter, log.as_deref(), at, request);
             Decision {
                 plan: Plan::Log(*log_limiter, write),
                 starts_block: matches!(write, LogWrite::StartBlock(_)),
@@ -249,8 +490,7 @@ fn decide<K: Key>(
         }
         limiter => {
             let stored = key.string(|len| limiter.accepts_length(len))?;
-            let decision =
-                decide_string(limiter, stored, call.now, &call.request, scratch, buffer)?;
+            let decision = decide_string(limiter, stored, at, request, true, scratch, buffer)?;
             *verdict = decision.verdict;
             Decision {
                 plan: Plan::String(decision.write),
@@ -276,16 +516,18 @@ fn standing<K: Key>(
         }
         limiter => {
             let stored = key.string(|len| limiter.accepts_length(len))?;
-            decide_string(limiter, stored, call.now, &look, scratch, peek)?.verdict
+            decide_string(limiter, stored, call.now, &look, false, scratch, peek)?.verdict
         }
     })
 }
 
 /// Stores what a limiter decided on its open key (`value`: the new string state), and
-/// brings its reply, `verdict`, to the state after.
+/// brings its reply, `verdict`, to the state after; `settled` is the request as the call
+/// settled it, and the time it was decided for.
 #[inline(always)]
 fn commit<K: Key>(
     call: &Call,
+    settled: (Micros, &Request),
     key: &mut K,
     decision: &Decision,
     value: &[u8],
@@ -298,19 +540,20 @@ fn commit<K: Key>(
             placement,
         }) => key.put_string(value, placement, expire_at)?,
         Plan::String(StringWrite::Delete) => key.delete()?,
-        Plan::Log(log_limiter, write) => {
-            let (request, now) = (&call.request, call.now);
+        Plan::Log(limiter, write) => {
+            let (at, request) = settled;
             key.change_native(
                 true,
                 |log: &mut SlidingLog| {
-                    let expire_at = commit_log(&log_limiter, log, now, request, write, verdict);
+                    let expire_at =
+                        commit_log(&limiter, log, call.now, at, request, write, verdict);
                     NativeChange {
                         reply: (),
                         changed: true,
                         after: After::expiring(expire_at),
                     }
                 },
-                |(), packed| log_effect(&log_limiter, request, now, packed),
+                |(), packed| log_effect(&limiter, &call.request, call.now, packed),
             )?;
         }
     }
@@ -319,7 +562,8 @@ fn commit<K: Key>(
 
 /// What a log's change propagates: the call again, with its time, so that replicas and the
 /// AOF reach the same log and expiry (a few integers, whatever the log's length):
-/// `RL.LOG.REPLAY key limit,window_us,quantity,now_us[,REFUND|,BLOCK,us]`.
+/// `RL.LOG.REPLAY key limit,window_us,quantity,now_us[,REFUND|,BLOCK,us|,DELAY,us|,AT_MOST|,FORCE]`.
+/// The engine decides it again the same way.
 pub fn log_effect(
     limiter: &LogLimiter,
     request: &Request,
@@ -331,14 +575,23 @@ pub fn log_effect(
         .int(limiter.window().0)
         .int(request.quantity as i64)
         .int(now.0);
-    match (request.action, request.block) {
-        (Action::Refund, _) => {
+    match (request.action, request.block, request.shortfall) {
+        (Action::Refund, ..) => {
             packed.word("REFUND");
         }
-        (Action::Take, Some(block)) => {
+        (Action::Take, Some(block), _) => {
             packed.word("BLOCK").int(block.0);
         }
-        (Action::Take, None) => {}
+        (Action::Take, None, Shortfall::Delay(max_wait)) => {
+            packed.word("DELAY").int(max_wait.0);
+        }
+        (Action::Take, None, Shortfall::TakePart) => {
+            packed.word("AT_MOST");
+        }
+        (Action::Take, None, Shortfall::Owe) => {
+            packed.word("FORCE");
+        }
+        (Action::Take, None, Shortfall::Refuse) => {}
     }
     LOG_REPLAY
 }
@@ -348,3 +601,6 @@ pub mod memory;
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod shortfall_tests;

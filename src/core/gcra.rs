@@ -6,6 +6,13 @@
 //! admitted when that new TAT minus `tau` is not after `now`. The bucket is full again (and
 //! the state can be forgotten) once `now` reaches the TAT. This is redis-cell's algorithm;
 //! the replies match it, without its overflow and rounding defects.
+//!
+//! With a warm-up (`WARMUP period`, Guava's `SmoothWarmingUp`), a limiter idle long enough
+//! starts cold: each unit then costs more of the bucket, up to three times `T`, and the cost
+//! falls linearly to `T` over `period` of sustained use. How cold it is, a span from 0 to
+//! `period`, is kept beside the TAT: it grows by the time the limiter spends idle (past its
+//! TAT) and falls by `T` per unit taken. Above half the period, a unit costs
+//! `T * (4 * cold / period - 1)`; below, `T`. A missing key is the coldest.
 
 use super::params::ParamError;
 use super::time::{Ticks, Unit};
@@ -20,6 +27,17 @@ pub struct Gcra {
     tolerance: Ticks,
     /// `max_burst + 1`: the most admitted at once.
     limit: i64,
+    /// `WARMUP period`; `Ticks(0)` for none.
+    warmup: Ticks,
+}
+
+/// A stored state: the TAT, and with a warm-up, how cold the limiter was at its TAT.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GcraState {
+    /// The theoretical arrival time.
+    pub tat: Ticks,
+    /// How cold the limiter was at `tat`, from 0 (warm) to the warm-up period.
+    pub cold: Ticks,
 }
 
 /// The decision for one request and the state to store.
@@ -27,9 +45,9 @@ pub struct Gcra {
 pub struct GcraOutcome {
     /// The reply, before rounding.
     pub verdict: Verdict,
-    /// The new TAT to store (and to expire the key at), or `None` when nothing changes:
-    /// a refused request or a peek.
-    pub new_tat: Option<Ticks>,
+    /// The new state to store, or `None` when nothing changes: a refused request or a
+    /// peek.
+    pub new_state: Option<GcraState>,
 }
 
 impl Gcra {
@@ -58,7 +76,62 @@ impl Gcra {
             interval,
             tolerance,
             limit,
+            warmup: Ticks(0),
         })
+    }
+
+    /// The same limiter with a warm-up of `period` (positive, at most [`Ticks::MAX_SPAN`]).
+    pub fn with_warmup(self, period: Ticks) -> Gcra {
+        debug_assert!(period.0 > 0 && period <= Ticks::MAX_SPAN);
+        Gcra {
+            warmup: period,
+            ..self
+        }
+    }
+
+    /// Whether it has a warm-up: its state then keeps how cold it is.
+    pub fn warms_up(&self) -> bool {
+        self.warmup.0 > 0
+    }
+
+    /// When a stored state stops mattering: once the TAT has passed and, with a warm-up,
+    /// the limiter has gone back to the coldest, it is the state of a missing key.
+    pub fn state_end(&self, state: GcraState) -> Ticks {
+        if self.warms_up() {
+            state.tat + Ticks((self.warmup.0 - state.cold.0).max(0))
+        } else {
+            state.tat
+        }
+    }
+
+    /// How cold the limiter is at `now`, given its stored state (`None`: the coldest). 0
+    /// without a warm-up.
+    fn cold_at(&self, stored: Option<GcraState>, now: Ticks) -> Ticks {
+        if !self.warms_up() {
+            return Ticks(0);
+        }
+        stored.map_or(self.warmup, |state| {
+            let idle = Ticks((now - state.tat).0.max(0));
+            Ticks((state.cold.0 + idle.0).min(self.warmup.0))
+        })
+    }
+
+    /// What `quantity` units cost of the bucket, `cold` as it is: `T` each, more for the
+    /// units taken while colder than half the warm-up period (the area under the cost line
+    /// between the coldness before and after). `None` when it overflows.
+    fn cost(&self, cold: Ticks, quantity: u64) -> Option<Ticks> {
+        let base = self.interval.checked_times(quantity)?;
+        let above = cold.0 - self.warmup.0 / 2;
+        if !self.warms_up() || above <= 0 {
+            return Some(base);
+        }
+        // Units above the half-way line cost T more per half period of coldness above it:
+        // between the line's height before (2 * above / period) and after. Floating point
+        // for the product of two spans of up to 2^87 ticks; rounded up, so that a cost is
+        // never under its exact value.
+        let taken = base.0.min(above) as f64;
+        let extra = 2.0 * taken * (2.0 * above as f64 - taken) / self.warmup.0 as f64;
+        base.0.checked_add(extra.ceil() as i128).map(Ticks)
     }
 
     /// `max_burst + 1`: the largest quantity ever admitted at once.
@@ -66,11 +139,14 @@ impl Gcra {
         self.limit
     }
 
-    /// Decides a request of `quantity` at `now`, given the stored TAT (`None` for a new or
-    /// expired key). A `quantity` of 0 is a peek: it reports the state and never writes.
+    /// Decides a request of `quantity` at `now`, given the stored state (`None` for a new
+    /// or expired key). A `quantity` of 0 is a peek: it reports the state and never writes.
     #[inline(always)]
-    pub fn apply(&self, stored_tat: Option<Ticks>, now: Ticks, quantity: u64) -> GcraOutcome {
-        let tat = stored_tat.map_or(now, |stored| stored.max(now));
+    pub fn apply(&self, stored: Option<GcraState>, now: Ticks, quantity: u64) -> GcraOutcome {
+        if self.warms_up() {
+            return self.apply_warming(stored, now, quantity);
+        }
+        let tat = stored.map_or(now, |stored| stored.tat.max(now));
         // How far the bucket is from full, in time: the current reset_after.
         let backlog = tat - now;
         let refuse = |retry_after| GcraOutcome {
@@ -81,7 +157,7 @@ impl Gcra {
                 retry_after,
                 reset_after: backlog,
             },
-            new_tat: None,
+            new_state: None,
         };
         // Checked first: a quantity above the limit never fits, and T * quantity could
         // overflow.
@@ -102,7 +178,52 @@ impl Gcra {
                 retry_after: None,
                 reset_after: backlog,
             },
-            new_tat: (quantity > 0).then_some(new_tat),
+            new_state: (quantity > 0).then_some(GcraState {
+                tat: new_tat,
+                cold: Ticks(0),
+            }),
+        }
+    }
+
+    /// [`Gcra::apply`] with a warm-up: each unit costs what the coldness makes it.
+    #[inline(never)]
+    fn apply_warming(&self, stored: Option<GcraState>, now: Ticks, quantity: u64) -> GcraOutcome {
+        let tat = stored.map_or(now, |stored| stored.tat.max(now));
+        let cold = self.cold_at(stored, now);
+        let backlog = tat - now;
+        let refuse = |retry_after| GcraOutcome {
+            verdict: Verdict {
+                limited: true,
+                limit: self.limit,
+                remaining: self.remaining_cold(backlog, cold),
+                retry_after,
+                reset_after: backlog,
+            },
+            new_state: None,
+        };
+        let cost = match self.cost(cold, quantity) {
+            Some(cost) if quantity <= self.limit as u64 => cost,
+            _ => return refuse(None),
+        };
+        let new_tat = tat + cost;
+        let allow_at = new_tat - self.tolerance;
+        if now < allow_at {
+            // It fits once the backlog drains, while it is no colder: unless it costs more
+            // than the whole bucket at this coldness (a cold limiter's idle only cools it).
+            let fits = cost <= self.tolerance;
+            return refuse(fits.then(|| allow_at - now));
+        }
+        let backlog = new_tat - now;
+        let cold = Ticks((cold.0 - self.interval.times(quantity).0).max(0));
+        GcraOutcome {
+            verdict: Verdict {
+                limited: false,
+                limit: self.limit,
+                remaining: self.remaining_cold(backlog, cold),
+                retry_after: None,
+                reset_after: backlog,
+            },
+            new_state: (quantity > 0).then_some(GcraState { tat: new_tat, cold }),
         }
     }
 
@@ -110,13 +231,15 @@ impl Gcra {
     /// never before `now`, so a refund never gives more than a full bucket. The verdict is
     /// the standing after, as a peek sees it; `new_tat` is `Some` when the state changed (a
     /// missing or already full bucket has nothing to give back).
-    pub fn refund(&self, stored_tat: Option<Ticks>, now: Ticks, quantity: u64) -> GcraOutcome {
-        let tat = stored_tat.map_or(now, |stored| stored.max(now));
+    pub fn refund(&self, stored: Option<GcraState>, now: Ticks, quantity: u64) -> GcraOutcome {
+        let tat = stored.map_or(now, |stored| stored.tat.max(now));
+        let cold = self.cold_at(stored, now);
         let back = self.interval.checked_times(quantity);
         let new_tat = back.map_or(now, |back| (tat - back).max(now));
+        let after = GcraState { tat: new_tat, cold };
         GcraOutcome {
-            verdict: self.apply(Some(new_tat), now, 0).verdict,
-            new_tat: (new_tat < tat).then_some(new_tat),
+            verdict: self.apply(Some(after), now, 0).verdict,
+            new_state: (new_tat < tat).then_some(after),
         }
     }
 
@@ -130,6 +253,30 @@ impl Gcra {
             // room <= tolerance = interval * limit, so this is at most limit.
             whole_intervals(room, self.interval)
         }
+    }
+
+    /// [`Gcra::remaining`], `cold` as it is: colder units cost more, so the most whose cost
+    /// fits, at most what fits warm.
+    fn remaining_cold(&self, backlog: Ticks, cold: Ticks) -> i64 {
+        let warm = self.remaining(backlog);
+        if cold.0 <= self.warmup.0 / 2 {
+            return warm;
+        }
+        let room = self.tolerance - backlog;
+        let fits = |units: i64| {
+            self.cost(cold, units as u64)
+                .is_some_and(|cost| cost <= room)
+        };
+        let (mut low, mut high) = (0, warm);
+        while low < high {
+            let middle = low + (high - low + 1) / 2;
+            if fits(middle) {
+                low = middle;
+            } else {
+                high = middle - 1;
+            }
+        }
+        low
     }
 }
 
@@ -201,7 +348,7 @@ mod tests {
     /// A limiter and its stored TAT, driven by a controlled clock.
     struct Bucket {
         gcra: Gcra,
-        tat: Option<Ticks>,
+        tat: Option<GcraState>,
     }
 
     impl Bucket {
@@ -215,14 +362,22 @@ mod tests {
         /// One call at `now`, replied in seconds as redis-cell does.
         fn call(&mut self, now: Ticks, quantity: u64) -> [i64; 5] {
             let outcome = self.gcra.apply(self.tat, now, quantity);
-            if let Some(tat) = outcome.new_tat {
-                self.tat = Some(tat);
+            if let Some(state) = outcome.new_state {
+                self.tat = Some(state);
             }
             outcome.verdict.to_reply(Unit::Seconds, Rounding::RedisCell)
         }
     }
 
     const START: Ticks = Micros(1_700_000_000_000_000).ticks();
+
+    /// A stored TAT, warm.
+    fn warm(tat: Ticks) -> GcraState {
+        GcraState {
+            tat,
+            cold: Ticks(0),
+        }
+    }
 
     fn ms(millis: i64) -> Ticks {
         Micros(millis * 1_000).ticks()
@@ -259,15 +414,18 @@ mod tests {
         let gcra = Gcra::new(4, 1, 1, Unit::Seconds).unwrap();
         // After five at START and one at +3.0 s, the TAT is START + 6 s.
         let at = START + ms(3_100);
-        let outcome = gcra.apply(Some(START + ms(6_000)), at, 1);
-        assert_eq!(outcome.new_tat, Some(START + ms(7_000)));
+        let outcome = gcra.apply(Some(warm(START + ms(6_000))), at, 1);
+        assert_eq!(
+            outcome.new_state.map(|state| state.tat),
+            Some(START + ms(7_000))
+        );
         assert_eq!(outcome.verdict.reset_after, ms(3_900));
         assert_eq!(outcome.verdict.remaining, 1);
         // A request for five when only two fit: wait until three have leaked.
-        let outcome = gcra.apply(Some(START + ms(12_500)), START + ms(9_500), 5);
+        let outcome = gcra.apply(Some(warm(START + ms(12_500))), START + ms(9_500), 5);
         assert!(outcome.verdict.limited);
         assert_eq!(outcome.verdict.retry_after, Some(ms(3_000)));
-        assert_eq!(outcome.new_tat, None);
+        assert_eq!(outcome.new_state.map(|state| state.tat), None);
     }
 
     /// The burst vectors of ../shared/notes/redis-cell.md: the clock barely moves (10 us a
@@ -306,7 +464,7 @@ mod tests {
     fn a_peek_on_a_new_key_reports_a_full_bucket_and_writes_nothing() {
         let gcra = Gcra::new(4, 1, 1, Unit::Seconds).unwrap();
         let outcome = gcra.apply(None, START, 0);
-        assert_eq!(outcome.new_tat, None);
+        assert_eq!(outcome.new_state.map(|state| state.tat), None);
         assert_eq!(
             outcome.verdict.to_reply(Unit::Seconds, Rounding::RedisCell),
             [0, 5, 5, -1, 0]
@@ -316,8 +474,8 @@ mod tests {
     #[test]
     fn an_oversized_quantity_keeps_the_current_state() {
         let gcra = Gcra::new(4, 1, 1, Unit::Seconds).unwrap();
-        let outcome = gcra.apply(Some(START + ms(2_000)), START, 6);
-        assert_eq!(outcome.new_tat, None);
+        let outcome = gcra.apply(Some(warm(START + ms(2_000))), START, 6);
+        assert_eq!(outcome.new_state.map(|state| state.tat), None);
         assert_eq!(
             outcome.verdict.to_reply(Unit::Seconds, Rounding::RedisCell),
             [1, 5, 3, -1, 2]
@@ -332,28 +490,52 @@ mod tests {
         let gcra = Gcra::new(4, 1, 1, Unit::Seconds).unwrap();
         // Three taken at START: the TAT is START + 3 s.
         let tat = START + ms(3_000);
-        let outcome = gcra.refund(Some(tat), START, 2);
-        assert_eq!(outcome.new_tat, Some(START + ms(1_000)));
+        let outcome = gcra.refund(Some(warm(tat)), START, 2);
+        assert_eq!(
+            outcome.new_state.map(|state| state.tat),
+            Some(START + ms(1_000))
+        );
         assert_eq!(
             outcome.verdict.to_reply(Unit::Seconds, Rounding::RedisCell),
             [0, 5, 4, -1, 1]
         );
         // More than was taken: a full bucket, no more.
-        let outcome = gcra.refund(Some(tat), START + ms(500), 100);
-        assert_eq!(outcome.new_tat, Some(START + ms(500)));
+        let outcome = gcra.refund(Some(warm(tat)), START + ms(500), 100);
+        assert_eq!(
+            outcome.new_state.map(|state| state.tat),
+            Some(START + ms(500))
+        );
         assert_eq!(outcome.verdict.remaining, 5);
         // Nothing to give back: a missing key, or a full bucket.
-        assert_eq!(gcra.refund(None, START, 1).new_tat, None);
-        assert_eq!(gcra.refund(Some(START - ms(1)), START, 1).new_tat, None);
-        assert_eq!(gcra.refund(Some(tat), START, 0).new_tat, None);
+        assert_eq!(
+            gcra.refund(None, START, 1).new_state.map(|state| state.tat),
+            None
+        );
+        assert_eq!(
+            gcra.refund(Some(warm(START - ms(1))), START, 1)
+                .new_state
+                .map(|state| state.tat),
+            None
+        );
+        assert_eq!(
+            gcra.refund(Some(warm(tat)), START, 0)
+                .new_state
+                .map(|state| state.tat),
+            None
+        );
         // A huge quantity does not overflow.
-        assert_eq!(gcra.refund(Some(tat), START, u64::MAX).new_tat, Some(START));
+        assert_eq!(
+            gcra.refund(Some(warm(tat)), START, u64::MAX)
+                .new_state
+                .map(|state| state.tat),
+            Some(START)
+        );
     }
 
     #[test]
     fn a_stale_tat_counts_as_a_full_bucket() {
         let gcra = Gcra::new(4, 1, 1, Unit::Seconds).unwrap();
-        let outcome = gcra.apply(Some(START - ms(500)), START, 6);
+        let outcome = gcra.apply(Some(warm(START - ms(500))), START, 6);
         assert_eq!(outcome.verdict.remaining, 5);
         assert_eq!(outcome.verdict.reset_after, Ticks(0));
     }
@@ -363,9 +545,9 @@ mod tests {
         // 10 per 100 ms, burst 1: T = 10 ms.
         let gcra = Gcra::new(1, 10, 100, Unit::Milliseconds).unwrap();
         let first = gcra.apply(None, START, 1);
-        assert_eq!(first.new_tat, Some(START + ms(10)));
-        let second = gcra.apply(first.new_tat, START, 1);
-        let third = gcra.apply(second.new_tat, START, 1);
+        assert_eq!(first.new_state.map(|state| state.tat), Some(START + ms(10)));
+        let second = gcra.apply(first.new_state, START, 1);
+        let third = gcra.apply(second.new_state, START, 1);
         assert!(third.verdict.limited);
         assert_eq!(
             third.verdict.to_reply(Unit::Milliseconds, Rounding::Up),
@@ -382,8 +564,8 @@ mod tests {
         for _ in 0..2_000 {
             let outcome = gcra.apply(tat, START, 1);
             assert!(outcome.verdict.remaining <= 1_000);
-            if let Some(new_tat) = outcome.new_tat {
-                tat = Some(new_tat);
+            if let Some(new_tat) = outcome.new_state.map(|state| state.tat) {
+                tat = Some(warm(new_tat));
                 admitted += 1;
             }
         }
@@ -403,7 +585,11 @@ mod tests {
         let mut tat = START;
         for _ in 0..1_000_000 {
             // Each request arrives exactly at the TAT, so each is admitted.
-            tat = gcra.apply(Some(tat), tat, 1).new_tat.unwrap();
+            tat = gcra
+                .apply(Some(warm(tat)), tat, 1)
+                .new_state
+                .map(|state| state.tat)
+                .unwrap();
         }
         let elapsed = tat - START;
         let exact = Ticks(1_000_000 * Ticks::SECOND.0 / 3);
@@ -457,14 +643,14 @@ mod tests {
         gcra: &Gcra,
         stream: &[(i64, u64)],
         mut check: impl FnMut(Ticks, u64, &GcraOutcome),
-    ) -> (Option<Ticks>, Ticks) {
+    ) -> (Option<GcraState>, Ticks) {
         let mut tat = None;
         let mut now = START;
         for &(gap, quantity) in stream {
             now = now + Micros(gap).ticks();
             let outcome = gcra.apply(tat, now, quantity);
             check(now, quantity, &outcome);
-            tat = outcome.new_tat.or(tat);
+            tat = outcome.new_state.or(tat);
         }
         (tat, now)
     }
@@ -485,6 +671,94 @@ mod tests {
                 emission_interval_wide(period as u64, count as u64, Unit::Microseconds)
             );
         }
+    }
+
+    /// A warm-up limiter of `count` per second, bursts of `max_burst + 1`.
+    fn warming(max_burst: i64, count: i64, warmup_ms: i64) -> Gcra {
+        Gcra::new(max_burst, count, 1, Unit::Seconds)
+            .unwrap()
+            .with_warmup(ms(warmup_ms))
+    }
+
+    /// Requests admitted in each second of `seconds`, for a client asking for one unit every
+    /// `every_ms` from START, on a limiter that starts cold.
+    fn admitted_per_second(gcra: &Gcra, every_ms: i64, seconds: i64) -> Vec<u64> {
+        let mut state = None;
+        let mut counts = vec![0; seconds as usize];
+        for step in 0..seconds * 1_000 / every_ms {
+            let now = START + ms(step * every_ms);
+            let outcome = gcra.apply(state, now, 1);
+            if let Some(after) = outcome.new_state {
+                state = Some(after);
+                counts[(step * every_ms / 1_000) as usize] += 1;
+            }
+        }
+        counts
+    }
+
+    #[test]
+    fn a_cold_limiter_costs_up_to_three_intervals_a_unit() {
+        let gcra = warming(9, 10, 10_000);
+        let interval = ms(100);
+        let first = gcra.apply(None, START, 1).new_state.unwrap();
+        // The first unit's cost: the area under the cost line from 3 T down over one unit.
+        let cost = first.tat - START;
+        assert!(
+            cost > interval.times(3) - ms(3) && cost <= interval.times(3),
+            "{cost:?}"
+        );
+        assert_eq!(first.cold, ms(10_000 - 100));
+        // Cold, the bucket of ten takes three at once; warm, all ten.
+        assert_eq!(gcra.apply(None, START, 0).verdict.remaining, 3);
+        let warm = GcraState {
+            tat: START,
+            cold: Ticks(0),
+        };
+        assert_eq!(gcra.apply(Some(warm), START, 0).verdict.remaining, 10);
+        // Without a warm-up, a missing key is simply full.
+        let plain = Gcra::new(9, 10, 1, Unit::Seconds).unwrap();
+        assert_eq!(plain.apply(None, START, 0).verdict.remaining, 10);
+    }
+
+    #[test]
+    fn sustained_use_warms_it_over_the_period_and_idleness_cools_it() {
+        let gcra = warming(9, 10, 10_000);
+        let counts = admitted_per_second(&gcra, 10, 14);
+        // A third of the burst at once, then from under half the rate up to the full rate
+        // by the end of the period.
+        assert!(counts[0] >= 3 && counts[0] <= 8, "{counts:?}");
+        assert!(counts[1] <= 5, "{counts:?}");
+        assert!(
+            counts[1..].windows(2).all(|pair| pair[1] + 1 >= pair[0]),
+            "{counts:?}"
+        );
+        assert!(counts[9..].iter().all(|&count| count == 10), "{counts:?}");
+        let total_warming: u64 = counts[..10].iter().sum();
+        assert!(total_warming < 80, "{counts:?}");
+        // Left idle for the period, it is as cold as a new key.
+        let mut state = None;
+        for step in 0..1_400 {
+            let outcome = gcra.apply(state, START + ms(step * 10), 1);
+            state = outcome.new_state.or(state);
+        }
+        let idle = START + ms(14_000 + 10_000 + 1_000);
+        assert_eq!(
+            gcra.apply(state, idle, 0).verdict,
+            gcra.apply(None, idle, 0).verdict
+        );
+    }
+
+    /// The ramp docs/commands/cl.throttle.md shows, computed here.
+    #[test]
+    fn the_documented_warm_up_ramp_is_this_one() {
+        let gcra = warming(9, 10, 10_000);
+        let counts = admitted_per_second(&gcra, 10, 12);
+        let mut table = String::from("| Second | Admitted |\n|---:|---:|\n");
+        for (second, count) in counts.iter().enumerate() {
+            table.push_str(&format!("| {} | {} |\n", second + 1, count));
+        }
+        let doc = include_str!("../../docs/commands/cl.throttle.md");
+        assert!(doc.contains(&table), "the page should hold:\n{table}");
     }
 
     proptest! {
@@ -535,10 +809,10 @@ mod tests {
                 assert!(verdict.remaining >= 0 && verdict.remaining <= verdict.limit);
                 assert!(verdict.reset_after.0 >= 0 && verdict.reset_after <= gcra.tolerance);
                 if !verdict.limited && quantity > 0 {
-                    assert_eq!(outcome.new_tat, Some(now + verdict.reset_after));
+                    assert_eq!(outcome.new_state.map(|state| state.tat), Some(now + verdict.reset_after));
                     admitted.push((now, quantity));
                 } else {
-                    assert_eq!(outcome.new_tat, None);
+                    assert_eq!(outcome.new_state.map(|state| state.tat), None);
                 }
             });
             for i in 0..admitted.len() {
@@ -585,11 +859,11 @@ mod tests {
             quantity in any::<u64>(),
         ) {
             if let Ok(gcra) = Gcra::new(max_burst, count, period, Unit::Milliseconds) {
-                let outcome = gcra.apply(stored.map(Ticks), Ticks(now), quantity);
+                let outcome = gcra.apply(stored.map(|tat| warm(Ticks(tat))), Ticks(now), quantity);
                 let reply = outcome.verdict.to_reply(Unit::Microseconds, Rounding::Up);
                 prop_assert!(reply[2] >= 0 && reply[2] <= reply[1]);
                 prop_assert!(reply[3] >= -1 && reply[4] >= 0);
-                if let Some(tat) = outcome.new_tat {
+                if let Some(tat) = outcome.new_state.map(|state| state.tat) {
                     prop_assert!(tat <= Ticks(now) + gcra.tolerance);
                     prop_assert!(tat <= Ticks::LATEST);
                 }

@@ -11,11 +11,12 @@
 
 use super::block::{self, Write};
 use super::codec::{
-    decode_gcra, encode_gcra, is_gcra_length, is_state_length, push_blocked_header, split_blocked,
-    Placement,
+    decode_gcra_state, encode_gcra, encode_warm_gcra, is_gcra_length, is_state_length,
+    push_blocked_header, split_blocked, Placement,
 };
 use super::gcra::Gcra;
 use super::log::{Live, LogLimiter, SlidingLog};
+use super::params::MAX_DEBT_LIMITS;
 use super::request::{Action, Request};
 use super::time::{Micros, Millis};
 use super::verdict::Verdict;
@@ -39,6 +40,16 @@ impl Limiter {
             Limiter::Throttle(gcra) => gcra.limit() as u64,
             Limiter::Window(window) => window.limit(),
             Limiter::Log(log) => log.limit(),
+        }
+    }
+
+    /// When every request its stored string `state` counts may go ahead: a take goes no
+    /// earlier (first come, first served). GCRA's state, the TAT, already holds its queue:
+    /// `Micros(0)`.
+    fn queue_end(&self, state: &[u8]) -> Micros {
+        match self {
+            Limiter::Window(window) => window.queue_end(state),
+            Limiter::Throttle(_) | Limiter::Log(_) => Micros(0),
         }
     }
 
@@ -93,21 +104,27 @@ struct Own {
 }
 
 /// Decides `request` at `now` for a limiter whose state is a string, given the key's value
-/// (`None` for a missing key). What to store is appended to `value` (cleared first).
-/// `StateError` when the value is not this limiter's state; a `Log` limiter has no string
-/// state and always gets `Foreign`.
+/// (`None` for a missing key). What to store is appended to `value` (cleared first);
+/// `in_place` allows it to be the bytes that change at the end of `stored` (a placement
+/// past 0), when `stored` is the key's value. `StateError` when the value is not this
+/// limiter's state; a `Log` limiter has no string state and always gets `Foreign`.
+///
+/// A take that comes while requests are scheduled ahead of it (`DELAY`, `FORCE`) is refused:
+/// its turn comes when they have gone, and its wait says when it fits after them.
 #[inline(always)]
 pub fn decide_string(
     limiter: &Limiter,
     stored: Option<&[u8]>,
     now: Micros,
     request: &Request,
+    in_place: bool,
     scratch: &mut Scratch,
     value: &mut Vec<u8>,
 ) -> Result<StringDecision, StateError> {
     let (blocked_until, own_state) = stored.map_or((Micros(0), None), split_blocked);
     // Only a value that is the algorithm's state alone can be patched in place.
-    let patch = own_state.is_some() && own_state.map(<[u8]>::len) == stored.map(<[u8]>::len);
+    let patch =
+        in_place && own_state.is_some() && own_state.map(<[u8]>::len) == stored.map(<[u8]>::len);
     value.clear();
     // A refund during a block stores its state behind the block's header.
     let kept_block =
@@ -115,7 +132,15 @@ pub fn decide_string(
     if let Some(until) = kept_block {
         push_blocked_header(until, value);
     }
-    let mut own = decide_own(limiter, own_state, now, request, patch, scratch, value)?;
+    let queue_end = match (request.action, own_state) {
+        (Action::Take, Some(state)) => limiter.queue_end(state),
+        _ => Micros(0),
+    };
+    let mut own = if queue_end > now {
+        queued(limiter, own_state, now, queue_end, request, scratch, value)?
+    } else {
+        decide_own(limiter, own_state, now, request, patch, scratch, value)?
+    };
     if blocked_take(request, blocked_until, now, &own.verdict) {
         // Refused by the block alone: the standing is the uncharged one.
         let peek = Request::take(0);
@@ -153,6 +178,126 @@ pub fn decide_string(
     })
 }
 
+/// The most steps a `FORCE` takes to place its quantity: one limit's worth takes at most
+/// two (what fits, then the wait for the next), and a call charges at most
+/// [`MAX_DEBT_LIMITS`] limits.
+const MAX_FORCE_STEPS: usize = 2 * MAX_DEBT_LIMITS as usize + 4;
+
+/// Decides a `FORCE` take of `quantity` at `now` that does not all fit now: what fits is
+/// charged now, and the rest at the earliest times it fits, a limit's worth at a time, as
+/// `DELAY` would schedule it without a bound. The request is admitted; the later charges
+/// are a debt the limiter's next requests wait out. What to store is left in `value`, whole;
+/// `spare` is working memory. The caller checked the quantity
+/// ([`super::params::force_quantity`]).
+pub fn force_string(
+    limiter: &Limiter,
+    stored: Option<&[u8]>,
+    now: Micros,
+    quantity: u64,
+    scratch: &mut Scratch,
+    value: &mut Vec<u8>,
+    spare: &mut Vec<u8>,
+) -> Result<StringDecision, StateError> {
+    let limit = limiter.limit();
+    let (mut at, mut left) = (now, quantity);
+    // Whether `value` holds the state so far (else it is still `stored`).
+    let mut charged = None;
+    for _ in 0..MAX_FORCE_STEPS {
+        let state = if charged.is_some() {
+            Some(&value[..])
+        } else {
+            stored
+        };
+        let part = left.min(limit);
+        // Each step reads the state the one before wrote: every value is whole.
+        let mut decision = decide_string(
+            limiter,
+            state,
+            at,
+            &Request::take(part),
+            false,
+            scratch,
+            spare,
+        )?;
+        if decision.verdict.limited {
+            let fits = u64::try_from(decision.verdict.remaining)
+                .unwrap_or(0)
+                .min(part);
+            if fits == 0 {
+                let wait = decision.verdict.retry_after.ok_or(StateError::Foreign)?;
+                at = at.saturating_add(wait.ceil_micros().max(Micros(1)));
+                continue;
+            }
+            decision = decide_string(
+                limiter,
+                state,
+                at,
+                &Request::take(fits),
+                false,
+                scratch,
+                spare,
+            )?;
+            left -= fits;
+        } else {
+            left -= part;
+        }
+        std::mem::swap(value, spare);
+        charged = Some(decision);
+        if left == 0 {
+            break;
+        }
+    }
+    let Some(last) = charged.filter(|_| left == 0) else {
+        return Err(StateError::Foreign); // Not reached for a checked quantity.
+    };
+    let later = (at - now).ticks();
+    Ok(StringDecision {
+        verdict: Verdict {
+            limited: false,
+            remaining: if at > now { 0 } else { last.verdict.remaining },
+            retry_after: None,
+            reset_after: last.verdict.reset_after + later,
+            ..last.verdict
+        },
+        ..last
+    })
+}
+
+/// A take at `now` behind requests scheduled until `queue_end`: refused, waiting for them
+/// and then for room as the limiter will stand at `queue_end`.
+#[cold]
+fn queued(
+    limiter: &Limiter,
+    own_state: Option<&[u8]>,
+    now: Micros,
+    queue_end: Micros,
+    request: &Request,
+    scratch: &mut Scratch,
+    value: &mut Vec<u8>,
+) -> Result<Own, StateError> {
+    let ahead = (queue_end - now).ticks();
+    let then = decide_own(
+        limiter, own_state, queue_end, request, false, scratch, value,
+    )?
+    .verdict;
+    let peek = Request::take(0);
+    let standing = decide_own(limiter, own_state, queue_end, &peek, false, scratch, value)?.verdict;
+    value.clear();
+    let never_fits = then.limited && then.retry_after.is_none();
+    Ok(Own {
+        verdict: Verdict {
+            limited: true,
+            remaining: 0,
+            retry_after: (!never_fits).then(|| then.retry_after.unwrap_or_default() + ahead),
+            reset_after: standing.reset_after + ahead,
+            ..then
+        },
+        changes: false,
+        expire_at: None,
+        placement: Placement::WHOLE,
+    })
+}
+
 /// Whether `request` is a take the algorithm would admit on a key blocked at `now`: the
 /// block alone refuses it, so its reply is the standing without it.
 fn blocked_take(request: &Request, blocked_until: Micros, now: Micros, own: &Verdict) -> bool {
@@ -177,24 +322,29 @@ fn decide_own(
     let quantity = request.quantity;
     match (limiter, request.action) {
         (Limiter::Throttle(gcra), action) => {
-            let stored_tat = stored
-                .map(|state| decode_gcra(state).ok_or(StateError::Foreign))
+            let stored = stored
+                .map(|state| decode_gcra_state(state).ok_or(StateError::Foreign))
                 .transpose()?;
             let now = now.not_before_epoch().ticks();
             let outcome = match action {
-                Action::Take => gcra.apply(stored_tat, now, quantity),
-                Action::Refund => gcra.refund(stored_tat, now, quantity),
+                Action::Take => gcra.apply(stored, now, quantity),
+                Action::Refund => gcra.refund(stored, now, quantity),
             };
-            if let Some(tat) = outcome.new_tat {
-                value.extend_from_slice(&encode_gcra(tat));
+            if let Some(state) = outcome.new_state {
+                if gcra.warms_up() {
+                    value.extend_from_slice(&encode_warm_gcra(state));
+                } else {
+                    value.extend_from_slice(&encode_gcra(state.tat));
+                }
             }
             Ok(Own {
                 verdict: outcome.verdict,
-                changes: outcome.new_tat.is_some(),
+                changes: outcome.new_state.is_some(),
                 expire_at: outcome
-                    .new_tat
-                    .filter(|&tat| tat > now)
-                    .map(|tat| tat.ceil_millis()),
+                    .new_state
+                    .map(|state| gcra.state_end(state))
+                    .filter(|&end| end > now)
+                    .map(|end| end.ceil_millis()),
                 placement: Placement::WHOLE,
             })
         }
@@ -231,6 +381,8 @@ pub enum LogWrite {
     Refund,
     /// Block the key until this instant.
     StartBlock(Micros),
+    /// Log the request whatever it takes (`FORCE`, [`force_log`]).
+    Force,
 }
 
 /// Decides `request` at `now` for a log (`None` for a missing key), changing nothing. For a
@@ -248,7 +400,18 @@ pub fn decide_log(
         Action::Take => (request.quantity, request.may_write(limiter.limit())),
         Action::Refund => (0, request.quantity > 0 && live.used > 0),
     };
-    let mut verdict = limiter.inspect_surveyed(log, &live, now, quantity);
+    // Requests scheduled ahead of a take (`DELAY`, `FORCE`) are logged at their time.
+    let queue_end = log.map_or(Micros(0), SlidingLog::newest);
+    let mut verdict = if request.action == Action::Take && queue_end > now {
+        queued_log(limiter, log, now, queue_end, quantity)
+    } else {
+        limiter.inspect_surveyed(log, &live, now, quantity)
+    };
+    if !verdict.limited && request.action == Action::Take && !limiter.has_room_for(log, quantity) {
+        // A log full of scheduled requests takes no more.
+        verdict.limited = true;
+        verdict.retry_after = None;
+    }
     if blocked_take(request, blocked_until, now, &verdict) {
         verdict = limiter.inspect_surveyed(log, &live, now, 0);
     }
@@ -263,7 +426,50 @@ pub fn decide_log(
     (decision.verdict, write)
 }
 
-/// Carries out `write`, decided by [`decide_log`] for the same request at the same `now`,
+/// Logs a `FORCE` take of `quantity` at `now` on `log` (a copy, when deciding; the key's
+/// log, when committing): what fits now, the rest at the earliest times it fits. Returns
+/// the reply: admitted, and nothing remaining while anything waits to count.
+pub fn force_log(
+    limiter: &LogLimiter,
+    log: &mut SlidingLog,
+    now: Micros,
+    quantity: u64,
+) -> Verdict {
+    let last = limiter.force(log, now, quantity);
+    let standing = limiter.inspect_surveyed(Some(log), &limiter.survey(Some(log), now), now, 0);
+    Verdict {
+        limited: false,
+        remaining: if last > now { 0 } else { standing.remaining },
+        retry_after: None,
+        ..standing
+    }
+}
+
+/// [`queued`] for a log: a take at `now` behind requests logged until `queue_end`.
+#[cold]
+fn queued_log(
+    limiter: &LogLimiter,
+    log: Option<&SlidingLog>,
+    now: Micros,
+    queue_end: Micros,
+    quantity: u64,
+) -> Verdict {
+    let ahead = (queue_end - now).ticks();
+    let live = limiter.survey(log, queue_end);
+    let then = limiter.inspect_surveyed(log, &live, queue_end, quantity);
+    let standing = limiter.inspect_surveyed(log, &live, queue_end, 0);
+    let never_fits = then.limited && then.retry_after.is_none();
+    Verdict {
+        limited: true,
+        remaining: 0,
+        retry_after: (!never_fits).then(|| then.retry_after.unwrap_or_default() + ahead),
+        reset_after: standing.reset_after + ahead,
+        ..then
+    }
+}
+
+/// Carries out `write`, decided by [`decide_log`] for the same request at `at` (the call's
+/// time `now`, or the later time a delayed request was scheduled for),
 /// and makes `verdict` (the decision's) the reply after it: a refund's is the standing after.
 /// Returns when the key should expire, or `None` when it should go (a refund left nothing
 /// counted, and no block is in force).
@@ -272,6 +478,7 @@ pub fn commit_log(
     limiter: &LogLimiter,
     log: &mut SlidingLog,
     now: Micros,
+    at: Micros,
     request: &Request,
     write: LogWrite,
     verdict: &mut Verdict,
@@ -284,10 +491,18 @@ pub fn commit_log(
             if block.is_none() {
                 log.set_blocked_until(Micros(0));
             }
-            limiter.log_surveyed(log, live, now, request.quantity);
+            limiter.log_surveyed(log, live, at, request.quantity);
         }
         LogWrite::Refund => {
+            let scheduled = Some(log.newest()).filter(|&newest| newest > now);
             let (after, _) = limiter.refund(log, now, request.quantity);
+            if let Some(until) = scheduled.filter(|&until| log.newest() < until) {
+                // Logging a request scheduled ahead dropped the entries gone by its time,
+                // which still count until then: with it given back, the log stays closed
+                // until then, as a block would keep it.
+                log.set_blocked_until(log.blocked_until().max(until));
+                block = block::in_force(log.blocked_until(), now);
+            }
             *verdict = match block {
                 Some(until) => block::blocked_verdict(after, until, now),
                 None => after,
@@ -297,10 +512,16 @@ pub fn commit_log(
             log.set_blocked_until(until);
             block = block::in_force(until, now);
         }
+        LogWrite::Force => {
+            if block.is_none() {
+                log.set_blocked_until(Micros(0));
+            }
+            *verdict = force_log(limiter, log, now, request.quantity);
+        }
     }
     let block_end = block.map(Micros::ceil_millis);
     // A take just logged counts: no need to look.
-    let spent = !matches!(write, LogWrite::Take(_)) && limiter.is_spent(log, now);
+    let spent = !matches!(write, LogWrite::Take(_) | LogWrite::Force) && limiter.is_spent(log, now);
     let own_end = (!spent).then(|| limiter.expire_at(log));
     own_end.max(block_end)
 }

@@ -145,6 +145,12 @@ impl SlidingLog {
         self.ring.back().map(|[entry]| entry_time(entry))
     }
 
+    /// When its newest entry counts from (`Micros(0)` for an empty log): a request logged
+    /// later counts no earlier.
+    pub fn newest(&self) -> Micros {
+        Micros(self.newest_time().unwrap_or(0))
+    }
+
     /// Drops the `entries` oldest entries, giving memory back when the log is left mostly
     /// empty.
     fn drop_oldest_entries(&mut self, entries: usize) {
@@ -405,6 +411,37 @@ impl LogLimiter {
         log.drop_oldest_entries(live.expired_entries);
         log.push(now, quantity, self.limit.try_into().unwrap_or(usize::MAX));
         true
+    }
+
+    /// Whether `log` has room for the entries a request of `quantity` may add: a log never
+    /// holds more than [`MAX_LOG_LIMIT`] entries, requests scheduled ahead included.
+    pub fn has_room_for(&self, log: Option<&SlidingLog>, quantity: u64) -> bool {
+        let held = log.map_or(0, SlidingLog::len) as u64;
+        held + quantity.div_ceil(MAX_ENTRY_COUNT) < MAX_LOG_LIMIT
+    }
+
+    /// Logs `quantity` (at most [`crate::core::params::MAX_DEBT_LIMITS`] times the limit)
+    /// from `now` on whatever it takes (`FORCE`): what fits is logged now, the rest at the
+    /// earliest times it fits, a limit's worth at a time, after everything logged before.
+    /// Returns when the last part counts from.
+    pub fn force(&self, log: &mut SlidingLog, now: Micros, quantity: u64) -> Micros {
+        let mut at = now.not_before_epoch().0.max(log.newest_time().unwrap_or(0));
+        let mut left = quantity;
+        while left > 0 {
+            let live = self.live(Some(log), at);
+            let part = left.min(self.limit.saturating_sub(live.used));
+            if part == 0 {
+                // Every step forward frees at least one entry's units.
+                at = self
+                    .retry_at(Some(log), &live, left.min(self.limit))
+                    .max(at + 1);
+                continue;
+            }
+            log.drop_oldest_entries(live.expired_entries);
+            log.push(at, part, MAX_LOG_LIMIT as usize);
+            left -= part;
+        }
+        Micros(at)
     }
 
     /// A log holding more than `limit` units (the limit was lowered) drops its oldest units

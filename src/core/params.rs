@@ -38,6 +38,12 @@ pub enum ParamError {
     NonPositiveLease,
     /// `lease` longer than 2^63 - 1 ns.
     LeaseTooLong,
+    /// A `FORCE` quantity above [`MAX_DEBT_LIMITS`] times a limiter's limit.
+    ForceTooLarge,
+    /// `WARMUP` zero or below.
+    NonPositiveWarmup,
+    /// `WARMUP` longer than 2^63 - 1 ns.
+    WarmupTooLong,
 }
 
 impl ParamError {
@@ -73,6 +79,13 @@ impl ParamError {
             ParamError::LeaseTooLong => {
                 c"ERR lease is too long: the limit is 2^63 nanoseconds (292 years)"
             }
+            ParamError::ForceTooLarge => {
+                c"ERR FORCE takes at most 16 times the limit at once"
+            }
+            ParamError::NonPositiveWarmup => c"ERR WARMUP must be positive",
+            ParamError::WarmupTooLong => {
+                c"ERR WARMUP is too long: the limit is 2^63 nanoseconds (292 years)"
+            }
         }
     }
 }
@@ -91,6 +104,19 @@ pub const MAX_LOG_LIMIT: u64 = 1 << 20;
 /// The highest `limit` a lease set takes: it bounds the leases a key holds (each takes at
 /// least one slot), and so its memory (1 MiB) and every call's work.
 pub const MAX_LEASE_LIMIT: u64 = 1 << 16;
+
+/// How many times its limit a `FORCE` may charge a limiter at once: it bounds the debt a
+/// call runs up, and the work of placing it (a few steps per limit's worth).
+pub const MAX_DEBT_LIMITS: u64 = 16;
+
+/// Checks that a `FORCE` of `quantity` may be charged to a limiter of `limit`.
+pub fn force_quantity(quantity: u64, limit: u64) -> Result<(), ParamError> {
+    if quantity <= limit.saturating_mul(MAX_DEBT_LIMITS) {
+        Ok(())
+    } else {
+        Err(ParamError::ForceTooLarge)
+    }
+}
 
 /// A limit: at least 1.
 pub fn limit(limit: i64) -> Result<u64, ParamError> {
@@ -122,6 +148,16 @@ pub fn lease(amount: i64, unit: Unit) -> Result<Micros, ParamError> {
 
 /// A positive duration of `amount` `unit`s, at most 2^63 - 1 ns; `not_positive` or
 /// `too_long` otherwise.
+/// A warm-up of `amount` `unit`s: positive, and at most 2^63 - 1 ns.
+pub fn warmup(amount: i64, unit: Unit) -> Result<Micros, ParamError> {
+    duration(
+        amount,
+        unit,
+        ParamError::NonPositiveWarmup,
+        ParamError::WarmupTooLong,
+    )
+}
+
 fn duration(
     amount: i64,
     unit: Unit,

@@ -1,5 +1,6 @@
 //! What a call asks of a limiter: to take a quantity (0 only looks) or to give one back
-//! (`REFUND`), and whether a refusal starts a penalty block (`BLOCK duration`).
+//! (`REFUND`), whether a refusal starts a penalty block (`BLOCK duration`), and what a take
+//! that does not fit now does instead of being refused ([`Shortfall`]).
 
 use super::time::Micros;
 
@@ -12,6 +13,23 @@ pub enum Action {
     Refund,
 }
 
+/// What a take that does not fit now does: the settlement rules of the engine
+/// ([`super::engine`]), the same for every limiter.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Shortfall {
+    /// It is refused.
+    Refuse,
+    /// `DELAY max_wait`: it is admitted at the earliest time it fits, after every request
+    /// admitted or scheduled before it, if that is at most `max_wait` away; the caller waits
+    /// until then.
+    Delay(Micros),
+    /// `AT_MOST`: as much of it as fits now is admitted, at least 1.
+    TakePart,
+    /// `FORCE`: it is admitted whole; what does not fit now is charged at the earliest times
+    /// it fits, a debt that later requests wait out.
+    Owe,
+}
+
 /// One call's request to each limiter it names.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Request {
@@ -21,6 +39,8 @@ pub struct Request {
     pub quantity: u64,
     /// `BLOCK`: how long a refusal because the limit is used up keeps the key refused.
     pub block: Option<Micros>,
+    /// What a take that does not fit now does.
+    pub shortfall: Shortfall,
 }
 
 impl Request {
@@ -30,6 +50,7 @@ impl Request {
             action: Action::Take,
             quantity,
             block: None,
+            shortfall: Shortfall::Refuse,
         }
     }
 
@@ -47,12 +68,19 @@ impl Request {
         Request { action, ..self }
     }
 
+    /// The same request for `quantity`.
+    pub fn with_quantity(self, quantity: u64) -> Request {
+        Request { quantity, ..self }
+    }
+
     /// Whether it can change a limiter that admits at most `limit` at once: a take that may
-    /// fit, or a refund of something. Peeks and quantities that can never fit only read.
+    /// fit (any take with `AT_MOST` or `FORCE`), or a refund of something. Peeks, and
+    /// quantities that can never fit, only read.
     pub fn may_write(&self, limit: u64) -> bool {
-        match self.action {
-            Action::Take => self.quantity > 0 && self.quantity <= limit,
-            Action::Refund => self.quantity > 0,
+        match (self.action, self.shortfall) {
+            (Action::Take, Shortfall::TakePart | Shortfall::Owe) => self.quantity > 0,
+            (Action::Take, _) => self.quantity > 0 && self.quantity <= limit,
+            (Action::Refund, _) => self.quantity > 0,
         }
     }
 }

@@ -2,7 +2,7 @@
 //! called through the engine as the commands call it, along a controlled clock.
 
 use super::engine::memory::{Entry, Memory};
-use super::engine::Call;
+use super::engine::{Call, Settled};
 use super::gcra::Gcra;
 use super::limiter::Limiter;
 use super::log::LogLimiter;
@@ -55,6 +55,21 @@ impl Key {
         self.memory
             .run(&[NAME], &call)
             .expect("the key holds the limiter's state")[0]
+    }
+
+    /// One call, with what it settled: the wait (`DELAY`), the quantity granted, a debt.
+    pub fn settle(&mut self, now: Micros, request: Request, write: bool) -> (Verdict, Settled) {
+        let call = Call {
+            limiters: std::slice::from_ref(&self.limiter),
+            request,
+            now,
+            write,
+        };
+        let (verdicts, settled) = self
+            .memory
+            .run_settled(&[NAME], &call)
+            .expect("the key holds the limiter's state");
+        (verdicts[0], settled)
     }
 
     /// Decides without storing anything: what a `_RO` variant replies.

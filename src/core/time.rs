@@ -56,7 +56,6 @@ impl Ticks {
     }
 
     /// The whole microseconds of a span, rounded up: how long to wait, in the clock's unit.
-    #[cfg(test)]
     pub fn ceil_micros(self) -> Micros {
         let micros = self.0.div_euclid(PER_MICROSECOND)
             + i128::from(self.0.rem_euclid(PER_MICROSECOND) != 0);

@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! # ratelimit_commands
-//! ratelimit_cl.throttle:calls=6,allowed=3,limited=1,peeks=1,refunds=1,errors=0
+//! ratelimit_cl.throttle:calls=9,allowed=3,limited=1,peeks=1,refunds=1,errors=0,delayed=1,partial=1,forced=1
 //! ```
 //!
 //! Counting costs two plain increments per call: commands run on Redis' main thread only, so
@@ -17,8 +17,14 @@ use redis_module::raw;
 /// How a call ended, for the counters.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Outcome {
-    /// Admitted and counted (a quantity of 1 or more).
+    /// Admitted at once and counted whole (a quantity of 1 or more).
     Allowed,
+    /// Admitted after a wait (`DELAY`).
+    Delayed,
+    /// Admitted in part (`AT_MOST`).
+    Partial,
+    /// Admitted beyond what fit now, the rest owed (`FORCE`).
+    Forced,
     /// Refused: over the limit, or a quantity above it.
     Limited,
     /// A quantity of 0: answered without counting.
@@ -62,6 +68,9 @@ pub struct CommandStats {
     peeks: Counter,
     refunds: Counter,
     errors: Counter,
+    delayed: Counter,
+    partial: Counter,
+    forced: Counter,
 }
 
 impl CommandStats {
@@ -75,6 +84,9 @@ impl CommandStats {
             peeks: Counter::new(),
             refunds: Counter::new(),
             errors: Counter::new(),
+            delayed: Counter::new(),
+            partial: Counter::new(),
+            forced: Counter::new(),
         }
     }
 
@@ -87,12 +99,16 @@ impl CommandStats {
             Outcome::Peek => &self.peeks,
             Outcome::Refund => &self.refunds,
             Outcome::Error => &self.errors,
+            Outcome::Delayed => &self.delayed,
+            Outcome::Partial => &self.partial,
+            Outcome::Forced => &self.forced,
         }
         .bump();
     }
 
-    /// The counters in `INFO`'s order, with their names.
-    fn fields(&self) -> [(&'static CStr, u64); 6] {
+    /// The counters in `INFO`'s order, with their names (the ones added later last, so
+    /// that a parser of the earlier line reads the same fields).
+    fn fields(&self) -> [(&'static CStr, u64); 9] {
         [
             (c"calls", self.calls.get()),
             (c"allowed", self.allowed.get()),
@@ -100,6 +116,9 @@ impl CommandStats {
             (c"peeks", self.peeks.get()),
             (c"refunds", self.refunds.get()),
             (c"errors", self.errors.get()),
+            (c"delayed", self.delayed.get()),
+            (c"partial", self.partial.get()),
+            (c"forced", self.forced.get()),
         ]
     }
 }
@@ -157,6 +176,10 @@ mod tests {
             Outcome::Peek,
             Outcome::Refund,
             Outcome::Error,
+            Outcome::Delayed,
+            Outcome::Partial,
+            Outcome::Partial,
+            Outcome::Forced,
         ] {
             stats.record(outcome);
         }
@@ -166,12 +189,15 @@ mod tests {
         assert_eq!(
             fields,
             [
-                ("calls", 6),
+                ("calls", 10),
                 ("allowed", 2),
                 ("limited", 1),
                 ("peeks", 1),
                 ("refunds", 1),
-                ("errors", 1)
+                ("errors", 1),
+                ("delayed", 1),
+                ("partial", 2),
+                ("forced", 1)
             ]
         );
     }

@@ -8,7 +8,7 @@
 use std::ffi::CStr;
 
 use crate::core::codec::Placement;
-use crate::core::engine::{self, After, Call, Key, NativeChange, Store, Working};
+use crate::core::engine::{self, After, Call, Key, NativeChange, Settled, Store, Working};
 use crate::core::packed::Packed;
 use crate::core::ring::Native;
 use crate::core::time::Millis;
@@ -37,7 +37,7 @@ pub fn run<const N: usize>(
     first_key: usize,
     call: &Call,
     verdicts: &mut [Verdict],
-) -> Result<(), CommandError> {
+) -> Result<Settled, CommandError> {
     let store = RedisStore {
         call: invocation,
         first_key,
@@ -52,7 +52,7 @@ pub fn replay(
     invocation: &Invocation,
     call: &Call,
     verdicts: &mut [Verdict],
-) -> Result<(), CommandError> {
+) -> Result<Settled, CommandError> {
     let store = RedisStore {
         call: invocation,
         first_key: 1,

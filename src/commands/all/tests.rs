@@ -86,11 +86,11 @@ fn every_mistake_has_its_own_error() {
     );
     assert_eq!(
         error(&["1", "a", "THROTTLE", "1", "1"]),
-        "ERR THROTTLE takes max_burst count period"
+        "ERR THROTTLE takes max_burst count period [WARMUP period]"
     );
     assert_eq!(
         error(&["2", "a", "b", "THROTTLE", "1", "1", "LOG", "1", "1"]),
-        "ERR THROTTLE takes max_burst count period"
+        "ERR THROTTLE takes max_burst count period [WARMUP period]"
     );
     assert_eq!(
         error(&["1", "a", "WINDOW", "1"]),

@@ -6,7 +6,7 @@
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 
-use super::{run, After, Call, Key, NativeChange, Store, Working};
+use super::{run, After, Call, Key, NativeChange, Settled, Store, Working};
 use crate::core::codec::Placement;
 use std::ffi::CStr;
 
@@ -57,14 +57,24 @@ impl Memory {
 
     /// Runs `call` on the keys `keys` (one per limiter), as the server runs a command.
     pub fn run(&self, keys: &[&str], call: &Call) -> Result<Vec<Verdict>, StateError> {
+        self.run_settled(keys, call).map(|(verdicts, _)| verdicts)
+    }
+
+    /// [`Memory::run`], with what the call settled (a wait, a quantity granted, a debt).
+    pub fn run_settled(
+        &self,
+        keys: &[&str],
+        call: &Call,
+    ) -> Result<(Vec<Verdict>, Settled), StateError> {
         let mut verdicts = vec![Verdict::default(); call.limiters.len()];
         let store = MemoryCall {
             memory: self,
             keys,
             now: call.now,
         };
-        run::<_, { super::MAX_LIMITERS }>(&store, call, &mut Working::new(), &mut verdicts)?;
-        Ok(verdicts)
+        let settled =
+            run::<_, { super::MAX_LIMITERS }>(&store, call, &mut Working::new(), &mut verdicts)?;
+        Ok((verdicts, settled))
     }
 
     /// `key` as the server holds it at `now`: gone once expired.

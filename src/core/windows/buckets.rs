@@ -380,6 +380,21 @@ impl WindowLimiter {
         })
     }
 
+    /// [`WindowLimiter::queue_end`] for a bucket log: the start of its last entry's bucket
+    /// (0 for a log kept with other parameters, which is rebuilt before it counts).
+    pub(super) fn buckets_queue_end(&self, value: &[u8]) -> i64 {
+        match Stored::parse(value) {
+            Ok(log)
+                if log.len > 0
+                    && log.buckets == self.buckets_per_window() as u16
+                    && log.window == self.window_micros() =>
+            {
+                self.bucket_start(log.last)
+            }
+            _ => 0,
+        }
+    }
+
     /// Gives back `quantity` at `now` (µs since the epoch) on a bucket log: from the newest
     /// counts first.
     pub(super) fn refund_buckets(
@@ -417,6 +432,14 @@ impl WindowLimiter {
                 .find(|&i| live.entry(i).count > 0),
             None => (live.total > 0).then_some(live.newest),
         };
+        // A bucket scheduled ahead of `now` (`DELAY`, `FORCE`) stands for the buckets
+        // before it, which the log no longer holds: emptied, it stays as the newest entry
+        // until its time, so that later requests still queue behind it.
+        let scheduled = live
+            .end
+            .checked_sub(1)
+            .filter(|&last| live.entry(last).bucket > self.bucket_of(now));
+        let newest = newest.or(scheduled.filter(|_| returned > 0));
         let total = match newest {
             Some(_) => live.total - returned,
             None => 0,
@@ -518,12 +541,14 @@ impl WindowLimiter {
                 };
             }
         }
-        // The whole value: the entries with a count, in the fewest bytes that hold both the
+        // The whole value: the entries with a count (and the newest, which has one unless it
+        // is a scheduled bucket emptied by a refund), in the fewest bytes that hold both the
         // limit and every count.
+        let changed = &changed;
         let counted = || {
             (live.front..end)
-                .map(|i| changed.entry(i))
-                .filter(|e| e.count > 0)
+                .filter(move |&i| i == newest || changed.entry(i).count > 0)
+                .map(move |i| changed.entry(i))
         };
         let largest = counted().map(|e| e.count).fold(self.limit(), u64::max);
         let width = [1, 2, 4, 8]

@@ -249,6 +249,23 @@ impl WindowLimiter {
         }
     }
 
+    /// When every request the stored `value` counts may go ahead: the start of its newest
+    /// counted bucket, or, for `FIXED` and `SLIDING`, the instant a request was scheduled
+    /// for (`DELAY`, `FORCE`). A request after them goes no earlier: first come, first
+    /// served. `Micros(0)` for a value this limiter does not read as its own.
+    pub fn queue_end(&self, value: &[u8]) -> Micros {
+        let end = match self.algorithm {
+            Algorithm::Fixed | Algorithm::Sliding => match value.split_first() {
+                Some((&tag, rest)) if tag == self.tag() && rest.len() >= HEADER_LEN - 1 => {
+                    (read_le(&rest[..HEADER_LEN - 1]) & ((1 << START_BITS) - 1)) as i64
+                }
+                _ => 0,
+            },
+            Algorithm::Buckets(_) => self.buckets_queue_end(value),
+        };
+        Micros(end)
+    }
+
     fn tag(&self) -> u8 {
         match self.algorithm {
             Algorithm::Fixed => FIXED_TAG,

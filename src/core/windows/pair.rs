@@ -97,10 +97,13 @@ impl WindowLimiter {
         if returned > 0 {
             self.encode_pair(&pair, value);
         }
+        // A state scheduled ahead of `now` (`DELAY`, `FORCE`) stands for the windows before
+        // its own, which it no longer holds: it stays until its window begins, even empty.
+        let queue_end = Some(self.bucket_start(pair.newest)).filter(|&start| start > now);
         Ok(WindowRefund {
             verdict,
             changed: returned > 0,
-            expire_at: self.reset_at(&pair).map(ceil_millis),
+            expire_at: self.reset_at(&pair).max(queue_end).map(ceil_millis),
             placement: Placement::WHOLE,
         })
     }

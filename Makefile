@@ -31,16 +31,22 @@ BUILD_PACKAGES := build-essential libclang-dev
 # What running and testing need besides.
 SERVER_PACKAGES := redis-server redis-tools
 
-# The examples' clients: redis-py in a virtualenv, ioredis from npm.
+# The examples' clients: the client packages, redis-py in a virtualenv, ioredis from npm.
 EXAMPLES_VENV := $(CURDIR)/target/examples-venv
 EXAMPLES_PYTHON := $(EXAMPLES_VENV)/bin/python
+# The client packages' tests: their frameworks (slowapi, Flask-Limiter, FastAPI; Express,
+# NestJS), pinned, in a virtualenv and clients/node/node_modules.
+CLIENTS_VENV := $(CURDIR)/target/clients-venv
+CLIENTS_PYTHON := $(CLIENTS_VENV)/bin/python
+# The client packages' own version (clients/python/pyproject.toml, clients/node/package.json).
+CLIENTS_VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' clients/python/pyproject.toml)
 
 # The other servers test-servers runs the suite against: package:version, the newest release
 # whose version starts with that (a major, or major.minor) in Debian's sid, experimental or
 # trixie. Redis 8.0 is the line Debian 13 ships; redis:8 is the newest 8.x.
 OTHER_SERVERS := redis:8.0 redis:8 valkey:8 valkey:9
 
-.PHONY: all build run test test-servers dist lint bench bench-update deps-bench stress valgrind deps-build deps-server deps-examples examples-deps clean
+.PHONY: all build run test test-servers dist lint bench bench-update deps-bench stress valgrind deps-build deps-server deps-examples examples-deps clients-deps clean
 
 all: build
 
@@ -50,25 +56,32 @@ build: deps-build
 run: deps-server build
 	redis-server redis.conf
 
-test: deps-server build examples-deps dist
+test: deps-server build examples-deps clients-deps dist
 	RATELIMIT_MODULE=$(MODULE) RATELIMIT_DIST=$(DIST_TARBALL) EXAMPLES_PYTHON=$(EXAMPLES_PYTHON) \
-	  $(CARGO) test --release
+	  CLIENTS_PYTHON=$(CLIENTS_PYTHON) $(CARGO) test --release
 
 # The integration tests (not the unit tests, which involve no server) against each of
 # OTHER_SERVERS, built by tests/servers/build.sh on the first run.
-test-servers: deps-server build examples-deps dist
+test-servers: deps-server build examples-deps clients-deps dist
+	$(CARGO) build --release --examples
 	@for spec in $(OTHER_SERVERS); do \
 	  server=$$(tests/servers/build.sh $${spec%%:*} $${spec##*:}) || exit 1; \
 	  echo "== the integration tests against $$server ($$($$server --version | cut -d' ' -f1-3))"; \
 	  REDIS_SERVER=$$server RATELIMIT_MODULE=$(MODULE) RATELIMIT_DIST=$(DIST_TARBALL) \
-	    EXAMPLES_PYTHON=$(EXAMPLES_PYTHON) $(CARGO) test --release --test '*' || exit 1; \
+	    EXAMPLES_PYTHON=$(EXAMPLES_PYTHON) CLIENTS_PYTHON=$(CLIENTS_PYTHON) \
+	    $(CARGO) test --release --test '*' || exit 1; \
 	done
 
 # The release tarball: the module, README, docs, examples, LICENSE, CHANGELOG and their SHA-256 sums,
 # with a checksum file beside it. Reproducible: sorted, owned by root, dated by the last commit.
-dist: build
+dist: build examples-deps
 	@rm -rf dist/$(DIST_NAME) && mkdir -p dist/$(DIST_NAME)
 	cp $(MODULE) README.md LICENSE CHANGELOG.md BENCHMARKS.md dist/$(DIST_NAME)/
+	SOURCE_DATE_EPOCH=$(DIST_TIME) $(EXAMPLES_PYTHON) -m pip wheel --quiet --no-deps \
+	  --disable-pip-version-check -w dist clients/python
+	cd dist && npm pack --silent ../clients/node >/dev/null
+	cp dist/redis_ratelimit_module-$(CLIENTS_VERSION)-py3-none-any.whl \
+	  dist/redis-ratelimit-module-$(CLIENTS_VERSION).tgz dist/$(DIST_NAME)/
 	cp -r docs dist/$(DIST_NAME)/
 	tar -cf - --exclude=node_modules --exclude=__pycache__ examples | tar -xf - -C dist/$(DIST_NAME)
 	cd dist/$(DIST_NAME) && find . -type f ! -name SHA256SUMS | sort | sed 's|^\./||' \
@@ -136,17 +149,35 @@ deps-examples:
 
 examples-deps: deps-examples $(EXAMPLES_VENV)/installed examples/node/node_modules/.package-lock.json
 
-$(EXAMPLES_VENV)/installed: examples/python/requirements.txt
+$(EXAMPLES_VENV)/installed: examples/python/requirements.txt clients/python/pyproject.toml \
+		$(wildcard clients/python/src/ratelimit_module/*.py)
 	python3 -m venv $(EXAMPLES_VENV)
-	$(EXAMPLES_PYTHON) -m pip install --quiet --disable-pip-version-check -r $<
+	$(EXAMPLES_PYTHON) -m pip install --quiet --disable-pip-version-check --force-reinstall \
+	  -r $<
 	touch $@
 
-examples/node/node_modules/.package-lock.json: examples/node/package-lock.json
+examples/node/node_modules/.package-lock.json: examples/node/package-lock.json \
+		$(wildcard clients/node/*.js)
 	npm ci --prefix examples/node --no-audit --no-fund --loglevel=error
+
+# The client packages and, pinned, the frameworks their tests run in.
+clients-deps: deps-examples $(CLIENTS_VENV)/installed clients/node/node_modules/.package-lock.json
+
+$(CLIENTS_VENV)/installed: clients/python/requirements-test.txt clients/python/pyproject.toml \
+		$(wildcard clients/python/src/ratelimit_module/*.py)
+	python3 -m venv $(CLIENTS_VENV)
+	$(CLIENTS_PYTHON) -m pip install --quiet --disable-pip-version-check \
+	  -r clients/python/requirements-test.txt
+	$(CLIENTS_PYTHON) -m pip install --quiet --disable-pip-version-check --no-deps \
+	  --force-reinstall ./clients/python
+	touch $@
+
+clients/node/node_modules/.package-lock.json: clients/node/package-lock.json
+	npm ci --prefix clients/node --no-audit --no-fund --loglevel=error
 
 clean:
 	$(CARGO) clean
-	rm -rf examples/node/node_modules dist
+	rm -rf examples/node/node_modules clients/node/node_modules dist
 
 # Installs the Debian packages in $(1) that are missing (as root), or stops naming them.
 # Without dpkg (not Debian), only the commands they provide are looked for.

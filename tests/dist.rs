@@ -63,9 +63,18 @@ fn the_release_tarball_unpacks_checks_out_and_loads() {
         "CHANGELOG.md",
         "BENCHMARKS.md",
         "SHA256SUMS",
-        "examples/python/ratelimit_client.py",
+        "examples/python/demo.py",
     ] {
         assert!(root.join(file).is_file(), "{file} is not in the tarball");
+    }
+    // The client packages, beside the module, and their checksums listed.
+    let sums = std::fs::read_to_string(root.join("SHA256SUMS")).unwrap();
+    for package in [".whl", ".tgz"] {
+        assert!(
+            sums.lines()
+                .any(|line| line.contains("redis") && line.ends_with(package)),
+            "no {package} package in the tarball:\n{sums}"
+        );
     }
     assert!(
         root.join("docs/commands").is_dir(),
@@ -101,6 +110,65 @@ fn the_release_tarball_unpacks_checks_out_and_loads() {
         "CHANGELOG.md has no entry for {version}"
     );
     let _: () = query(&mut con, &["FLUSHALL"]);
+
+    // The client packages install from the tarball, without the registries.
+    let file_ending = |ending: &str| {
+        std::fs::read_dir(&root)
+            .unwrap()
+            .map(|entry| entry.unwrap().path())
+            .find(|path| path.to_string_lossy().ends_with(ending))
+            .unwrap_or_else(|| panic!("no {ending} in the tarball"))
+    };
+    let python = std::env::var_os("CLIENTS_PYTHON").map_or_else(
+        || support::repository().join("target/clients-venv/bin/python"),
+        PathBuf::from,
+    );
+    let site = unpacked.join("site-packages");
+    run(Command::new(&python)
+        .args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--no-index",
+            "--target",
+        ])
+        .arg(&site)
+        .arg(file_ending(".whl")));
+    let imported = run(Command::new(&python)
+        .args([
+            "-c",
+            "import ratelimit_module; print(ratelimit_module.__version__)",
+        ])
+        .env("PYTHONPATH", &site)
+        .current_dir(&unpacked));
+    assert!(imported.trim().starts_with('0'), "{imported}");
+    let app = unpacked.join("node-app");
+    std::fs::create_dir_all(&app).unwrap();
+    std::fs::write(
+        app.join("package.json"),
+        r#"{"name": "app", "private": true}"#,
+    )
+    .unwrap();
+    run(Command::new("npm")
+        .args([
+            "install",
+            "--offline",
+            "--no-audit",
+            "--no-fund",
+            "--loglevel=error",
+        ])
+        .arg(file_ending(".tgz"))
+        .current_dir(&app));
+    let required = run(Command::new("node")
+        .args([
+            "-e",
+            "console.log(typeof require('redis-ratelimit-module').RateLimiter)",
+        ])
+        .current_dir(&app));
+    assert_eq!(required.trim(), "function");
+
     drop(server);
     let _ = std::fs::remove_dir_all(&unpacked);
 }

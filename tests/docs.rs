@@ -191,6 +191,33 @@ fn format(value: &Value, command: &str, delayed: bool) -> Vec<(String, Role)> {
         "TTL" | "PTTL" => Role::Time,
         _ => Role::Exact,
     };
+    // The counts commands: their times (how long a count lasts) at 2 and 4, and at 2 and 3.
+    let times: &[usize] = match command {
+        "RL.WINDOW.COUNTS" => &[1, 3],
+        "RL.LOG.COUNTS" => &[1, 2],
+        _ => &[],
+    };
+    if let (false, Value::Array(items)) = (times.is_empty(), value) {
+        return items
+            .iter()
+            .enumerate()
+            .map(|(i, item)| {
+                let width = items.len().to_string().len();
+                let text = match item {
+                    Value::Int(n) => format!("{:>width$}) (integer) {n}", i + 1),
+                    other => format!("{:>width$}) {other:?}", i + 1),
+                };
+                (
+                    text,
+                    if times.contains(&i) {
+                        Role::Time
+                    } else {
+                        Role::Exact
+                    },
+                )
+            })
+            .collect();
+    }
     let mut lines = Vec::new();
     let mut current = String::new();
     format_into(

@@ -1,9 +1,11 @@
-//! The programs under `examples/`, run against a real server: the Python (redis-py) and
-//! Node.js (ioredis) helpers pass their own tests, their demos and the Rust (`redis` crate)
-//! one print the same typed results, and the HTTP service answers real HTTP requests with
-//! 429, `Retry-After` and the IETF RateLimit fields, per client IP and per policy.
+//! The programs under `examples/`, run against a real server: the Python and Node.js demos
+//! (users of the client packages under `clients/`, whose own tests are tests/clients.rs) and
+//! the Rust one (`redis` crate) print the same typed results, the worker pool shares its
+//! slots, and the HTTP service answers real HTTP requests with 429, `Retry-After` and the
+//! IETF RateLimit fields, per client IP and per policy.
 //!
-//! `make test` installs what they need (a virtualenv with redis-py, ioredis with npm).
+//! `make test` installs what they need (a virtualenv with the package and redis-py, the
+//! Node package and ioredis with npm).
 
 mod support;
 
@@ -13,10 +15,11 @@ use std::mem::size_of;
 use std::net::{Ipv4Addr, TcpStream};
 use std::os::fd::FromRawFd;
 use std::path::PathBuf;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::Duration;
 
-use support::{free_port, query, repository, wait_until, Server};
+use support::listening::Listening;
+use support::{query, repository, Server};
 
 /// What each client example prints: the same in every language.
 const CLIENT_OUTPUT: &str = "\
@@ -42,7 +45,7 @@ RL.ACQUIRE: 1 worker at a time
   released: True
 ";
 
-/// The Python with redis-py: `$EXAMPLES_PYTHON`, or the virtualenv `make test` makes.
+/// The Python with the package: `$EXAMPLES_PYTHON`, or the virtualenv `make test` makes.
 fn python() -> PathBuf {
     let python = std::env::var_os("EXAMPLES_PYTHON").map_or_else(
         || repository().join("target/examples-venv/bin/python"),
@@ -96,22 +99,6 @@ fn the_python_demo_prints_typed_results() {
 }
 
 #[test]
-fn the_python_helper_passes_its_tests() {
-    let server = Server::start();
-    let mut command = Command::new(python());
-    command.args([
-        "-m",
-        "unittest",
-        "discover",
-        "-s",
-        "examples/python",
-        "-p",
-        "test_*.py",
-    ]);
-    run_example(&server, command);
-}
-
-#[test]
 fn the_worker_pool_never_runs_more_jobs_than_its_slots() {
     let server = Server::start();
     let mut command = Command::new(python());
@@ -131,14 +118,6 @@ fn the_node_demo_prints_typed_results() {
 }
 
 #[test]
-fn the_node_helper_passes_its_tests() {
-    let server = Server::start();
-    let mut command = node();
-    command.args(["--test", "examples/node/test.js"]);
-    run_example(&server, command);
-}
-
-#[test]
 fn the_rust_client_example_reads_typed_results() {
     let server = Server::start();
     // `cargo test` builds the examples beside the test binaries.
@@ -152,46 +131,30 @@ fn the_rust_client_example_reads_typed_results() {
     assert_eq!(run_example(&server, Command::new(program)), CLIENT_OUTPUT);
 }
 
-/// The HTTP service, stopped on drop (with its log shown if the test failed).
-struct Service {
-    process: Child,
-    port: u16,
-}
+/// The HTTP service, stopped on drop.
+struct Service(Listening);
 
 impl Service {
     /// The service with the extra arguments `args` (its policies).
     fn start(redis_port: u16, args: &[&str]) -> Service {
-        let port = free_port();
-        let process = Command::new(python())
-            .arg("examples/http/server.py")
-            .args(["--port", &port.to_string()])
-            .args(["--redis-url", &format!("redis://127.0.0.1:{redis_port}")])
-            .args(args)
-            .current_dir(repository())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("the HTTP service could not run");
-        let service = Service { process, port };
-        let listening = wait_until(Duration::from_secs(20), || {
-            TcpStream::connect(("127.0.0.1", port)).is_ok()
-        });
-        assert!(listening, "the HTTP service did not start");
-        service
+        Service(Listening::start("the HTTP service", |port| {
+            let mut command = Command::new(python());
+            command
+                .arg("examples/http/server.py")
+                .args(["--port", &port.to_string()])
+                .args(["--redis-url", &format!("redis://127.0.0.1:{redis_port}")])
+                .args(args)
+                .current_dir(repository());
+            command
+        }))
     }
 }
 
-impl Drop for Service {
-    fn drop(&mut self) {
-        let _ = self.process.kill();
-        if std::thread::panicking() {
-            let mut log = String::new();
-            if let Some(stderr) = self.process.stderr.as_mut() {
-                let _ = stderr.read_to_string(&mut log);
-            }
-            eprintln!("--- log of the HTTP service ---\n{log}");
-        }
-        let _ = self.process.wait();
+impl std::ops::Deref for Service {
+    type Target = Listening;
+
+    fn deref(&self) -> &Listening {
+        &self.0
     }
 }
 

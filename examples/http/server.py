@@ -15,7 +15,7 @@ checked in one RL.ALL call: a request is counted by all of them or by none.
 A policy is NAME=THROTTLE:max_burst:count:period, NAME=WINDOW:limit:window[:FIXED|SLIDING|
 BUCKETS:n] or NAME=LOG:limit:window, times in seconds. `--shape PATH=SECONDS` shapes one
 route instead of refusing at once: a request to PATH that does not fit waits for its turn
-(the handler sleeps the wait the module gives, RL's DELAY), up to SECONDS, and only a request
+(the handler sleeps the wait the module gives: the package's `acquire`, RL's DELAY), up to SECONDS, and only a request
 whose turn is further away gets 429. `--legacy-headers` adds the older
 RateLimit-Limit, RateLimit-Remaining and RateLimit-Reset fields. If Redis cannot be reached,
 requests are let through (fail open) and a warning is logged.
@@ -25,15 +25,11 @@ from __future__ import annotations
 
 import argparse
 import logging
-import sys
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 
 import redis
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
-from ratelimit_client import (  # noqa: E402
-    Limiter, Log, Throttle, Window, acquire_slot, check, headers)
+from ratelimit_module import Limiter, Log, RateLimiter, Throttle, Window, headers
 
 
 def parse_policy(text: str) -> tuple[str, str, list[str]]:
@@ -73,15 +69,17 @@ def parse_shape(text: str) -> tuple[str, float]:
 
 
 def make_handler(client: redis.Redis, policies, legacy: bool, shaped: dict[str, float]):
+    limiter = RateLimiter(client)
+
     class RateLimitedHandler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             limiters = limiters_for(self.client_address[0], policies)
             try:
                 if self.path in shaped:
                     # Wait for the turn the module gives, up to the bound; then answer.
-                    result = acquire_slot(client, limiters, timeout=shaped[self.path])
+                    result = limiter.acquire(limiters, timeout=shaped[self.path])
                 else:
-                    result = check(client, limiters)
+                    result = limiter.check(limiters)
             except redis.RedisError as error:
                 # Fail open: an unavailable limiter must not take the service down with it.
                 logging.warning("rate limiter unavailable, request let through: %s", error)

@@ -16,15 +16,15 @@ from collections.abc import Iterator
 
 import redis
 
-from ratelimit_client import acquire, release, renew
+from ratelimit_module import RateLimiter
 
 
 @contextlib.contextmanager
-def slot(client: redis.Redis, key: str, limit: int, lease: float) -> Iterator[int | None]:
+def slot(limiter: RateLimiter, key: str, limit: int, lease: float) -> Iterator[int | None]:
     """Holds one of `limit` slots while the block runs: yields the lease id, or None when
     every slot is taken. A heartbeat renews the lease while the work goes on, so `lease`
     only needs to cover a heartbeat's interval, not the whole job."""
-    taken = acquire(client, key, limit, lease)
+    taken = limiter.acquire_lease(key, limit, lease)
     if not taken.allowed:
         yield None
         return
@@ -32,7 +32,7 @@ def slot(client: redis.Redis, key: str, limit: int, lease: float) -> Iterator[in
 
     def heartbeat() -> None:
         while not done.wait(lease / 3):
-            if not renew(client, key, taken.id, lease):
+            if not limiter.renew_lease(key, taken.id, lease):
                 return  # The lease ended (the slot was lost): the job should stop.
 
     beating = threading.Thread(target=heartbeat, daemon=True)
@@ -42,11 +42,12 @@ def slot(client: redis.Redis, key: str, limit: int, lease: float) -> Iterator[in
     finally:
         done.set()
         beating.join()
-        release(client, key, taken.id)
+        limiter.release_lease(key, taken.id)
 
 
 def main() -> None:
     client = redis.Redis.from_url(os.environ.get("REDIS_URL", "redis://127.0.0.1:6379"))
+    limiter = RateLimiter(client)
     key = f"exports:tenant:{os.getpid()}"
     running, most, lock = 0, 0, threading.Lock()
     outcomes: list[str] = []
@@ -55,7 +56,7 @@ def main() -> None:
 
     def worker(job: int) -> None:
         nonlocal running, most
-        with slot(client, key, limit=2, lease=2.0) as lease:
+        with slot(limiter, key, limit=2, lease=2.0) as lease:
             all_asked.wait()
             if lease is None:
                 outcomes.append("refused")
@@ -75,7 +76,7 @@ def main() -> None:
         thread.join()
     print(f"5 jobs at once, 2 slots: {outcomes.count('ran')} ran, "
           f"{outcomes.count('refused')} refused, at most {most} at a time")
-    print(f"slots free afterwards: {acquire(client, key, 2, 1, quantity=0).result.remaining}")
+    print(f"slots free afterwards: {limiter.acquire_lease(key, 2, 1, quantity=0).result.remaining}")
 
 
 if __name__ == "__main__":

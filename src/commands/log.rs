@@ -23,7 +23,7 @@ use crate::core::request::{Request, Shortfall};
 use crate::core::time::{Micros, Rounding, Unit};
 use crate::core::verdict::Verdict;
 use crate::error::CommandError;
-use crate::redis::call::{Invocation, Reply};
+use crate::redis::call::{Integers, Invocation, Reply};
 use crate::redis::handler::{callback, Registered};
 use crate::redis::metadata::{Arg, ArgKind, CommandSpec, Keys, Mode, KEY_INSERT, KEY_READ_WRITE};
 use crate::redis::native_type::{BLOCKED_KEYWORD, LOAD_CHUNK_COMMAND};
@@ -252,9 +252,9 @@ fn replay(call: &Invocation, _: Mode) -> Result<Reply, CommandError> {
     };
     let mut verdict = [Verdict::default()];
     store::replay(call, &engine_call, &mut verdict)?;
-    Ok(Reply::Integers(
-        verdict[0].to_reply(Unit::Microseconds, Rounding::Up),
-    ))
+    Ok(Reply::Integers(Integers::of(
+        &verdict[0].to_reply(Unit::Microseconds, Rounding::Up),
+    )))
 }
 
 /// `RL.LOG.LOADCHUNK key entries [BLOCKED until_us]`: entries appended to the key's log (a

@@ -6,6 +6,7 @@
 #![forbid(unsafe_code)]
 
 pub mod all;
+pub mod counts;
 pub mod debug;
 pub mod lease;
 pub mod log;
@@ -31,7 +32,7 @@ use crate::redis::stats::{CommandStats, Outcome};
 use crate::redis::store;
 
 /// Every command the module registers.
-pub static ALL: [&CommandSpec; 16] = [
+pub static ALL: [&CommandSpec; 18] = [
     &throttle::SPEC,
     &throttle::SPEC_RO,
     &window::SPEC,
@@ -44,6 +45,8 @@ pub static ALL: [&CommandSpec; 16] = [
     &lease::ACQUIRE_RO_SPEC,
     &lease::RELEASE_SPEC,
     &lease::RENEW_SPEC,
+    &counts::WINDOW_COUNTS_SPEC,
+    &counts::LOG_COUNTS_SPEC,
     &log::REPLAY_SPEC,
     &log::LOAD_CHUNK_SPEC,
     &lease::APPLY_SPEC,

@@ -413,6 +413,26 @@ impl LogLimiter {
         true
     }
 
+    /// What `log` counts at `now` (`RL.LOG.COUNTS`): the units in the window, when its
+    /// oldest entry leaves it and when its newest does (both `now` for an empty log).
+    pub fn counts(&self, log: Option<&SlidingLog>, now: Micros) -> (u64, Micros, Micros) {
+        let now = now.not_before_epoch();
+        let live = self.survey(log, now);
+        let Some(log) = log.filter(|_| live.used > 0) else {
+            return (0, now, now);
+        };
+        let oldest = log
+            .entries()
+            .nth(live.expired_entries)
+            .map_or(now.0, entry_time);
+        let newest = log.newest_time().unwrap_or(now.0);
+        (
+            live.used,
+            Micros(oldest + self.window),
+            Micros(newest + self.window),
+        )
+    }
+
     /// Whether `log` has room for the entries a request of `quantity` may add: a log never
     /// holds more than [`MAX_LOG_LIMIT`] entries, requests scheduled ahead included.
     pub fn has_room_for(&self, log: Option<&SlidingLog>, quantity: u64) -> bool {

@@ -114,10 +114,26 @@ pub enum Reply {
     Limiter(LimiterReply),
     /// 1 or 0: whether a lease was held (`RL.RELEASE`, `RL.RENEW`).
     Held(bool),
-    /// Integers, counted nowhere (the internal commands).
-    Integers([i64; 5]),
+    /// Integers, counted nowhere (the internal commands, the counts).
+    Integers(Integers),
     /// `+OK`.
     Ok,
+}
+
+/// Up to five integers, as an array.
+pub struct Integers {
+    values: [i64; 5],
+    len: usize,
+}
+
+impl Integers {
+    /// The first five of `values`, at most.
+    pub fn of(values: &[i64]) -> Integers {
+        let len = values.len().min(5);
+        let mut all = [0; 5];
+        all[..len].copy_from_slice(&values[..len]);
+        Integers { values: all, len }
+    }
 }
 
 /// A limiter command's answer to a client.
@@ -176,10 +192,11 @@ impl Reply {
                 Reply::Held(held) => {
                     integer(ctx, i64::from(held));
                 }
-                Reply::Integers(values) => {
+                Reply::Integers(integers) => {
+                    let values = &integers.values[..integers.len];
                     array(ctx, values.len() as _);
                     for value in values {
-                        integer(ctx, value);
+                        integer(ctx, *value);
                     }
                 }
                 Reply::Ok => {

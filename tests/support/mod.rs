@@ -13,6 +13,7 @@
 pub mod cluster;
 pub mod copies;
 pub mod link;
+pub mod listening;
 pub mod valgrind;
 pub mod workload;
 

@@ -371,3 +371,21 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn counts_give_the_units_and_when_the_oldest_and_newest_leave() {
+    let limiter = limiter(10, 1_000);
+    assert_eq!(limiter.counts(None, T0), (0, T0, T0));
+    let mut log = SlidingLog::default();
+    call(&limiter, &mut log, T0, 3);
+    call(&limiter, &mut log, T0 + ms(400), 2);
+    assert_eq!(
+        limiter.counts(Some(&log), T0 + ms(500)),
+        (5, T0 + ms(1_000), T0 + ms(1_400))
+    );
+    // Once the first entry has left, the second is the oldest.
+    assert_eq!(
+        limiter.counts(Some(&log), T0 + ms(1_000)),
+        (2, T0 + ms(1_400), T0 + ms(1_400))
+    );
+}

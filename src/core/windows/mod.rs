@@ -67,6 +67,21 @@ pub enum StateError {
     OtherAlgorithm,
 }
 
+/// What a `FIXED` or `SLIDING` window counts at an instant (`RL.WINDOW.COUNTS`), and until
+/// when; an instant is the instant asked when there is nothing to count.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WindowCounts {
+    /// The previous window's count (`SLIDING`; 0 for `FIXED`).
+    pub previous: u64,
+    /// When it stops weighing: the end of the current window.
+    pub previous_ends_at: Micros,
+    /// The current window's count.
+    pub current: u64,
+    /// When it stops counting: the end of the window after (`SLIDING`) or of its own
+    /// (`FIXED`).
+    pub current_ends_at: Micros,
+}
+
 /// A window limiter's parameters, validated.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct WindowLimiter {
@@ -223,6 +238,21 @@ impl WindowLimiter {
                 self.apply_buckets(stored, now, quantity, patch, &mut scratch.entries, value)
             }
             Algorithm::Fixed | Algorithm::Sliding => self.apply_pair(stored, now, quantity, value),
+        }
+    }
+
+    /// The counts of a `FIXED` or `SLIDING` state at `now` (`None` for a missing key: none);
+    /// `None` for `BUCKETS`, whose counts are not two windows'.
+    pub fn counts(
+        &self,
+        stored: Option<&[u8]>,
+        now: Micros,
+    ) -> Option<Result<WindowCounts, StateError>> {
+        match self.algorithm {
+            Algorithm::Buckets(_) => None,
+            Algorithm::Fixed | Algorithm::Sliding => {
+                Some(self.pair_counts(stored, now.not_before_epoch().0))
+            }
         }
     }
 

@@ -3,8 +3,8 @@
 //! [`super::buckets`]). A bucket is a window here, found with one division.
 
 use super::{
-    ceil_millis, is_window_tag, read_le, width_code, Algorithm, StateError, WindowLimiter,
-    WindowOutcome, WindowRefund, HEADER_LEN, START_BITS,
+    ceil_millis, is_window_tag, read_le, width_code, Algorithm, StateError, WindowCounts,
+    WindowLimiter, WindowOutcome, WindowRefund, HEADER_LEN, START_BITS,
 };
 use crate::core::codec::Placement;
 use crate::core::time::{Micros, Ticks};
@@ -29,6 +29,29 @@ impl Pair {
 }
 
 impl WindowLimiter {
+    /// [`WindowLimiter::counts`] for `FIXED` and `SLIDING`, at `now` µs since the epoch.
+    pub(super) fn pair_counts(
+        &self,
+        stored: Option<&[u8]>,
+        now: i64,
+    ) -> Result<WindowCounts, StateError> {
+        let pair = self.load_pair(stored, now)?;
+        // The previous window weighs until the newest one ends; the newest counts until
+        // it has left the sliding window too (a window more), or until it ends (FIXED).
+        let newest_end = self.bucket_start(pair.newest + 1);
+        let current_ends_at = self.bucket_start(pair.newest + self.slots as i64);
+        Ok(WindowCounts {
+            previous: pair.previous,
+            previous_ends_at: Micros(if pair.previous > 0 { newest_end } else { now }),
+            current: pair.current,
+            current_ends_at: Micros(if pair.current > 0 {
+                current_ends_at
+            } else {
+                now
+            }),
+        })
+    }
+
     /// [`WindowLimiter::apply`] for `FIXED` and `SLIDING`, at `now` µs since the epoch.
     #[inline(always)]
     pub(super) fn apply_pair(

@@ -601,3 +601,44 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn counts_are_read_as_the_calls_read_them() {
+    // 10 per second, sliding: 4 in the window starting at T0, 3 in the next.
+    let mut key = Key::new(10, 1_000, Algorithm::Sliding);
+    key.call(T0 + ms(100), 4);
+    key.call(T0 + ms(1_250), 3);
+    let counts = |key: &Key, now: i64| {
+        key.limiter
+            .counts(key.value.as_deref(), Micros(now))
+            .unwrap()
+            .unwrap()
+    };
+    let at = T0 + ms(1_400);
+    assert_eq!(
+        counts(&key, at),
+        WindowCounts {
+            previous: 4,
+            previous_ends_at: Micros(T0 + ms(2_000)),
+            current: 3,
+            current_ends_at: Micros(T0 + ms(3_000)),
+        }
+    );
+    // Two windows on, nothing counts any more.
+    let later = counts(&key, T0 + ms(3_100));
+    assert_eq!((later.previous, later.current), (0, 0));
+    // FIXED: the current window only, until it ends; BUCKETS has no two counts.
+    let mut fixed = Key::new(10, 1_000, Algorithm::Fixed);
+    fixed.call(T0 + ms(100), 2);
+    assert_eq!(
+        counts(&fixed, T0 + ms(200)),
+        WindowCounts {
+            previous: 0,
+            previous_ends_at: Micros(T0 + ms(200)),
+            current: 2,
+            current_ends_at: Micros(T0 + ms(1_000)),
+        }
+    );
+    let buckets = Key::new(10, 1_000, Algorithm::Buckets(4));
+    assert!(buckets.limiter.counts(None, Micros(T0)).is_none());
+}

@@ -1,0 +1,79 @@
+// Types of redis-ratelimit-module: the client of the redis-ratelimit module.
+
+/** What every limiter command answers, typed; times in seconds. */
+export interface RateLimit {
+  /** Admitted (and counted); false: refused, and not counted. */
+  allowed: boolean;
+  /** The most admitted at once. */
+  limit: number;
+  /** How much more would be admitted right now. */
+  remaining: number;
+  /** Seconds until a refused request fits; null if admitted or never. */
+  retryAfter: number | null;
+  /** Seconds until the limiter is back to full capacity. */
+  resetAfter: number;
+  /** With `delay`: seconds to wait before going ahead (0: at once, or refused). */
+  wait: number;
+  /** With `atMost`: the quantity granted (0 when refused); else null. */
+  granted: number | null;
+  /** Several limiters: each one's own result, in order (else empty). */
+  each: RateLimit[];
+}
+
+/** A limiter: its command, key, arguments, and its policy's name and window. */
+export interface Limiter {
+  command: "CL.THROTTLE" | "RL.WINDOW" | "RL.LOG";
+  inAll: "THROTTLE" | "WINDOW" | "LOG";
+  key: string;
+  name: string;
+  args: (string | number)[];
+  keywords: (string | number)[];
+  windowSeconds: number;
+}
+
+/** A request's options (docs/options.md); at most one of delay, atMost, force. */
+export interface CheckOptions {
+  quantity?: number;
+  refund?: boolean;
+  /** Seconds a refusal keeps the key refused. */
+  block?: number | null;
+  /** Seconds a request that does not fit may wait for its turn. */
+  delay?: number | null;
+  atMost?: boolean;
+  force?: boolean;
+}
+
+/** An ioredis Redis or Cluster, or a node-redis client or cluster. */
+export type Client = object;
+
+export function throttle(key: string, maxBurst: number, count: number, period: number,
+  options?: { warmup?: number | null; name?: string }): Limiter;
+export function window(key: string, limit: number, seconds: number,
+  options?: { algorithm?: string; name?: string }): Limiter;
+export function log(key: string, limit: number, seconds: number,
+  options?: { name?: string }): Limiter;
+
+export function fromReply(reply: (number | string)[],
+  options?: { each?: RateLimit[]; waitMs?: number; granted?: number | null }): RateLimit;
+
+export function headers(result: RateLimit, limiters: Limiter[],
+  options?: { legacy?: boolean }): Record<string, string>;
+
+export function commandSender(client: Client): (args: (string | number)[]) => Promise<unknown>;
+
+export interface Lease {
+  result: RateLimit;
+  allowed: boolean;
+  /** The lease's id; 0 when refused. */
+  id: number;
+}
+
+export class RateLimiter {
+  constructor(client: Client);
+  check(limiters: Limiter[], options?: CheckOptions): Promise<RateLimit>;
+  peek(limiters: Limiter[], options?: { quantity?: number }): Promise<RateLimit>;
+  acquire(limiters: Limiter[], options?: { quantity?: number; timeout?: number }): Promise<RateLimit>;
+  acquireLease(key: string, limit: number, lease: number, quantity?: number): Promise<Lease>;
+  releaseLease(key: string, id: number): Promise<boolean>;
+  renewLease(key: string, id: number, lease: number): Promise<boolean>;
+}

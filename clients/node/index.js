@@ -1,0 +1,176 @@
+// The Node client of the redis-ratelimit module: typed results for every command and option
+// over ioredis or node-redis (clients and clusters), the IETF RateLimit fields, and
+// acquire(timeout). The framework adapters: ./express (express-rate-limit) and ./nestjs
+// (@nestjs/throttler).
+//
+// Times are asked of the module in milliseconds and given in seconds; the header fields round
+// them up, so a client that waits them is never early.
+"use strict";
+
+const millis = (seconds) => Math.max(1, Math.round(seconds * 1000));
+
+/**
+ * A function that sends one command and resolves with its reply, for ioredis (`Redis`,
+ * `Cluster`: `call`) and node-redis (a client: `sendCommand(args)`; a cluster:
+ * `sendCommand(firstKey, isReadonly, args)`).
+ */
+function commandSender(client) {
+  if (typeof client.call === "function") return (args) => client.call(...args);
+  if (typeof client.sendCommand === "function") {
+    if (client.sendCommand.length >= 3) {
+      return (args) => client.sendCommand(keyOf(args), args[0].endsWith("_RO"), args.map(String));
+    }
+    return (args) => client.sendCommand(args.map(String));
+  }
+  throw new TypeError("expected an ioredis or node-redis client");
+}
+
+// The first key of a limiter command: after the name, or after RL.ALL's numkeys.
+const keyOf = (args) => String(args[0].startsWith("RL.ALL") ? args[2] : args[1]);
+
+/** GCRA (CL.THROTTLE): `count` per `period` seconds, in bursts of `maxBurst + 1`. */
+function throttle(key, maxBurst, count, period, { warmup = null, name = "burst" } = {}) {
+  return {
+    command: "CL.THROTTLE", inAll: "THROTTLE", key, name,
+    args: [maxBurst, count, millis(period)],
+    keywords: warmup === null ? [] : ["WARMUP", millis(warmup)],
+    windowSeconds: ((maxBurst + 1) * period) / count,
+  };
+}
+
+/** A window counter (RL.WINDOW): `limit` per `seconds`, "SLIDING", "FIXED" or "BUCKETS n". */
+function window(key, limit, seconds, { algorithm = "SLIDING", name = "window" } = {}) {
+  return {
+    command: "RL.WINDOW", inAll: "WINDOW", key, name,
+    args: [limit, millis(seconds)], keywords: algorithm.split(" "), windowSeconds: seconds,
+  };
+}
+
+/** An exact sliding log (RL.LOG): at most `limit` in any `seconds`. */
+function log(key, limit, seconds, { name = "log" } = {}) {
+  return {
+    command: "RL.LOG", inAll: "LOG", key, name,
+    args: [limit, millis(seconds)], keywords: [], windowSeconds: seconds,
+  };
+}
+
+/** Reads `[limited, limit, remaining, retry_after, reset_after]` given in ms. */
+function fromReply(reply, { each = [], waitMs = 0, granted = null } = {}) {
+  const [limited, limit, remaining, retryAfter, resetAfter] = reply.slice(0, 5).map(Number);
+  return {
+    allowed: limited === 0,
+    limit,
+    remaining,
+    retryAfter: retryAfter < 0 ? null : retryAfter / 1000,
+    resetAfter: resetAfter / 1000,
+    wait: waitMs / 1000,
+    granted,
+    each,
+  };
+}
+
+/** The words after a limiter's arguments for a request's options (docs/options.md). */
+function optionWords({ quantity = 1, refund = false, block = null, delay = null, atMost = false, force = false }) {
+  const words = [quantity, "MS"];
+  if (block !== null) words.push("BLOCK", millis(block));
+  if (delay !== null) words.push("DELAY", Math.max(0, Math.round(delay * 1000)));
+  if (atMost) words.push("AT_MOST");
+  if (force) words.push("FORCE");
+  if (refund) words.push("REFUND");
+  return words;
+}
+
+/** The one command for a request against `limiters`. */
+function commandFor(limiters, options, readOnly = false) {
+  if (limiters.length === 0) throw new RangeError("at least one limiter");
+  const suffix = readOnly ? "_RO" : "";
+  if (limiters.length === 1) {
+    const [one] = limiters;
+    return [one.command + suffix, one.key, ...one.args, ...optionWords(options), ...one.keywords];
+  }
+  const args = ["RL.ALL" + suffix, limiters.length, ...limiters.map((one) => one.key)];
+  for (const one of limiters) args.push(one.inAll, ...one.args, ...one.keywords);
+  return [...args, ...optionWords(options), "DETAILS"];
+}
+
+function resultOf(reply, limiters, options) {
+  const sixth = options.delay != null || options.atMost ? Number(reply[5]) : null;
+  const first = sixth === null ? 5 : 6;
+  const each = limiters.length > 1 ? reply.slice(first).map((one) => fromReply(one)) : [];
+  return fromReply(reply, {
+    each,
+    waitMs: options.delay != null ? sixth : 0,
+    granted: options.atMost ? sixth : null,
+  });
+}
+
+/** Every command of the module on one client, with typed results. */
+class RateLimiter {
+  constructor(client) {
+    this.send = commandSender(client);
+  }
+
+  /** One request against every limiter, all or nothing, in one call. */
+  async check(limiters, options = {}) {
+    return resultOf(await this.send(commandFor(limiters, options)), limiters, options);
+  }
+
+  /** What `check` would answer now, without writing (the _RO variants). */
+  async peek(limiters, { quantity = 1 } = {}) {
+    const options = { quantity };
+    return resultOf(await this.send(commandFor(limiters, options, true)), limiters, options);
+  }
+
+  /**
+   * Waits for a slot, as Guava's `tryAcquire(timeout)`: one call with DELAY, then a sleep of
+   * the wait the module gives; resolves at once, refused, when the turn is further than
+   * `timeout` seconds away. No polling: the module keeps the queue.
+   */
+  async acquire(limiters, { quantity = 1, timeout = 0 } = {}) {
+    const result = await this.check(limiters, { quantity, delay: timeout });
+    if (result.allowed && result.wait > 0) {
+      await new Promise((resolve) => setTimeout(resolve, result.wait * 1000));
+    }
+    return result;
+  }
+
+  /** RL.ACQUIRE: `quantity` of `limit` slots for `lease` seconds; `id` is 0 when refused. */
+  async acquireLease(key, limit, lease, quantity = 1) {
+    const reply = await this.send(["RL.ACQUIRE", key, limit, millis(lease), quantity, "MS"]);
+    return { result: fromReply(reply), allowed: Number(reply[0]) === 0, id: Number(reply[5]) };
+  }
+
+  /** RL.RELEASE: frees a lease at once; false when it was no longer held. */
+  async releaseLease(key, id) {
+    return Number(await this.send(["RL.RELEASE", key, id])) === 1;
+  }
+
+  /** RL.RENEW: extends a held lease to `lease` seconds from now. */
+  async renewLease(key, id, lease) {
+    return Number(await this.send(["RL.RENEW", key, id, millis(lease), "MS"])) === 1;
+  }
+}
+
+// Whole seconds, rounded up: a client that waits this long is never early.
+const seconds = (value) => Math.ceil(value - 1e-9);
+
+/**
+ * The IETF fields (draft-ietf-httpapi-ratelimit-headers-11) for a result: RateLimit-Policy,
+ * RateLimit and, when refused, Retry-After; with `legacy`, RateLimit-Limit, -Remaining, -Reset.
+ */
+function headers(result, limiters, { legacy = false } = {}) {
+  const each = result.each.length > 0 ? result.each : [result];
+  const fields = {
+    "RateLimit-Policy": limiters.map((one, i) => `"${one.name}";q=${each[i].limit};w=${seconds(one.windowSeconds)}`).join(", "),
+    RateLimit: limiters.map((one, i) => `"${one.name}";r=${each[i].remaining};t=${seconds(each[i].resetAfter)}`).join(", "),
+  };
+  if (!result.allowed && result.retryAfter !== null) fields["Retry-After"] = String(seconds(result.retryAfter));
+  if (legacy) {
+    fields["RateLimit-Limit"] = String(result.limit);
+    fields["RateLimit-Remaining"] = String(result.remaining);
+    fields["RateLimit-Reset"] = String(seconds(result.resetAfter));
+  }
+  return fields;
+}
+
+module.exports = { RateLimiter, throttle, window, log, fromReply, headers, commandSender };

@@ -1,0 +1,35 @@
+// The client on a Cluster (REDIS_URL: one of its nodes), over ioredis and node-redis: keys
+// in every slot range, and several limiters in one hash slot. Run by tests/clients.rs.
+"use strict";
+
+const assert = require("node:assert/strict");
+const Redis = require("ioredis");
+const { createCluster } = require("redis");
+const { RateLimiter, log, throttle } = require("..");
+
+async function exercise(limiter, prefix) {
+  for (let i = 0; i < 30; i++) {
+    const limits = [log(`${prefix}:${i}`, 1, 60)];
+    assert.equal((await limiter.check(limits)).allowed, true);
+    assert.equal((await limiter.peek(limits)).allowed, false);
+  }
+  const both = [log(`{${prefix}}:a`, 2, 60), throttle(`{${prefix}}:b`, 0, 1, 60)];
+  assert.equal((await limiter.check(both)).allowed, true);
+  assert.equal((await limiter.check(both)).allowed, false);
+}
+
+async function main() {
+  const url = new URL(process.env.REDIS_URL);
+  const io = new Redis.Cluster([{ host: url.hostname, port: Number(url.port) }]);
+  await exercise(new RateLimiter(io), "ioredis");
+  io.disconnect();
+  const nodeRedis = await createCluster({ rootNodes: [{ url: process.env.REDIS_URL }] }).connect();
+  await exercise(new RateLimiter(nodeRedis), "node-redis");
+  await nodeRedis.quit();
+  console.log("ok");
+}
+
+main().catch((error) => {
+  console.error(error);
+  process.exit(1);
+});

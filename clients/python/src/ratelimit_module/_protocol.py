@@ -1,0 +1,185 @@
+"""What every client sends and reads, without I/O: the sync and async clients share it.
+
+Times are asked of the module in milliseconds and given in seconds (floats); the HTTP fields
+round them up, so a client that waits them is never early.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional, Sequence, Union
+
+
+@dataclass(frozen=True)
+class RateLimit:
+    """What every limiter command answers, typed."""
+
+    allowed: bool  # admitted (and counted); False: refused, and not counted
+    limit: int  # the most admitted at once
+    remaining: int  # how much more would be admitted right now
+    retry_after: Optional[float]  # seconds until a refused request fits; None if admitted or never
+    reset_after: float  # seconds until the limiter is back to full capacity
+    wait: float = 0.0  # with `delay`: seconds to wait before going ahead (0: at once, or refused)
+    granted: Optional[int] = None  # with `at_most`: the quantity granted (0 when refused)
+    # Several limiters: each one's own result, in the order given (empty for one limiter).
+    each: tuple["RateLimit", ...] = field(default=(), compare=False)
+
+    @classmethod
+    def from_fields(cls, fields: Sequence[int], each: Sequence["RateLimit"] = (),
+                    wait_ms: int = 0, granted: Optional[int] = None) -> "RateLimit":
+        """Reads `[limited, limit, remaining, retry_after, reset_after]`, times in ms."""
+        limited, limit, remaining, retry_after, reset_after = (int(value) for value in fields[:5])
+        return cls(
+            allowed=limited == 0,
+            limit=limit,
+            remaining=remaining,
+            retry_after=None if retry_after < 0 else retry_after / 1000,
+            reset_after=reset_after / 1000,
+            wait=wait_ms / 1000,
+            granted=granted,
+            each=tuple(each),
+        )
+
+
+def millis(seconds: float) -> int:
+    """Seconds as whole milliseconds, at least 1."""
+    return max(1, round(seconds * 1000))
+
+
+@dataclass(frozen=True)
+class Throttle:
+    """GCRA (`CL.THROTTLE`): `count` per `period` seconds, in bursts of `max_burst + 1`; with
+    `warmup` (seconds), a cold limiter reaches its rate over that much sustained use."""
+
+    key: str
+    max_burst: int
+    count: int
+    period: float
+    name: str = "burst"  # the policy's name in the HTTP fields
+    warmup: Optional[float] = None
+
+    command, in_all = "CL.THROTTLE", "THROTTLE"
+
+    def arguments(self) -> list:
+        return [self.max_burst, self.count, millis(self.period)]
+
+    def keywords(self) -> list:
+        return [] if self.warmup is None else ["WARMUP", millis(self.warmup)]
+
+    def window_seconds(self) -> float:
+        """How long an empty bucket takes to fill: the window of its policy."""
+        return (self.max_burst + 1) * self.period / self.count
+
+
+@dataclass(frozen=True)
+class Window:
+    """A window counter (`RL.WINDOW`): `limit` per `window` seconds, `SLIDING` (the default),
+    `FIXED` or `BUCKETS n`."""
+
+    key: str
+    limit: int
+    window: float
+    algorithm: str = "SLIDING"
+    name: str = "window"
+
+    command, in_all = "RL.WINDOW", "WINDOW"
+
+    def arguments(self) -> list:
+        return [self.limit, millis(self.window)]
+
+    def keywords(self) -> list:
+        return self.algorithm.split()
+
+    def window_seconds(self) -> float:
+        return self.window
+
+
+@dataclass(frozen=True)
+class Log:
+    """An exact sliding log (`RL.LOG`): at most `limit` in any `window` seconds."""
+
+    key: str
+    limit: int
+    window: float
+    name: str = "log"
+
+    command, in_all = "RL.LOG", "LOG"
+
+    def arguments(self) -> list:
+        return [self.limit, millis(self.window)]
+
+    def keywords(self) -> list:
+        return []
+
+    def window_seconds(self) -> float:
+        return self.window
+
+
+Limiter = Union[Throttle, Window, Log]
+
+
+@dataclass(frozen=True)
+class Options:
+    """A request's options: see docs/options.md. At most one of `delay`, `at_most`, `force`."""
+
+    quantity: int = 1
+    refund: bool = False
+    block: Optional[float] = None  # seconds a refusal keeps the key refused
+    delay: Optional[float] = None  # seconds a request that does not fit may wait for its turn
+    at_most: bool = False  # take what fits, at least 1
+    force: bool = False  # take it all, owing what does not fit
+    read_only: bool = False  # the _RO variant: answer without writing
+
+    def words(self) -> list:
+        words: list = [self.quantity, "MS"]
+        if self.block is not None:
+            words += ["BLOCK", millis(self.block)]
+        if self.delay is not None:
+            words += ["DELAY", max(0, round(self.delay * 1000))]
+        if self.at_most:
+            words.append("AT_MOST")
+        if self.force:
+            words.append("FORCE")
+        if self.refund:
+            words.append("REFUND")
+        return words
+
+    def has_sixth(self) -> bool:
+        return self.delay is not None or self.at_most
+
+
+def command(limiters: Sequence[Limiter], options: Options) -> list:
+    """The one command a request against `limiters` takes: the limiter's own, or `RL.ALL`
+    with `DETAILS` (every key in one hash slot on a Cluster: tag them alike)."""
+    if not limiters:
+        raise ValueError("at least one limiter")
+    suffix = "_RO" if options.read_only else ""
+    if len(limiters) == 1:
+        one = limiters[0]
+        return [one.command + suffix, one.key, *one.arguments(), *options.words(), *one.keywords()]
+    words = ["RL.ALL" + suffix, len(limiters), *(one.key for one in limiters)]
+    for one in limiters:
+        words += [one.in_all, *one.arguments(), *one.keywords()]
+    return [*words, *options.words(), "DETAILS"]
+
+
+def result(reply: Sequence, limiters: Sequence[Limiter], options: Options) -> RateLimit:
+    """The typed result of `command(limiters, options)`'s reply."""
+    sixth = int(reply[5]) if options.has_sixth() else None
+    wait_ms = sixth if options.delay is not None else 0
+    granted = sixth if options.at_most else None
+    first = 6 if sixth is not None else 5
+    each = [RateLimit.from_fields(one) for one in reply[first:]] if len(limiters) > 1 else []
+    return RateLimit.from_fields(reply, each, wait_ms=wait_ms or 0, granted=granted)
+
+
+@dataclass(frozen=True)
+class Lease:
+    """`RL.ACQUIRE`'s answer: the five fields, and the lease's id (0 when refused)."""
+
+    result: RateLimit
+    id: int
+
+    @property
+    def allowed(self) -> bool:
+        return self.result.allowed

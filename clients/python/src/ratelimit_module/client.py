@@ -1,0 +1,59 @@
+"""The synchronous client, over redis-py (`redis.Redis` or `redis.cluster.RedisCluster`)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Optional, Sequence
+
+from ._protocol import Lease, Limiter, Options, RateLimit, command, millis, result
+
+
+class RateLimiter:
+    """Every command of the module on one client, with typed results.
+
+    On a Cluster client, the keys of one call (several limiters) must share a hash slot:
+    give them the same `{tag}`.
+    """
+
+    def __init__(self, client: Any, sleep: Callable[[float], None] = time.sleep):
+        self.client = client
+        self._sleep = sleep
+
+    def check(self, limiters: Sequence[Limiter], quantity: int = 1, *, refund: bool = False,
+              block: Optional[float] = None, delay: Optional[float] = None,
+              at_most: bool = False, force: bool = False) -> RateLimit:
+        """One request against every limiter, all or nothing, in one call."""
+        options = Options(quantity, refund, block, delay, at_most, force)
+        reply = self.client.execute_command(*command(limiters, options))
+        return result(reply, limiters, options)
+
+    def peek(self, limiters: Sequence[Limiter], quantity: int = 1) -> RateLimit:
+        """What `check` would answer now, without writing (the `_RO` variants)."""
+        options = Options(quantity, read_only=True)
+        reply = self.client.execute_command(*command(limiters, options))
+        return result(reply, limiters, options)
+
+    def acquire(self, limiters: Sequence[Limiter], quantity: int = 1,
+                timeout: float = 0.0) -> RateLimit:
+        """Waits for a slot, as Guava's `tryAcquire(timeout)`: one call with `DELAY`, then a
+        sleep of the wait the module gives. Returns once the request may go ahead, or at
+        once, refused, when its turn is further than `timeout` seconds away. No polling:
+        the module keeps the queue."""
+        outcome = self.check(limiters, quantity, delay=timeout)
+        if outcome.allowed and outcome.wait > 0:
+            self._sleep(outcome.wait)
+        return outcome
+
+    def acquire_lease(self, key: str, limit: int, lease: float, quantity: int = 1) -> Lease:
+        """`RL.ACQUIRE`: `quantity` of `limit` slots for `lease` seconds."""
+        reply = self.client.execute_command("RL.ACQUIRE", key, limit, millis(lease), quantity, "MS")
+        return Lease(RateLimit.from_fields(reply), int(reply[5]))
+
+    def release_lease(self, key: str, lease_id: int) -> bool:
+        """`RL.RELEASE`: frees a lease at once; False when it was no longer held."""
+        return int(self.client.execute_command("RL.RELEASE", key, lease_id)) == 1
+
+    def renew_lease(self, key: str, lease_id: int, lease: float) -> bool:
+        """`RL.RENEW`: extends a held lease to `lease` seconds from now."""
+        reply = self.client.execute_command("RL.RENEW", key, lease_id, millis(lease), "MS")
+        return int(reply) == 1

@@ -1,0 +1,45 @@
+"""The sync and async clients on a Cluster (REDIS_URL: one of its nodes): keys in every slot
+range, and several limiters in one hash slot. Run by tests/clients.rs against a live cluster.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+import redis.asyncio.cluster
+from redis.cluster import RedisCluster
+
+from ratelimit_module import AsyncRateLimiter, Log, RateLimiter, Throttle
+
+URL = os.environ["REDIS_URL"]
+
+
+def check_sync() -> None:
+    limiter = RateLimiter(RedisCluster.from_url(URL))
+    for i in range(30):
+        limits = [Log(f"sync:{i}", 1, 60)]
+        assert limiter.check(limits).allowed
+        assert not limiter.check(limits).allowed
+    both = [Log("{sync}:a", 2, 60), Throttle("{sync}:b", 0, 1, 60)]
+    assert limiter.check(both).allowed
+    assert not limiter.check(both).allowed
+    assert limiter.acquire([Log("sync:acquire", 1, 60)], timeout=1).allowed
+
+
+async def check_async() -> None:
+    client = redis.asyncio.cluster.RedisCluster.from_url(URL)
+    limiter = AsyncRateLimiter(client)
+    for i in range(30):
+        limits = [Log(f"async:{i}", 1, 60)]
+        assert (await limiter.check(limits)).allowed
+        assert not (await limiter.peek(limits)).allowed
+    both = [Log("{async}:a", 2, 60), Throttle("{async}:b", 0, 1, 60)]
+    assert (await limiter.check(both)).allowed
+    assert not (await limiter.check(both)).allowed
+    await client.aclose()
+
+
+check_sync()
+asyncio.run(check_async())
+print("ok")

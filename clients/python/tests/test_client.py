@@ -1,0 +1,151 @@
+"""The package against a live server with the module (REDIS_URL): the sync and async clients,
+every option, the fields, and the `limits` storage through `limits`' own strategies.
+
+    python -m unittest discover -s clients/python/tests
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+import unittest
+import uuid
+
+import redis
+import redis.asyncio
+from limits import parse
+from limits.storage import storage_from_string
+from limits.strategies import (FixedWindowRateLimiter, MovingWindowRateLimiter,
+                               SlidingWindowCounterRateLimiter)
+
+import ratelimit_module.limits_storage  # noqa: F401  (registers ratelimit://)
+from ratelimit_module import AsyncRateLimiter, Log, RateLimit, RateLimiter, Throttle, Window, headers
+
+URL = os.environ["REDIS_URL"]
+
+
+class SyncClientTest(unittest.TestCase):
+    def setUp(self) -> None:
+        self.client = redis.Redis.from_url(URL)
+        self.slept: list[float] = []
+        self.limiter = RateLimiter(self.client, sleep=self.slept.append)
+        self.prefix = f"py:{uuid.uuid4().hex}"
+
+    def tearDown(self) -> None:
+        self.client.close()
+
+    def test_every_option_answers_typed(self) -> None:
+        gcra = Throttle(f"{self.prefix}:gcra", max_burst=1, count=1, period=10)
+        first = self.limiter.check([gcra])
+        self.assertEqual(first, RateLimit(True, 2, 1, None, first.reset_after))
+        self.assertAlmostEqual(first.reset_after, 10, delta=0.5)
+        self.limiter.check([gcra])
+        delayed = self.limiter.check([gcra], delay=30)
+        self.assertTrue(delayed.allowed)
+        self.assertAlmostEqual(delayed.wait, 10, delta=0.5)
+        refused = self.limiter.check([gcra], delay=5)
+        self.assertFalse(refused.allowed)
+        self.assertAlmostEqual(refused.retry_after, 15, delta=0.5)
+        batch = Window(f"{self.prefix}:window", 5, 60, "FIXED")
+        self.assertEqual(self.limiter.check([batch], 3, at_most=True).granted, 3)
+        self.assertEqual(self.limiter.check([batch], 3, at_most=True).granted, 2)
+        exact = Log(f"{self.prefix}:log", 2, 60)
+        self.assertTrue(self.limiter.check([exact], 3, force=True).allowed)
+        self.assertFalse(self.limiter.peek([exact]).allowed)
+        self.assertEqual(self.limiter.check([exact], 3, refund=True).remaining, 0)
+        blocked = Log(f"{self.prefix}:blocked", 1, 60)
+        self.limiter.check([blocked])
+        self.assertAlmostEqual(self.limiter.check([blocked], block=600).retry_after, 600, delta=1)
+
+    def test_several_limiters_in_one_call_with_the_fields(self) -> None:
+        both = [Log(f"{{{self.prefix}}}:a", 2, 60, "a"), Window(f"{{{self.prefix}}}:b", 3, 60, name="b")]
+        result = self.limiter.check(both)
+        self.assertEqual([one.remaining for one in result.each], [1, 2])
+        self.assertEqual(headers(result, both)["RateLimit-Policy"], '"a";q=2;w=60, "b";q=3;w=60')
+        self.limiter.check(both)
+        refused = self.limiter.check(both)
+        self.assertEqual(headers(refused, both)["Retry-After"], "60")
+
+    def test_acquire_sleeps_the_wait_or_refuses_at_once(self) -> None:
+        steady = Throttle(f"{self.prefix}:steady", 0, 1, 10)
+        self.assertEqual(self.limiter.acquire([steady], timeout=30).wait, 0)
+        second = self.limiter.acquire([steady], timeout=30)
+        self.assertTrue(second.allowed)
+        self.assertEqual(self.slept, [second.wait])
+        self.assertFalse(self.limiter.acquire([steady], timeout=5).allowed)
+        self.assertEqual(len(self.slept), 1)
+
+    def test_leases(self) -> None:
+        key = f"{self.prefix}:lease"
+        lease = self.limiter.acquire_lease(key, 1, 30)
+        self.assertTrue(lease.allowed)
+        self.assertFalse(self.limiter.acquire_lease(key, 1, 30).allowed)
+        self.assertTrue(self.limiter.renew_lease(key, lease.id, 60))
+        self.assertTrue(self.limiter.release_lease(key, lease.id))
+        self.assertFalse(self.limiter.release_lease(key, lease.id))
+
+
+class AsyncClientTest(unittest.IsolatedAsyncioTestCase):
+    async def test_the_same_calls_awaited(self) -> None:
+        client = redis.asyncio.Redis.from_url(URL)
+        limiter = AsyncRateLimiter(client)
+        prefix = f"pyaio:{uuid.uuid4().hex}"
+        steady = Throttle(f"{prefix}:steady", 0, 1, 1)
+        self.assertTrue((await limiter.check([steady])).allowed)
+        started = time.monotonic()
+        second = await limiter.acquire([steady], timeout=5)
+        self.assertTrue(second.allowed)
+        self.assertGreaterEqual(time.monotonic() - started, second.wait - 0.05)
+        self.assertFalse((await limiter.peek([steady])).allowed)
+        self.assertEqual((await limiter.check([Window(f"{prefix}:w", 4, 60)], 9, at_most=True)).granted, 4)
+        await client.aclose()
+
+
+class LimitsStorageTest(unittest.TestCase):
+    """`limits`' own strategies on the storage: what slowapi and Flask-Limiter run."""
+
+    def setUp(self) -> None:
+        self.storage = storage_from_string(URL.replace("redis://", "ratelimit://", 1))
+        self.item = parse("5/minute")
+        self.name = uuid.uuid4().hex
+
+    def test_the_moving_window_is_exact_and_refused_hits_cost_nothing(self) -> None:
+        strategy = MovingWindowRateLimiter(self.storage)
+        self.assertEqual([strategy.hit(self.item, self.name) for _ in range(7)], [True] * 5 + [False] * 2)
+        self.assertFalse(strategy.test(self.item, self.name))
+        stats = strategy.get_window_stats(self.item, self.name)
+        self.assertEqual(stats.remaining, 0)
+        self.assertAlmostEqual(stats.reset_time, time.time() + 60, delta=1)
+        count, _, _ = self.storage.client.execute_command(
+            "RL.LOG.COUNTS", f"LIMITS:{self.item.key_for(self.name)}", 60, "S")
+        self.assertEqual(count, 5)
+
+    def test_the_sliding_window_counter_weighs_the_previous_window(self) -> None:
+        strategy = SlidingWindowCounterRateLimiter(self.storage)
+        self.assertEqual([strategy.hit(self.item, self.name) for _ in range(7)], [True] * 5 + [False] * 2)
+        self.assertFalse(strategy.test(self.item, self.name))
+        previous, _, current, current_in = self.storage.get_sliding_window(
+            self.item.key_for(self.name), 60)
+        self.assertEqual((previous, current), (0, 5))
+        self.assertTrue(60 < current_in <= 120)
+        self.assertEqual(strategy.get_window_stats(self.item, self.name).remaining, 0)
+
+    def test_the_fixed_window_counts_as_limits_asks(self) -> None:
+        strategy = FixedWindowRateLimiter(self.storage)
+        self.assertEqual([strategy.hit(self.item, self.name) for _ in range(7)], [True] * 5 + [False] * 2)
+        self.assertEqual(self.storage.get(self.item.key_for(self.name)), 7)
+        self.assertFalse(strategy.test(self.item, self.name))
+        reset = strategy.get_window_stats(self.item, self.name).reset_time
+        self.assertTrue(time.time() < reset <= time.time() + 60)
+        strategy.clear(self.item, self.name)
+        self.assertTrue(strategy.test(self.item, self.name))
+
+    def test_check_and_reset(self) -> None:
+        self.assertTrue(self.storage.check())
+        MovingWindowRateLimiter(self.storage).hit(self.item, self.name)
+        self.assertGreaterEqual(self.storage.reset(), 1)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,189 @@
+//! What a window or a log counts, read without writing, for clients that keep their own
+//! arithmetic over the counts (the `limits` library's sliding-window counter and moving
+//! window, under slowapi and Flask-Limiter):
+//!
+//! - `RL.WINDOW.COUNTS key window [FIXED | SLIDING] [S | MS | US]`: `[previous,
+//!   previous_ends_in, current, current_ends_in]`, the previous window's count (`SLIDING`)
+//!   and how long it still weighs, the current window's count and how long it still counts;
+//! - `RL.LOG.COUNTS key window [S | MS | US]`: `[count, oldest_ends_in, newest_ends_in]`, the
+//!   units in the window and how long until its oldest and its newest entries leave it.
+//!
+//! Times are in the call's unit, rounded up; a missing key counts nothing (all zeros).
+
+use std::ffi::{c_int, CStr};
+
+use crate::args::{integer_argument, parse_options, CommonOptions, Keyword};
+use crate::core::codec::split_blocked;
+use crate::core::engine::{Key, Store};
+use crate::core::limiter::Limiter;
+use crate::core::log::{LogLimiter, SlidingLog};
+use crate::core::time::{Micros, Rounding, Unit};
+use crate::core::windows::{Algorithm, WindowLimiter};
+use crate::error::CommandError;
+use crate::redis::call::{Integers, Invocation, Reply};
+use crate::redis::clock;
+use crate::redis::handler::{callback, Registered};
+use crate::redis::metadata::{Arg, ArgKind, CommandSpec, Keys, Mode, KEY_READ_ONLY};
+use crate::redis::store::RedisStore;
+
+use super::UNIT_ARG;
+
+/// `RL.WINDOW.COUNTS`.
+pub struct WindowCountsCommand;
+
+impl Registered for WindowCountsCommand {
+    const SPEC: &'static CommandSpec = &WINDOW_COUNTS_SPEC;
+}
+
+/// `RL.LOG.COUNTS`.
+pub struct LogCountsCommand;
+
+impl Registered for LogCountsCommand {
+    const SPEC: &'static CommandSpec = &LOG_COUNTS_SPEC;
+}
+
+/// A read-only command of one key, in the module's category.
+const fn counts_spec(
+    name: &'static CStr,
+    handler: crate::redis::metadata::Handler,
+    body: crate::redis::metadata::Body,
+    arity: c_int,
+    summary: &'static CStr,
+    args: &'static [Arg],
+) -> CommandSpec {
+    CommandSpec {
+        name,
+        handler,
+        body,
+        mode: Mode::ReadOnly,
+        flags: c"readonly fast",
+        arity,
+        summary,
+        complexity: c"O(1)",
+        since: c"0.3.0",
+        acl_categories: c"read fast",
+        in_module_category: true,
+        keys: Keys::One(KEY_READ_ONLY),
+        args,
+        event: name,
+        stats: None,
+    }
+}
+
+/// `RL.WINDOW.COUNTS`' registration.
+pub static WINDOW_COUNTS_SPEC: CommandSpec = counts_spec(
+    c"rl.window.counts",
+    callback::<WindowCountsCommand>,
+    window_counts,
+    -3,
+    c"The counts of a FIXED or SLIDING window and how long they last, without writing",
+    &[
+        Arg::new(c"key", ArgKind::Key),
+        Arg::new(c"window", ArgKind::Integer),
+        Arg::one_of(
+            c"algorithm",
+            &[Arg::token(c"FIXED"), Arg::token(c"SLIDING")],
+        )
+        .optional(),
+        UNIT_ARG,
+    ],
+);
+
+/// `RL.LOG.COUNTS`' registration.
+pub static LOG_COUNTS_SPEC: CommandSpec = counts_spec(
+    c"rl.log.counts",
+    callback::<LogCountsCommand>,
+    log_counts,
+    -3,
+    c"The units an RL.LOG key counts and when its oldest and newest entries leave, without writing",
+    &[
+        Arg::new(c"key", ArgKind::Key),
+        Arg::new(c"window", ArgKind::Integer),
+        UNIT_ARG,
+    ],
+);
+
+const WINDOW_USAGE: CommandError = CommandError::Message(
+    c"ERR syntax error. Usage: RL.WINDOW.COUNTS key window [FIXED|SLIDING] [S|MS|US]",
+);
+
+const LOG_USAGE: CommandError =
+    CommandError::Message(c"ERR syntax error. Usage: RL.LOG.COUNTS key window [S|MS|US]");
+
+/// Refuses every option but a unit: there is no request to qualify.
+fn only_unit(options: &CommonOptions, usage: CommandError) -> Result<(), CommandError> {
+    let plain = CommonOptions {
+        unit: options.unit,
+        ..CommonOptions::default()
+    };
+    if *options == plain {
+        Ok(())
+    } else {
+        Err(usage)
+    }
+}
+
+/// A span from `now` to `at`, in `unit`s, rounded up.
+fn until(at: Micros, now: Micros, unit: Unit) -> i64 {
+    (at - now).ticks().in_units(unit, Rounding::Up)
+}
+
+fn window_counts(call: &Invocation, _: Mode) -> Result<Reply, CommandError> {
+    let [window, tail @ ..] = &call.args[2..] else {
+        return Err(CommandError::WrongArity);
+    };
+    let window = integer_argument(window, c"ERR window is not an integer or out of range")?;
+    let mut algorithm = None;
+    let options = parse_options(tail, WINDOW_USAGE, |keyword, _| {
+        let chosen = match keyword {
+            k if k == Keyword::new("FIXED") => Algorithm::Fixed,
+            k if k == Keyword::new("SLIDING") => Algorithm::Sliding,
+            _ => return Ok(false),
+        };
+        if algorithm.replace(chosen).is_some() {
+            return Err(WINDOW_USAGE);
+        }
+        Ok(true)
+    })?;
+    only_unit(&options, WINDOW_USAGE)?;
+    let algorithm = algorithm.unwrap_or(Algorithm::Sliding);
+    // The limit plays no part in the counts.
+    let limiter = WindowLimiter::new(1, window, options.unit, algorithm)?;
+    let now = clock::now();
+    let store = RedisStore::single(call, false);
+    let key = store.open(0, false)?;
+    let stored = key.string(|len| Limiter::Window(limiter).accepts_length(len))?;
+    let own = stored.and_then(|value| split_blocked(value).1);
+    let counts = limiter
+        .counts(own, now)
+        .ok_or(CommandError::INTERNAL)?
+        .map_err(CommandError::from)?;
+    let unit = options.unit;
+    Ok(Reply::Integers(Integers::of(&[
+        counts.previous as i64,
+        until(counts.previous_ends_at, now, unit),
+        counts.current as i64,
+        until(counts.current_ends_at, now, unit),
+    ])))
+}
+
+fn log_counts(call: &Invocation, _: Mode) -> Result<Reply, CommandError> {
+    let [window, tail @ ..] = &call.args[2..] else {
+        return Err(CommandError::WrongArity);
+    };
+    let window = integer_argument(window, c"ERR window is not an integer or out of range")?;
+    let options = parse_options(tail, LOG_USAGE, |_, _| Ok(false))?;
+    only_unit(&options, LOG_USAGE)?;
+    let limiter = LogLimiter::new(1, window, options.unit)?;
+    let now = clock::now();
+    let store = RedisStore::single(call, false);
+    let key = store.open(0, false)?;
+    let log = key.native::<SlidingLog>()?;
+    let (count, oldest, newest) = limiter.counts(log.as_deref(), now);
+    let unit = options.unit;
+    Ok(Reply::Integers(Integers::of(&[
+        count as i64,
+        until(oldest, now, unit),
+        until(newest, now, unit),
+    ])))
+}

@@ -1,0 +1,308 @@
+//! The client packages under `clients/`, against a real server: each passes its own tests
+//! (the Node package's include express-rate-limit in a real Express app and @nestjs/throttler
+//! in a real NestJS app, over real HTTP), and the Python package's adapters hold their limit
+//! exactly in their real frameworks over real HTTP: slowapi on FastAPI and Flask-Limiter on
+//! Flask (through the `limits` storage, every strategy), the package's own FastAPI
+//! dependency and Starlette middleware. Refused requests cost nothing where the strategy
+//! says so. Both packages also run on a Cluster, sync and async, ioredis and node-redis.
+//!
+//! `make test` installs the frameworks, pinned (clients/python/requirements-test.txt,
+//! clients/node/package-lock.json).
+
+mod support;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use support::cluster::Cluster;
+use support::listening::Listening;
+use support::{query, repository, Server};
+
+/// The Python with the package and its frameworks: `$CLIENTS_PYTHON`, or the virtualenv
+/// `make test` makes.
+fn python() -> PathBuf {
+    let python = std::env::var_os("CLIENTS_PYTHON").map_or_else(
+        || repository().join("target/clients-venv/bin/python"),
+        PathBuf::from,
+    );
+    assert!(
+        python.exists(),
+        "no Python with the package at {}: run `make test`, which installs it",
+        python.display()
+    );
+    python
+}
+
+fn redis_url(server: &Server) -> String {
+    format!("redis://127.0.0.1:{}", server.port())
+}
+
+/// Runs `command` against `server`, failing with its output if it fails.
+fn run(server: &Server, mut command: Command) {
+    let Output {
+        status,
+        stdout,
+        stderr,
+    } = command
+        .env("REDIS_URL", redis_url(server))
+        .current_dir(repository())
+        .output()
+        .unwrap_or_else(|error| panic!("{command:?} could not run: {error}"));
+    assert!(
+        status.success(),
+        "{command:?} failed:\n{}\n{}",
+        String::from_utf8_lossy(&stdout),
+        String::from_utf8_lossy(&stderr)
+    );
+}
+
+#[test]
+fn the_python_package_passes_its_tests() {
+    let server = Server::start();
+    let mut command = Command::new(python());
+    command.args(["-m", "unittest", "discover", "-s", "clients/python/tests"]);
+    run(&server, command);
+}
+
+#[test]
+fn the_node_package_passes_its_tests_with_express_and_nestjs() {
+    let server = Server::start();
+    let modules = repository().join("clients/node/node_modules/express-rate-limit");
+    assert!(
+        modules.is_dir(),
+        "the Node package's dependencies are not installed: run `make test`, which installs them"
+    );
+    let tests =
+        ["client", "express", "nestjs"].map(|name| format!("clients/node/test/{name}.test.js"));
+    let mut command = Command::new("node");
+    command.arg("--test").args(tests);
+    run(&server, command);
+}
+
+/// A web app from clients/python/tests/apps, with `$PORT`, `$REDIS_URL` and `extra` in its
+/// environment.
+fn app(server: &Server, program: &str, args: &[&str], extra: &[(&str, &str)]) -> Listening {
+    Listening::start("the app", |port| {
+        let mut command = Command::new(python());
+        command
+            .arg(program)
+            .args(
+                args.iter()
+                    .map(|arg| arg.replace("{port}", &port.to_string())),
+            )
+            .env("PORT", port.to_string())
+            .env("REDIS_URL", redis_url(server))
+            .envs(extra.iter().copied())
+            .current_dir(repository().join("clients/python/tests/apps"));
+        command
+    })
+}
+
+fn uvicorn(server: &Server, app_name: &str, strategy: &str) -> Listening {
+    let args = [
+        "uvicorn",
+        app_name,
+        "--port",
+        "{port}",
+        "--log-level",
+        "warning",
+    ];
+    app(server, "-m", &args, &[("STRATEGY", strategy)])
+}
+
+fn flask(server: &Server, strategy: &str) -> Listening {
+    app(server, "flask_app.py", &[], &[("STRATEGY", strategy)])
+}
+
+/// One HTTP response: its status and headers (names lowercased).
+#[derive(Debug)]
+struct Response {
+    status: u16,
+    headers: Vec<(String, String)>,
+}
+
+impl Response {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(key, _)| key == name)
+            .map(|(_, value)| value.as_str())
+    }
+}
+
+fn get(port: u16, path: &str) -> Response {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let request = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let (head, _) = response.split_once("\r\n\r\n").expect("a whole response");
+    let mut lines = head.lines();
+    let status = lines
+        .next()
+        .unwrap()
+        .split(' ')
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
+    Response {
+        status,
+        headers: lines
+            .filter_map(|line| line.split_once(": "))
+            .map(|(name, value)| (name.to_lowercase(), value.to_owned()))
+            .collect(),
+    }
+}
+
+/// `count` requests to `path` at once, from as many threads.
+fn burst(port: u16, path: &'static str, count: usize) -> Vec<Response> {
+    let threads: Vec<_> = (0..count)
+        .map(|_| std::thread::spawn(move || get(port, path)))
+        .collect();
+    threads
+        .into_iter()
+        .map(|thread| thread.join().unwrap())
+        .collect()
+}
+
+/// Checks that of 20 requests at once exactly 5 went through, the others refused with
+/// `Retry-After`; returns a refused response.
+fn exactly_five(responses: &[Response]) -> &Response {
+    let admitted = responses.iter().filter(|one| one.status == 200).count();
+    let refused: Vec<_> = responses.iter().filter(|one| one.status == 429).collect();
+    assert_eq!((admitted, refused.len()), (5, 15), "{responses:?}");
+    for one in &refused {
+        let retry: u64 = one
+            .header("retry-after")
+            .expect("Retry-After")
+            .parse()
+            .unwrap();
+        assert!((1..=60).contains(&retry), "{one:?}");
+    }
+    refused[0]
+}
+
+/// The one key the app wrote.
+fn the_key(server: &Server) -> String {
+    let keys: Vec<String> = query(&mut server.connect(), &["KEYS", "*"]);
+    assert_eq!(keys.len(), 1, "{keys:?}");
+    keys[0].clone()
+}
+
+/// What the module counted on `key` for `strategy`.
+fn counted(server: &Server, key: &str, strategy: &str) -> i64 {
+    let mut con = server.connect();
+    match strategy {
+        "moving-window" => query::<Vec<i64>, _>(&mut con, &["RL.LOG.COUNTS", key, "60"])[0],
+        "sliding-window-counter" => {
+            query::<Vec<i64>, _>(&mut con, &["RL.WINDOW.COUNTS", key, "60", "SLIDING"])[2]
+        }
+        _ => query::<Vec<i64>, _>(&mut con, &["RL.WINDOW.COUNTS", key, "60", "FIXED"])[2],
+    }
+}
+
+const STRATEGIES: [&str; 3] = ["moving-window", "sliding-window-counter", "fixed-window"];
+
+/// 20 requests at once to `path` of the app `start` runs, for each strategy: exactly 5 go
+/// through, the others refused with `Retry-After` and `X-RateLimit-*`; the module counted
+/// what the strategy says.
+fn holds_exactly(start: impl Fn(&Server, &str) -> Listening, path: &'static str) {
+    for strategy in STRATEGIES {
+        let server = Server::start();
+        let app = start(&server, strategy);
+        let responses = burst(app.port, path, 20);
+        let refused = exactly_five(&responses);
+        assert_eq!(refused.header("x-ratelimit-limit"), Some("5"), "{strategy}");
+        assert_eq!(
+            refused.header("x-ratelimit-remaining"),
+            Some("0"),
+            "{strategy}"
+        );
+        let key = the_key(&server);
+        // limits' fixed window counts every hit; its other strategies only the admitted.
+        let expected = if strategy == "fixed-window" { 20 } else { 5 };
+        assert_eq!(
+            counted(&server, &key, strategy),
+            expected,
+            "{strategy}: {key}"
+        );
+    }
+}
+
+#[test]
+fn slowapi_on_fastapi_holds_its_limit_exactly_with_every_strategy() {
+    holds_exactly(
+        |server, strategy| uvicorn(server, "fastapi_app:app", strategy),
+        "/slowapi",
+    );
+}
+
+#[test]
+fn flask_limiter_on_flask_holds_its_limit_exactly_with_every_strategy() {
+    holds_exactly(flask, "/limited");
+}
+
+#[test]
+fn the_fastapi_dependency_and_the_starlette_middleware_hold_their_limit_exactly() {
+    for (app_name, path) in [
+        ("fastapi_app:app", "/dependency"),
+        ("fastapi_app:middleware_app", "/"),
+    ] {
+        let server = Server::start();
+        let app = uvicorn(&server, app_name, "moving-window");
+        let responses = burst(app.port, path, 20);
+        let refused = exactly_five(&responses);
+        assert_eq!(
+            refused.header("ratelimit-policy"),
+            Some("\"minute\";q=5;w=60"),
+            "{app_name}"
+        );
+        assert_eq!(
+            refused.header("ratelimit"),
+            Some("\"minute\";r=0;t=60"),
+            "{app_name}"
+        );
+        let admitted = responses.iter().find(|one| one.status == 200).unwrap();
+        assert!(
+            admitted.header("ratelimit").is_some(),
+            "{app_name}: {admitted:?}"
+        );
+        assert_eq!(
+            counted(&server, &the_key(&server), "moving-window"),
+            5,
+            "{app_name}"
+        );
+    }
+}
+
+#[test]
+fn both_packages_work_on_a_cluster() {
+    let cluster = Cluster::start(3, 0);
+    let node = &cluster.masters()[0];
+    let url = format!("redis://127.0.0.1:{}", node.port);
+    for (program, args) in [
+        (python(), vec!["clients/python/tests/cluster_check.py"]),
+        (PathBuf::from("node"), vec!["clients/node/test/cluster.js"]),
+    ] {
+        let output = Command::new(&program)
+            .args(&args)
+            .env("REDIS_URL", &url)
+            .current_dir(repository())
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "{program:?} {args:?} failed:\n{}\n{}\n{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr),
+            cluster.logs()
+        );
+    }
+}

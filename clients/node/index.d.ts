@@ -68,12 +68,29 @@ export interface Lease {
   id: number;
 }
 
+/** RL.WINDOW.COUNTS: what a FIXED or SLIDING window counts; times in seconds. */
+export interface WindowCounts {
+  previous: number;
+  previousEndsIn: number;
+  current: number;
+  currentEndsIn: number;
+}
+
+/** RL.LOG.COUNTS: what a log counts in its window; times in seconds. */
+export interface LogCounts {
+  count: number;
+  oldestEndsIn: number;
+  newestEndsIn: number;
+}
+
 export class RateLimiter {
   constructor(client: Client);
   check(limiters: Limiter[], options?: CheckOptions): Promise<RateLimit>;
   peek(limiters: Limiter[], options?: { quantity?: number }): Promise<RateLimit>;
   acquire(limiters: Limiter[], options?: { quantity?: number; timeout?: number }): Promise<RateLimit>;
+  counts(limiter: Limiter): Promise<WindowCounts | LogCounts>;
   acquireLease(key: string, limit: number, lease: number, quantity?: number): Promise<Lease>;
+  peekLease(key: string, limit: number, lease: number, quantity?: number): Promise<Lease>;
   releaseLease(key: string, id: number): Promise<boolean>;
   renewLease(key: string, id: number, lease: number): Promise<boolean>;
 }

@@ -104,6 +104,31 @@ function resultOf(reply, limiters, options) {
   });
 }
 
+/** RL.WINDOW.COUNTS or RL.LOG.COUNTS for a FIXED or SLIDING window, or a log. */
+function countsCommand(limiter) {
+  const windowMs = limiter.args[1];
+  if (limiter.command === "RL.LOG") return ["RL.LOG.COUNTS", limiter.key, windowMs, "MS"];
+  const [algorithm] = limiter.keywords;
+  if (limiter.command === "RL.WINDOW" && limiter.keywords.length === 1 && ["FIXED", "SLIDING"].includes(algorithm)) {
+    return ["RL.WINDOW.COUNTS", limiter.key, windowMs, algorithm, "MS"];
+  }
+  throw new RangeError("counts are read from a FIXED or SLIDING window, or a log");
+}
+
+/** The typed reply of countsCommand(limiter), times in seconds. */
+function countsOf(limiter, reply) {
+  const values = reply.map(Number);
+  if (limiter.command === "RL.LOG") {
+    return { count: values[0], oldestEndsIn: values[1] / 1000, newestEndsIn: values[2] / 1000 };
+  }
+  return {
+    previous: values[0], previousEndsIn: values[1] / 1000,
+    current: values[2], currentEndsIn: values[3] / 1000,
+  };
+}
+
+const leaseOf = (reply) => ({ result: fromReply(reply), allowed: Number(reply[0]) === 0, id: Number(reply[5]) });
+
 /** Every command of the module on one client, with typed results. */
 class RateLimiter {
   constructor(client) {
@@ -134,10 +159,19 @@ class RateLimiter {
     return result;
   }
 
+  /** What a FIXED or SLIDING window or a log counts (RL.WINDOW.COUNTS, RL.LOG.COUNTS). */
+  async counts(limiter) {
+    return countsOf(limiter, await this.send(countsCommand(limiter)));
+  }
+
   /** RL.ACQUIRE: `quantity` of `limit` slots for `lease` seconds; `id` is 0 when refused. */
   async acquireLease(key, limit, lease, quantity = 1) {
-    const reply = await this.send(["RL.ACQUIRE", key, limit, millis(lease), quantity, "MS"]);
-    return { result: fromReply(reply), allowed: Number(reply[0]) === 0, id: Number(reply[5]) };
+    return leaseOf(await this.send(["RL.ACQUIRE", key, limit, millis(lease), quantity, "MS"]));
+  }
+
+  /** RL.ACQUIRE_RO: what acquireLease would answer, taking nothing (`id` 0). */
+  async peekLease(key, limit, lease, quantity = 1) {
+    return leaseOf(await this.send(["RL.ACQUIRE_RO", key, limit, millis(lease), quantity, "MS"]));
   }
 
   /** RL.RELEASE: frees a lease at once; false when it was no longer held. */

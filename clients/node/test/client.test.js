@@ -68,11 +68,32 @@ for (const [name, client] of [["ioredis", () => io], ["node-redis", () => nodeRe
   test(`${name}: leases`, async () => {
     const limiter = new RateLimiter(client());
     const key = `${prefix}:${name}:lease`;
+    const peeked = await limiter.peekLease(key, 1, 30);
+    assert.deepEqual([peeked.allowed, peeked.id, peeked.result.remaining], [true, 0, 0]);
     const lease = await limiter.acquireLease(key, 1, 30);
     assert.equal(lease.allowed, true);
+    assert.ok(lease.id > 0);
+    assert.equal((await limiter.peekLease(key, 1, 30)).allowed, false);
     assert.equal((await limiter.acquireLease(key, 1, 30)).allowed, false);
     assert.equal(await limiter.renewLease(key, lease.id, 60), true);
     assert.equal(await limiter.releaseLease(key, lease.id), true);
     assert.equal(await limiter.releaseLease(key, lease.id), false);
+  });
+
+  test(`${name}: counts of a window and a log`, async () => {
+    const limiter = new RateLimiter(client());
+    const fixed = window(`${prefix}:${name}:fixed`, 10, 60, { algorithm: "FIXED" });
+    const exact = log(`${prefix}:${name}:exact`, 10, 60);
+    await limiter.check([fixed], { quantity: 3 });
+    await limiter.check([exact], { quantity: 3 });
+    const counts = await limiter.counts(fixed);
+    assert.deepEqual([counts.previous, counts.previousEndsIn, counts.current], [0, 0, 3]);
+    assert.ok(counts.currentEndsIn > 0 && counts.currentEndsIn <= 60);
+    const logCounts = await limiter.counts(exact);
+    assert.equal(logCounts.count, 3);
+    assert.ok(Math.abs(logCounts.oldestEndsIn - 60) <= 1);
+    assert.deepEqual(await limiter.counts(log(`${prefix}:${name}:none`, 10, 60)),
+      { count: 0, oldestEndsIn: 0, newestEndsIn: 0 });
+    await assert.rejects(limiter.counts(throttle(`${prefix}:${name}:gcra`, 1, 1, 1)), RangeError);
   });
 }

@@ -20,7 +20,8 @@ from limits.strategies import (FixedWindowRateLimiter, MovingWindowRateLimiter,
                                SlidingWindowCounterRateLimiter)
 
 import ratelimit_module.limits_storage  # noqa: F401  (registers ratelimit://)
-from ratelimit_module import AsyncRateLimiter, Log, RateLimit, RateLimiter, Throttle, Window, headers
+from ratelimit_module import (AsyncRateLimiter, Log, LogCounts, RateLimit, RateLimiter, Throttle,
+                              Window, headers)
 
 URL = os.environ["REDIS_URL"]
 
@@ -78,12 +79,41 @@ class SyncClientTest(unittest.TestCase):
 
     def test_leases(self) -> None:
         key = f"{self.prefix}:lease"
+        peeked = self.limiter.peek_lease(key, 1, 30)
+        self.assertEqual((peeked.allowed, peeked.id, peeked.result.remaining), (True, 0, 0))
         lease = self.limiter.acquire_lease(key, 1, 30)
         self.assertTrue(lease.allowed)
+        self.assertGreater(lease.id, 0)
+        self.assertFalse(self.limiter.peek_lease(key, 1, 30).allowed)
         self.assertFalse(self.limiter.acquire_lease(key, 1, 30).allowed)
         self.assertTrue(self.limiter.renew_lease(key, lease.id, 60))
         self.assertTrue(self.limiter.release_lease(key, lease.id))
         self.assertFalse(self.limiter.release_lease(key, lease.id))
+
+
+    def test_counts_of_a_window_and_a_log(self) -> None:
+        fixed = Window(f"{self.prefix}:fixed", 10, 60, "FIXED")
+        sliding = Window(f"{self.prefix}:sliding", 10, 60)
+        exact = Log(f"{self.prefix}:exact", 10, 60)
+        for limiter in (fixed, sliding, exact):
+            self.limiter.check([limiter], 3)
+        fixed_counts = self.limiter.counts(fixed)
+        self.assertEqual((fixed_counts.previous, fixed_counts.previous_ends_in,
+                          fixed_counts.current), (0, 0, 3))
+        self.assertTrue(0 < fixed_counts.current_ends_in <= 60)
+        sliding_counts = self.limiter.counts(sliding)
+        self.assertEqual((sliding_counts.previous, sliding_counts.current), (0, 3))
+        self.assertTrue(60 <= sliding_counts.current_ends_in <= 120)
+        log_counts = self.limiter.counts(exact)
+        self.assertEqual(log_counts.count, 3)
+        self.assertAlmostEqual(log_counts.oldest_ends_in, 60, delta=1)
+        self.assertEqual(log_counts.newest_ends_in, log_counts.oldest_ends_in)
+        self.assertEqual(self.limiter.counts(Log(f"{self.prefix}:none", 10, 60)),
+                         LogCounts(0, 0, 0))
+        for unreadable in (Throttle(f"{self.prefix}:gcra", 1, 1, 1),
+                           Window(f"{self.prefix}:buckets", 10, 60, "BUCKETS 6")):
+            with self.assertRaises(ValueError):
+                self.limiter.counts(unreadable)
 
 
 class AsyncClientTest(unittest.IsolatedAsyncioTestCase):
@@ -99,6 +129,10 @@ class AsyncClientTest(unittest.IsolatedAsyncioTestCase):
         self.assertGreaterEqual(time.monotonic() - started, second.wait - 0.05)
         self.assertFalse((await limiter.peek([steady])).allowed)
         self.assertEqual((await limiter.check([Window(f"{prefix}:w", 4, 60)], 9, at_most=True)).granted, 4)
+        self.assertEqual((await limiter.counts(Window(f"{prefix}:w", 4, 60))).current, 4)
+        self.assertEqual((await limiter.peek_lease(f"{prefix}:lease", 2, 30)).result.remaining, 1)
+        lease = await limiter.acquire_lease(f"{prefix}:lease", 2, 30)
+        self.assertTrue(await limiter.release_lease(f"{prefix}:lease", lease.id))
         await client.aclose()
 
 

@@ -3,11 +3,11 @@ option, sync and async, and the IETF RateLimit fields. The framework adapters li
 `ratelimit_module.limits_storage` (limits, so slowapi and Flask-Limiter) and
 `ratelimit_module.starlette` (Starlette and FastAPI)."""
 
-from ._protocol import Lease, Limiter, Log, RateLimit, Throttle, Window
+from ._protocol import Lease, Limiter, Log, LogCounts, RateLimit, Throttle, Window, WindowCounts
 from .aio import AsyncRateLimiter
 from .client import RateLimiter
 from .fields import headers
 
-__all__ = ["AsyncRateLimiter", "Lease", "Limiter", "Log", "RateLimit", "RateLimiter",
-           "Throttle", "Window", "headers"]
+__all__ = ["AsyncRateLimiter", "Lease", "Limiter", "Log", "LogCounts", "RateLimit",
+           "RateLimiter", "Throttle", "Window", "WindowCounts", "headers"]
 __version__ = "0.3.0"

@@ -174,6 +174,52 @@ def result(reply: Sequence, limiters: Sequence[Limiter], options: Options) -> Ra
 
 
 @dataclass(frozen=True)
+class WindowCounts:
+    """`RL.WINDOW.COUNTS`: what a `FIXED` or `SLIDING` window counts, times in seconds."""
+
+    previous: int  # the previous window's count (0 for FIXED)
+    previous_ends_in: float  # how long it still weighs
+    current: int  # the current window's count
+    current_ends_in: float  # how long it still counts
+
+
+@dataclass(frozen=True)
+class LogCounts:
+    """`RL.LOG.COUNTS`: what a log counts in its window, times in seconds."""
+
+    count: int  # the units in the window
+    oldest_ends_in: float  # until the oldest entry in the window leaves it
+    newest_ends_in: float  # until the newest does (the log's reset)
+
+
+Counts = Union[WindowCounts, LogCounts]
+
+
+def counts_command(limiter: Limiter) -> list:
+    """`RL.WINDOW.COUNTS` or `RL.LOG.COUNTS` for a `FIXED`/`SLIDING` window or a log."""
+    if isinstance(limiter, Log):
+        return ["RL.LOG.COUNTS", limiter.key, millis(limiter.window), "MS"]
+    if isinstance(limiter, Window) and limiter.algorithm in ("FIXED", "SLIDING"):
+        return ["RL.WINDOW.COUNTS", limiter.key, millis(limiter.window), limiter.algorithm, "MS"]
+    raise ValueError("counts are read from a FIXED or SLIDING window, or a log")
+
+
+def counts_result(limiter: Limiter, reply: Sequence[int]) -> Counts:
+    """The typed result of `counts_command(limiter)`'s reply."""
+    values = [int(value) for value in reply]
+    if isinstance(limiter, Log):
+        return LogCounts(values[0], values[1] / 1000, values[2] / 1000)
+    return WindowCounts(values[0], values[1] / 1000, values[2], values[3] / 1000)
+
+
+def lease_command(key: str, limit: int, lease: float, quantity: int,
+                  read_only: bool = False) -> list:
+    """`RL.ACQUIRE` (or `RL.ACQUIRE_RO`, which takes nothing)."""
+    name = "RL.ACQUIRE_RO" if read_only else "RL.ACQUIRE"
+    return [name, key, limit, millis(lease), quantity, "MS"]
+
+
+@dataclass(frozen=True)
 class Lease:
     """`RL.ACQUIRE`'s answer: the five fields, and the lease's id (0 when refused)."""
 
@@ -183,3 +229,7 @@ class Lease:
     @property
     def allowed(self) -> bool:
         return self.result.allowed
+
+    @classmethod
+    def from_reply(cls, reply: Sequence[int]) -> "Lease":
+        return cls(RateLimit.from_fields(reply), int(reply[5]))

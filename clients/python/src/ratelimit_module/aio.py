@@ -6,7 +6,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Optional, Sequence
 
-from ._protocol import Lease, Limiter, Options, RateLimit, command, millis, result
+from ._protocol import (Counts, Lease, Limiter, Options, RateLimit, command, counts_command,
+                        counts_result, lease_command, millis, result)
 
 
 class AsyncRateLimiter:
@@ -39,10 +40,17 @@ class AsyncRateLimiter:
             await asyncio.sleep(outcome.wait)
         return outcome
 
+    async def counts(self, limiter: Limiter) -> Counts:
+        reply = await self.client.execute_command(*counts_command(limiter))
+        return counts_result(limiter, reply)
+
     async def acquire_lease(self, key: str, limit: int, lease: float, quantity: int = 1) -> Lease:
-        reply = await self.client.execute_command("RL.ACQUIRE", key, limit, millis(lease),
-                                                  quantity, "MS")
-        return Lease(RateLimit.from_fields(reply), int(reply[5]))
+        return Lease.from_reply(
+            await self.client.execute_command(*lease_command(key, limit, lease, quantity)))
+
+    async def peek_lease(self, key: str, limit: int, lease: float, quantity: int = 1) -> Lease:
+        return Lease.from_reply(
+            await self.client.execute_command(*lease_command(key, limit, lease, quantity, True)))
 
     async def release_lease(self, key: str, lease_id: int) -> bool:
         return int(await self.client.execute_command("RL.RELEASE", key, lease_id)) == 1

@@ -5,7 +5,8 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Optional, Sequence
 
-from ._protocol import Lease, Limiter, Options, RateLimit, command, millis, result
+from ._protocol import (Counts, Lease, Limiter, Options, RateLimit, command, counts_command,
+                        counts_result, lease_command, millis, result)
 
 
 class RateLimiter:
@@ -44,10 +45,20 @@ class RateLimiter:
             self._sleep(outcome.wait)
         return outcome
 
+    def counts(self, limiter: Limiter) -> Counts:
+        """What a `FIXED` or `SLIDING` window or a log counts (`RL.WINDOW.COUNTS`,
+        `RL.LOG.COUNTS`), without writing."""
+        return counts_result(limiter, self.client.execute_command(*counts_command(limiter)))
+
     def acquire_lease(self, key: str, limit: int, lease: float, quantity: int = 1) -> Lease:
         """`RL.ACQUIRE`: `quantity` of `limit` slots for `lease` seconds."""
-        reply = self.client.execute_command("RL.ACQUIRE", key, limit, millis(lease), quantity, "MS")
-        return Lease(RateLimit.from_fields(reply), int(reply[5]))
+        return Lease.from_reply(
+            self.client.execute_command(*lease_command(key, limit, lease, quantity)))
+
+    def peek_lease(self, key: str, limit: int, lease: float, quantity: int = 1) -> Lease:
+        """`RL.ACQUIRE_RO`: what `acquire_lease` would answer, taking nothing (id 0)."""
+        return Lease.from_reply(
+            self.client.execute_command(*lease_command(key, limit, lease, quantity, True)))
 
     def release_lease(self, key: str, lease_id: int) -> bool:
         """`RL.RELEASE`: frees a lease at once; False when it was no longer held."""

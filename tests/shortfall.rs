@@ -121,40 +121,27 @@ fn a_cold_throttle_warms_up() {
     let server = Server::start();
     let mut con = server.connect();
     // 10 a second in bursts of 10, warming up over 10 s: cold, 3 fit at once.
-    let peek = ints(
-        &mut con,
-        &[
+    let mut warming = |quantity: &str| {
+        let args = [
             "CL.THROTTLE",
             "w",
             "9",
             "10",
             "1000",
-            "0",
+            quantity,
             "MS",
             "WARMUP",
             "10000",
-        ],
-    );
-    assert_eq!(peek, [0, 10, 3, -1, 0]);
+        ];
+        ints(&mut con, &args)
+    };
+    assert_eq!(warming("0"), [0, 10, 3, -1, 0]);
+    let taken = warming("3");
     let without = ints(
         &mut con,
         &["CL.THROTTLE", "plain", "9", "10", "1000", "0", "MS"],
     );
     assert_eq!(without[2], 10);
-    let taken = ints(
-        &mut con,
-        &[
-            "CL.THROTTLE",
-            "w",
-            "9",
-            "10",
-            "1000",
-            "3",
-            "MS",
-            "WARMUP",
-            "10000",
-        ],
-    );
     assert_eq!(taken[..4], [0, 10, 0, -1]);
     assert!(taken[4] > 800 && taken[4] <= 900, "{taken:?}");
     let value: Vec<u8> = query(&mut con, &["GET", "w"]);

@@ -35,14 +35,7 @@ impl Cluster {
     /// `masters` masters with `replicas` replicas each, every slot assigned and every node
     /// agreeing.
     pub fn start(masters: usize, replicas: usize) -> Cluster {
-        let nodes: Vec<Server> = (0..masters * (1 + replicas))
-            .map(|_| {
-                Server::builder()
-                    .arg("cluster-enabled", "yes")
-                    .arg("cluster-node-timeout", "5000")
-                    .start()
-            })
-            .collect();
+        let nodes = cluster_nodes(masters * (1 + replicas));
         let mut create = vec!["--cluster".to_owned(), "create".to_owned()];
         create.extend(
             nodes
@@ -63,14 +56,7 @@ impl Cluster {
     /// first. `first_slot` must be above 0.
     pub fn start_two(first_slot: u16) -> Cluster {
         assert!(first_slot > 0);
-        let nodes: Vec<Server> = (0..2)
-            .map(|_| {
-                Server::builder()
-                    .arg("cluster-enabled", "yes")
-                    .arg("cluster-node-timeout", "5000")
-                    .start()
-            })
-            .collect();
+        let nodes = cluster_nodes(2);
         let ranges = [(first_slot, 16_383), (0, first_slot - 1)];
         for (node, (first, last)) in nodes.iter().zip(ranges) {
             let _: () = query(
@@ -98,9 +84,10 @@ impl Cluster {
         query(&mut self.node(port).connect(), &["CLUSTER", "MYID"])
     }
 
-    /// The port of the master that serves `slot`, as the node on `port` sees it.
+    /// The port of the master that serves `slot`, as the node on `port` sees it; `None`
+    /// when it sees none, or does not answer (yet).
     pub fn owner(&self, port: u16, slot: u16) -> Option<u16> {
-        let shards: String = query(&mut self.node(port).connect(), &["CLUSTER", "NODES"]);
+        let shards = try_cluster(self.node(port), "NODES")?;
         shards.lines().find_map(|line| {
             let fields: Vec<&str> = line.split(' ').collect();
             let serves = fields[8..].iter().any(|range| match range.split_once('-') {
@@ -154,6 +141,13 @@ impl Cluster {
         nodes.lines().map(parse_node_line).collect()
     }
 
+    /// [`Cluster::entries`], or `None` when the node does not answer (yet): a node busy
+    /// applying a new configuration may not answer for a while.
+    fn try_entries(&self, port: u16) -> Option<Vec<NodeEntry>> {
+        let nodes = try_cluster(self.node(port), "NODES")?;
+        Some(nodes.lines().map(parse_node_line).collect())
+    }
+
     /// The masters that serve slots, as the first node sees them.
     pub fn masters(&self) -> Vec<NodeEntry> {
         let mut masters: Vec<NodeEntry> = self
@@ -200,9 +194,11 @@ impl Cluster {
         );
         let promoted = wait_until(AGREEMENT_TIMEOUT, || {
             self.nodes.iter().all(|node| {
-                self.entries(node.port())
-                    .iter()
-                    .any(|entry| entry.id == replica.id && entry.master_id.is_none())
+                self.try_entries(node.port()).is_some_and(|entries| {
+                    entries
+                        .iter()
+                        .any(|entry| entry.id == replica.id && entry.master_id.is_none())
+                })
             })
         });
         assert!(promoted, "the failover did not happen: {}", self.logs());
@@ -213,27 +209,29 @@ impl Cluster {
     /// and the same view of who serves what.
     pub fn wait_for_agreement(&self) {
         let agreed = wait_until(AGREEMENT_TIMEOUT, || {
+            // A node that does not answer yet is "not yet", until the wait's bound.
             let healthy = self.nodes.iter().all(|node| {
-                let info: String = query(&mut node.connect(), &["CLUSTER", "INFO"]);
-                info.contains("cluster_state:ok")
-                    && info.contains("cluster_slots_ok:16384")
-                    && info.contains(&format!("cluster_known_nodes:{}", self.nodes.len()))
+                try_cluster(node, "INFO").is_some_and(|info| {
+                    info.contains("cluster_state:ok")
+                        && info.contains("cluster_slots_ok:16384")
+                        && info.contains(&format!("cluster_known_nodes:{}", self.nodes.len()))
+                })
             });
             healthy && {
-                let views: Vec<Vec<(String, Option<String>, usize)>> = self
+                let views = self
                     .nodes
                     .iter()
                     .map(|node| {
                         let mut view: Vec<_> = self
-                            .entries(node.port())
+                            .try_entries(node.port())?
                             .into_iter()
                             .map(|entry| (entry.id, entry.master_id, entry.slots))
                             .collect();
                         view.sort();
-                        view
+                        Some(view)
                     })
-                    .collect();
-                views.windows(2).all(|pair| pair[0] == pair[1])
+                    .collect::<Option<Vec<_>>>();
+                views.is_some_and(|views| views.windows(2).all(|pair| pair[0] == pair[1]))
             }
         });
         assert!(agreed, "the cluster did not agree: {}", self.logs());
@@ -285,4 +283,22 @@ fn parse_node_line(line: &str) -> NodeEntry {
         master_id: (fields[3] != "-").then(|| fields[3].to_owned()),
         slots,
     }
+}
+
+/// `count` servers in cluster mode, not yet joined.
+fn cluster_nodes(count: usize) -> Vec<Server> {
+    (0..count)
+        .map(|_| {
+            Server::builder()
+                .arg("cluster-enabled", "yes")
+                .arg("cluster-node-timeout", "5000")
+                .start()
+        })
+        .collect()
+}
+
+/// `CLUSTER <subcommand>` on `node`, or `None` when the node does not answer (yet).
+fn try_cluster(node: &Server, subcommand: &str) -> Option<String> {
+    let mut con = node.try_connect().ok()?;
+    redis::cmd("CLUSTER").arg(subcommand).query(&mut con).ok()
 }

@@ -353,12 +353,17 @@ impl Server {
 
     /// A new connection.
     pub fn connect(&self) -> Connection {
-        let client = redis::Client::open(format!("redis://127.0.0.1:{}/", self.port)).unwrap();
-        let con = client
-            .get_connection_with_timeout(Duration::from_secs(5))
-            .unwrap_or_else(|error| panic!("cannot connect to {}: {error}", self.port));
-        con.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-        con
+        self.try_connect()
+            .unwrap_or_else(|error| panic!("cannot connect to {}: {error}", self.port))
+    }
+
+    /// A new connection, or why there is none: for waits that poll a server which may be
+    /// too busy to answer for a while (a cluster node applying a new configuration).
+    pub fn try_connect(&self) -> redis::RedisResult<Connection> {
+        let client = redis::Client::open(format!("redis://127.0.0.1:{}/", self.port))?;
+        let con = client.get_connection_with_timeout(Duration::from_secs(5))?;
+        con.set_read_timeout(Some(Duration::from_secs(30)))?;
+        Ok(con)
     }
 
     /// The server's log so far.

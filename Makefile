@@ -7,12 +7,12 @@
 #   make test-servers  the integration tests against the newest Redis 8.0, Redis 8, Valkey 8
 #               and Valkey 9, built from Debian's source packages (cached under target/servers/)
 #   make lint   rustfmt check and clippy with warnings as errors
-#   make stress longer fuzzing and soak runs (minutes)
+#   make stress longer fuzzing, differential and soak runs (minutes)
 #   make bench  the module against INCR, SET ... PX and Lua scripts, in three setups (a replica
 #               attached, alone, an AOF): tables printed, and target/bench/BENCHMARKS.md
 #   make bench-update  the same, rewriting the tracked BENCHMARKS.md and bench/chart.svg
 #               (BASELINE=<commit> measures that earlier build too, in the same run)
-#   make valgrind  the integration tests with every server under valgrind's memcheck
+#   make valgrind  the module's integration tests with every server under valgrind's memcheck
 #
 # System packages come from Debian's archive: as root they are installed with apt-get,
 # otherwise the target stops and names them.
@@ -115,19 +115,22 @@ deps-bench:
 	@command -v python3 >/dev/null 2>&1 || { missing=" python3"; $(install_missing); }
 	@command -v valgrind >/dev/null 2>&1 || { missing=" valgrind"; $(install_missing); }
 
-# Ten times the fuzzing and the soak of `make test`, each with its own seed.
+# Far more fuzzing, differential calls and soak than `make test`, each with its own seed.
 stress: deps-server build
 	FUZZ_INVOCATIONS=2000000 FUZZ_SEED=$$(date +%s) RATELIMIT_MODULE=$(MODULE) $(CARGO) test --release --test fuzz
+	DIFF_CALLS=200000 DIFF_SEED=$$(date +%s) RATELIMIT_MODULE=$(MODULE) $(CARGO) test --release --test differential
 	SOAK_KEYS=10000000 RATELIMIT_MODULE=$(MODULE) $(CARGO) test --release --test soak
 
 # Every server the integration tests start runs under memcheck; a test fails on any invalid
-# access, uninitialised read or definite leak in the module. Shorter fuzzing and soak, and
-# not the Cluster and the examples (the same code, six times as many servers).
-VALGRIND_TESTS := acl all atomicity faults fuzz guard introspection leases loading log notifications options persistence propagation replication soak throttle window
+# access, uninitialised read or definite leak in the module. Shorter fuzzing, differential
+# runs and soak, and not the Cluster, the clients and the examples (the same module code,
+# many more servers). CI runs it (.ci/run).
+VALGRIND_TESTS := acl all atomicity differential faults fuzz guard introspection leases loading log notifications options persistence propagation replication shortfall soak throttle window
 valgrind: deps-server build
 	@command -v valgrind >/dev/null 2>&1 || { missing=" valgrind"; $(install_missing); }
-	RATELIMIT_VALGRIND=1 FUZZ_INVOCATIONS=20000 SOAK_KEYS=20000 RATELIMIT_MODULE=$(MODULE) \
-	  $(CARGO) test --release $(addprefix --test ,$(VALGRIND_TESTS))
+	RATELIMIT_VALGRIND=1 FUZZ_INVOCATIONS=20000 DIFF_CALLS=2000 SOAK_KEYS=20000 \
+	  RATELIMIT_MODULE=$(MODULE) $(CARGO) test --release --no-fail-fast \
+	  $(addprefix --test ,$(VALGRIND_TESTS))
 
 lint: deps-build
 	$(CARGO) fmt --check

@@ -26,33 +26,7 @@ use crate::core::request::{Action, Request, Shortfall};
 use crate::core::time::{Micros, Unit};
 use crate::error::CommandError;
 
-/// Parses a decimal `i64`: an optional `+` or `-`, then ASCII digits, nothing else (no
-/// spaces, no fraction, no exponent, no hex). `None` when `arg` is anything else or does
-/// not fit.
-pub fn parse_integer(arg: &[u8]) -> Option<i64> {
-    let (negative, digits) = match arg.split_first()? {
-        (b'-', rest) => (true, rest),
-        (b'+', rest) => (false, rest),
-        _ => (false, arg),
-    };
-    if digits.is_empty() {
-        return None;
-    }
-    // Accumulated below zero, where i64 reaches one further (i64::MIN).
-    let mut value: i64 = 0;
-    for &byte in digits {
-        let digit = byte.wrapping_sub(b'0');
-        if digit > 9 {
-            return None;
-        }
-        value = value.checked_mul(10)?.checked_sub(i64::from(digit))?;
-    }
-    if negative {
-        Some(value)
-    } else {
-        value.checked_neg()
-    }
-}
+pub use crate::core::packed::parse_integer;
 
 /// Parses a required integer argument; `not_an_integer` is the error otherwise.
 pub fn integer_argument(
@@ -140,6 +114,7 @@ impl<'a> Tail<'a> {
 }
 
 /// Whether `arg` is `keyword`, in any letter case.
+#[cfg(test)]
 pub fn is_keyword(arg: &[u8], keyword: &str) -> bool {
     arg.eq_ignore_ascii_case(keyword.as_bytes())
 }

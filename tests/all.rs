@@ -158,7 +158,7 @@ fn every_error_is_named_and_changes_nothing() {
     let _: () = query(&mut con, &["SET", "text", "hello"]);
     let before = state(&mut con, "held");
     let writes = changes(&mut con);
-    let usage = "ERR syntax error. Usage: RL.ALL numkeys key [key ...] THROTTLE max_burst count period [WARMUP period] | WINDOW limit window [FIXED|SLIDING|BUCKETS n] | LOG limit window [...] [quantity] [S|MS|US] [BLOCK duration] [DELAY max_wait|AT_MOST|FORCE] [REFUND] [DETAILS]";
+    let usage = "ERR syntax error. Usage: RL.ALL numkeys key [key ...] THROTTLE max_burst count period [WARMUP period] | WINDOW limit window [FIXED|SLIDING|BUCKETS n] | LOG limit window | LEASE limit lease [...] [quantity] [S|MS|US] [BLOCK duration] [DELAY max_wait|AT_MOST|FORCE] [REFUND] [DETAILS]";
     let cases: &[(&[&str], &str)] = &[
         (
             &["x", "a", "LOG", "1", "1"],
@@ -186,7 +186,7 @@ fn every_error_is_named_and_changes_nothing() {
         ),
         (
             &["1", "held", "LEAKY", "5", "60"],
-            "ERR unknown limiter: expected THROTTLE, WINDOW or LOG",
+            "ERR unknown limiter: expected THROTTLE, WINDOW, LOG or LEASE",
         ),
         (
             &["1", "held", "THROTTLE", "1", "1"],
@@ -363,9 +363,9 @@ fn replicas_and_the_aof_hold_the_same_state_and_the_effects_are_one_transaction(
     let aof = server.aof();
     let call = &aof[aof.find("multi").expect("a MULTI")..];
     let set = call.find("pxat").expect("the throttle's SET ... PXAT");
-    let replay = call.find("rl.log.replay").expect("the log's replay");
+    let apply = call.find("rl.log.apply").expect("the log's change");
     let exec = call.find("exec").expect("an EXEC");
-    assert!(set < exec && replay < exec, "{call}");
+    assert!(set < exec && apply < exec, "{call}");
     assert!(!aof.contains("rl.all"), "{aof}");
 }
 

@@ -387,6 +387,14 @@ fn command_docs_describe_every_argument() {
                         arg("window", "integer"),
                     ],
                 ),
+                block(
+                    "lease",
+                    vec![
+                        token("LEASE"),
+                        arg("limit", "integer"),
+                        arg("lease", "integer"),
+                    ],
+                ),
             ],
             ..arg("limiter", "oneof")
         };

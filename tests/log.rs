@@ -207,6 +207,12 @@ fn a_logged_request_costs_8_bytes_not_a_sorted_set_entry() {
 
 #[test]
 fn a_log_of_one_entry_costs_what_a_sorted_set_of_one_member_costs() {
+    if support::valgrind::enabled() {
+        // Valgrind replaces the server's allocator (jemalloc) with its own, which has no size
+        // classes: what this compares, the allocations jemalloc makes for each, is not there.
+        eprintln!("left out under valgrind: it measures jemalloc's size classes");
+        return;
+    }
     let server = Server::start();
     let mut con = server.connect();
     let keys = 100_000;
@@ -296,7 +302,7 @@ fn rdb_save_and_load_and_dump_restore_and_copy_keep_the_log() {
 fn the_aof_holds_a_few_integers_per_call_and_replays_to_the_same_log() {
     let (mut server, keys, before) = aof_server_after_workload();
     let aof = server.aof();
-    let calls = aof.matches("rl.log.replay").count();
+    let calls = aof.matches("rl.log.apply").count();
     assert_eq!(calls, 3_000 + 30 + 10 + 1 + 2);
     assert!(
         !aof.contains("rl.log\r\n"),
@@ -322,7 +328,7 @@ fn a_rewritten_aof_rebuilds_the_log_in_chunks() {
     let (mut server, keys, before) = aof_server_after_workload();
     server.rewrite_aof();
     let aof = server.aof();
-    assert!(!aof.contains("rl.log.replay"), "{aof}");
+    assert!(!aof.contains("rl.log.apply"), "{aof}");
     // 3,000 entries of "long" take 3 chunks of 1,024 entries; the others one or more.
     let chunks = aof.matches("rl.log.loadchunk").count();
     assert!(chunks >= 3 + 4, "{chunks} chunks");
@@ -339,7 +345,7 @@ fn replicas_hold_the_same_log_and_expiry() {
     support::wait_for_replicas(&mut con, 1);
     let on_master = states(&mut con, &keys);
     assert_eq!(states(&mut replica.connect(), &keys), on_master);
-    let replayed = replica.info_field("commandstats", "cmdstat_rl.log.replay");
+    let replayed = replica.info_field("commandstats", "cmdstat_rl.log.apply");
     assert!(replayed.is_some_and(|stats| stats.starts_with("calls=3043,")));
     assert!(replica
         .info_field("commandstats", "cmdstat_rl.log")

@@ -135,19 +135,36 @@ fn a_login_limiter_blocks_for_fifteen_minutes_after_too_many_attempts() {
 
 #[test]
 fn every_algorithm_blocks_exactly_for_its_duration() {
+    // Every duration of the test scaled up under valgrind, where a call takes milliseconds:
+    // the same checks, at a pace the slowed server keeps.
+    let scale = support::valgrind::time_scale();
+    let ms = |millis: i64| millis * scale;
     let server = Server::start();
     let mut con = server.connect();
-    let limiters: [&[&str]; 6] = [
-        &["CL.THROTTLE", "b:gcra", "0", "10", "1000"],
-        &["RL.WINDOW", "b:fixed", "1", "100", "FIXED"],
-        &["RL.WINDOW", "b:sliding", "1", "100", "SLIDING"],
-        &["RL.WINDOW", "b:buckets", "1", "100", "BUCKETS", "4"],
-        &["RL.LOG", "b:log", "1", "100"],
-        &["RL.ALL", "1", "b:all", "LOG", "1", "100"],
+    let (window, period, block) = (
+        ms(100).to_string(),
+        ms(1_000).to_string(),
+        ms(400).to_string(),
+    );
+    let limiters: [Vec<&str>; 6] = [
+        vec!["CL.THROTTLE", "b:gcra", "0", "10", &period],
+        vec!["RL.WINDOW", "b:fixed", "1", &window, "FIXED"],
+        vec!["RL.WINDOW", "b:sliding", "1", &window, "SLIDING"],
+        vec!["RL.WINDOW", "b:buckets", "1", &window, "BUCKETS", "4"],
+        vec!["RL.LOG", "b:log", "1", &window],
+        vec!["RL.ALL", "1", "b:all", "LOG", "1", &window],
     ];
-    let blocking = |limiter: &[&'static str]| call(limiter, &["MS", "BLOCK", "400"]);
+    let blocking = |limiter: &Vec<&str>| -> Vec<String> {
+        let options = ["MS", "BLOCK", &block];
+        limiter
+            .iter()
+            .chain(&options)
+            .map(|word| word.to_string())
+            .collect()
+    };
     let start = std::time::Instant::now();
-    for limiter in limiters {
+    let elapsed = || start.elapsed().as_millis() as i64;
+    for limiter in &limiters {
         assert_eq!(ints(&mut con, &blocking(limiter))[0], 0, "{limiter:?}");
         // Refused and blocked (a FIXED window may roll over between two calls: a third is
         // then refused).
@@ -156,20 +173,27 @@ fn every_algorithm_blocks_exactly_for_its_duration() {
             .find(|reply| reply[0] == 1)
             .expect("a refusal");
         assert_eq!(reply[..3], [1, 1, 0], "{limiter:?}");
-        assert!((390..=400).contains(&reply[3]), "{limiter:?}: {reply:?}");
+        assert!(
+            (ms(390)..=ms(400)).contains(&reply[3]),
+            "{limiter:?}: {reply:?}"
+        );
     }
     // After 250 ms every limiter alone has refilled; the blocks still refuse.
-    thread::sleep(Duration::from_millis(250).saturating_sub(start.elapsed()));
-    for limiter in limiters {
-        let reply = ints(&mut con, &call(limiter, &["MS"]));
+    assert!(elapsed() < ms(250), "the calls took {} ms", elapsed());
+    thread::sleep(Duration::from_millis((ms(250) - elapsed()).max(0) as u64));
+    for limiter in &limiters {
+        let reply = ints(&mut con, &[&limiter[..], &["MS"]].concat());
         assert_eq!(reply[..3], [1, 1, 0], "{limiter:?}");
-        assert!(reply[3] > 0 && reply[3] <= 160, "{limiter:?}: {reply:?}");
+        assert!(
+            reply[3] > 0 && reply[3] <= ms(160),
+            "{limiter:?}: {reply:?}"
+        );
     }
     // Once they end, each limiter is itself again.
-    thread::sleep(Duration::from_millis(450).saturating_sub(start.elapsed()));
-    for limiter in limiters {
+    thread::sleep(Duration::from_millis((ms(450) - elapsed()).max(0) as u64));
+    for limiter in &limiters {
         assert_eq!(
-            ints(&mut con, &call(limiter, &["MS"]))[..3],
+            ints(&mut con, &[&limiter[..], &["MS"]].concat())[..3],
             [0, 1, 0],
             "{limiter:?}"
         );
@@ -489,10 +513,19 @@ fn an_aof_written_before_blocks_existed_replays_to_the_same_logs() {
         ints(&mut con, &["RL.LOG_RO", "old", "5", "3600", "0"])[..3],
         [0, 5, 1]
     );
-    // The two from two seconds before leave first.
-    assert_eq!(
-        ints(&mut con, &["RL.LOG", "old", "5", "3600", "2"])[..4],
-        [1, 5, 1, 3_598]
+    // The two from two seconds before `now` leave first, an hour after they were logged:
+    // the wait is that hour less the time since, in whole seconds rounded up (the server,
+    // slow to start under valgrind, may answer seconds after `now`).
+    let wait_at = |micros: i64| (now - 2_000_000 + 3_600_000_000 - micros + 999_999) / 1_000_000;
+    let before = support::server_millis(&mut con) * 1_000;
+    let reply = ints(&mut con, &["RL.LOG", "old", "5", "3600", "2"]);
+    let after = support::server_millis(&mut con) * 1_000 + 1_000;
+    assert_eq!(reply[..3], [1, 5, 1]);
+    assert!(
+        (wait_at(after)..=wait_at(before)).contains(&reply[3]),
+        "{reply:?}, {} to {}",
+        wait_at(after),
+        wait_at(before)
     );
 }
 

@@ -40,7 +40,7 @@ fn two_replicas_hold_the_masters_state_and_a_promoted_one_continues_every_limit(
         assert_eq!(workload.states(&mut replica.connect()), on_master);
         // What reached the replicas were writes and replays, not the commands themselves.
         assert!(command_calls(replica, "set") > 0);
-        assert!(command_calls(replica, "rl.log.replay") > 0);
+        assert!(command_calls(replica, "rl.log.apply") > 0);
         for command in ["cl.throttle", "rl.window", "rl.log"] {
             assert_eq!(command_calls(replica, command), 0, "{command}");
         }

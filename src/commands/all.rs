@@ -6,14 +6,18 @@
 //! - `THROTTLE max_burst count period` (GCRA, as `CL.THROTTLE`),
 //! - `WINDOW limit window [FIXED | SLIDING | BUCKETS n]` (as `RL.WINDOW`),
 //! - `LOG limit window` (as `RL.LOG`),
+//! - `LEASE limit lease` (as `RL.ACQUIRE`),
 //!
 //! on the same state as the single commands. The request is admitted, and charged to every
-//! limiter, only if every limiter admits it; otherwise nothing is charged anywhere.
+//! limiter, only if every limiter admits it; otherwise nothing is charged anywhere. With a
+//! `LEASE`, the lease is taken only if every rate admits, and a rate is charged only if the
+//! lease is granted: the reply's sixth integer is the lease's id.
 
 use std::ffi::{c_int, CStr};
 
-use crate::args::{parse_integer, parse_options, CommonOptions, Keyword, Tail};
+use crate::args::{integer_argument, parse_integer, parse_options, CommonOptions, Keyword, Tail};
 use crate::core::engine::{Call, MAX_LIMITERS};
+use crate::core::lease::LeaseLimiter;
 use crate::core::limiter::Limiter;
 use crate::core::settle::combined;
 use crate::core::time::{Rounding, Unit};
@@ -28,8 +32,8 @@ use crate::redis::store;
 
 use super::window::{algorithm_keyword, ALGORITHM_ARG};
 use super::{
-    limiter_spec, log, outcome, request, shortfall_field, throttle, window, without_refund,
-    BLOCK_ARG, QUANTITY_ARG, REFUND_ARG, SHORTFALL_ARG, UNIT_ARG,
+    limiter_spec, log, outcome, request, sixth_field, throttle, window, without_refund, BLOCK_ARG,
+    QUANTITY_ARG, REFUND_ARG, SHORTFALL_ARG, UNIT_ARG,
 };
 
 const NAME: &CStr = c"rl.all";
@@ -76,6 +80,14 @@ const ARGS: &[Arg] = &[
                     Arg::token(c"LOG"),
                     Arg::new(c"limit", ArgKind::Integer),
                     Arg::new(c"window", ArgKind::Integer),
+                ],
+            ),
+            Arg::block(
+                c"lease",
+                &[
+                    Arg::token(c"LEASE"),
+                    Arg::new(c"limit", ArgKind::Integer),
+                    Arg::new(c"lease", ArgKind::Integer),
                 ],
             ),
         ],
@@ -134,7 +146,7 @@ pub static SPEC_RO: CommandSpec = limiter_spec(
 );
 
 const USAGE: CommandError = CommandError::Message(
-    c"ERR syntax error. Usage: RL.ALL numkeys key [key ...] THROTTLE max_burst count period [WARMUP period] | WINDOW limit window [FIXED|SLIDING|BUCKETS n] | LOG limit window [...] [quantity] [S|MS|US] [BLOCK duration] [DELAY max_wait|AT_MOST|FORCE] [REFUND] [DETAILS]",
+    c"ERR syntax error. Usage: RL.ALL numkeys key [key ...] THROTTLE max_burst count period [WARMUP period] | WINDOW limit window [FIXED|SLIDING|BUCKETS n] | LOG limit window | LEASE limit lease [...] [quantity] [S|MS|US] [BLOCK duration] [DELAY max_wait|AT_MOST|FORCE] [REFUND] [DETAILS]",
 );
 
 /// A limiter as given, before the unit is known.
@@ -143,14 +155,19 @@ enum Params {
     Throttle(throttle::Params),
     Window(window::Params),
     Log(log::Params),
+    /// `LEASE limit lease`, as given.
+    Lease(i64, i64),
 }
 
 impl Params {
     fn limiter(&self, unit: Unit) -> Result<Limiter, CommandError> {
-        match self {
+        match *self {
             Params::Throttle(params) => params.limiter(unit),
             Params::Window(params) => params.limiter(unit),
             Params::Log(params) => params.limiter(unit),
+            Params::Lease(limit, lease) => {
+                Ok(Limiter::Lease(LeaseLimiter::new(limit, lease, unit)?))
+            }
         }
     }
 }
@@ -217,7 +234,7 @@ fn run_sized<const N: usize>(
     let all = combined(verdicts);
     Ok(Reply::Limiter(LimiterReply {
         fields: all.to_reply(unit, Rounding::Up),
-        extra: shortfall_field(&request, &settled, unit),
+        extra: sixth_field(&limiters[..keys], &request, &settled, unit),
         details,
         outcome: outcome(&request, all.limited, &settled),
     }))
@@ -285,11 +302,13 @@ fn parse<const N: usize>(keys: usize, args: &[&[u8]]) -> Result<Parsed<N>, Comma
 const THROTTLE: Keyword = Keyword::new("THROTTLE");
 const WINDOW: Keyword = Keyword::new("WINDOW");
 const LOG: Keyword = Keyword::new("LOG");
+const LEASE: Keyword = Keyword::new("LEASE");
 
 fn is_limiter_keyword(arg: &[u8]) -> bool {
     // Most arguments checked are numbers: the first letter rules them out at once.
     matches!(arg.first(), Some(b'T' | b't' | b'W' | b'w' | b'L' | b'l'))
-        && Keyword::read(arg).is_some_and(|keyword| [THROTTLE, WINDOW, LOG].contains(&keyword))
+        && Keyword::read(arg)
+            .is_some_and(|keyword| [THROTTLE, WINDOW, LOG, LEASE].contains(&keyword))
 }
 
 /// One limiter, `keyword` then its arguments from `args`: the parameters, and how many
@@ -338,9 +357,14 @@ fn limiter(keyword: &[u8], args: &[&[u8]]) -> Result<(Params, usize), CommandErr
     } else if keyword == Some(LOG) {
         needs(2, c"ERR LOG takes limit window")?;
         Ok((Params::Log(log::Params::parse(args[0], args[1])?), 2))
+    } else if keyword == Some(LEASE) {
+        needs(2, c"ERR LEASE takes limit lease")?;
+        let limit = integer_argument(args[0], c"ERR limit is not an integer or out of range")?;
+        let lease = integer_argument(args[1], c"ERR lease is not an integer or out of range")?;
+        Ok((Params::Lease(limit, lease), 2))
     } else {
         Err(CommandError::Message(
-            c"ERR unknown limiter: expected THROTTLE, WINDOW or LOG",
+            c"ERR unknown limiter: expected THROTTLE, WINDOW, LOG or LEASE",
         ))
     }
 }

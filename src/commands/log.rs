@@ -1,38 +1,23 @@
-//! `RL.LOG key limit window [quantity] [S | MS | US] [BLOCK duration] [DELAY max_wait|AT_MOST|FORCE] [REFUND]`: the exact
-//! sliding log, in the module's native type; `RL.LOG_RO`, the same decision without
-//! writing; and the two internal commands that carry logs to replicas and the AOF:
-//!
-//! - `RL.LOG.REPLAY key limit window_us quantity now_us [REFUND] [BLOCK block_us] [DELAY max_wait_us | AT_MOST |
-//!   FORCE]`: what
-//!   the master propagates for a call that changed a log. The call is run again with the
-//!   master's clock reading, so a replica or an AOF replay reaches the same log and the same
-//!   absolute expiry, and what is propagated is a few integers, whatever the log's length.
-//! - `RL.LOG.LOADCHUNK key entries [BLOCKED until_us]`: what an AOF rewrite emits to
-//!   rebuild a log.
-//!
-//! Both are accepted only from a master's replication stream or while loading the AOF.
+//! `RL.LOG key limit window [quantity] [S | MS | US] [BLOCK duration]
+//! [DELAY max_wait|AT_MOST|FORCE] [REFUND]`: the exact sliding log, in the module's native
+//! type; and `RL.LOG_RO`, the same decision without writing. What a change sends to
+//! replicas and the AOF is `RL.LOG.APPLY` (see `commands::apply`).
 
 use std::ffi::{c_int, CStr};
 
-use crate::args::{integer_argument, is_keyword, parse_options, CommonOptions};
-use crate::core::engine::{After, Call, Key, NativeChange, Store};
+use crate::args::{integer_argument, parse_options, CommonOptions};
 use crate::core::limiter::Limiter;
-use crate::core::log::{LogLimiter, SlidingLog};
-use crate::core::packed;
-use crate::core::request::{Request, Shortfall};
-use crate::core::time::{Micros, Rounding, Unit};
-use crate::core::verdict::Verdict;
+use crate::core::log::LogLimiter;
+use crate::core::time::{Rounding, Unit};
 use crate::error::CommandError;
-use crate::redis::call::{Integers, Invocation, Reply};
+use crate::redis::call::{Invocation, Reply};
 use crate::redis::handler::{callback, Registered};
-use crate::redis::metadata::{Arg, ArgKind, CommandSpec, Keys, Mode, KEY_INSERT, KEY_READ_WRITE};
-use crate::redis::native_type::{BLOCKED_KEYWORD, LOAD_CHUNK_COMMAND};
+use crate::redis::metadata::{Arg, ArgKind, CommandSpec, Mode};
 use crate::redis::stats::CommandStats;
-use crate::redis::store::{self, RedisStore};
 
 use super::{
-    internal_only, limiter_spec, single, without_refund, BLOCK_ARG, QUANTITY_ARG, REFUND_ARG,
-    SHORTFALL_ARG, UNIT_ARG,
+    limiter_spec, single, without_refund, BLOCK_ARG, QUANTITY_ARG, REFUND_ARG, SHORTFALL_ARG,
+    UNIT_ARG,
 };
 
 const NAME: &CStr = c"rl.log";
@@ -71,20 +56,6 @@ impl Registered for LogRo {
     const SPEC: &'static CommandSpec = &SPEC_RO;
 }
 
-/// `RL.LOG.REPLAY`.
-pub struct Replay;
-
-impl Registered for Replay {
-    const SPEC: &'static CommandSpec = &REPLAY_SPEC;
-}
-
-/// `RL.LOG.LOADCHUNK`.
-pub struct LoadChunk;
-
-impl Registered for LoadChunk {
-    const SPEC: &'static CommandSpec = &LOAD_CHUNK_SPEC;
-}
-
 /// `RL.LOG`'s registration.
 pub static SPEC: CommandSpec = limiter_spec(
     NAME,
@@ -114,55 +85,6 @@ pub static SPEC_RO: CommandSpec = limiter_spec(
     without_refund(ARGS),
     &STATS_RO,
 );
-
-/// `RL.LOG.REPLAY`'s registration.
-pub static REPLAY_SPEC: CommandSpec = CommandSpec {
-    name: c"rl.log.replay",
-    handler: callback::<Replay>,
-    body: replay,
-    mode: Mode::Write,
-    flags: c"write fast",
-    arity: -3,
-    summary: c"Internal: applies an RL.LOG call with the master's time (replication and AOF only)",
-    complexity: c"O(1) amortised",
-    since: c"0.1.0",
-    acl_categories: c"write fast",
-    in_module_category: false,
-    keys: Keys::One(KEY_READ_WRITE),
-    args: &[
-        Arg::new(c"key", ArgKind::Key),
-        // `limit,window_us,quantity,now_us[,REFUND|,BLOCK,us|,DELAY,us|,AT_MOST|,FORCE]`, packed in one argument since
-        // 0.2; before, the same fields came as separate arguments.
-        Arg::new(c"fields", ArgKind::String).multiple(),
-    ],
-    event: NAME,
-    stats: None,
-};
-
-/// `RL.LOG.LOADCHUNK`'s registration.
-pub static LOAD_CHUNK_SPEC: CommandSpec = CommandSpec {
-    name: c"rl.log.loadchunk",
-    handler: callback::<LoadChunk>,
-    body: load_chunk,
-    mode: Mode::Write,
-    flags: c"write",
-    arity: -3,
-    summary: c"Internal: appends serialized entries to a log (AOF rewrite only)",
-    complexity: c"O(N) for N entries",
-    since: c"0.1.0",
-    acl_categories: c"write slow",
-    in_module_category: false,
-    keys: Keys::One(KEY_INSERT),
-    args: &[
-        Arg::new(c"key", ArgKind::Key),
-        Arg::new(c"entries", ArgKind::String),
-        Arg::new(c"until_us", ArgKind::Integer)
-            .after_token(c"BLOCKED")
-            .optional(),
-    ],
-    event: NAME,
-    stats: None,
-};
 
 const USAGE: CommandError = CommandError::Message(
     c"ERR syntax error. Usage: RL.LOG key limit window [quantity] [S|MS|US] [BLOCK duration] [DELAY max_wait|AT_MOST|FORCE] [REFUND]",
@@ -209,89 +131,4 @@ impl Params {
             unit,
         )?))
     }
-}
-
-/// `RL.LOG.REPLAY key limit,window_us,quantity,now_us[,REFUND|,BLOCK,us|,DELAY,us|,AT_MOST|,FORCE]`, and the same
-/// fields as separate arguments, as versions before 0.2 propagated them.
-fn replay(call: &Invocation, _: Mode) -> Result<Reply, CommandError> {
-    internal_only(call)?;
-    let mut unpacked = [&[][..]; 6];
-    let fields = packed::unpack(&call.args[2..], &mut unpacked).ok_or(USAGE)?;
-    let [limit, window, quantity, now, tail @ ..] = fields else {
-        return Err(CommandError::WrongArity);
-    };
-    let integer = |arg| integer_argument(arg, c"ERR RL.LOG.REPLAY takes integers");
-    let limiter = LogLimiter::new(integer(limit)?, integer(window)?, Unit::Microseconds)?;
-    let quantity = u64::try_from(integer(quantity)?).map_err(|_| USAGE)?;
-    let request = match tail {
-        [] => Request::take(quantity),
-        [refund] if is_keyword(refund, "REFUND") => Request::refund(quantity),
-        [block, duration] if is_keyword(block, "BLOCK") => Request {
-            block: Some(Micros(integer(duration)?.max(1))),
-            ..Request::take(quantity)
-        },
-        [force] if is_keyword(force, "FORCE") => Request {
-            shortfall: Shortfall::Owe,
-            ..Request::take(quantity)
-        },
-        [at_most] if is_keyword(at_most, "AT_MOST") => Request {
-            shortfall: Shortfall::TakePart,
-            ..Request::take(quantity)
-        },
-        [delay, max_wait] if is_keyword(delay, "DELAY") => Request {
-            shortfall: Shortfall::Delay(Micros(integer(max_wait)?.max(0))),
-            ..Request::take(quantity)
-        },
-        _ => return Err(USAGE),
-    };
-    let engine_call = Call {
-        limiters: &[Limiter::Log(limiter)],
-        request,
-        now: Micros(integer(now)?),
-        write: true,
-    };
-    let mut verdict = [Verdict::default()];
-    store::replay(call, &engine_call, &mut verdict)?;
-    Ok(Reply::Integers(Integers::of(
-        &verdict[0].to_reply(Unit::Microseconds, Rounding::Up),
-    )))
-}
-
-/// `RL.LOG.LOADCHUNK key entries [BLOCKED until_us]`: entries appended to the key's log (a
-/// new one when missing), as an AOF rewrite emitted them.
-fn load_chunk(call: &Invocation, _: Mode) -> Result<Reply, CommandError> {
-    internal_only(call)?;
-    let invalid =
-        CommandError::Message(c"ERR RL.LOG.LOADCHUNK: not a whole number of ordered entries");
-    let blocked_until = match &call.args[3..] {
-        [] => None,
-        [keyword, until] if is_keyword(keyword, BLOCKED_KEYWORD.to_str().unwrap_or_default()) => {
-            Some(integer_argument(until, c"ERR RL.LOG.LOADCHUNK takes integers")?.max(0))
-        }
-        _ => return Err(invalid),
-    };
-    let entries = call.args[2];
-    let store = RedisStore::single(call, true);
-    let mut key = store.open(0, true)?;
-    let loaded = key.change_native(
-        true,
-        |log: &mut SlidingLog| {
-            let loaded = log.append_serialized(entries);
-            if loaded.is_some() {
-                if let Some(until) = blocked_until {
-                    log.set_blocked_until(Micros(until));
-                }
-            }
-            NativeChange {
-                changed: loaded.is_some(),
-                reply: loaded,
-                // The key's expiry comes after, as the AOF's own PEXPIREAT.
-                after: After::KeepsItsExpiry,
-            }
-        },
-        // The chunk travels as it came.
-        |_, _| LOAD_CHUNK_COMMAND,
-    )?;
-    loaded.flatten().ok_or(invalid)?;
-    Ok(Reply::Ok)
 }

@@ -6,6 +6,7 @@
 #![forbid(unsafe_code)]
 
 pub mod all;
+pub mod apply;
 pub mod counts;
 pub mod debug;
 pub mod lease;
@@ -32,7 +33,7 @@ use crate::redis::stats::{CommandStats, Outcome};
 use crate::redis::store;
 
 /// Every command the module registers.
-pub static ALL: [&CommandSpec; 18] = [
+pub static ALL: [&CommandSpec; 19] = [
     &throttle::SPEC,
     &throttle::SPEC_RO,
     &window::SPEC,
@@ -47,10 +48,11 @@ pub static ALL: [&CommandSpec; 18] = [
     &lease::RENEW_SPEC,
     &counts::WINDOW_COUNTS_SPEC,
     &counts::LOG_COUNTS_SPEC,
-    &log::REPLAY_SPEC,
-    &log::LOAD_CHUNK_SPEC,
-    &lease::APPLY_SPEC,
-    &lease::LOAD_CHUNK_SPEC,
+    &apply::LOG_APPLY_SPEC,
+    &apply::LEASE_APPLY_SPEC,
+    &apply::LOG_LOAD_CHUNK_SPEC,
+    &apply::LEASE_LOAD_CHUNK_SPEC,
+    &apply::LOG_REPLAY_SPEC,
 ];
 
 /// The counters `INFO ratelimit` shows, one per command clients call.
@@ -168,7 +170,8 @@ fn internal_only(call: &Invocation) -> Result<(), CommandError> {
 }
 
 /// What a call in `mode` asks of `limiters`, from its options: a read-only variant never
-/// gives back, and a `FORCE` charges each limiter at most 16 times its limit.
+/// gives back, a `FORCE` charges each limiter at most 16 times its limit, and a lease is
+/// taken whole, now, or not at all.
 fn request(
     options: &CommonOptions,
     mode: Mode,
@@ -179,6 +182,12 @@ fn request(
             c"ERR REFUND is not allowed in a read-only dry run (the _RO variants never write)",
         ));
     }
+    if limiters
+        .iter()
+        .any(|limiter| matches!(limiter, Limiter::Lease(_)))
+    {
+        lease_options(options)?;
+    }
     let request = options.request();
     if request.shortfall == Shortfall::Owe {
         for limiter in limiters {
@@ -186,6 +195,32 @@ fn request(
         }
     }
     Ok(request)
+}
+
+/// The options a call with a `LEASE` limiter refuses, each named.
+fn lease_options(options: &CommonOptions) -> Result<(), CommandError> {
+    let refuse = |message: &'static CStr| Err(CommandError::Message(message));
+    match options.shortfall {
+        Shortfall::Delay(_) => {
+            return refuse(c"ERR LEASE and DELAY cannot be combined: a lease is taken now or not at all, so wait for RL.RELEASE and retry")
+        }
+        Shortfall::TakePart => {
+            return refuse(c"ERR LEASE and AT_MOST cannot be combined: a lease holds the slots it asks for or none")
+        }
+        Shortfall::Owe => {
+            return refuse(c"ERR LEASE and FORCE cannot be combined: a lease never holds more slots than its limit")
+        }
+        Shortfall::Refuse => {}
+    }
+    if options.refund {
+        return refuse(
+            c"ERR LEASE and REFUND cannot be combined: give a lease back with RL.RELEASE key id",
+        );
+    }
+    if options.block.is_some() {
+        return refuse(c"ERR LEASE and BLOCK cannot be combined: a lease is refused only while its slots are held");
+    }
+    Ok(())
 }
 
 /// How a call of `request` ended, given the reply's `limited` and what the engine settled,
@@ -204,9 +239,21 @@ fn outcome(request: &Request, limited: bool, settled: &Settled) -> Outcome {
     }
 }
 
-/// The sixth integer of a reply: with `DELAY`, the wait before going ahead (in `unit`s,
-/// rounded up; 0 at once or when refused); with `AT_MOST`, the quantity granted.
-fn shortfall_field(request: &Request, settled: &Settled, unit: Unit) -> Option<i64> {
+/// The sixth integer of a reply: with a lease, its id (0 when refused, peeked or dry-run);
+/// with `DELAY`, the wait before going ahead (in `unit`s, rounded up; 0 at once or when
+/// refused); with `AT_MOST`, the quantity granted.
+fn sixth_field(
+    limiters: &[Limiter],
+    request: &Request,
+    settled: &Settled,
+    unit: Unit,
+) -> Option<i64> {
+    if limiters
+        .iter()
+        .any(|limiter| matches!(limiter, Limiter::Lease(_)))
+    {
+        return Some(settled.lease_id.unwrap_or(0) as i64);
+    }
     match (request.action, request.shortfall) {
         (Action::Take, Shortfall::Delay(_)) => {
             Some(settled.wait.ticks().in_units(unit, Rounding::Up))
@@ -235,7 +282,12 @@ fn single(
     let settled = store::run::<1>(call, 1, &engine_call, &mut verdict)?;
     Ok(Reply::Limiter(LimiterReply {
         fields: verdict[0].to_reply(options.unit, rounding),
-        extra: shortfall_field(&request, &settled, options.unit),
+        extra: sixth_field(
+            std::slice::from_ref(&limiter),
+            &request,
+            &settled,
+            options.unit,
+        ),
         details: None,
         outcome: outcome(&request, verdict[0].limited, &settled),
     }))

@@ -14,7 +14,7 @@
 
 use super::request::{Action, Request};
 use super::time::Micros;
-use super::verdict::Verdict;
+use super::verdict::{RetryAfter, Verdict};
 
 /// What a call stores for one limiter.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -51,7 +51,11 @@ pub fn blocked_verdict(verdict: Verdict, until: Micros, now: Micros) -> Verdict 
     Verdict {
         limited: true,
         remaining: 0,
-        retry_after: (!never_fits).then(|| verdict.retry_after.map_or(left, |own| own.max(left))),
+        retry_after: if never_fits {
+            RetryAfter::NONE
+        } else {
+            RetryAfter::of(verdict.retry_after.or(left).max(left))
+        },
         reset_after: verdict.reset_after.max(left),
         ..verdict
     }
@@ -118,7 +122,7 @@ mod tests {
             limited,
             limit: 5,
             remaining,
-            retry_after: retry.map(|micros| Micros(micros).ticks()),
+            retry_after: retry.map(|micros| Micros(micros).ticks()).into(),
             reset_after: Micros(reset).ticks(),
         }
     }
@@ -228,6 +232,7 @@ mod tests {
             assert_eq!(decision.write, Write::Nothing);
             let retry = algorithm
                 .retry_after
+                .get()
                 .map_or(700, |own| own.ceil_micros().0)
                 .max(700);
             assert_eq!(decision.verdict, verdict(true, 0, Some(retry), 700));

@@ -13,27 +13,26 @@
 //! Where the keys live is the [`Store`]'s business: Redis keys in the server
 //! (`crate::redis::store`), a map in the tests ([`memory`]).
 
-use std::ffi::CStr;
 use std::ops::Deref;
 
 use super::codec::Placement;
+use super::effect::{
+    Effect, LeaseApplied, LeaseChange, LeaseEffect, LogApplied, LogChange, LogEffect,
+};
+use super::lease::{self, LeaseLimiter, LeaseSet};
 use super::limiter::{
-    commit_log, decide_log, decide_string, force_log, force_string, Limiter, LogWrite, StringWrite,
+    decide_log, decide_string, force_log, force_string, Limiter, LogWrite, StringWrite,
 };
 use super::log::{LogLimiter, SlidingLog};
-use super::packed::Packed;
 use super::request::{Action, Request, Shortfall};
 use super::ring::Native;
 use super::settle::{Conclusion, Settlement};
 use super::time::{Micros, Millis, Ticks};
-use super::verdict::Verdict;
+use super::verdict::{RetryAfter, Verdict};
 use super::windows::{Scratch, StateError};
 
 /// The most limiters one call names.
 pub const MAX_LIMITERS: usize = 16;
-
-/// The command a log's change propagates: the call again, with the master's clock reading.
-pub const LOG_REPLAY: &CStr = c"RL.LOG.REPLAY";
 
 /// Where a call's limiters keep their state: a key per limiter, in the call's order.
 pub trait Store {
@@ -81,14 +80,13 @@ pub trait Key {
 
     /// Changes the key's native value of kind `T` in place (a new, empty one when the key
     /// does not exist and `create` says so; else `change` does not run and the reply is
-    /// `None`). When the change says it changed something, `effect` writes its fields (for
-    /// replicas and the AOF) and names the internal command that carries them; it runs
-    /// only when something may receive it.
-    fn change_native<T: Native + Default, R>(
+    /// `None`). When the change says it changed something, `effect` gives what replicas and
+    /// the AOF receive; it runs only when something may receive it.
+    fn change_native<'e, T: Native + Default, R>(
         &mut self,
         create: bool,
         change: impl FnOnce(&mut T) -> NativeChange<R>,
-        effect: impl FnOnce(&R, &mut Packed) -> &'static CStr,
+        effect: impl FnOnce(&R) -> Effect<'e>,
     ) -> Result<Option<R>, Self::Error>;
 }
 
@@ -171,6 +169,8 @@ enum Plan {
     /// A log's change, for the request as the call settled it (a delayed request at its
     /// time, a partial one for what was granted).
     Log(LogLimiter, LogWrite),
+    /// A lease to take, if admitted: the id the set gives next ([`lease::next_id`]).
+    Lease(LeaseLimiter, Option<u64>),
 }
 
 /// What one limiter decided to store, having changed nothing (its reply is kept apart).
@@ -190,6 +190,8 @@ pub struct Settled {
     pub granted: u64,
     /// Whether some limiter was charged beyond what fit now (`FORCE`).
     pub owed: bool,
+    /// The id of the lease an admitted call took (one id for every `LEASE` limiter).
+    pub lease_id: Option<u64>,
 }
 
 /// How many times a delayed call looks for the time every limiter admits it. Each limiter
@@ -258,6 +260,7 @@ pub fn run<S: Store, const N: usize>(
     );
     if settlement.admitted && request.action == Action::Take {
         settled.granted = request.quantity;
+        settled.lease_id = lease_id(&decisions[..count]).filter(|_| call.write);
     }
     for index in 0..count {
         let (Some(key), decision) = (&mut keys[index], &decisions[index]) else {
@@ -266,8 +269,16 @@ pub fn run<S: Store, const N: usize>(
         let verdict = &mut verdicts[index];
         match settlement.conclusion(call.write, decision.starts_block, verdict) {
             Conclusion::Commit => {
-                let settled = (call.now + settled.wait, &request);
-                commit(call, settled, key, decision, &buffers[index], verdict)?;
+                let at = call.now + settled.wait;
+                let lease_id = settled.lease_id;
+                commit(
+                    call,
+                    (at, &request, lease_id),
+                    key,
+                    decision,
+                    &buffers[index],
+                    verdict,
+                )?;
             }
             Conclusion::Standing => {
                 *verdict = standing(call, &call.limiters[index], key, peek, scratch)?;
@@ -342,12 +353,14 @@ impl<K: Key> All<'_, K> {
     /// When every limiter that refused the take now admits it, as far as they say: the
     /// longest wait they name from `at`; `None` when one never will.
     fn longest_wait(&self) -> Option<Ticks> {
-        self.verdicts
-            .iter()
-            .filter(|verdict| verdict.limited)
-            .try_fold(Ticks(0), |longest, verdict| {
-                verdict.retry_after.map(|wait| wait.max(longest))
-            })
+        let mut longest = Ticks(0);
+        for verdict in self.verdicts.iter().filter(|verdict| verdict.limited) {
+            if verdict.retry_after.is_none() {
+                return None;
+            }
+            longest = longest.max(verdict.retry_after.or(longest));
+        }
+        Some(longest)
     }
 
     /// `DELAY max_wait`: decides the take at the earliest time `t` every limiter admits it,
@@ -386,8 +399,9 @@ impl<K: Key> All<'_, K> {
             self.decide_at(now, request)?;
             let accepted = max_wait.ticks();
             for verdict in self.verdicts.iter_mut().filter(|verdict| verdict.limited) {
-                if let Some(wait) = verdict.retry_after {
-                    verdict.retry_after = Some(Ticks((wait.max(needed) - accepted).0.max(0)));
+                if verdict.retry_after.is_some() {
+                    let wait = verdict.retry_after.or(needed);
+                    verdict.retry_after = RetryAfter::of(wait.max(needed) - accepted);
                 }
             }
         }
@@ -424,13 +438,15 @@ impl<K: Key> All<'_, K> {
                 continue;
             }
             let (verdict, plan) = match limiter {
+                // A lease is taken whole or not at all (the commands refuse FORCE with one).
+                Limiter::Lease(_) => continue,
                 Limiter::Log(log_limiter) => {
                     // Placed on the log itself when the call commits, which gives the reply
                     // then; a dry run places it on a copy.
                     let verdict = if self.write {
                         Verdict {
                             limited: false,
-                            retry_after: None,
+                            retry_after: RetryAfter::NONE,
                             ..self.verdicts[index]
                         }
                     } else {
@@ -488,6 +504,20 @@ fn decide<K: Key>(
                 starts_block: matches!(write, LogWrite::StartBlock(_)),
             }
         }
+        Limiter::Lease(lease_limiter) => {
+            let set = key.native::<LeaseSet>()?;
+            let take = match request.action {
+                Action::Take => request.quantity,
+                Action::Refund => 0, // The commands refuse REFUND with a lease.
+            };
+            *verdict = lease_limiter.inspect(set.as_deref(), at, take);
+            let acquires = !verdict.limited && request.may_write(lease_limiter.limit());
+            let next_id = acquires.then(|| lease::next_id(set.as_deref(), at));
+            Decision {
+                plan: Plan::Lease(*lease_limiter, next_id),
+                starts_block: false,
+            }
+        }
         limiter => {
             let stored = key.string(|len| limiter.accepts_length(len))?;
             let decision = decide_string(limiter, stored, at, request, true, scratch, buffer)?;
@@ -514,6 +544,10 @@ fn standing<K: Key>(
             let log = key.native::<SlidingLog>()?;
             decide_log(log_limiter, log.as_deref(), call.now, &look).0
         }
+        Limiter::Lease(lease_limiter) => {
+            let set = key.native::<LeaseSet>()?;
+            lease_limiter.inspect(set.as_deref(), call.now, 0)
+        }
         limiter => {
             let stored = key.string(|len| limiter.accepts_length(len))?;
             decide_string(limiter, stored, call.now, &look, false, scratch, peek)?.verdict
@@ -521,18 +555,31 @@ fn standing<K: Key>(
     })
 }
 
+/// The one id every lease of an admitted call takes: the highest any of its sets gives
+/// next, so that ids still only grow within each key, and one id releases them all.
+fn lease_id(decisions: &[Decision]) -> Option<u64> {
+    decisions
+        .iter()
+        .filter_map(|decision| match decision.plan {
+            Plan::Lease(_, next_id) => next_id,
+            _ => None,
+        })
+        .max()
+}
+
 /// Stores what a limiter decided on its open key (`value`: the new string state), and
-/// brings its reply, `verdict`, to the state after; `settled` is the request as the call
-/// settled it, and the time it was decided for.
+/// brings its reply, `verdict`, to the state after; `settled` is the time the request was
+/// decided for, the request as the call settled it, and the lease id it takes.
 #[inline(always)]
 fn commit<K: Key>(
     call: &Call,
-    settled: (Micros, &Request),
+    settled: (Micros, &Request, Option<u64>),
     key: &mut K,
     decision: &Decision,
     value: &[u8],
     verdict: &mut Verdict,
 ) -> Result<(), K::Error> {
+    let (at, request, lease_id) = settled;
     match decision.plan {
         Plan::String(StringWrite::Nothing) | Plan::Log(_, LogWrite::Nothing) => {}
         Plan::String(StringWrite::Store {
@@ -541,59 +588,129 @@ fn commit<K: Key>(
         }) => key.put_string(value, placement, expire_at)?,
         Plan::String(StringWrite::Delete) => key.delete()?,
         Plan::Log(limiter, write) => {
-            let (at, request) = settled;
-            key.change_native(
-                true,
-                |log: &mut SlidingLog| {
-                    let expire_at =
-                        commit_log(&limiter, log, call.now, at, request, write, verdict);
-                    NativeChange {
-                        reply: (),
-                        changed: true,
-                        after: After::expiring(expire_at),
-                    }
+            let change = match write {
+                LogWrite::Nothing => return Ok(()),
+                LogWrite::Take => LogChange::Take {
+                    quantity: request.quantity,
+                    at,
                 },
-                |(), packed| log_effect(&limiter, &call.request, call.now, packed),
-            )?;
+                LogWrite::Refund => LogChange::Refund {
+                    quantity: request.quantity,
+                },
+                LogWrite::StartBlock(until) => LogChange::Block { until },
+                LogWrite::Force => LogChange::Force {
+                    quantity: request.quantity,
+                },
+            };
+            let effect = LogEffect {
+                limiter,
+                now: call.now,
+                change,
+            };
+            if let Some(Applied::Log(applied)) = apply(key, &Effect::Log(effect))? {
+                if let Some(reply) = applied.reply {
+                    *verdict = reply;
+                }
+            }
         }
+        Plan::Lease(limiter, Some(_)) => {
+            let Some(id) = lease_id else {
+                return Ok(());
+            };
+            let effect = LeaseEffect {
+                now: call.now,
+                change: LeaseChange::Acquire {
+                    limiter,
+                    quantity: request.quantity,
+                    id,
+                },
+            };
+            apply(key, &Effect::Lease(effect))?;
+        }
+        Plan::Lease(_, None) => {}
     }
     Ok(())
 }
 
-/// What a log's change propagates: the call again, with its time, so that replicas and the
-/// AOF reach the same log and expiry (a few integers, whatever the log's length):
-/// `RL.LOG.REPLAY key limit,window_us,quantity,now_us[,REFUND|,BLOCK,us|,DELAY,us|,AT_MOST|,FORCE]`.
-/// The engine decides it again the same way.
-pub fn log_effect(
-    limiter: &LogLimiter,
-    request: &Request,
-    now: Micros,
-    packed: &mut Packed,
-) -> &'static CStr {
-    packed
-        .int(limiter.limit() as i64)
-        .int(limiter.window().0)
-        .int(request.quantity as i64)
-        .int(now.0);
-    match (request.action, request.block, request.shortfall) {
-        (Action::Refund, ..) => {
-            packed.word("REFUND");
+/// What applying a native value's effect did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Applied {
+    /// A log's change.
+    Log(LogApplied),
+    /// A lease set's change.
+    Lease(LeaseApplied),
+    /// A chunk an AOF rewrite emitted: whether it was whole and in order (else nothing
+    /// changed).
+    Chunk(bool),
+}
+
+/// Applies `effect`, a change to a native value, to its open `key`, and sends it on to
+/// replicas and the AOF: the one path by which a master commits a log's or a lease set's
+/// change and by which a replica, an AOF replay or a slot migration's target applies it.
+/// `None` when the key does not exist and the effect does not create it (a release or a
+/// renewal); a string effect is not applied here (the server applies those itself).
+pub fn apply<K: Key>(key: &mut K, effect: &Effect) -> Result<Option<Applied>, K::Error> {
+    let send = |_: &Applied| *effect;
+    match *effect {
+        Effect::Log(log_effect) => key.change_native(
+            true,
+            |log: &mut SlidingLog| {
+                let applied = log_effect.apply(log);
+                NativeChange {
+                    reply: Applied::Log(applied),
+                    changed: true,
+                    after: After::expiring(applied.expire_at),
+                }
+            },
+            send,
+        ),
+        Effect::Lease(lease_effect) => key.change_native(
+            matches!(lease_effect.change, LeaseChange::Acquire { .. }),
+            |set: &mut LeaseSet| {
+                let applied = lease_effect.apply(set);
+                NativeChange {
+                    reply: Applied::Lease(applied),
+                    changed: applied.changed,
+                    after: After::expiring(lease::expire_at(set)),
+                }
+            },
+            send,
+        ),
+        Effect::LogChunk {
+            entries,
+            blocked_until,
+        } => key.change_native(
+            true,
+            |log: &mut SlidingLog| {
+                let loaded = log.append_serialized(entries).is_some();
+                if let Some(until) = blocked_until.filter(|_| loaded) {
+                    log.set_blocked_until(until);
+                }
+                NativeChange {
+                    reply: Applied::Chunk(loaded),
+                    changed: loaded,
+                    // The key's expiry comes after, as the AOF's own PEXPIREAT.
+                    after: After::KeepsItsExpiry,
+                }
+            },
+            send,
+        ),
+        Effect::LeaseChunk { next_id, leases } => key.change_native(
+            true,
+            |set: &mut LeaseSet| {
+                let loaded = set.append_serialized(next_id, leases).is_some();
+                NativeChange {
+                    reply: Applied::Chunk(loaded),
+                    changed: loaded,
+                    after: After::KeepsItsExpiry,
+                }
+            },
+            send,
+        ),
+        Effect::Set { .. } | Effect::SetRange { .. } | Effect::ExpireAt(_) | Effect::Delete => {
+            Ok(None)
         }
-        (Action::Take, Some(block), _) => {
-            packed.word("BLOCK").int(block.0);
-        }
-        (Action::Take, None, Shortfall::Delay(max_wait)) => {
-            packed.word("DELAY").int(max_wait.0);
-        }
-        (Action::Take, None, Shortfall::TakePart) => {
-            packed.word("AT_MOST");
-        }
-        (Action::Take, None, Shortfall::Owe) => {
-            packed.word("FORCE");
-        }
-        (Action::Take, None, Shortfall::Refuse) => {}
     }
-    LOG_REPLAY
 }
 
 #[cfg(test)]

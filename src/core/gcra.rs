@@ -16,7 +16,7 @@
 
 use super::params::ParamError;
 use super::time::{Ticks, Unit};
-use super::verdict::Verdict;
+use super::verdict::{RetryAfter, Verdict};
 
 /// A GCRA limiter's parameters, validated.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -118,8 +118,20 @@ impl Gcra {
 
     /// What `quantity` units cost of the bucket, `cold` as it is: `T` each, more for the
     /// units taken while colder than half the warm-up period (the area under the cost line
-    /// between the coldness before and after). `None` when it overflows.
+    /// between the coldness before and after). One unit never costs more than the whole
+    /// bucket: with `max_burst` 0 or 1 a cold unit would otherwise never fit, and the limiter
+    /// never warm up. `None` when it overflows.
     fn cost(&self, cold: Ticks, quantity: u64) -> Option<Ticks> {
+        let cost = self.uncapped_cost(cold, quantity)?;
+        Some(if quantity == 1 {
+            cost.min(self.tolerance)
+        } else {
+            cost
+        })
+    }
+
+    /// [`Gcra::cost`] without the cap on one unit.
+    fn uncapped_cost(&self, cold: Ticks, quantity: u64) -> Option<Ticks> {
         let base = self.interval.checked_times(quantity)?;
         let above = cold.0 - self.warmup.0 / 2;
         if !self.warms_up() || above <= 0 {
@@ -132,6 +144,38 @@ impl Gcra {
         let taken = base.0.min(above) as f64;
         let extra = 2.0 * taken * (2.0 * above as f64 - taken) / self.warmup.0 as f64;
         base.0.checked_add(extra.ceil() as i128).map(Ticks)
+    }
+
+    /// A `FORCE` take of `quantity` (at most 16 times the limit) on a limiter that warms up:
+    /// admitted, and charged its whole cost at the present coldness, which later requests
+    /// wait out (the TAT is the queue). A warming limiter is forced this way rather than a
+    /// limit's worth at a time, since a cold limit's worth may never fit its bucket.
+    pub fn force_warming(
+        &self,
+        stored: Option<GcraState>,
+        now: Ticks,
+        quantity: u64,
+    ) -> GcraOutcome {
+        debug_assert!(self.warms_up() && quantity > 0);
+        let tat = stored.map_or(now, |stored| stored.tat.max(now));
+        let cold = self.cold_at(stored, now);
+        let cost = self
+            .uncapped_cost(cold, quantity)
+            .unwrap_or(Ticks::MAX_SPAN)
+            .min(Ticks::MAX_SPAN);
+        let new_tat = (tat + cost).min(Ticks::LATEST);
+        let cold = Ticks((cold.0 - self.interval.0.saturating_mul(i128::from(quantity))).max(0));
+        let backlog = new_tat - now;
+        GcraOutcome {
+            verdict: Verdict {
+                limited: false,
+                limit: self.limit,
+                remaining: self.remaining_cold(backlog, cold),
+                retry_after: RetryAfter::NONE,
+                reset_after: backlog,
+            },
+            new_state: Some(GcraState { tat: new_tat, cold }),
+        }
     }
 
     /// `max_burst + 1`: the largest quantity ever admitted at once.
@@ -162,12 +206,12 @@ impl Gcra {
         // Checked first: a quantity above the limit never fits, and T * quantity could
         // overflow.
         if quantity > self.limit as u64 {
-            return refuse(None);
+            return refuse(RetryAfter::NONE);
         }
         let new_tat = tat + self.interval.times(quantity);
         let allow_at = new_tat - self.tolerance;
         if now < allow_at {
-            return refuse(Some(allow_at - now));
+            return refuse(RetryAfter::of(allow_at - now));
         }
         let backlog = new_tat - now;
         GcraOutcome {
@@ -175,7 +219,7 @@ impl Gcra {
                 limited: false,
                 limit: self.limit,
                 remaining: self.remaining(backlog),
-                retry_after: None,
+                retry_after: RetryAfter::NONE,
                 reset_after: backlog,
             },
             new_state: (quantity > 0).then_some(GcraState {
@@ -203,7 +247,7 @@ impl Gcra {
         };
         let cost = match self.cost(cold, quantity) {
             Some(cost) if quantity <= self.limit as u64 => cost,
-            _ => return refuse(None),
+            _ => return refuse(RetryAfter::NONE),
         };
         let new_tat = tat + cost;
         let allow_at = new_tat - self.tolerance;
@@ -211,7 +255,7 @@ impl Gcra {
             // It fits once the backlog drains, while it is no colder: unless it costs more
             // than the whole bucket at this coldness (a cold limiter's idle only cools it).
             let fits = cost <= self.tolerance;
-            return refuse(fits.then(|| allow_at - now));
+            return refuse((fits.then(|| allow_at - now)).into());
         }
         let backlog = new_tat - now;
         let cold = Ticks((cold.0 - self.interval.times(quantity).0).max(0));
@@ -220,7 +264,7 @@ impl Gcra {
                 limited: false,
                 limit: self.limit,
                 remaining: self.remaining_cold(backlog, cold),
-                retry_after: None,
+                retry_after: RetryAfter::NONE,
                 reset_after: backlog,
             },
             new_state: (quantity > 0).then_some(GcraState { tat: new_tat, cold }),
@@ -748,6 +792,42 @@ mod tests {
         );
     }
 
+    /// One unit never costs more than the whole bucket: a cold limiter of bursts of 1 or 2
+    /// still admits single units, and so warms up (it never would if a unit could cost more
+    /// than the bucket holds), its cold units a bucket apart.
+    #[test]
+    fn a_small_bucket_admits_while_cold_and_warms() {
+        for max_burst in [0, 1] {
+            let gcra = warming(max_burst, 10, 10_000);
+            let first = gcra.apply(None, START, 1);
+            assert!(!first.verdict.limited, "max_burst {max_burst}");
+            let bucket = ms(100).times(max_burst as u64 + 1);
+            assert_eq!(first.new_state.unwrap().tat - START, bucket);
+            let counts = admitted_per_second(&gcra, 10, 14);
+            assert!(counts[0] >= 1, "{counts:?}");
+            assert!(counts[12..].iter().all(|&count| count == 10), "{counts:?}");
+        }
+    }
+
+    /// Forced while cold, a warming limiter is charged the request's whole cold cost.
+    #[test]
+    fn a_forced_take_pays_its_cold_cost() {
+        let gcra = warming(1, 10, 10_000);
+        let forced = gcra.force_warming(None, START, 4);
+        assert!(!forced.verdict.limited);
+        let state = forced.new_state.unwrap();
+        let cost = gcra.uncapped_cost(ms(10_000), 4).unwrap();
+        assert_eq!(state.tat - START, cost);
+        assert!(cost > ms(400) && cost <= ms(1_200), "{cost:?}");
+        assert_eq!(state.cold, ms(10_000 - 400));
+        // Nothing fits until the debt is paid down to a bucket.
+        let next = gcra.apply(Some(state), START + ms(100), 1);
+        assert!(next.verdict.limited);
+        // It fits once the TAT, with its own cost, is back within the bucket of two.
+        let unit = gcra.cost(state.cold, 1).unwrap();
+        assert_eq!(next.verdict.retry_after, Some(cost + unit - ms(300)));
+    }
+
     /// The ramp docs/commands/cl.throttle.md shows, computed here.
     #[test]
     fn the_documented_warm_up_ramp_is_this_one() {
@@ -838,7 +918,7 @@ mod tests {
             let gcra = Gcra::new(max_burst, count, period, Unit::Seconds).unwrap();
             let (tat, now) = replay(&gcra, &stream, |_, _, _| {});
             let verdict = gcra.apply(tat, now, quantity).verdict;
-            if let Some(wait) = verdict.retry_after {
+            if let Some(wait) = verdict.retry_after.get() {
                 prop_assert!(verdict.limited);
                 prop_assert!(!gcra.apply(tat, now + wait, quantity).verdict.limited);
                 prop_assert!(gcra.apply(tat, now + wait - Ticks(1), quantity).verdict.limited);

@@ -10,13 +10,10 @@
 //! grow within a key, and a key created anew after its leases ended gives ids its earlier
 //! life never gave (that would take more than one acquire per microsecond).
 
-use std::ffi::CStr;
-
-use super::packed::Packed;
 use super::params::{self, ParamError, MAX_LEASE_LIMIT};
 use super::ring::{self, Native, Ring};
 use super::time::{Micros, Millis, Ticks, Unit};
-use super::verdict::Verdict;
+use super::verdict::{RetryAfter, Verdict};
 
 /// The kind tag of a lease set in the native type's storage.
 pub const LEASE_KIND: u8 = 1;
@@ -302,9 +299,11 @@ impl LeaseLimiter {
             limited: !admitted,
             limit: self.limit as i64,
             remaining: self.limit.saturating_sub(held + charged) as i64,
-            retry_after: (!admitted && quantity <= self.limit)
-                .then(|| (self.retry_at(set, held, ended, quantity) - now).ticks())
-                .map(|wait| wait.max(Ticks(0))),
+            retry_after: if !admitted && quantity <= self.limit {
+                RetryAfter::of((self.retry_at(set, held, ended, quantity) - now).ticks())
+            } else {
+                RetryAfter::NONE
+            },
             reset_after: last_end.map_or(Ticks(0), |ends| (ends - now).ticks()),
         }
     }
@@ -338,7 +337,7 @@ impl LeaseLimiter {
             return Acquired { verdict, id: None };
         }
         set.drop_ended(now);
-        let id = id.unwrap_or_else(|| set.next_id().max(now.0.max(1) as u64).min(MAX_ID));
+        let id = id.unwrap_or_else(|| next_id(Some(set), now));
         set.set_next_id((id + 1).min(MAX_ID));
         set.insert(Lease {
             ends: now + self.lease(),
@@ -377,37 +376,12 @@ pub fn renew(set: &mut LeaseSet, now: Micros, id: u64, lease: Micros) -> bool {
     renewed
 }
 
-/// The command a lease set's change propagates, with the master's time and lease id.
-pub const LEASE_APPLY: &CStr = c"RL.LEASE.APPLY";
-
-/// What an acquire propagates: `RL.LEASE.APPLY key ACQUIRE,now_us,limit,lease_us,quantity,id`.
-pub fn acquire_effect(
-    limiter: &LeaseLimiter,
-    now: Micros,
-    quantity: u64,
-    id: u64,
-    packed: &mut Packed,
-) -> &'static CStr {
-    packed
-        .word("ACQUIRE")
-        .int(now.0)
-        .int(limiter.limit() as i64)
-        .int(limiter.lease().0)
-        .int(quantity as i64)
-        .int(id as i64);
-    LEASE_APPLY
-}
-
-/// What a release propagates: `RL.LEASE.APPLY key RELEASE,now_us,id`.
-pub fn release_effect(now: Micros, id: u64, packed: &mut Packed) -> &'static CStr {
-    packed.word("RELEASE").int(now.0).int(id as i64);
-    LEASE_APPLY
-}
-
-/// What a renewal propagates: `RL.LEASE.APPLY key RENEW,now_us,id,lease_us`.
-pub fn renew_effect(now: Micros, id: u64, lease: Micros, packed: &mut Packed) -> &'static CStr {
-    packed.word("RENEW").int(now.0).int(id as i64).int(lease.0);
-    LEASE_APPLY
+/// The id the next lease taken from `set` (`None`: a new set) at `now` gets: one more
+/// than the last, or the time in microseconds if that is later.
+pub fn next_id(set: Option<&LeaseSet>, now: Micros) -> u64 {
+    set.map_or(0, LeaseSet::next_id)
+        .max(now.0.max(1) as u64)
+        .min(MAX_ID)
 }
 
 /// When a key holding `set` should expire: when its last lease ends.

@@ -15,11 +15,12 @@ use super::codec::{
     push_blocked_header, split_blocked, Placement,
 };
 use super::gcra::Gcra;
-use super::log::{Live, LogLimiter, SlidingLog};
+use super::lease::LeaseLimiter;
+use super::log::{LogLimiter, SlidingLog};
 use super::params::MAX_DEBT_LIMITS;
 use super::request::{Action, Request};
-use super::time::{Micros, Millis};
-use super::verdict::Verdict;
+use super::time::{Micros, Millis, Ticks};
+use super::verdict::{RetryAfter, Verdict};
 use super::windows::{is_window_length, Scratch, StateError, WindowLimiter};
 
 /// A limiter's parameters, validated, for one of the algorithms.
@@ -31,6 +32,8 @@ pub enum Limiter {
     Window(WindowLimiter),
     /// The sliding log (`RL.LOG`, `RL.ALL ... LOG`).
     Log(LogLimiter),
+    /// A concurrency limit with leases (`RL.ACQUIRE`, `RL.ALL ... LEASE`).
+    Lease(LeaseLimiter),
 }
 
 impl Limiter {
@@ -40,6 +43,7 @@ impl Limiter {
             Limiter::Throttle(gcra) => gcra.limit() as u64,
             Limiter::Window(window) => window.limit(),
             Limiter::Log(log) => log.limit(),
+            Limiter::Lease(lease) => lease.limit(),
         }
     }
 
@@ -49,7 +53,7 @@ impl Limiter {
     fn queue_end(&self, state: &[u8]) -> Micros {
         match self {
             Limiter::Window(window) => window.queue_end(state),
-            Limiter::Throttle(_) | Limiter::Log(_) => Micros(0),
+            Limiter::Throttle(_) | Limiter::Log(_) | Limiter::Lease(_) => Micros(0),
         }
     }
 
@@ -59,7 +63,7 @@ impl Limiter {
         match self {
             Limiter::Throttle(_) => is_state_length(is_gcra_length, len),
             Limiter::Window(_) => is_state_length(is_window_length, len),
-            Limiter::Log(_) => false,
+            Limiter::Log(_) | Limiter::Lease(_) => false,
         }
     }
 }
@@ -198,6 +202,11 @@ pub fn force_string(
     value: &mut Vec<u8>,
     spare: &mut Vec<u8>,
 ) -> Result<StringDecision, StateError> {
+    if let Limiter::Throttle(gcra) = limiter {
+        if gcra.warms_up() {
+            return force_warming(gcra, stored, now, quantity, value);
+        }
+    }
     let limit = limiter.limit();
     let (mut at, mut left) = (now, quantity);
     // Whether `value` holds the state so far (else it is still `stored`).
@@ -224,7 +233,11 @@ pub fn force_string(
                 .unwrap_or(0)
                 .min(part);
             if fits == 0 {
-                let wait = decision.verdict.retry_after.ok_or(StateError::Foreign)?;
+                let wait = decision
+                    .verdict
+                    .retry_after
+                    .get()
+                    .ok_or(StateError::Foreign)?;
                 at = at.saturating_add(wait.ceil_micros().max(Micros(1)));
                 continue;
             }
@@ -255,11 +268,48 @@ pub fn force_string(
         verdict: Verdict {
             limited: false,
             remaining: if at > now { 0 } else { last.verdict.remaining },
-            retry_after: None,
+            retry_after: RetryAfter::NONE,
             reset_after: last.verdict.reset_after + later,
             ..last.verdict
         },
         ..last
+    })
+}
+
+/// [`force_string`] for a GCRA that warms up: the whole quantity charged at once at its
+/// cold cost ([`Gcra::force_warming`]), from the end of a block in force if there is one (as
+/// the parts of any other forced take are placed after it).
+fn force_warming(
+    gcra: &Gcra,
+    stored: Option<&[u8]>,
+    now: Micros,
+    quantity: u64,
+    value: &mut Vec<u8>,
+) -> Result<StringDecision, StateError> {
+    let (blocked_until, own_state) = stored.map_or((Micros(0), None), split_blocked);
+    let state = own_state
+        .map(|state| decode_gcra_state(state).ok_or(StateError::Foreign))
+        .transpose()?;
+    let at = block::in_force(blocked_until, now).unwrap_or(now);
+    let outcome = gcra.force_warming(state, at.not_before_epoch().ticks(), quantity);
+    let new_state = outcome.new_state.ok_or(StateError::Foreign)?;
+    value.clear();
+    value.extend_from_slice(&encode_warm_gcra(new_state));
+    Ok(StringDecision {
+        verdict: Verdict {
+            remaining: if at > now {
+                0
+            } else {
+                outcome.verdict.remaining
+            },
+            reset_after: outcome.verdict.reset_after + (at - now).ticks(),
+            ..outcome.verdict
+        },
+        write: StringWrite::Store {
+            expire_at: gcra.state_end(new_state).ceil_millis(),
+            placement: Placement::WHOLE,
+        },
+        starts_block: false,
     })
 }
 
@@ -288,7 +338,11 @@ fn queued(
         verdict: Verdict {
             limited: true,
             remaining: 0,
-            retry_after: (!never_fits).then(|| then.retry_after.unwrap_or_default() + ahead),
+            retry_after: if never_fits {
+                RetryAfter::NONE
+            } else {
+                RetryAfter::of(then.retry_after.or(Ticks(0)) + ahead)
+            },
             reset_after: standing.reset_after + ahead,
             ..then
         },
@@ -366,7 +420,7 @@ fn decide_own(
                 placement: refund.placement,
             })
         }
-        (Limiter::Log(_), _) => Err(StateError::Foreign),
+        (Limiter::Log(_) | Limiter::Lease(_), _) => Err(StateError::Foreign),
     }
 }
 
@@ -375,9 +429,9 @@ fn decide_own(
 pub enum LogWrite {
     /// Nothing.
     Nothing,
-    /// Log the request ([`commit_log`]), given what the log held when decided.
-    Take(Live),
-    /// Give back the request's quantity ([`commit_log`]).
+    /// Log the request.
+    Take,
+    /// Give back the request's quantity.
     Refund,
     /// Block the key until this instant.
     StartBlock(Micros),
@@ -386,7 +440,8 @@ pub enum LogWrite {
 }
 
 /// Decides `request` at `now` for a log (`None` for a missing key), changing nothing. For a
-/// refund, the verdict is the standing before it: [`commit_log`] gives the one after.
+/// refund, the verdict is the standing before it: applying the change
+/// ([`super::effect::LogEffect::apply`]) gives the one after.
 #[inline(always)]
 pub fn decide_log(
     limiter: &LogLimiter,
@@ -410,7 +465,7 @@ pub fn decide_log(
     if !verdict.limited && request.action == Action::Take && !limiter.has_room_for(log, quantity) {
         // A log full of scheduled requests takes no more.
         verdict.limited = true;
-        verdict.retry_after = None;
+        verdict.retry_after = RetryAfter::NONE;
     }
     if blocked_take(request, blocked_until, now, &verdict) {
         verdict = limiter.inspect_surveyed(log, &live, now, 0);
@@ -419,7 +474,7 @@ pub fn decide_log(
     let decision = block::decide(request, blocked_until, now, verdict, changes);
     let write = match (decision.write, request.action) {
         (Write::Nothing, _) => LogWrite::Nothing,
-        (Write::State, Action::Take) => LogWrite::Take(live),
+        (Write::State, Action::Take) => LogWrite::Take,
         (Write::State, Action::Refund) => LogWrite::Refund,
         (Write::StartBlock(until), _) => LogWrite::StartBlock(until),
     };
@@ -440,7 +495,7 @@ pub fn force_log(
     Verdict {
         limited: false,
         remaining: if last > now { 0 } else { standing.remaining },
-        retry_after: None,
+        retry_after: RetryAfter::NONE,
         ..standing
     }
 }
@@ -462,68 +517,14 @@ fn queued_log(
     Verdict {
         limited: true,
         remaining: 0,
-        retry_after: (!never_fits).then(|| then.retry_after.unwrap_or_default() + ahead),
+        retry_after: if never_fits {
+            RetryAfter::NONE
+        } else {
+            RetryAfter::of(then.retry_after.or(Ticks(0)) + ahead)
+        },
         reset_after: standing.reset_after + ahead,
         ..then
     }
-}
-
-/// Carries out `write`, decided by [`decide_log`] for the same request at `at` (the call's
-/// time `now`, or the later time a delayed request was scheduled for),
-/// and makes `verdict` (the decision's) the reply after it: a refund's is the standing after.
-/// Returns when the key should expire, or `None` when it should go (a refund left nothing
-/// counted, and no block is in force).
-#[inline(always)]
-pub fn commit_log(
-    limiter: &LogLimiter,
-    log: &mut SlidingLog,
-    now: Micros,
-    at: Micros,
-    request: &Request,
-    write: LogWrite,
-    verdict: &mut Verdict,
-) -> Option<Millis> {
-    // The block in force, read once: only `StartBlock` changes it.
-    let mut block = block::in_force(log.blocked_until(), now);
-    match write {
-        LogWrite::Nothing => {}
-        LogWrite::Take(live) => {
-            if block.is_none() {
-                log.set_blocked_until(Micros(0));
-            }
-            limiter.log_surveyed(log, live, at, request.quantity);
-        }
-        LogWrite::Refund => {
-            let scheduled = Some(log.newest()).filter(|&newest| newest > now);
-            let (after, _) = limiter.refund(log, now, request.quantity);
-            if let Some(until) = scheduled.filter(|&until| log.newest() < until) {
-                // Logging a request scheduled ahead dropped the entries gone by its time,
-                // which still count until then: with it given back, the log stays closed
-                // until then, as a block would keep it.
-                log.set_blocked_until(log.blocked_until().max(until));
-                block = block::in_force(log.blocked_until(), now);
-            }
-            *verdict = match block {
-                Some(until) => block::blocked_verdict(after, until, now),
-                None => after,
-            };
-        }
-        LogWrite::StartBlock(until) => {
-            log.set_blocked_until(until);
-            block = block::in_force(until, now);
-        }
-        LogWrite::Force => {
-            if block.is_none() {
-                log.set_blocked_until(Micros(0));
-            }
-            *verdict = force_log(limiter, log, now, request.quantity);
-        }
-    }
-    let block_end = block.map(Micros::ceil_millis);
-    // A take just logged counts: no need to look.
-    let spent = !matches!(write, LogWrite::Take(_) | LogWrite::Force) && limiter.is_spent(log, now);
-    let own_end = (!spent).then(|| limiter.expire_at(log));
-    own_end.max(block_end)
 }
 
 #[cfg(test)]

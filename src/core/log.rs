@@ -12,7 +12,7 @@
 use super::params::{self, ParamError, MAX_LOG_LIMIT};
 use super::ring::{self, Native, Ring};
 use super::time::{Micros, Millis, Unit};
-use super::verdict::Verdict;
+use super::verdict::{RetryAfter, Verdict};
 
 /// Bits of an entry holding its count minus one.
 const COUNT_BITS: u32 = 10;
@@ -357,9 +357,11 @@ impl LogLimiter {
             limited: !admitted,
             limit: self.limit as i64,
             remaining: self.limit.saturating_sub(live.used + charged) as i64,
-            retry_after: (!admitted && quantity <= self.limit)
-                .then(|| self.retry_at(log, live, quantity) - now)
-                .map(|micros| Micros(micros.max(0)).ticks()),
+            retry_after: if !admitted && quantity <= self.limit {
+                RetryAfter::of(Micros(self.retry_at(log, live, quantity) - now).ticks())
+            } else {
+                RetryAfter::NONE
+            },
             reset_after: Micros(reset_at.map_or(0, |time| time + self.window - now).max(0)).ticks(),
         }
     }

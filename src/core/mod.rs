@@ -8,12 +8,14 @@
 //!   the storage of [`codec`] (string layouts) and [`ring`] (the native values).
 //! - Rules every limiter shares: [`block`]; one decision for any limiter: [`limiter`].
 //! - The engine: [`engine`] decides every limiter of a call, settles it ([`settle`]) and
-//!   commits it over a store of keys; [`packed`] is how its effects travel.
+//!   commits it over a store of keys; [`effect`] is what each write sends to replicas and
+//!   the AOF, and [`packed`] how an internal command's fields travel.
 
 #![forbid(unsafe_code)]
 
 pub mod block;
 pub mod codec;
+pub mod effect;
 pub mod engine;
 pub mod gcra;
 pub mod lease;

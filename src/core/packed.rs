@@ -112,6 +112,34 @@ impl Decimal {
     }
 }
 
+/// Parses a decimal `i64`: an optional `+` or `-`, then ASCII digits, nothing else (no
+/// spaces, no fraction, no exponent, no hex). `None` when `arg` is anything else or does
+/// not fit.
+pub fn parse_integer(arg: &[u8]) -> Option<i64> {
+    let (negative, digits) = match arg.split_first()? {
+        (b'-', rest) => (true, rest),
+        (b'+', rest) => (false, rest),
+        _ => (false, arg),
+    };
+    if digits.is_empty() {
+        return None;
+    }
+    // Accumulated below zero, where i64 reaches one further (i64::MIN).
+    let mut value: i64 = 0;
+    for &byte in digits {
+        let digit = byte.wrapping_sub(b'0');
+        if digit > 9 {
+            return None;
+        }
+        value = value.checked_mul(10)?.checked_sub(i64::from(digit))?;
+    }
+    if negative {
+        Some(value)
+    } else {
+        value.checked_neg()
+    }
+}
+
 /// The fields of a packed argument, in order.
 pub fn fields(arg: &[u8]) -> impl Iterator<Item = &[u8]> {
     arg.split(|&byte| byte == b',')
@@ -139,9 +167,6 @@ pub fn unpack<'a, 'o, const N: usize>(
 mod tests {
     use super::*;
 
-    fn parse_integer(field: &[u8]) -> Option<i64> {
-        std::str::from_utf8(field).ok()?.parse().ok()
-    }
     use proptest::prelude::*;
 
     #[test]

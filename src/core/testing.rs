@@ -6,7 +6,7 @@ use super::engine::{Call, Settled};
 use super::gcra::Gcra;
 use super::limiter::Limiter;
 use super::log::LogLimiter;
-use super::request::Request;
+use super::request::{Request, Shortfall};
 use super::time::{Micros, Rounding, Unit};
 use super::verdict::Verdict;
 use super::windows::{Algorithm, WindowLimiter};
@@ -100,6 +100,14 @@ pub fn blocking(quantity: u64, block_ms: i64) -> Request {
     Request {
         block: Some(ms(block_ms)),
         ..take(quantity)
+    }
+}
+
+/// `AT_MOST`, with a block should nothing fit.
+pub fn at_most_blocking(quantity: u64, block_ms: i64) -> Request {
+    Request {
+        shortfall: Shortfall::TakePart,
+        ..blocking(quantity, block_ms)
     }
 }
 

@@ -1,6 +1,78 @@
 //! The answer every limiter gives, and its five-integer reply.
 
+use std::fmt;
+
 use super::time::{Rounding, Ticks, Unit};
+
+/// How long until a refused request would be admitted: a span, or none (the request was
+/// admitted, or can never be).
+///
+/// A span with a sentinel rather than an `Option<Ticks>`, so that every byte of it is always
+/// defined: an `Option`'s `None` leaves its 16-byte payload uninitialised, and the x86 code
+/// for the maximum of two `i128` is a branch, which the compiler may take on that payload
+/// before it rules the `None` out (the result is then thrown away). Nothing goes wrong, but
+/// memcheck sees a jump on uninitialised memory and `make valgrind` could not tell it from a
+/// real one.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct RetryAfter(Ticks);
+
+impl RetryAfter {
+    /// Nothing to wait for.
+    pub const NONE: RetryAfter = RetryAfter(Ticks(-1));
+
+    /// A wait of `span` (a negative span is no wait at all).
+    pub fn of(span: Ticks) -> RetryAfter {
+        RetryAfter(Ticks(span.0.max(0)))
+    }
+
+    /// The wait, if there is one.
+    pub fn get(self) -> Option<Ticks> {
+        (self.0 .0 >= 0).then_some(self.0)
+    }
+
+    /// The wait, or `otherwise` when there is none: arithmetic on it reads defined bytes.
+    pub fn or(self, otherwise: Ticks) -> Ticks {
+        if self.0 .0 >= 0 {
+            self.0
+        } else {
+            otherwise
+        }
+    }
+
+    /// Whether there is a wait.
+    pub fn is_some(self) -> bool {
+        self.0 .0 >= 0
+    }
+
+    /// Whether there is none.
+    pub fn is_none(self) -> bool {
+        !self.is_some()
+    }
+}
+
+impl From<Option<Ticks>> for RetryAfter {
+    fn from(wait: Option<Ticks>) -> RetryAfter {
+        wait.map_or(RetryAfter::NONE, RetryAfter::of)
+    }
+}
+
+impl PartialEq<Option<Ticks>> for RetryAfter {
+    fn eq(&self, other: &Option<Ticks>) -> bool {
+        self.get() == *other
+    }
+}
+
+impl fmt::Debug for RetryAfter {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        self.get().fmt(f)
+    }
+}
+
+impl Default for RetryAfter {
+    fn default() -> RetryAfter {
+        RetryAfter::NONE
+    }
+}
 
 /// What a limiter decided for one request, before times are rounded into a reply unit.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -13,7 +85,7 @@ pub struct Verdict {
     pub remaining: i64,
     /// How long until this request would be admitted; `None` when it was admitted, or when
     /// it can never be (a quantity above the limit).
-    pub retry_after: Option<Ticks>,
+    pub retry_after: RetryAfter,
     /// How long until the limiter is back to full capacity.
     pub reset_after: Ticks,
 }
@@ -27,8 +99,11 @@ impl Verdict {
             i64::from(self.limited),
             self.limit,
             self.remaining,
-            self.retry_after
-                .map_or(-1, |span| span.in_units(unit, rounding)),
+            if self.retry_after.is_some() {
+                self.retry_after.or(Ticks(0)).in_units(unit, rounding)
+            } else {
+                -1
+            },
             self.reset_after.in_units(unit, rounding),
         ]
     }
@@ -45,7 +120,7 @@ mod tests {
             limited: false,
             limit: 16,
             remaining: 15,
-            retry_after: None,
+            retry_after: RetryAfter::NONE,
             reset_after: Micros(2_000_000).ticks(),
         };
         assert_eq!(
@@ -64,7 +139,7 @@ mod tests {
             limited: true,
             limit: 5,
             remaining: 0,
-            retry_after: Some(Micros(990_000).ticks()),
+            retry_after: RetryAfter::of(Micros(990_000).ticks()),
             reset_after: Micros(4_990_000).ticks(),
         };
         assert_eq!(

@@ -89,23 +89,6 @@ impl Invocation<'_> {
         // SAFETY: the running command's context.
         unsafe { raw::RedisModule_ReplicateVerbatim.unwrap()(self.ctx) };
     }
-
-    /// Propagates `command key packed`: an internal command with its fields in one
-    /// argument.
-    pub fn replicate_packed(&self, command: &CStr, key: KeyName, packed: &[u8]) {
-        // SAFETY: the running command's context and one of its keys; the bytes outlive the
-        // call, which copies them.
-        unsafe {
-            raw::RedisModule_Replicate.unwrap()(
-                self.ctx,
-                command.as_ptr(),
-                c"sb".as_ptr(),
-                key.0,
-                packed.as_ptr(),
-                packed.len(),
-            );
-        }
-    }
 }
 
 /// What a command's body replies when it succeeds.

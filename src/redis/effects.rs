@@ -1,32 +1,53 @@
-//! What a string write sends to replicas and the AOF: its effect, with absolute times
-//! (`SET key value PXAT expiry`, `SETRANGE`, `PEXPIREAT`, `DEL`), never the command, so that
-//! a replica, an AOF replay or a restart applies the master's bytes and expiry whatever its
-//! own clock says.
+//! Sending a write's effect to replicas and the AOF: an [`Effect`] (what it is, defined in
+//! `core::effect`) encoded and handed to the server as one command, with absolute times,
+//! never the command the client sent, so that a replica, an AOF replay or a restart applies
+//! the master's change whatever its own clock says. The same encoding rebuilds native values
+//! in an AOF rewrite ([`emit_aof`]).
 //!
-//! The expiry is sent as a string object the module keeps: keys whose states end together
-//! (every key of a fixed window) propagate the same one, which is then neither formatted
-//! nor allocated again.
+//! Every argument travels as a string object. Keys whose states end together (every key of
+//! a fixed window) send the same expiry, kept as one object for the next writes (the two
+//! most recent), and a value just stored as a new object is sent as that object: neither is
+//! formatted nor allocated again.
 
+use std::ffi::CStr;
 use std::sync::atomic::{AtomicPtr, Ordering};
 
 use redis_module::raw;
 
-use crate::core::packed::Decimal;
+use crate::core::effect::{Arg, Effect};
+use crate::core::packed::{Decimal, Packed};
 use crate::core::time::Millis;
 use crate::redis::call::{Invocation, KeyName};
 use crate::redis::command_local::CommandLocal;
 use crate::redis::key::OwnedString;
 
-/// `PXAT`, made once: every `SET` propagates it.
+/// The keywords effects carry, made once: every `SET` sends `PXAT`.
 static PXAT: AtomicPtr<raw::RedisModuleString> = AtomicPtr::new(std::ptr::null_mut());
+static BLOCKED: AtomicPtr<raw::RedisModuleString> = AtomicPtr::new(std::ptr::null_mut());
 
-/// Makes the strings every write propagates, from OnLoad; they live as long as the module.
+/// Makes the strings effects share, from OnLoad; they live as long as the module.
 pub fn make_shared_strings() {
-    // SAFETY: no context: the string is the module's until freed, which it never is.
-    let pxat = unsafe {
-        raw::RedisModule_CreateString.unwrap()(std::ptr::null_mut(), c"PXAT".as_ptr(), 4)
-    };
-    PXAT.store(pxat, Ordering::Relaxed);
+    for (word, shared) in [(c"PXAT", &PXAT), (c"BLOCKED", &BLOCKED)] {
+        let bytes = word.to_bytes();
+        // SAFETY: no context: the string is the module's until freed, which it never is.
+        let string = unsafe {
+            raw::RedisModule_CreateString.unwrap()(
+                std::ptr::null_mut(),
+                bytes.as_ptr().cast(),
+                bytes.len(),
+            )
+        };
+        shared.store(string, Ordering::Relaxed);
+    }
+}
+
+/// The shared string of a keyword effects carry; null for another word (then made anew).
+fn shared_word(word: &CStr) -> *mut raw::RedisModuleString {
+    match word.to_bytes() {
+        b"PXAT" => PXAT.load(Ordering::Relaxed),
+        b"BLOCKED" => BLOCKED.load(Ordering::Relaxed),
+        _ => std::ptr::null_mut(),
+    }
 }
 
 /// The two expiries most recently propagated, as the string objects the server copies into
@@ -53,19 +74,14 @@ fn expiry_string(expire_at: Millis) -> *mut raw::RedisModuleString {
         let slot = found.unwrap_or_else(|| {
             let slot = 1 - last.newest;
             let decimal = Decimal::new(expire_at.0);
-            let bytes = decimal.as_bytes();
-            // SAFETY: no context: the module owns the string until it frees it here;
-            // propagated copies hold references of their own.
-            unsafe {
-                if !last.strings[slot].is_null() {
-                    raw::RedisModule_FreeString.unwrap()(std::ptr::null_mut(), last.strings[slot]);
-                }
-                last.strings[slot] = raw::RedisModule_CreateString.unwrap()(
-                    std::ptr::null_mut(),
-                    bytes.as_ptr().cast(),
-                    bytes.len(),
-                );
+            if !last.strings[slot].is_null() {
+                // SAFETY: the module's own reference, freed once; propagated copies hold
+                // references of their own.
+                unsafe {
+                    raw::RedisModule_FreeString.unwrap()(std::ptr::null_mut(), last.strings[slot])
+                };
             }
+            last.strings[slot] = new_string(decimal.as_bytes());
             last.millis[slot] = expire_at.0;
             slot
         });
@@ -74,85 +90,110 @@ fn expiry_string(expire_at: Millis) -> *mut raw::RedisModuleString {
     })
 }
 
-/// A whole value to propagate: bytes, or the string object just stored (sent as it is,
-/// without a copy).
-pub enum SetValue<'a> {
-    /// Bytes.
-    Bytes(&'a [u8]),
-    /// The stored string.
-    String(&'a OwnedString),
-}
-
-/// Propagates `SET key value PXAT expire_at`.
-pub fn set(call: &Invocation, key: KeyName, value: SetValue, expire_at: Millis) {
-    let (expiry, pxat) = (expiry_string(expire_at), PXAT.load(Ordering::Relaxed));
-    // SAFETY: the running command's context and one of its keys; the server copies the
-    // bytes and takes references to the strings.
+/// A new string object holding `bytes`, the module's until freed.
+fn new_string(bytes: &[u8]) -> *mut raw::RedisModuleString {
+    // SAFETY: no context; the server copies the bytes.
     unsafe {
-        let replicate = raw::RedisModule_Replicate.unwrap();
-        match value {
-            SetValue::Bytes(bytes) => replicate(
-                call.ctx(),
-                c"SET".as_ptr(),
-                c"sbss".as_ptr(),
-                key.0,
-                bytes.as_ptr(),
-                bytes.len(),
-                pxat,
-                expiry,
-            ),
-            SetValue::String(string) => replicate(
-                call.ctx(),
-                c"SET".as_ptr(),
-                c"ssss".as_ptr(),
-                key.0,
-                string.as_ptr(),
-                pxat,
-                expiry,
-            ),
-        };
-    }
-}
-
-/// Propagates `SETRANGE key offset bytes`.
-pub fn set_range(call: &Invocation, key: KeyName, offset: usize, bytes: &[u8]) {
-    let offset = Decimal::new(offset as i64);
-    let offset = offset.as_bytes();
-    // SAFETY: the running command's context and one of its keys; the server copies the
-    // bytes.
-    unsafe {
-        raw::RedisModule_Replicate.unwrap()(
-            call.ctx(),
-            c"SETRANGE".as_ptr(),
-            c"sbb".as_ptr(),
-            key.0,
-            offset.as_ptr(),
-            offset.len(),
-            bytes.as_ptr(),
+        raw::RedisModule_CreateString.unwrap()(
+            std::ptr::null_mut(),
+            bytes.as_ptr().cast(),
             bytes.len(),
-        );
+        )
     }
 }
 
-/// Propagates `PEXPIREAT key expire_at`.
-pub fn expire_at(call: &Invocation, key: KeyName, expire_at: Millis) {
-    let expiry = expiry_string(expire_at);
-    // SAFETY: the running command's context and one of its keys.
+/// An effect's arguments after the key, as string objects. Objects made for the call are
+/// freed when it is dropped (the server holds references of its own to what it sends).
+/// The key goes apart (the format's `s`): the server copies a key it keeps on the stack (an
+/// AOF rewrite's) only there.
+struct Argv {
+    strings: [*mut raw::RedisModuleString; 3],
+    made: [bool; 3],
+    len: usize,
+}
+
+impl Argv {
+    /// `args`; `stored`, when given, is the object the key's new value was stored as (sent
+    /// for [`Arg::Value`]).
+    fn new(args: &[Arg], stored: Option<&OwnedString>) -> Argv {
+        let mut argv = Argv {
+            strings: [std::ptr::null_mut(); 3],
+            made: [false; 3],
+            len: args.len(),
+        };
+        for (at, arg) in args.iter().enumerate() {
+            argv.strings[at] = match (arg, stored) {
+                (Arg::Value(_), Some(stored)) => stored.as_ptr(),
+                (Arg::Expiry(expire_at), _) => expiry_string(*expire_at),
+                (Arg::Word(word), _) if !shared_word(word).is_null() => shared_word(word),
+                (Arg::Word(word), _) => {
+                    argv.made[at] = true;
+                    new_string(word.to_bytes())
+                }
+                (Arg::Value(bytes) | Arg::Bytes(bytes), _) => {
+                    argv.made[at] = true;
+                    new_string(bytes)
+                }
+            };
+        }
+        argv
+    }
+}
+
+impl Drop for Argv {
+    fn drop(&mut self) {
+        for (string, made) in self.strings.iter().zip(self.made) {
+            if made {
+                // SAFETY: made by `Argv::new` and freed once; the server holds its own
+                // references to what it propagated.
+                unsafe { raw::RedisModule_FreeString.unwrap()(std::ptr::null_mut(), *string) };
+            }
+        }
+    }
+}
+
+/// Sends `effect` on `key` to replicas and the AOF, for the running `call`; `stored` is the
+/// string object the key's new value was just stored as, if it was.
+pub fn propagate(call: &Invocation, key: KeyName, effect: &Effect, stored: Option<&OwnedString>) {
+    let mut scratch = Packed::default();
+    let encoded = effect.encode(&mut scratch);
+    let argv = Argv::new(encoded.args(), stored);
+    // SAFETY: the running command's context and one of its keys; `argv` holds `len` live
+    // string objects, to which the server takes references of its own.
     unsafe {
         raw::RedisModule_Replicate.unwrap()(
             call.ctx(),
-            c"PEXPIREAT".as_ptr(),
-            c"ss".as_ptr(),
+            encoded.command.as_ptr(),
+            c"sv".as_ptr(),
             key.0,
-            expiry,
+            argv.strings.as_ptr(),
+            argv.len,
         );
     }
 }
 
-/// Propagates `DEL key`.
-pub fn delete(call: &Invocation, key: KeyName) {
-    // SAFETY: the running command's context and one of its keys.
+/// Writes `effect` on `key` to an AOF being rewritten (`aof_rewrite`'s `io`).
+///
+/// # Safety
+/// `aof` and `key` must be the server's arguments to the type's `aof_rewrite` callback.
+pub unsafe fn emit_aof(
+    aof: *mut raw::RedisModuleIO,
+    key: *mut raw::RedisModuleString,
+    effect: &Effect,
+) {
+    let mut scratch = Packed::default();
+    let encoded = effect.encode(&mut scratch);
+    let argv = Argv::new(encoded.args(), None);
+    // SAFETY: per the caller; `argv` holds `len` live string objects, which the server
+    // copies into the AOF.
     unsafe {
-        raw::RedisModule_Replicate.unwrap()(call.ctx(), c"DEL".as_ptr(), c"s".as_ptr(), key.0);
+        raw::RedisModule_EmitAOF.unwrap()(
+            aof,
+            encoded.command.as_ptr(),
+            c"sv".as_ptr(),
+            key,
+            argv.strings.as_ptr(),
+            argv.len,
+        );
     }
 }

@@ -26,25 +26,18 @@ use std::sync::atomic::{AtomicPtr, Ordering};
 
 use redis_module::raw;
 
+use crate::core::effect::Effect;
 use crate::core::lease::{LeaseSet, LEASE_KIND, LEASE_LEN};
 use crate::core::log::{SlidingLog, ENTRY_LEN, LOG_KIND};
 use crate::core::ring::{kind_of, Native};
 use crate::core::time::Micros;
+use crate::redis::effects;
 
 /// The RDB encoding version this build writes; it reads this one and every earlier one.
 const ENCODING_VERSION: c_int = 2;
 
 /// Entries per command when the AOF is rewritten: about 8 KB each.
 const ENTRIES_PER_AOF_COMMAND: usize = 1_024;
-
-/// The command an AOF rewrite emits to rebuild a log, chunk by chunk.
-pub const LOAD_CHUNK_COMMAND: &CStr = c"RL.LOG.LOADCHUNK";
-
-/// The keyword of `RL.LOG.LOADCHUNK` that carries the end of a penalty block.
-pub const BLOCKED_KEYWORD: &CStr = c"BLOCKED";
-
-/// The command an AOF rewrite emits to rebuild a lease set, chunk by chunk.
-pub const LEASE_LOAD_CHUNK_COMMAND: &CStr = c"RL.LEASE.LOADCHUNK";
 
 /// The data type's name, what `TYPE` shows: exactly 9 characters, as the server requires.
 const TYPE_NAME: &CStr = c"ratelimit";
@@ -361,49 +354,31 @@ unsafe extern "C" fn aof_rewrite(
 ) {
     // SAFETY: the server calls it with its rewriting context, a key and its live value.
     guarded((), || unsafe {
-        let emit = raw::RedisModule_EmitAOF.unwrap();
         match self::value(value) {
             Some(Value::Log(log)) => {
                 // At least one command, so that a log holding only a block is rebuilt too.
                 let chunks = log.len().div_ceil(ENTRIES_PER_AOF_COMMAND).max(1);
                 for chunk in 0..chunks {
                     let first = chunk * ENTRIES_PER_AOF_COMMAND;
-                    let bytes = serialized(&log, first, ENTRIES_PER_AOF_COMMAND);
-                    if chunk + 1 == chunks && log.blocked_until().0 > 0 {
-                        emit(
-                            aof,
-                            LOAD_CHUNK_COMMAND.as_ptr(),
-                            c"sbcl".as_ptr(),
-                            key,
-                            bytes.as_ptr(),
-                            bytes.len(),
-                            BLOCKED_KEYWORD.as_ptr(),
-                            log.blocked_until().0 as std::ffi::c_longlong,
-                        );
-                    } else {
-                        emit(
-                            aof,
-                            LOAD_CHUNK_COMMAND.as_ptr(),
-                            c"sb".as_ptr(),
-                            key,
-                            bytes.as_ptr(),
-                            bytes.len(),
-                        );
-                    }
+                    let entries = serialized(&log, first, ENTRIES_PER_AOF_COMMAND);
+                    let last = chunk + 1 == chunks;
+                    let blocked_until =
+                        Some(log.blocked_until()).filter(|until| last && until.0 > 0);
+                    let chunk = Effect::LogChunk {
+                        entries: &entries,
+                        blocked_until,
+                    };
+                    effects::emit_aof(aof, key, &chunk);
                 }
             }
             Some(Value::Leases(set)) => {
                 for first in (0..set.len().max(1)).step_by(ENTRIES_PER_AOF_COMMAND) {
-                    let bytes = serialized_leases(&set, first, ENTRIES_PER_AOF_COMMAND);
-                    emit(
-                        aof,
-                        LEASE_LOAD_CHUNK_COMMAND.as_ptr(),
-                        c"slb".as_ptr(),
-                        key,
-                        set.next_id() as std::ffi::c_longlong,
-                        bytes.as_ptr(),
-                        bytes.len(),
-                    );
+                    let leases = serialized_leases(&set, first, ENTRIES_PER_AOF_COMMAND);
+                    let chunk = Effect::LeaseChunk {
+                        next_id: set.next_id(),
+                        leases: &leases,
+                    };
+                    effects::emit_aof(aof, key, &chunk);
                 }
             }
             None => {}

@@ -5,11 +5,9 @@
 //!
 //! Nothing here knows which limiter a key serves: the engine says what to read and write.
 
-use std::ffi::CStr;
-
 use crate::core::codec::Placement;
+use crate::core::effect::{self, Effect};
 use crate::core::engine::{self, After, Call, Key, NativeChange, Settled, Store, Working};
-use crate::core::packed::Packed;
 use crate::core::ring::Native;
 use crate::core::time::Millis;
 use crate::core::verdict::Verdict;
@@ -17,14 +15,10 @@ use crate::core::windows::StateError;
 use crate::error::CommandError;
 use crate::redis::call::Invocation;
 use crate::redis::command_local::CommandLocal;
-use crate::redis::effects::{self, SetValue};
-use crate::redis::key::{EventClass, Held, OpenKey};
+use crate::redis::effects;
+use crate::redis::key::{EventClass, Held, OpenKey, OwnedString};
 use crate::redis::native_type::View;
 use crate::redis::{propagation, settings};
-
-/// The longest state propagated whole even when only its end changed (see
-/// [`LimiterKey::put_string`]).
-pub const PATCH_ABOVE: usize = 64;
 
 /// The engine's working memory: commands run one at a time, so one set, kept warm, serves
 /// every call without allocating.
@@ -46,8 +40,8 @@ pub fn run<const N: usize>(
     WORKING.with(|working| engine::run::<_, N>(&store, call, working, verdicts))
 }
 
-/// Runs `call` as [`run`] does, for an internal command that carries a master's decision
-/// (`RL.LOG.REPLAY`): what it changes propagates as the command came.
+/// Runs `call` as [`run`] does, for the internal command that carries a call again
+/// (`RL.LOG.REPLAY`, from releases before 0.3): what it changes propagates as it came.
 pub fn replay(
     invocation: &Invocation,
     call: &Call,
@@ -160,6 +154,13 @@ impl LimiterKey<'_> {
         }
     }
 
+    /// Sends a string write's effects; `stored` is the object its value was stored as.
+    fn send(&self, effects: [Option<Effect>; 2], stored: Option<&OwnedString>) {
+        for effect in effects.iter().flatten() {
+            effects::propagate(self.call, self.key.name(), effect, stored);
+        }
+    }
+
     /// Signals a write of the key in the event class `class`.
     fn signal(&self, class: EventClass) {
         self.key.signal_modified(self.call.event, class);
@@ -169,7 +170,7 @@ impl LimiterKey<'_> {
     /// the key must never be left without its expiry, nor differ from the replicas' copy.
     fn undo(&mut self) -> CommandError {
         if self.key.delete() {
-            effects::delete(self.call, self.key.name());
+            effects::propagate(self.call, self.key.name(), &Effect::Delete, None);
         }
         CommandError::INTERNAL
     }
@@ -202,16 +203,12 @@ impl LimiterKey<'_> {
         if !placement.expiry_kept && !self.key.set_expiry(expire_at) {
             return Err(self.undo());
         }
-        let name = self.key.name();
         self.propagate(|| {
-            if len <= PATCH_ABOVE {
-                let whole = self.key.string().unwrap_or_default();
-                return effects::set(self.call, name, SetValue::Bytes(whole), expire_at);
-            }
-            effects::set_range(self.call, name, placement.at, bytes);
-            if !placement.expiry_kept {
-                effects::expire_at(self.call, name, expire_at);
-            }
+            let after = self.key.string().unwrap_or_default();
+            self.send(
+                effect::string_effects(after, bytes, placement, expire_at),
+                None,
+            );
         });
         Ok(())
     }
@@ -258,7 +255,7 @@ impl Key for LimiterKey<'_> {
     /// A patch (the bytes from `placement.at` on) is written in place, and propagated as
     /// `SETRANGE key at bytes` (with `PEXPIREAT key expiry` when the expiry moved): what a
     /// call costs and sends does not grow with the state. A value of at most
-    /// [`PATCH_ABOVE`] bytes goes whole instead, as one `SET`, which is cheaper than two
+    /// [`effect::PATCH_ABOVE`] bytes goes whole instead, as one `SET`, which is cheaper than two
     /// commands.
     fn put_string(
         &mut self,
@@ -276,8 +273,10 @@ impl Key for LimiterKey<'_> {
             if !self.key.set_expiry(expire_at) {
                 return Err(self.undo());
             }
-            let name = self.key.name();
-            self.propagate(|| effects::set(self.call, name, SetValue::Bytes(value), expire_at));
+            self.propagate(|| {
+                let effects = effect::string_effects(value, value, placement, expire_at);
+                self.send(effects, None);
+            });
         } else {
             let Some(string) = self.key.set_string(value) else {
                 return Err(self.undo());
@@ -285,8 +284,10 @@ impl Key for LimiterKey<'_> {
             if !self.key.set_expiry(expire_at) {
                 return Err(self.undo());
             }
-            let name = self.key.name();
-            self.propagate(|| effects::set(self.call, name, SetValue::String(&string), expire_at));
+            self.propagate(|| {
+                let effects = effect::string_effects(value, value, placement, expire_at);
+                self.send(effects, Some(&string));
+            });
         }
         self.signal(EventClass::String);
         Ok(())
@@ -301,16 +302,15 @@ impl Key for LimiterKey<'_> {
             return Err(CommandError::INTERNAL);
         }
         self.signal(class);
-        let name = self.key.name();
-        self.propagate(|| effects::delete(self.call, name));
+        self.propagate(|| effects::propagate(self.call, self.key.name(), &Effect::Delete, None));
         Ok(())
     }
 
-    fn change_native<T: Native + Default, R>(
+    fn change_native<'e, T: Native + Default, R>(
         &mut self,
         create: bool,
         change: impl FnOnce(&mut T) -> NativeChange<R>,
-        effect: impl FnOnce(&R, &mut Packed) -> &'static CStr,
+        effect: impl FnOnce(&R) -> Effect<'e>,
     ) -> Result<Option<R>, CommandError> {
         let changed = match self.key.held() {
             Held::Native if self.key.holds_other_native::<T>() => {
@@ -348,9 +348,7 @@ impl Key for LimiterKey<'_> {
             if verbatim {
                 call.replicate_verbatim();
             } else {
-                let mut packed = Packed::default();
-                let command = effect(&changed.reply, &mut packed);
-                call.replicate_packed(command, name, packed.as_bytes());
+                effects::propagate(call, name, &effect(&changed.reply), None);
             }
         });
         Ok(Some(changed.reply))

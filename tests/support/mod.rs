@@ -210,8 +210,8 @@ impl ServerBuilder {
         self.arg("appendonly", "yes").arg("appendfsync", "always")
     }
 
-    /// Writes `contents` to the file `name` of the server's data directory before it starts
-    /// (an AOF or an RDB to load).
+    /// Writes `contents` to the file `name` (a path within the server's data directory)
+    /// before it starts: an AOF or an RDB to load.
     pub fn file(mut self, name: &str, contents: &[u8]) -> Self {
         self.files.push((name.to_owned(), contents.to_vec()));
         self
@@ -262,8 +262,10 @@ impl ServerBuilder {
     /// answers; on failure, stops it and returns its log.
     fn launch(&self, port: u16, dir: &Path) -> Result<Child, String> {
         for (name, contents) in &self.files {
-            if !dir.join(name).exists() {
-                fs::write(dir.join(name), contents).unwrap();
+            let path = dir.join(name);
+            if !path.exists() {
+                fs::create_dir_all(path.parent().unwrap()).unwrap();
+                fs::write(path, contents).unwrap();
             }
         }
         let log_path = dir.join("server.log");
@@ -403,6 +405,21 @@ impl Server {
                 && field("aof_rewrites").is_some_and(|count| count != "0")
         });
         assert!(rewritten, "the AOF rewrite did not finish");
+    }
+
+    /// A server started on a copy of this one's AOF (its `appendonlydir`, as it is now), with
+    /// `appendonly yes`: what a restart from the AOF loads, on a fresh server.
+    pub fn start_from_aof_copy(&self) -> Server {
+        let mut builder = Server::builder().aof();
+        for entry in fs::read_dir(self.dir().join("appendonlydir")).unwrap() {
+            let path = entry.unwrap().path();
+            let name = format!(
+                "appendonlydir/{}",
+                path.file_name().unwrap().to_string_lossy()
+            );
+            builder = builder.file(&name, &fs::read(&path).unwrap());
+        }
+        builder.start()
     }
 
     /// The AOF's contents (every file the manifest lists, in name order), lowercased.

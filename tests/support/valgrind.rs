@@ -21,6 +21,17 @@ pub fn enabled() -> bool {
     std::env::var_os("RATELIMIT_VALGRIND").is_some_and(|value| !value.is_empty() && value != "0")
 }
 
+/// How much longer the durations of a test that runs on real time are made under valgrind,
+/// where a call takes milliseconds instead of microseconds: the same checks, at a pace the
+/// slowed server keeps.
+pub fn time_scale() -> i64 {
+    if enabled() {
+        10
+    } else {
+        1
+    }
+}
+
 /// How long a server may take to answer: valgrind makes it ten times slower or more.
 pub fn startup_timeout() -> Duration {
     Duration::from_secs(if enabled() { 120 } else { 20 })

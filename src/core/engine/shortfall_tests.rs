@@ -61,7 +61,10 @@ fn a_full_limiter_schedules_the_next_request_when_it_fits() {
         // A plain call meanwhile waits for the scheduled one: first come, first served.
         let plain = key.dry(T0 + ms(1), take(1));
         assert!(plain.limited, "{name}");
-        assert!(plain.retry_after.unwrap() >= ms(wait - 1).ticks(), "{name}");
+        assert!(
+            plain.retry_after.get().unwrap() >= ms(wait - 1).ticks(),
+            "{name}"
+        );
     }
 }
 
@@ -84,12 +87,17 @@ fn a_wait_longer_than_allowed_is_refused_with_the_time_it_would_be_admitted() {
     for (limiter, name) in every_algorithm().into_iter().zip(NAMES) {
         let mut key = Key::new(limiter);
         key.call(T0, take(5));
-        let fits_in = key.dry(T0, take(1)).retry_after.unwrap().ceil_micros();
+        let fits_in = key
+            .dry(T0, take(1))
+            .retry_after
+            .get()
+            .unwrap()
+            .ceil_micros();
         let max_wait = ms(100);
         let (verdict, settled) = key.settle(T0, delay(1, 100), true);
         assert!(verdict.limited, "{name}");
         assert_eq!(settled, Settled::default(), "{name}");
-        let retry = verdict.retry_after.unwrap().ceil_micros();
+        let retry = verdict.retry_after.get().unwrap().ceil_micros();
         assert_eq!(retry, fits_in - max_wait, "{name}");
         // Nothing was charged, and the same call then is admitted, a microsecond before not.
         assert!(!key.dry(T0 + retry, delay(1, 100)).limited, "{name}");
@@ -146,7 +154,7 @@ fn force_admits_everything_and_later_requests_wait_out_the_debt() {
         assert!(settled.owed && settled.granted == 12, "{name}");
         let refused = key.dry(T0 + ms(10), take(1));
         assert!(refused.limited, "{name}");
-        let retry = refused.retry_after.unwrap().ceil_micros();
+        let retry = refused.retry_after.get().unwrap().ceil_micros();
         assert_eq!(T0 + ms(10) + retry, T0 + ms(at), "{name}");
         assert!(!key.dry(T0 + ms(at), take(1)).limited, "{name}");
     }
@@ -366,7 +374,7 @@ proptest! {
             let wait = (earliest - now.ticks()).ceil_micros();
             if wait > ms(max_wait) {
                 prop_assert!(verdict.limited);
-                prop_assert_eq!(verdict.retry_after.map(Ticks::ceil_micros), Some(wait - ms(max_wait)));
+                prop_assert_eq!(verdict.retry_after.get().map(Ticks::ceil_micros), Some(wait - ms(max_wait)));
             } else {
                 prop_assert!(!verdict.limited);
                 prop_assert_eq!(settled.wait, wait);

@@ -190,7 +190,7 @@ proptest! {
                         prop_assert!(verdict.limited);
                     }
                     let left = (end - now).ticks();
-                    if let Some(retry) = verdict.retry_after {
+                    if let Some(retry) = verdict.retry_after.get() {
                         prop_assert!(retry >= left);
                     }
                     prop_assert!(verdict.reset_after >= left);
@@ -200,7 +200,7 @@ proptest! {
                     if verdict.limited && request.block.is_some() && verdict.retry_after.is_some() {
                         let duration = request.block.unwrap();
                         block_end = Some(now + duration);
-                        let retry = verdict.retry_after.unwrap();
+                        let retry = verdict.retry_after.get().unwrap();
                         prop_assert!(retry >= duration.ticks());
                     }
                 }

@@ -341,7 +341,7 @@ proptest! {
         for (step, quantity, _) in calls {
             now += step;
             let (verdict, _) = call(&limiter, &mut log, Micros(now), quantity);
-            let Some(retry) = verdict.retry_after else { continue };
+            let Some(retry) = verdict.retry_after.get() else { continue };
             let wait = retry.ceil_micros().0;
             prop_assert!(wait > 0);
             prop_assert!(!limiter.inspect(Some(&log), Micros(now + wait), quantity).limited);

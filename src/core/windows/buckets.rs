@@ -36,7 +36,7 @@ use super::{
 use crate::core::codec::Placement;
 use crate::core::params::MAX_BUCKETS;
 use crate::core::time::{Micros, Millis, Ticks, Unit};
-use crate::core::verdict::Verdict;
+use crate::core::verdict::{RetryAfter, Verdict};
 
 /// Tag of a bucket log.
 pub const TAG: u8 = 0xFC;
@@ -358,7 +358,9 @@ impl WindowLimiter {
             limited: !admitted,
             limit: self.limit() as i64,
             remaining: self.limit().saturating_sub(used + charged) as i64,
-            retry_after: retry_at.map(|at| Micros((at - now).max(0)).ticks()),
+            retry_after: retry_at.map_or(RetryAfter::NONE, |at| {
+                RetryAfter::of(Micros((at - now).max(0)).ticks())
+            }),
             reset_after: self.reset_after_buckets(newest_bucket, now),
         };
         if charged == 0 {
@@ -449,7 +451,7 @@ impl WindowLimiter {
             limited: total > self.limit(),
             limit: self.limit() as i64,
             remaining: self.limit().saturating_sub(total) as i64,
-            retry_after: None,
+            retry_after: RetryAfter::NONE,
             reset_after: self.reset_after_buckets(newest_bucket, now),
         };
         let placement = match (lowered, newest) {

@@ -8,7 +8,7 @@ use super::{
 };
 use crate::core::codec::Placement;
 use crate::core::time::{Micros, Ticks};
-use crate::core::verdict::Verdict;
+use crate::core::verdict::{RetryAfter, Verdict};
 
 /// The counts a `FIXED` or `SLIDING` limiter keeps, rolled on to its newest window.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -74,8 +74,11 @@ impl WindowLimiter {
             limited: !admitted,
             limit: self.limit as i64,
             remaining: self.whole_units(room - weight.wrapping_mul(charged as i128)),
-            retry_after: (!admitted && fits)
-                .then(|| Micros((self.retry_at(&pair, used, quantity) - now).max(0)).ticks()),
+            retry_after: if !admitted && fits {
+                RetryAfter::of(Micros((self.retry_at(&pair, used, quantity) - now).max(0)).ticks())
+            } else {
+                RetryAfter::NONE
+            },
             reset_after: self.reset_after(&pair, now),
         };
         if charged == 0 {
@@ -114,7 +117,7 @@ impl WindowLimiter {
             limited: room < 0,
             limit: self.limit as i64,
             remaining: self.whole_units(room),
-            retry_after: None,
+            retry_after: RetryAfter::NONE,
             reset_after: self.reset_after(&pair, now),
         };
         if returned > 0 {

@@ -530,7 +530,7 @@ proptest! {
             now += step;
             let (value, expire) = (key.value.clone(), key.expire_at_ms);
             let verdict = key.outcome(now, quantity).verdict;
-            let Some(retry_after) = verdict.retry_after else { continue };
+            let Some(retry_after) = verdict.retry_after.get() else { continue };
             prop_assert_eq!(retry_after.0 % Ticks::MICROSECOND.0, 0);
             let wait = retry_after.ceil_micros().0;
             prop_assert!(wait > 0);

@@ -140,7 +140,7 @@ impl Model {
             limited,
             limit: self.limit as i64,
             remaining: self.limit.saturating_sub(self.used(now)) as i64,
-            retry_after: retry_after.map(|micros| Micros(micros).ticks()),
+            retry_after: retry_after.map(|micros| Micros(micros).ticks()).into(),
             reset_after: Micros(self.reset_after(now)).ticks(),
         }
     }

@@ -310,8 +310,8 @@ fn shortfall(
                 c"ERR DELAY is too long: the limit is 2^63 nanoseconds (292 years)",
             ))?)
         }
-        None if at_most => Shortfall::TakePart,
-        None => Shortfall::Owe,
+        None if at_most => Shortfall::AtMost,
+        None => Shortfall::Force,
     })
 }
 

@@ -189,7 +189,7 @@ fn request(
         lease_options(options)?;
     }
     let request = options.request();
-    if request.shortfall == Shortfall::Owe {
+    if request.shortfall == Shortfall::Force {
         for limiter in limiters {
             params::force_quantity(request.quantity, limiter.limit())?;
         }
@@ -204,10 +204,10 @@ fn lease_options(options: &CommonOptions) -> Result<(), CommandError> {
         Shortfall::Delay(_) => {
             return refuse(c"ERR LEASE and DELAY cannot be combined: a lease is taken now or not at all, so wait for RL.RELEASE and retry")
         }
-        Shortfall::TakePart => {
+        Shortfall::AtMost => {
             return refuse(c"ERR LEASE and AT_MOST cannot be combined: a lease holds the slots it asks for or none")
         }
-        Shortfall::Owe => {
+        Shortfall::Force => {
             return refuse(c"ERR LEASE and FORCE cannot be combined: a lease never holds more slots than its limit")
         }
         Shortfall::Refuse => {}
@@ -232,8 +232,8 @@ fn outcome(request: &Request, limited: bool, settled: &Settled) -> Outcome {
         (Action::Take, _, true) => Outcome::Limited,
         (Action::Take, quantity, false) => match request.shortfall {
             Shortfall::Delay(_) if settled.wait > Micros(0) => Outcome::Delayed,
-            Shortfall::TakePart if settled.granted < quantity => Outcome::Partial,
-            Shortfall::Owe if settled.owed => Outcome::Forced,
+            Shortfall::AtMost if settled.granted < quantity => Outcome::AtMost,
+            Shortfall::Force if settled.forced => Outcome::Forced,
             _ => Outcome::Allowed,
         },
     }
@@ -258,7 +258,7 @@ fn sixth_field(
         (Action::Take, Shortfall::Delay(_)) => {
             Some(settled.wait.ticks().in_units(unit, Rounding::Up))
         }
-        (Action::Take, Shortfall::TakePart) => Some(settled.granted as i64),
+        (Action::Take, Shortfall::AtMost) => Some(settled.granted as i64),
         _ => None,
     }
 }

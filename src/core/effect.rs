@@ -691,11 +691,11 @@ impl LegacyLogReplay {
                 ..take
             },
             [force] if word(force, "FORCE") => Request {
-                shortfall: Shortfall::Owe,
+                shortfall: Shortfall::Force,
                 ..take
             },
             [at_most] if word(at_most, "AT_MOST") => Request {
-                shortfall: Shortfall::TakePart,
+                shortfall: Shortfall::AtMost,
                 ..take
             },
             [delay, max_wait] if word(delay, "DELAY") => Request {

@@ -1,123 +1,34 @@
 //! The one engine behind every limiter command: a call names one limiter (`CL.THROTTLE`,
-//! `RL.WINDOW`, `RL.LOG`) or several (`RL.ALL`), each on its own key, and asks them one
-//! [`Request`]. [`run`]
+//! `RL.WINDOW`, `RL.LOG`, `RL.ACQUIRE`) or several (`RL.ALL`), each on its own key, and asks
+//! them one [`Request`]. [`run`]
 //!
 //! 1. opens every key and decides every limiter, writing nothing (a bad key anywhere, a
-//!    `WRONGTYPE`, stops the call before any write);
+//!    `WRONGTYPE`, stops the call before any write): [`decision`];
 //! 2. settles the call ([`Settlement`]): a take is admitted only if every limiter admits
-//!    it; a refund always is;
+//!    it; a refund always is; a take that does not fit now goes by its option
+//!    ([`shortfall`]: `DELAY`, `AT_MOST`, `FORCE`);
 //! 3. stores what the settled call changes (every limiter's new state when admitted, only
 //!    the blocks a refusal starts otherwise, nothing for a read-only call), each write
-//!    carrying its effect for replicas and the AOF.
+//!    carrying its effect for replicas and the AOF. A log's or a lease set's change is an
+//!    [`Effect`] the master applies as its copies do ([`apply`]).
 //!
-//! Where the keys live is the [`Store`]'s business: Redis keys in the server
+//! Where the keys live is the [`Store`]'s business ([`store`]): Redis keys in the server
 //! (`crate::redis::store`), a map in the tests ([`memory`]).
 
-use std::ops::Deref;
-
-use super::codec::Placement;
 use super::effect::{
     Effect, LeaseApplied, LeaseChange, LeaseEffect, LogApplied, LogChange, LogEffect,
 };
-use super::lease::{self, LeaseLimiter, LeaseSet};
-use super::limiter::{
-    decide_log, decide_string, force_log, force_string, Limiter, LogWrite, StringWrite,
-};
-use super::log::{LogLimiter, SlidingLog};
+use super::lease::{self, LeaseSet};
+use super::limiter::{Limiter, LogWrite, StringWrite};
+use super::log::SlidingLog;
 use super::request::{Action, Request, Shortfall};
-use super::ring::Native;
 use super::settle::{Conclusion, Settlement};
-use super::time::{Micros, Millis, Ticks};
-use super::verdict::{RetryAfter, Verdict};
-use super::windows::{Scratch, StateError};
+use super::time::Micros;
+use super::verdict::Verdict;
+use super::windows::Scratch;
 
 /// The most limiters one call names.
 pub const MAX_LIMITERS: usize = 16;
-
-/// Where a call's limiters keep their state: a key per limiter, in the call's order.
-pub trait Store {
-    /// Why opening, reading or writing a key fails; a key that holds something else than
-    /// the limiter's state is one of them.
-    type Error: From<StateError>;
-    /// An open key.
-    type Key<'s>: Key<Error = Self::Error>
-    where
-        Self: 's;
-
-    /// Opens the key of limiter `index`: for writing when `write`.
-    fn open(&self, index: usize, write: bool) -> Result<Self::Key<'_>, Self::Error>;
-}
-
-/// One open key: its state read, and a write that also reaches replicas and the AOF.
-pub trait Key {
-    /// As [`Store::Error`].
-    type Error: From<StateError>;
-    /// A native value read in place.
-    type View<'k, T: Native + 'k>: Deref<Target = T>
-    where
-        Self: 'k;
-
-    /// The key's string: `None` when the key does not exist, its bytes when it is a string
-    /// whose length `accepts` takes, `WRONGTYPE` for anything else (the length is checked
-    /// before the bytes are read).
-    fn string(&self, accepts: impl Fn(usize) -> bool) -> Result<Option<&[u8]>, Self::Error>;
-
-    /// The key's native value of kind `T`: `None` when the key does not exist, `WRONGTYPE`
-    /// for anything else.
-    fn native<T: Native>(&self) -> Result<Option<Self::View<'_, T>>, Self::Error>;
-
-    /// Stores a string state (the bytes from `placement.at` on, over the value the decision
-    /// read), expiring at `expire_at`.
-    fn put_string(
-        &mut self,
-        value: &[u8],
-        placement: Placement,
-        expire_at: Millis,
-    ) -> Result<(), Self::Error>;
-
-    /// Deletes the key.
-    fn delete(&mut self) -> Result<(), Self::Error>;
-
-    /// Changes the key's native value of kind `T` in place (a new, empty one when the key
-    /// does not exist and `create` says so; else `change` does not run and the reply is
-    /// `None`). When the change says it changed something, `effect` gives what replicas and
-    /// the AOF receive; it runs only when something may receive it.
-    fn change_native<'e, T: Native + Default, R>(
-        &mut self,
-        create: bool,
-        change: impl FnOnce(&mut T) -> NativeChange<R>,
-        effect: impl FnOnce(&R) -> Effect<'e>,
-    ) -> Result<Option<R>, Self::Error>;
-}
-
-/// What a change to a native value did.
-pub struct NativeChange<R> {
-    /// What the caller gets back.
-    pub reply: R,
-    /// Whether anything changed (when nothing did, nothing is stored, signalled or
-    /// propagated).
-    pub changed: bool,
-    /// What becomes of the key.
-    pub after: After,
-}
-
-/// What becomes of a key after a change to its native value.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum After {
-    /// It expires then.
-    ExpiresAt(Millis),
-    /// It keeps the expiry it has (none for a key just made).
-    KeepsItsExpiry,
-    /// It goes: nothing in it counts any more.
-    Goes,
-}
-
-impl After {
-    /// A key that expires at `expire_at`, or goes when `None`.
-    pub fn expiring(expire_at: Option<Millis>) -> After {
-        expire_at.map_or(After::Goes, After::ExpiresAt)
-    }
-}
 
 /// What one call asks.
 #[derive(Clone, Copy, Debug)]
@@ -153,50 +64,6 @@ impl Working {
         }
     }
 }
-
-impl Decision {
-    /// Nothing decided yet.
-    const NOTHING: Decision = Decision {
-        plan: Plan::String(StringWrite::Nothing),
-        starts_block: false,
-    };
-}
-
-/// What one limiter will store if the call commits.
-#[derive(Clone, Copy, Debug)]
-enum Plan {
-    String(StringWrite),
-    /// A log's change, for the request as the call settled it (a delayed request at its
-    /// time, a partial one for what was granted).
-    Log(LogLimiter, LogWrite),
-    /// A lease to take, if admitted: the id the set gives next ([`lease::next_id`]).
-    Lease(LeaseLimiter, Option<u64>),
-}
-
-/// What one limiter decided to store, having changed nothing (its reply is kept apart).
-#[derive(Clone, Copy, Debug)]
-struct Decision {
-    plan: Plan,
-    /// Whether the plan is a block this refusal starts.
-    starts_block: bool,
-}
-
-/// What a settled call did, besides each limiter's reply.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Settled {
-    /// How long the caller waits before going ahead (`DELAY`); 0: at once, or refused.
-    pub wait: Micros,
-    /// The quantity admitted: all of it, what fit (`AT_MOST`), or 0 when refused.
-    pub granted: u64,
-    /// Whether some limiter was charged beyond what fit now (`FORCE`).
-    pub owed: bool,
-    /// The id of the lease an admitted call took (one id for every `LEASE` limiter).
-    pub lease_id: Option<u64>,
-}
-
-/// How many times a delayed call looks for the time every limiter admits it. Each limiter
-/// fits from the time it names on, so the first look finds it; the others are a margin.
-const DELAY_ROUNDS: usize = 4;
 
 /// Runs `call` on `store`, writing each limiter's reply to `verdicts` (in the limiters'
 /// order), as described in the module's documentation. `N`, at least the number of
@@ -281,278 +148,12 @@ pub fn run<S: Store, const N: usize>(
                 )?;
             }
             Conclusion::Standing => {
-                *verdict = standing(call, &call.limiters[index], key, peek, scratch)?;
+                *verdict = standing(call.now, &call.limiters[index], key, peek, scratch)?;
             }
             Conclusion::AsDecided => {}
         }
     }
     Ok(settled)
-}
-
-/// The limiters of a call that did not all admit its take, decided again by its shortfall.
-struct All<'a, K> {
-    limiters: &'a [Limiter],
-    keys: &'a [Option<K>],
-    buffers: &'a mut [Vec<u8>],
-    decisions: &'a mut [Decision],
-    verdicts: &'a mut [Verdict],
-    scratch: &'a mut Scratch,
-    /// Whether the call writes (else a dry run).
-    write: bool,
-}
-
-impl<K: Key> All<'_, K> {
-    /// Settles a take some limiter refused by its shortfall: the request as settled (a
-    /// partial one cut to what fits), and what the call did.
-    #[cold]
-    #[inline(never)]
-    fn settle(
-        &mut self,
-        now: Micros,
-        request: Request,
-        spare: &mut Vec<u8>,
-    ) -> Result<(Request, Settled), K::Error> {
-        let mut settled = Settled::default();
-        if request.quantity == 0 {
-            return Ok((request, settled));
-        }
-        let request = match request.shortfall {
-            Shortfall::Refuse => request,
-            Shortfall::Delay(max_wait) => {
-                settled.wait = self.delay(now, &request, max_wait)?;
-                request
-            }
-            Shortfall::TakePart => self.take_part(now, &request)?,
-            Shortfall::Owe => {
-                settled.owed = self.owe(now, &request, spare)?;
-                request
-            }
-        };
-        Ok((request, settled))
-    }
-
-    /// Decides every limiter again, for `request` at `at`.
-    fn decide_at(&mut self, at: Micros, request: &Request) -> Result<(), K::Error> {
-        for (index, limiter) in self.limiters.iter().enumerate() {
-            let Some(key) = &self.keys[index] else {
-                continue;
-            };
-            self.decisions[index] = decide(
-                limiter,
-                key,
-                at,
-                request,
-                &mut self.buffers[index],
-                self.scratch,
-                &mut self.verdicts[index],
-            )?;
-        }
-        Ok(())
-    }
-
-    /// When every limiter that refused the take now admits it, as far as they say: the
-    /// longest wait they name from `at`; `None` when one never will.
-    fn longest_wait(&self) -> Option<Ticks> {
-        let mut longest = Ticks(0);
-        for verdict in self.verdicts.iter().filter(|verdict| verdict.limited) {
-            if verdict.retry_after.is_none() {
-                return None;
-            }
-            longest = longest.max(verdict.retry_after.or(longest));
-        }
-        Some(longest)
-    }
-
-    /// `DELAY max_wait`: decides the take at the earliest time `t` every limiter admits it,
-    /// if `t - now` is at most `max_wait`, and returns that wait (each reply then stands as
-    /// at `now`: nothing more fits before `t`). Otherwise the take stays refused, each
-    /// refusal's wait the time from which the same call would be admitted.
-    fn delay(
-        &mut self,
-        now: Micros,
-        request: &Request,
-        max_wait: Micros,
-    ) -> Result<Micros, K::Error> {
-        let mut at = now;
-        for _ in 0..DELAY_ROUNDS {
-            let Some(wait) = self.longest_wait() else {
-                break; // Never fits: refused as without DELAY.
-            };
-            at = at.saturating_add(wait.ceil_micros());
-            if at - now > max_wait {
-                break;
-            }
-            self.decide_at(at, request)?;
-            if self.verdicts.iter().all(|verdict| !verdict.limited) {
-                let later = (at - now).ticks();
-                for verdict in self.verdicts.iter_mut() {
-                    verdict.remaining = 0;
-                    verdict.reset_after = verdict.reset_after + later;
-                }
-                return Ok(at - now);
-            }
-        }
-        if at > now {
-            // Refused: the replies as at `now`, each wait shortened by what the caller
-            // accepts (the combined wait: from when the whole call would be admitted).
-            let needed = (at - now).ticks();
-            self.decide_at(now, request)?;
-            let accepted = max_wait.ticks();
-            for verdict in self.verdicts.iter_mut().filter(|verdict| verdict.limited) {
-                if verdict.retry_after.is_some() {
-                    let wait = verdict.retry_after.or(needed);
-                    verdict.retry_after = RetryAfter::of(wait.max(needed) - accepted);
-                }
-            }
-        }
-        Ok(Micros(0))
-    }
-
-    /// `AT_MOST`: the request cut to what every limiter admits now; when nothing fits, a
-    /// request of 1, refused as any other (and starting a block, with `BLOCK`).
-    fn take_part(&mut self, now: Micros, request: &Request) -> Result<Request, K::Error> {
-        let fits = self
-            .verdicts
-            .iter()
-            .filter(|verdict| verdict.limited)
-            .map(|verdict| u64::try_from(verdict.remaining).unwrap_or(0))
-            .fold(request.quantity, u64::min);
-        let part = request.with_quantity(fits.max(1));
-        self.decide_at(now, &part)?;
-        Ok(part)
-    }
-
-    /// `FORCE`: each limiter that refused the take charges it anyway, what fits now and
-    /// the rest when it fits; returns true (something is owed).
-    fn owe(
-        &mut self,
-        now: Micros,
-        request: &Request,
-        spare: &mut Vec<u8>,
-    ) -> Result<bool, K::Error> {
-        for (index, limiter) in self.limiters.iter().enumerate() {
-            let Some(key) = &self.keys[index] else {
-                continue;
-            };
-            if !self.verdicts[index].limited {
-                continue;
-            }
-            let (verdict, plan) = match limiter {
-                // A lease is taken whole or not at all (the commands refuse FORCE with one).
-                Limiter::Lease(_) => continue,
-                Limiter::Log(log_limiter) => {
-                    // Placed on the log itself when the call commits, which gives the reply
-                    // then; a dry run places it on a copy.
-                    let verdict = if self.write {
-                        Verdict {
-                            limited: false,
-                            retry_after: RetryAfter::NONE,
-                            ..self.verdicts[index]
-                        }
-                    } else {
-                        let log = key.native::<SlidingLog>()?;
-                        let mut copy = log.as_deref().cloned().unwrap_or_default();
-                        force_log(log_limiter, &mut copy, now, request.quantity)
-                    };
-                    let plan = Plan::Log(*log_limiter, LogWrite::Force);
-                    (verdict, plan)
-                }
-                limiter => {
-                    let stored = key.string(|len| limiter.accepts_length(len))?;
-                    let buffer = &mut self.buffers[index];
-                    let decision = force_string(
-                        limiter,
-                        stored,
-                        now,
-                        request.quantity,
-                        self.scratch,
-                        buffer,
-                        spare,
-                    )?;
-                    (decision.verdict, Plan::String(decision.write))
-                }
-            };
-            self.verdicts[index] = verdict;
-            self.decisions[index] = Decision {
-                plan,
-                starts_block: false,
-            };
-        }
-        Ok(true)
-    }
-}
-
-/// Decides `limiter` on its open `key` for `request` at `at`, changing nothing: its reply
-/// goes to `verdict`, a new string state to `buffer`.
-#[inline(always)]
-fn decide<K: Key>(
-    limiter: &Limiter,
-    key: &K,
-    at: Micros,
-    request: &Request,
-    buffer: &mut Vec<u8>,
-    scratch: &mut Scratch,
-    verdict: &mut Verdict,
-) -> Result<Decision, K::Error> {
-    Ok(match limiter {
-        Limiter::Log(log_limiter) => {
-            let log = key.native::<SlidingLog>()?;
-            let write;
-            (*verdict, write) = decide_log(log_limiter, log.as_deref(), at, request);
-            Decision {
-                plan: Plan::Log(*log_limiter, write),
-                starts_block: matches!(write, LogWrite::StartBlock(_)),
-            }
-        }
-        Limiter::Lease(lease_limiter) => {
-            let set = key.native::<LeaseSet>()?;
-            let take = match request.action {
-                Action::Take => request.quantity,
-                Action::Refund => 0, // The commands refuse REFUND with a lease.
-            };
-            *verdict = lease_limiter.inspect(set.as_deref(), at, take);
-            let acquires = !verdict.limited && request.may_write(lease_limiter.limit());
-            let next_id = acquires.then(|| lease::next_id(set.as_deref(), at));
-            Decision {
-                plan: Plan::Lease(*lease_limiter, next_id),
-                starts_block: false,
-            }
-        }
-        limiter => {
-            let stored = key.string(|len| limiter.accepts_length(len))?;
-            let decision = decide_string(limiter, stored, at, request, true, scratch, buffer)?;
-            *verdict = decision.verdict;
-            Decision {
-                plan: Plan::String(decision.write),
-                starts_block: decision.starts_block,
-            }
-        }
-    })
-}
-
-/// `limiter`'s standing on its open `key`, uncharged, as a peek sees it.
-fn standing<K: Key>(
-    call: &Call,
-    limiter: &Limiter,
-    key: &K,
-    peek: &mut Vec<u8>,
-    scratch: &mut Scratch,
-) -> Result<Verdict, K::Error> {
-    let look = Request::take(0);
-    Ok(match limiter {
-        Limiter::Log(log_limiter) => {
-            let log = key.native::<SlidingLog>()?;
-            decide_log(log_limiter, log.as_deref(), call.now, &look).0
-        }
-        Limiter::Lease(lease_limiter) => {
-            let set = key.native::<LeaseSet>()?;
-            lease_limiter.inspect(set.as_deref(), call.now, 0)
-        }
-        limiter => {
-            let stored = key.string(|len| limiter.accepts_length(len))?;
-            decide_string(limiter, stored, call.now, &look, false, scratch, peek)?.verdict
-        }
-    })
 }
 
 /// The one id every lease of an admitted call takes: the highest any of its sets gives
@@ -712,6 +313,15 @@ pub fn apply<K: Key>(key: &mut K, effect: &Effect) -> Result<Option<Applied>, K:
         }
     }
 }
+
+mod decision;
+mod shortfall;
+mod store;
+
+pub use decision::Settled;
+use decision::{decide, standing, Decision, Plan};
+use shortfall::All;
+pub use store::{After, Key, NativeChange, Store};
 
 #[cfg(test)]
 pub mod memory;

@@ -24,10 +24,10 @@ pub enum Shortfall {
     /// until then.
     Delay(Micros),
     /// `AT_MOST`: as much of it as fits now is admitted, at least 1.
-    TakePart,
+    AtMost,
     /// `FORCE`: it is admitted whole; what does not fit now is charged at the earliest times
     /// it fits, a debt that later requests wait out.
-    Owe,
+    Force,
 }
 
 /// One call's request to each limiter it names.
@@ -78,7 +78,7 @@ impl Request {
     /// quantities that can never fit, only read.
     pub fn may_write(&self, limit: u64) -> bool {
         match (self.action, self.shortfall) {
-            (Action::Take, Shortfall::TakePart | Shortfall::Owe) => self.quantity > 0,
+            (Action::Take, Shortfall::AtMost | Shortfall::Force) => self.quantity > 0,
             (Action::Take, _) => self.quantity > 0 && self.quantity <= limit,
             (Action::Refund, _) => self.quantity > 0,
         }

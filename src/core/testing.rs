@@ -106,7 +106,7 @@ pub fn blocking(quantity: u64, block_ms: i64) -> Request {
 /// `AT_MOST`, with a block should nothing fit.
 pub fn at_most_blocking(quantity: u64, block_ms: i64) -> Request {
     Request {
-        shortfall: Shortfall::TakePart,
+        shortfall: Shortfall::AtMost,
         ..blocking(quantity, block_ms)
     }
 }

@@ -19,7 +19,7 @@ use crate::core::packed::{Decimal, Packed};
 use crate::core::time::Millis;
 use crate::redis::call::{Invocation, KeyName};
 use crate::redis::command_local::CommandLocal;
-use crate::redis::key::OwnedString;
+use crate::redis::string::OwnedString;
 
 /// The keywords effects carry, made once: every `SET` sends `PXAT`.
 static PXAT: AtomicPtr<raw::RedisModuleString> = AtomicPtr::new(std::ptr::null_mut());

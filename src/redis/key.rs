@@ -13,6 +13,7 @@ use crate::core::ring::{kind_of, Native};
 use crate::core::time::Millis;
 use crate::redis::call::{Invocation, KeyName};
 use crate::redis::native_type::{native_type, Borrowed, View};
+use crate::redis::string::OwnedString;
 
 /// What a key holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -34,27 +35,6 @@ pub enum EventClass {
     String,
     /// `d`: a module type.
     Module,
-}
-
-/// A string object the module owns, freed when dropped.
-pub struct OwnedString {
-    ctx: *mut raw::RedisModuleCtx,
-    string: *mut raw::RedisModuleString,
-}
-
-impl OwnedString {
-    /// The string object, for the FFI layer's calls.
-    pub(crate) fn as_ptr(&self) -> *mut raw::RedisModuleString {
-        self.string
-    }
-}
-
-impl Drop for OwnedString {
-    fn drop(&mut self) {
-        // SAFETY: a string this module created in this context, freed once; copies the
-        // server made (a stored value, a propagated argument) hold references of their own.
-        unsafe { raw::RedisModule_FreeString.unwrap()(self.ctx, self.string) };
-    }
 }
 
 /// An open key. Closed when dropped.
@@ -182,10 +162,8 @@ impl OpenKey {
         let created = unsafe {
             raw::RedisModule_CreateString.unwrap()(self.ctx, bytes.as_ptr().cast(), bytes.len())
         };
-        let string = OwnedString {
-            ctx: self.ctx,
-            string: created,
-        };
+        // SAFETY: just created in this context, and owned by nothing else.
+        let string = unsafe { OwnedString::new(self.ctx, created) };
         // SAFETY: a key open for writing; the server takes its own reference to the string.
         let stored = unsafe { raw::RedisModule_StringSet.unwrap()(self.key, string.as_ptr()) };
         if stored != raw::Status::Ok as c_int {

@@ -8,8 +8,23 @@ use std::panic::{self, AssertUnwindSafe};
 
 use redis_module::raw;
 
-use crate::commands;
+use crate::redis::metadata::CommandSpec;
+use crate::redis::stats::CommandStats;
 use crate::redis::{effects, handler, metadata, native_type, propagation, settings, stats};
+
+/// What the module registers, given by the crate's root (the FFI layer knows no command):
+/// every command, their counters, and the debug commands with the argument that enables
+/// them.
+pub struct Commands {
+    /// Every command, registered at every load.
+    pub all: &'static [&'static CommandSpec],
+    /// The counters `INFO ratelimit` shows.
+    pub stats: &'static [&'static CommandStats],
+    /// The fault-injection commands, registered only with `debug_argument`.
+    pub debug: &'static [&'static CommandSpec],
+    /// The module argument that registers `debug`.
+    pub debug_argument: &'static str,
+}
 
 /// The module's name: `MODULE LIST`, the log's `<ratelimit>` prefix, `MODULE UNLOAD`.
 const MODULE_NAME: &CStr = c"ratelimit";
@@ -41,21 +56,43 @@ const fn module_version(major: &str, minor: &str, patch: &str) -> c_int {
     parse(major) * 10_000 + parse(minor) * 100 + parse(patch)
 }
 
-/// The module argument that registers the debug commands.
-const DEBUG_COMMANDS: &[u8] = commands::debug::ENABLING_ARGUMENT.as_bytes();
-
 const OK: c_int = raw::Status::Ok as c_int;
 const ERR: c_int = raw::Status::Err as c_int;
 
-/// Called by Redis when it loads the module (`loadmodule`, `--loadmodule`, `MODULE LOAD`).
+/// Exports `RedisModule_OnLoad`, the function Redis calls when it loads the module, for the
+/// crate's root to register `$commands` (a [`Commands`]): the FFI layer imports no command.
+macro_rules! export_on_load {
+    ($commands:expr) => {
+        /// Called by Redis when it loads the module (`loadmodule`, `--loadmodule`,
+        /// `MODULE LOAD`).
+        ///
+        /// # Safety
+        /// Redis calls it once per load, with its context and the module arguments.
+        #[no_mangle]
+        pub unsafe extern "C" fn RedisModule_OnLoad(
+            ctx: *mut redis_module::raw::RedisModuleCtx,
+            argv: *mut *mut redis_module::raw::RedisModuleString,
+            argc: std::ffi::c_int,
+        ) -> std::ffi::c_int {
+            static COMMANDS: $crate::redis::load::Commands = $commands;
+            // SAFETY: the server's own arguments to OnLoad, passed on unchanged.
+            unsafe { $crate::redis::load::on_load(ctx, argv, argc, &COMMANDS) }
+        }
+    };
+}
+pub(crate) use export_on_load;
+
+/// What `RedisModule_OnLoad` ([`export_on_load`]) does when Redis loads the module
+/// (`loadmodule`, `--loadmodule`, `MODULE LOAD`): registers `commands`.
 ///
 /// # Safety
-/// Redis calls it once per load, with its context and the module arguments.
-#[no_mangle]
-pub unsafe extern "C" fn RedisModule_OnLoad(
+/// Only `RedisModule_OnLoad` calls it, once per load, with the server's context and the
+/// module arguments.
+pub unsafe fn on_load(
     ctx: *mut raw::RedisModuleCtx,
     argv: *mut *mut raw::RedisModuleString,
     argc: c_int,
+    commands: &Commands,
 ) -> c_int {
     // Nothing may allocate before this: the global allocator is the server's own.
     // SAFETY: the server's context for this load, given to fill in the API's pointers.
@@ -91,7 +128,7 @@ pub unsafe extern "C" fn RedisModule_OnLoad(
         // SAFETY: Redis passes `argc` module arguments.
         unsafe { std::slice::from_raw_parts(argv, argc as usize) }
     };
-    let loaded = panic::catch_unwind(AssertUnwindSafe(|| initialize(ctx, args)))
+    let loaded = panic::catch_unwind(AssertUnwindSafe(|| initialize(ctx, args, commands)))
         .unwrap_or_else(|_| Err("a panic while loading (see the log above)".to_owned()));
     match loaded {
         Ok(()) => OK,
@@ -106,11 +143,12 @@ pub unsafe extern "C" fn RedisModule_OnLoad(
 fn initialize(
     ctx: *mut raw::RedisModuleCtx,
     args: &[*mut raw::RedisModuleString],
+    commands: &Commands,
 ) -> Result<(), String> {
     if !server_api_complete() {
         return Err("this server lacks module API functions the commands need: Redis 7.0 or newer, or Valkey, is required".to_owned());
     }
-    let debug_commands = parse_arguments(args)?;
+    let debug_commands = parse_arguments(args, commands.debug_argument)?;
     handler::log_panics_to_redis();
     set_module_options(ctx);
     effects::make_shared_strings();
@@ -118,33 +156,33 @@ fn initialize(
     propagation::watch(ctx);
     settings::watch(ctx);
     let module_category = metadata::add_module_acl_category(ctx);
-    let debug_specs: &[&metadata::CommandSpec] = if debug_commands {
-        &[&commands::debug::PANIC_SPEC]
-    } else {
-        &[]
-    };
-    for spec in commands::ALL.iter().chain(debug_specs) {
+    let debug_specs = if debug_commands { commands.debug } else { &[] };
+    for spec in commands.all.iter().chain(debug_specs) {
         metadata::register(ctx, spec)?;
         if let Err(reason) = metadata::describe(ctx, spec, module_category) {
             log_warning(ctx, reason);
         }
     }
-    if let Err(reason) = stats::register_info(ctx, &commands::STATS) {
+    if let Err(reason) = stats::register_info(ctx, commands.stats) {
         log_warning(ctx, reason);
     }
     Ok(())
 }
 
-/// Reads the module arguments: whether the debug commands are wanted. Any other argument
-/// stops the load, named in the log, so a typo in a `loadmodule` line is never ignored.
-fn parse_arguments(args: &[*mut raw::RedisModuleString]) -> Result<bool, String> {
+/// Reads the module arguments: whether the debug commands are wanted (`debug_argument`).
+/// Any other argument stops the load, named in the log, so a typo in a `loadmodule` line is
+/// never ignored.
+fn parse_arguments(
+    args: &[*mut raw::RedisModuleString],
+    debug_argument: &str,
+) -> Result<bool, String> {
     let mut debug_commands = false;
     for &arg in args {
         // SAFETY: a module argument Redis passed, alive during OnLoad.
         let bytes = unsafe { handler::string_bytes(arg) };
-        if !bytes.eq_ignore_ascii_case(DEBUG_COMMANDS) {
+        if !bytes.eq_ignore_ascii_case(debug_argument.as_bytes()) {
             return Err(format!(
-                "unknown module argument '{}': the only one is debug-commands",
+                "unknown module argument '{}': the only one is {debug_argument}",
                 printable(bytes)
             ));
         }

@@ -16,3 +16,4 @@ pub mod propagation;
 pub mod settings;
 pub mod stats;
 pub mod store;
+pub mod string;

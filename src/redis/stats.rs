@@ -22,8 +22,8 @@ pub enum Outcome {
     /// Admitted after a wait (`DELAY`).
     Delayed,
     /// Admitted in part (`AT_MOST`).
-    Partial,
-    /// Admitted beyond what fit now, the rest owed (`FORCE`).
+    AtMost,
+    /// Admitted beyond what fit now, the rest forced (`FORCE`).
     Forced,
     /// Refused: over the limit, or a quantity above it.
     Limited,
@@ -100,7 +100,7 @@ impl CommandStats {
             Outcome::Refund => &self.refunds,
             Outcome::Error => &self.errors,
             Outcome::Delayed => &self.delayed,
-            Outcome::Partial => &self.partial,
+            Outcome::AtMost => &self.partial,
             Outcome::Forced => &self.forced,
         }
         .bump();
@@ -177,8 +177,8 @@ mod tests {
             Outcome::Refund,
             Outcome::Error,
             Outcome::Delayed,
-            Outcome::Partial,
-            Outcome::Partial,
+            Outcome::AtMost,
+            Outcome::AtMost,
             Outcome::Forced,
         ] {
             stats.record(outcome);

@@ -16,8 +16,9 @@ use crate::error::CommandError;
 use crate::redis::call::Invocation;
 use crate::redis::command_local::CommandLocal;
 use crate::redis::effects;
-use crate::redis::key::{EventClass, Held, OpenKey, OwnedString};
+use crate::redis::key::{EventClass, Held, OpenKey};
 use crate::redis::native_type::View;
+use crate::redis::string::OwnedString;
 use crate::redis::{propagation, settings};
 
 /// The engine's working memory: commands run one at a time, so one set, kept warm, serves

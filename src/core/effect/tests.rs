@@ -224,8 +224,8 @@ fn what_earlier_releases_sent_for_a_log_still_reads() {
     );
     for (suffix, shortfall) in [
         (&b",DELAY,250"[..], Shortfall::Delay(Micros(250))),
-        (b",AT_MOST", Shortfall::TakePart),
-        (b",FORCE", Shortfall::Owe),
+        (b",AT_MOST", Shortfall::AtMost),
+        (b",FORCE", Shortfall::Force),
     ] {
         let fields = [&b"3,1000000,1,1700000000000000"[..], suffix].concat();
         assert_eq!(decode(&[&fields]).request.shortfall, shortfall);

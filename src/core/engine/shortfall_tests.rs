@@ -5,9 +5,10 @@
 use proptest::prelude::*;
 
 use super::memory::Memory;
-use super::{Call, Limiter, Micros, Request, Settled, Shortfall, Ticks, Verdict};
+use super::{Call, Limiter, Micros, Request, Settled, Shortfall, Verdict};
 use crate::core::gcra::Gcra;
 use crate::core::testing::{every_algorithm, ms, refund, take, Key, T0};
+use crate::core::time::Ticks;
 use crate::core::time::{Rounding, Unit};
 use crate::core::windows::{Algorithm, WindowLimiter};
 
@@ -20,14 +21,14 @@ fn delay(quantity: u64, max_wait_ms: i64) -> Request {
 
 fn at_most(quantity: u64) -> Request {
     Request {
-        shortfall: Shortfall::TakePart,
+        shortfall: Shortfall::AtMost,
         ..take(quantity)
     }
 }
 
 fn force(quantity: u64) -> Request {
     Request {
-        shortfall: Shortfall::Owe,
+        shortfall: Shortfall::Force,
         ..take(quantity)
     }
 }
@@ -140,7 +141,7 @@ fn at_most_takes_what_fits_and_says_how_much() {
 
 #[test]
 fn force_admits_everything_and_later_requests_wait_out_the_debt() {
-    // 12 units at 5 per second, on an empty limiter: 5 now, the rest owed. GCRA repays at
+    // 12 units at 5 per second, on an empty limiter: 5 now, the rest forced. GCRA repays at
     // its rate (12 intervals from T0 and one more, less its burst of 5: T0 + 1.6 s); the
     // fixed windows and the log take 5 a window (5, 5, 2: free again two windows on, with
     // room for 3); SLIDING's next 5 wait for a window with nothing before it (T0 + 2 s), the
@@ -151,7 +152,7 @@ fn force_admits_everything_and_later_requests_wait_out_the_debt() {
         let mut key = Key::new(limiter);
         let (fields, settled) = reply(&mut key, T0, force(12));
         assert_eq!((fields[0], fields[2], fields[3]), (0, 0, -1), "{name}");
-        assert!(settled.owed && settled.granted == 12, "{name}");
+        assert!(settled.forced && settled.granted == 12, "{name}");
         let refused = key.dry(T0 + ms(10), take(1));
         assert!(refused.limited, "{name}");
         let retry = refused.retry_after.get().unwrap().ceil_micros();
@@ -311,7 +312,7 @@ proptest! {
                 prop_assert_eq!(settled.granted, 0);
                 continue;
             }
-            if settled.owed {
+            if settled.forced {
                 // Its parts are the limiter's business; the calls after it must fit around
                 // them, which the brute-force check cannot see: start over from here.
                 went.clear();
@@ -511,7 +512,7 @@ proptest! {
             _ => {
                 prop_assert!(!limited);
                 prop_assert_eq!(settled.granted, quantity);
-                prop_assert_eq!(settled.owed, alone.iter().any(|(_, settled)| settled.owed));
+                prop_assert_eq!(settled.forced, alone.iter().any(|(_, settled)| settled.forced));
             }
         }
     }

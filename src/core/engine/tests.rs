@@ -8,6 +8,7 @@ use super::memory::{Entry, Memory, Sent};
 use super::*;
 use crate::core::gcra::Gcra;
 use crate::core::lease::LeaseLimiter;
+use crate::core::log::LogLimiter;
 use crate::core::settle::combined;
 use crate::core::testing::*;
 use crate::core::time::{Rounding, Unit};
@@ -209,7 +210,7 @@ fn a_partial_take_with_a_block_reaches_the_replica_whole() {
 fn a_log_in_a_partial_call_is_charged_what_the_call_granted() {
     let mut keys = Keys::new(vec![limiter(1, 2, 60_000), limiter(4, 10, 60_000)]);
     let request = Request {
-        shortfall: Shortfall::TakePart,
+        shortfall: Shortfall::AtMost,
         ..take(5)
     };
     keys.call_all(T0, request);
@@ -296,8 +297,8 @@ fn any_request(with_lease: bool) -> impl Strategy<Value = Request> {
     let shortfall = prop_oneof![
         4 => Just(Shortfall::Refuse),
         1 => (0i64..3_000).prop_map(|wait| Shortfall::Delay(ms(wait))),
-        1 => Just(Shortfall::TakePart),
-        1 => Just(Shortfall::Owe),
+        1 => Just(Shortfall::AtMost),
+        1 => Just(Shortfall::Force),
     ];
     let block = prop::option::weighted(0.3, (1i64..3_000).prop_map(ms));
     (0u64..9, any::<bool>(), block, shortfall).prop_map(
@@ -307,7 +308,7 @@ fn any_request(with_lease: bool) -> impl Strategy<Value = Request> {
             }
             match (refund, block, shortfall) {
                 (true, _, _) => Request::refund(quantity),
-                (false, Some(_), Shortfall::Delay(_) | Shortfall::Owe) => Request {
+                (false, Some(_), Shortfall::Delay(_) | Shortfall::Force) => Request {
                     block,
                     ..take(quantity)
                 },

@@ -1,0 +1,124 @@
+//! One limiter's decision on its open key, changing nothing: its reply, and what it will store
+//! if the call commits ([`Plan`]); and what a settled call did ([`Settled`]).
+
+use super::Key;
+use crate::core::lease::{self, LeaseLimiter, LeaseSet};
+use crate::core::limiter::{decide_log, decide_string, Limiter, LogWrite, StringWrite};
+use crate::core::log::{LogLimiter, SlidingLog};
+use crate::core::request::{Action, Request};
+use crate::core::time::Micros;
+use crate::core::verdict::Verdict;
+use crate::core::windows::Scratch;
+
+impl Decision {
+    /// Nothing decided yet.
+    pub(super) const NOTHING: Decision = Decision {
+        plan: Plan::String(StringWrite::Nothing),
+        starts_block: false,
+    };
+}
+
+/// What one limiter will store if the call commits.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Plan {
+    String(StringWrite),
+    /// A log's change, for the request as the call settled it (a delayed request at its
+    /// time, a partial one for what was granted).
+    Log(LogLimiter, LogWrite),
+    /// A lease to take, if admitted: the id the set gives next ([`lease::next_id`]).
+    Lease(LeaseLimiter, Option<u64>),
+}
+
+/// What one limiter decided to store, having changed nothing (its reply is kept apart).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Decision {
+    pub(super) plan: Plan,
+    /// Whether the plan is a block this refusal starts.
+    pub(super) starts_block: bool,
+}
+
+/// What a settled call did, besides each limiter's reply.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Settled {
+    /// How long the caller waits before going ahead (`DELAY`); 0: at once, or refused.
+    pub wait: Micros,
+    /// The quantity admitted: all of it, what fit (`AT_MOST`), or 0 when refused.
+    pub granted: u64,
+    /// Whether some limiter was charged beyond what fit now (`FORCE`).
+    pub forced: bool,
+    /// The id of the lease an admitted call took (one id for every `LEASE` limiter).
+    pub lease_id: Option<u64>,
+}
+
+/// Decides `limiter` on its open `key` for `request` at `at`, changing nothing: its reply
+/// goes to `verdict`, a new string state to `buffer`.
+#[inline(always)]
+pub(super) fn decide<K: Key>(
+    limiter: &Limiter,
+    key: &K,
+    at: Micros,
+    request: &Request,
+    buffer: &mut Vec<u8>,
+    scratch: &mut Scratch,
+    verdict: &mut Verdict,
+) -> Result<Decision, K::Error> {
+    Ok(match limiter {
+        Limiter::Log(log_limiter) => {
+            let log = key.native::<SlidingLog>()?;
+            let write;
+            (*verdict, write) = decide_log(log_limiter, log.as_deref(), at, request);
+            Decision {
+                plan: Plan::Log(*log_limiter, write),
+                starts_block: matches!(write, LogWrite::StartBlock(_)),
+            }
+        }
+        Limiter::Lease(lease_limiter) => {
+            let set = key.native::<LeaseSet>()?;
+            let take = match request.action {
+                Action::Take => request.quantity,
+                Action::Refund => 0, // The commands refuse REFUND with a lease.
+            };
+            *verdict = lease_limiter.inspect(set.as_deref(), at, take);
+            let acquires = !verdict.limited && request.may_write(lease_limiter.limit());
+            let next_id = acquires.then(|| lease::next_id(set.as_deref(), at));
+            Decision {
+                plan: Plan::Lease(*lease_limiter, next_id),
+                starts_block: false,
+            }
+        }
+        limiter => {
+            let stored = key.string(|len| limiter.accepts_length(len))?;
+            let decision = decide_string(limiter, stored, at, request, true, scratch, buffer)?;
+            *verdict = decision.verdict;
+            Decision {
+                plan: Plan::String(decision.write),
+                starts_block: decision.starts_block,
+            }
+        }
+    })
+}
+
+/// `limiter`'s standing on its open `key`, uncharged, as a peek sees it.
+pub(super) fn standing<K: Key>(
+    now: Micros,
+    limiter: &Limiter,
+    key: &K,
+    peek: &mut Vec<u8>,
+    scratch: &mut Scratch,
+) -> Result<Verdict, K::Error> {
+    let look = Request::take(0);
+    Ok(match limiter {
+        Limiter::Log(log_limiter) => {
+            let log = key.native::<SlidingLog>()?;
+            decide_log(log_limiter, log.as_deref(), now, &look).0
+        }
+        Limiter::Lease(lease_limiter) => {
+            let set = key.native::<LeaseSet>()?;
+            lease_limiter.inspect(set.as_deref(), now, 0)
+        }
+        limiter => {
+            let stored = key.string(|len| limiter.accepts_length(len))?;
+            decide_string(limiter, stored, now, &look, false, scratch, peek)?.verdict
+        }
+    })
+}

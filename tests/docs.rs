@@ -12,8 +12,8 @@
 //!     transcript's first instant gives, and the server's may be up to 2 seconds less, in the
 //!     command's unit (time only passes); where an `RL.WINDOW` window is involved, aligned to
 //!     the clock, any value from 1 up to the one shown matches;
-//!   - a lease id (the 6th integer of `RL.ACQUIRE`'s reply) shown positive matches any
-//!     positive id, and stands for it in the commands after.
+//!   - a lease id (the 6th integer of `RL.ACQUIRE`'s reply, and of `RL.ALL`'s with a `LEASE`)
+//!     shown positive matches any positive id, and stands for it in the commands after.
 
 mod support;
 
@@ -184,8 +184,9 @@ fn quoted(bytes: &[u8]) -> String {
 }
 
 /// The reply as `redis-cli` prints it to a terminal, one line per scalar, each with its role.
-/// `delayed`: the call has `DELAY`, whose wait (the 6th integer) is a time.
-fn format(value: &Value, command: &str, delayed: bool) -> Vec<(String, Role)> {
+/// `delayed`: the call has `DELAY`, whose wait (the 6th integer) is a time; `leased`: the call
+/// takes a lease (`RL.ACQUIRE`, `RL.ALL ... LEASE`), whose id is the 6th integer.
+fn format(value: &Value, command: &str, delayed: bool, leased: bool) -> Vec<(String, Role)> {
     let limiter = LIMITER_COMMANDS.contains(&command);
     let scalar_role = match command {
         "TTL" | "PTTL" => Role::Time,
@@ -227,7 +228,7 @@ fn format(value: &Value, command: &str, delayed: bool) -> Vec<(String, Role)> {
         scalar_role,
         &mut current,
         &mut lines,
-        (command, delayed),
+        (delayed, leased),
     );
     lines
 }
@@ -242,7 +243,7 @@ fn format_into(
     role: Role,
     current: &mut String,
     lines: &mut Vec<(String, Role)>,
-    (command, delayed): (&str, bool),
+    (delayed, leased): (bool, bool),
 ) {
     let mut finish = |text: String, role: Role, current: &mut String| {
         current.push_str(&text);
@@ -276,7 +277,7 @@ fn format_into(
                 // DETAILS, each limiter's own five at 6 on, laid out the same.
                 let item_role = match (limiter, i, item) {
                     (true, 3 | 4, Value::Int(_)) => Role::Time,
-                    (true, 5, Value::Int(_)) if command.starts_with("RL.ACQUIRE") => Role::LeaseId,
+                    (true, 5, Value::Int(_)) if leased => Role::LeaseId,
                     (true, 5, Value::Int(_)) if delayed => Role::Time,
                     _ => Role::Exact,
                 };
@@ -288,7 +289,7 @@ fn format_into(
                     item_role,
                     current,
                     lines,
-                    (command, delayed),
+                    (delayed, leased),
                 );
             }
         }
@@ -379,7 +380,12 @@ fn replay(transcript: &Transcript) -> Result<(), String> {
         let delayed = line
             .split_whitespace()
             .any(|word| word.eq_ignore_ascii_case("DELAY"));
-        let actual = format(&value, &name, delayed);
+        let leased = name.starts_with("RL.ACQUIRE")
+            || (name.starts_with("RL.ALL")
+                && line
+                    .split_whitespace()
+                    .any(|word| word.eq_ignore_ascii_case("LEASE")));
+        let actual = format(&value, &name, delayed, leased);
         let fits = actual.len() == shown.len()
             && actual
                 .iter()
@@ -521,7 +527,7 @@ fn replies_read_as_redis_cli_prints_them() {
         Value::Array(vec![Value::Int(1), Value::BulkString(b"a\"b\n".to_vec())]),
         Value::Nil,
     ]);
-    let lines: Vec<String> = format(&nested, "X", false)
+    let lines: Vec<String> = format(&nested, "X", false, false)
         .into_iter()
         .map(|(l, _)| l)
         .collect();
@@ -535,7 +541,7 @@ fn replies_read_as_redis_cli_prints_them() {
         ]
     );
     let ten = Value::Array((0..10).map(Value::Int).collect());
-    let lines: Vec<String> = format(&ten, "X", false)
+    let lines: Vec<String> = format(&ten, "X", false, false)
         .into_iter()
         .map(|(l, _)| l)
         .collect();

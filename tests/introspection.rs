@@ -263,7 +263,7 @@ fn multiple(arg: DocArg) -> DocArg {
 fn warmup() -> DocArg {
     optional(DocArg {
         token: Some("WARMUP".to_owned()),
-        ..arg("warmup", "integer")
+        ..arg("period", "integer")
     })
 }
 
@@ -306,7 +306,7 @@ fn command_docs_describe_every_argument() {
     let mut con = server.connect();
     let buckets = || DocArg {
         token: Some("BUCKETS".to_owned()),
-        ..arg("buckets", "integer")
+        ..arg("n", "integer")
     };
     let algorithm = || {
         one_of(

@@ -1,5 +1,5 @@
 //! `RL.ALL numkeys key [key ...] limiter [limiter ...] [quantity] [S | MS | US]
-//! [BLOCK duration] [DELAY max_wait|AT_MOST|FORCE] [REFUND] [DETAILS]`: several limits, one atomic all-or-nothing
+//! [BLOCK duration] [DELAY max_wait|AT_MOST|FORCE] [DETAILS] [REFUND]`: several limits, one atomic all-or-nothing
 //! decision; and `RL.ALL_RO`, the same decision without writing. Each limiter is, in key
 //! order, one of
 //!
@@ -145,8 +145,8 @@ pub static SPEC_RO: CommandSpec = limiter_spec(
     &STATS_RO,
 );
 
-const USAGE: CommandError = CommandError::Message(
-    c"ERR syntax error. Usage: RL.ALL numkeys key [key ...] THROTTLE max_burst count period [WARMUP period] | WINDOW limit window [FIXED|SLIDING|BUCKETS n] | LOG limit window | LEASE limit lease [...] [quantity] [S|MS|US] [BLOCK duration] [DELAY max_wait|AT_MOST|FORCE] [REFUND] [DETAILS]",
+pub(super) const USAGE: CommandError = CommandError::Message(
+    c"ERR syntax error. Usage: RL.ALL numkeys key [key ...] THROTTLE max_burst count period [WARMUP period] | WINDOW limit window [FIXED|SLIDING|BUCKETS n] | LOG limit window | LEASE limit lease [...] [quantity] [S|MS|US] [BLOCK duration] [DELAY max_wait|AT_MOST|FORCE] [DETAILS] [REFUND]",
 );
 
 /// A limiter as given, before the unit is known.

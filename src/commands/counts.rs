@@ -103,11 +103,11 @@ pub static LOG_COUNTS_SPEC: CommandSpec = counts_spec(
     ],
 );
 
-const WINDOW_USAGE: CommandError = CommandError::Message(
+pub(super) const WINDOW_USAGE: CommandError = CommandError::Message(
     c"ERR syntax error. Usage: RL.WINDOW.COUNTS key window [FIXED|SLIDING] [S|MS|US]",
 );
 
-const LOG_USAGE: CommandError =
+pub(super) const LOG_USAGE: CommandError =
     CommandError::Message(c"ERR syntax error. Usage: RL.LOG.COUNTS key window [S|MS|US]");
 
 /// Refuses every option but a unit: there is no request to qualify.

@@ -152,11 +152,11 @@ pub static RENEW_SPEC: CommandSpec = limiter_spec(
     &RENEW_STATS,
 );
 
-const ACQUIRE_USAGE: CommandError = CommandError::Message(
+pub(super) const ACQUIRE_USAGE: CommandError = CommandError::Message(
     c"ERR syntax error. Usage: RL.ACQUIRE key limit lease [quantity] [S|MS|US]",
 );
 
-const RENEW_USAGE: CommandError =
+pub(super) const RENEW_USAGE: CommandError =
     CommandError::Message(c"ERR syntax error. Usage: RL.RENEW key id lease [S|MS|US]");
 
 const _: () = assert!(

@@ -86,7 +86,7 @@ pub static SPEC_RO: CommandSpec = limiter_spec(
     &STATS_RO,
 );
 
-const USAGE: CommandError = CommandError::Message(
+pub(super) const USAGE: CommandError = CommandError::Message(
     c"ERR syntax error. Usage: RL.LOG key limit window [quantity] [S|MS|US] [BLOCK duration] [DELAY max_wait|AT_MOST|FORCE] [REFUND]",
 );
 

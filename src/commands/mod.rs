@@ -292,3 +292,79 @@ fn single(
         outcome: outcome(&request, verdict[0].limited, &settled),
     }))
 }
+
+#[cfg(test)]
+mod usage_tests {
+    //! Each command's grammar is written twice: its arguments for `COMMAND DOCS` (`ARGS`) and
+    //! the usage its syntax error names. These must agree: the usage is rendered from the
+    //! arguments here, as `COMMAND DOCS` readers see them.
+
+    use super::*;
+    use crate::redis::metadata::ArgKind;
+
+    /// `args` as a usage line: optional parts in brackets, alternatives joined by `|` (` | `
+    /// between blocks), a keyword before its value, a repeated part followed by `[... ...]`.
+    fn render(args: &[Arg]) -> String {
+        let words: Vec<String> = args.iter().map(render_one).collect();
+        words.join(" ")
+    }
+
+    fn render_one(arg: &Arg) -> String {
+        let name = arg.name.to_str().unwrap();
+        let token = arg.token.map(|token| token.to_str().unwrap());
+        let mut text = match (arg.kind, token) {
+            (ArgKind::PureToken, Some(token)) => token.to_owned(),
+            (ArgKind::OneOf, _) => {
+                let blocks = arg
+                    .subargs
+                    .iter()
+                    .any(|sub| matches!(sub.kind, ArgKind::Block));
+                let parts: Vec<String> = arg.subargs.iter().map(render_one).collect();
+                parts.join(if blocks { " | " } else { "|" })
+            }
+            (ArgKind::Block, _) => render(arg.subargs),
+            (_, Some(token)) => format!("{token} {name}"),
+            (_, None) => name.to_owned(),
+        };
+        if arg.multiple {
+            text = match arg.kind {
+                ArgKind::OneOf => format!("{text} [...]"),
+                _ => format!("{text} [{text} ...]"),
+            };
+        }
+        if arg.optional {
+            text = format!("[{text}]");
+        }
+        text
+    }
+
+    fn usage(error: CommandError) -> &'static str {
+        let CommandError::Message(message) = error else {
+            unreachable!()
+        };
+        message
+            .to_str()
+            .unwrap()
+            .strip_prefix("ERR syntax error. Usage: ")
+            .unwrap()
+    }
+
+    #[test]
+    fn each_usage_is_its_arguments() {
+        let cases: [(CommandError, &CommandSpec); 8] = [
+            (throttle::USAGE, &throttle::SPEC),
+            (window::USAGE, &window::SPEC),
+            (log::USAGE, &log::SPEC),
+            (all::USAGE, &all::SPEC),
+            (lease::ACQUIRE_USAGE, &lease::ACQUIRE_SPEC),
+            (lease::RENEW_USAGE, &lease::RENEW_SPEC),
+            (counts::WINDOW_USAGE, &counts::WINDOW_COUNTS_SPEC),
+            (counts::LOG_USAGE, &counts::LOG_COUNTS_SPEC),
+        ];
+        for (error, spec) in cases {
+            let name = spec.name.to_str().unwrap().to_uppercase();
+            let rendered = format!("{name} {}", render(spec.args));
+            assert_eq!(usage(error), rendered, "{name}");
+        }
+    }
+}

@@ -47,7 +47,7 @@ const ARGS: &[Arg] = &[
 ];
 
 /// `WARMUP period`: a cold limiter's units cost more until `period` of use has warmed it.
-pub const WARMUP_ARG: Arg = Arg::new(c"warmup", ArgKind::Integer)
+pub const WARMUP_ARG: Arg = Arg::new(c"period", ArgKind::Integer)
     .after_token(c"WARMUP")
     .optional();
 
@@ -95,7 +95,7 @@ pub static SPEC_RO: CommandSpec = limiter_spec(
     &STATS_RO,
 );
 
-const USAGE: CommandError = CommandError::Message(
+pub(super) const USAGE: CommandError = CommandError::Message(
     c"ERR syntax error. Usage: CL.THROTTLE key max_burst count period [quantity] [S|MS|US] [WARMUP period] [BLOCK duration] [DELAY max_wait|AT_MOST|FORCE] [REFUND]",
 );
 

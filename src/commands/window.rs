@@ -39,7 +39,7 @@ pub const ALGORITHM_ARG: Arg = Arg::one_of(
     &[
         Arg::token(c"FIXED"),
         Arg::token(c"SLIDING"),
-        Arg::new(c"buckets", ArgKind::Integer).after_token(c"BUCKETS"),
+        Arg::new(c"n", ArgKind::Integer).after_token(c"BUCKETS"),
     ],
 )
 .optional();
@@ -100,7 +100,7 @@ pub static SPEC_RO: CommandSpec = limiter_spec(
     &STATS_RO,
 );
 
-const USAGE: CommandError = CommandError::Message(
+pub(super) const USAGE: CommandError = CommandError::Message(
     c"ERR syntax error. Usage: RL.WINDOW key limit window [quantity] [FIXED|SLIDING|BUCKETS n] [S|MS|US] [BLOCK duration] [DELAY max_wait|AT_MOST|FORCE] [REFUND]",
 );
 

@@ -574,15 +574,11 @@ impl LeaseEffect {
                 quantity,
                 id,
             } => {
-                return match limiter.acquire(set, self.now, quantity, Some(id)).id {
-                    Some(_) => LeaseApplied {
-                        done: true,
-                        changed: true,
-                    },
-                    None => LeaseApplied {
-                        done: false,
-                        changed: false,
-                    },
+                // Admitted on the master: taken as it decided.
+                limiter.hold(set, self.now, quantity, id);
+                return LeaseApplied {
+                    done: true,
+                    changed: true,
                 };
             }
             LeaseChange::Release { id } => lease::release(set, self.now, id),

@@ -248,6 +248,7 @@ pub struct LeaseLimiter {
 }
 
 /// What an acquire decided.
+#[cfg(test)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Acquired {
     /// The reply's five integers, before rounding.
@@ -322,8 +323,10 @@ impl LeaseLimiter {
     }
 
     /// Acquires `quantity` slots (from 1 to `limit`) at `now` if they fit, as lease `id`
-    /// when given (a replica applies the master's), or else the next id; leases that ended
-    /// are dropped then. A refusal changes nothing.
+    /// when given, or else the next id; leases that ended are dropped then. A refusal
+    /// changes nothing. What the engine does in two steps ([`LeaseLimiter::inspect`] to
+    /// decide, [`LeaseLimiter::hold`] to commit), in one, for the model tests.
+    #[cfg(test)]
     pub fn acquire(
         &self,
         set: &mut LeaseSet,
@@ -336,18 +339,25 @@ impl LeaseLimiter {
         if verdict.limited {
             return Acquired { verdict, id: None };
         }
-        set.drop_ended(now);
         let id = id.unwrap_or_else(|| next_id(Some(set), now));
-        set.set_next_id((id + 1).min(MAX_ID));
+        self.hold(set, now, quantity, id);
+        Acquired {
+            verdict,
+            id: Some(id),
+        }
+    }
+
+    /// Takes a lease of `quantity` slots at `now` as `id`, for an acquire already admitted
+    /// (the master decided it; a copy applies what it decided): leases that ended are
+    /// dropped, and the next id is past this one.
+    pub fn hold(&self, set: &mut LeaseSet, now: Micros, quantity: u64, id: u64) {
+        set.drop_ended(now);
+        set.set_next_id((id + 1).min(MAX_ID).max(set.next_id()));
         set.insert(Lease {
             ends: now + self.lease(),
             id,
             quantity,
         });
-        Acquired {
-            verdict,
-            id: Some(id),
-        }
     }
 }
 

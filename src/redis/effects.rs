@@ -104,8 +104,6 @@ fn new_string(bytes: &[u8]) -> *mut raw::RedisModuleString {
 
 /// An effect's arguments after the key, as string objects. Objects made for the call are
 /// freed when it is dropped (the server holds references of its own to what it sends).
-/// The key goes apart (the format's `s`): the server copies a key it keeps on the stack (an
-/// AOF rewrite's) only there.
 struct Argv {
     strings: [*mut raw::RedisModuleString; 3],
     made: [bool; 3],
@@ -158,17 +156,18 @@ pub fn propagate(call: &Invocation, key: KeyName, effect: &Effect, stored: Optio
     let mut scratch = Packed::default();
     let encoded = effect.encode(&mut scratch);
     let argv = Argv::new(encoded.args(), stored);
+    let (ctx, command, [a, b, c]) = (call.ctx(), encoded.command.as_ptr(), argv.strings);
     // SAFETY: the running command's context and one of its keys; `argv` holds `len` live
-    // string objects, to which the server takes references of its own.
+    // string objects, to which the server takes references of its own. One format of
+    // string objects per count (a vector, `v`, costs the server a reallocation per call).
     unsafe {
-        raw::RedisModule_Replicate.unwrap()(
-            call.ctx(),
-            encoded.command.as_ptr(),
-            c"sv".as_ptr(),
-            key.0,
-            argv.strings.as_ptr(),
-            argv.len,
-        );
+        let replicate = raw::RedisModule_Replicate.unwrap();
+        match argv.len {
+            0 => replicate(ctx, command, c"s".as_ptr(), key.0),
+            1 => replicate(ctx, command, c"ss".as_ptr(), key.0, a),
+            2 => replicate(ctx, command, c"sss".as_ptr(), key.0, a, b),
+            _ => replicate(ctx, command, c"ssss".as_ptr(), key.0, a, b, c),
+        };
     }
 }
 
@@ -184,16 +183,17 @@ pub unsafe fn emit_aof(
     let mut scratch = Packed::default();
     let encoded = effect.encode(&mut scratch);
     let argv = Argv::new(encoded.args(), None);
+    let (command, [a, b, c]) = (encoded.command.as_ptr(), argv.strings);
     // SAFETY: per the caller; `argv` holds `len` live string objects, which the server
-    // copies into the AOF.
+    // copies into the AOF (the key, which it may keep on its stack, through `s`, which copies
+    // such a key).
     unsafe {
-        raw::RedisModule_EmitAOF.unwrap()(
-            aof,
-            encoded.command.as_ptr(),
-            c"sv".as_ptr(),
-            key,
-            argv.strings.as_ptr(),
-            argv.len,
-        );
+        let emit = raw::RedisModule_EmitAOF.unwrap();
+        match argv.len {
+            0 => emit(aof, command, c"s".as_ptr(), key),
+            1 => emit(aof, command, c"ss".as_ptr(), key, a),
+            2 => emit(aof, command, c"sss".as_ptr(), key, a, b),
+            _ => emit(aof, command, c"ssss".as_ptr(), key, a, b, c),
+        };
     }
 }

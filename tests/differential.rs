@@ -58,16 +58,18 @@ enum Kind {
     Fixed,
     Sliding,
     Buckets,
+    Anchored,
     Log,
     Lease,
 }
 
-const KINDS: [Kind; 7] = [
+const KINDS: [Kind; 8] = [
     Kind::Throttle,
     Kind::WarmThrottle,
     Kind::Fixed,
     Kind::Sliding,
     Kind::Buckets,
+    Kind::Anchored,
     Kind::Log,
     Kind::Lease,
 ];
@@ -146,6 +148,12 @@ fn limiter(rng: &mut Rng, kind: Kind) -> Limiter {
             "BUCKETS".to_owned(),
             (2 + rng.below(8)).to_string(),
         ],
+        Kind::Anchored => vec![
+            "WINDOW".to_owned(),
+            limit.to_string(),
+            window.to_string(),
+            "ANCHORED".to_owned(),
+        ],
         Kind::Log => vec!["LOG".to_owned(), limit.to_string(), window.to_string()],
         Kind::Lease => vec!["LEASE".to_owned(), limit.to_string(), window.to_string()],
     };
@@ -164,7 +172,7 @@ fn single(key: &str, kind: Kind, limiter: &Limiter, read_only: bool) -> (Vec<Str
             command.extend_from_slice(head);
             (command, warmup.to_vec())
         }
-        Kind::Fixed | Kind::Sliding | Kind::Buckets => {
+        Kind::Fixed | Kind::Sliding | Kind::Buckets | Kind::Anchored => {
             let mut command = vec![format!("RL.WINDOW{ro}"), key.to_owned()];
             command.extend_from_slice(&params[..2]);
             (command, params[2..].to_vec())
@@ -469,6 +477,10 @@ fn the_replica_and_the_aof_hold_exactly_what_the_master_holds() {
     assert!(
         lasting > 30,
         "DIFF_SEED={seed}: only {lasting} keys to compare"
+    );
+    eprintln!(
+        "DIFF_SEED={seed}: {calls} calls, {} keys on the master, {lasting} compared on the replica and the AOF's server",
+        on_master.len()
     );
     for (copy, snapshot) in [
         ("replica", &on_replica),

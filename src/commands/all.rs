@@ -146,7 +146,7 @@ pub static SPEC_RO: CommandSpec = limiter_spec(
 );
 
 pub(super) const USAGE: CommandError = CommandError::Message(
-    c"ERR syntax error. Usage: RL.ALL numkeys key [key ...] THROTTLE max_burst count period [WARMUP period] | WINDOW limit window [FIXED|SLIDING|BUCKETS n] | LOG limit window | LEASE limit lease [...] [quantity] [S|MS|US] [BLOCK duration] [DELAY max_wait|AT_MOST|FORCE] [DETAILS] [REFUND]",
+    c"ERR syntax error. Usage: RL.ALL numkeys key [key ...] THROTTLE max_burst count period [WARMUP period] | WINDOW limit window [FIXED|SLIDING|BUCKETS n|ANCHORED] | LOG limit window | LEASE limit lease [...] [quantity] [S|MS|US] [BLOCK duration] [DELAY max_wait|AT_MOST|FORCE] [DETAILS] [REFUND]",
 );
 
 /// A limiter as given, before the unit is known.
@@ -341,7 +341,7 @@ fn limiter(keyword: &[u8], args: &[&[u8]]) -> Result<(Params, usize), CommandErr
     } else if keyword == Some(WINDOW) {
         needs(
             2,
-            c"ERR WINDOW takes limit window [FIXED|SLIDING|BUCKETS n]",
+            c"ERR WINDOW takes limit window [FIXED|SLIDING|BUCKETS n|ANCHORED]",
         )?;
         let mut params = window::Params::parse(args[0], args[1])?;
         let mut tail = Tail::new(&args[2..]);

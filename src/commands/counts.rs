@@ -2,7 +2,7 @@
 //! arithmetic over the counts (the `limits` library's sliding-window counter and moving
 //! window, under slowapi and Flask-Limiter):
 //!
-//! - `RL.WINDOW.COUNTS key window [FIXED | SLIDING] [S | MS | US]`: `[previous,
+//! - `RL.WINDOW.COUNTS key window [FIXED | SLIDING | ANCHORED] [S | MS | US]`: `[previous,
 //!   previous_ends_in, current, current_ends_in]`, the previous window's count (`SLIDING`)
 //!   and how long it still weighs, the current window's count and how long it still counts;
 //! - `RL.LOG.COUNTS key window [S | MS | US]`: `[count, oldest_ends_in, newest_ends_in]`, the
@@ -76,13 +76,17 @@ pub static WINDOW_COUNTS_SPEC: CommandSpec = counts_spec(
     callback::<WindowCountsCommand>,
     window_counts,
     -3,
-    c"The counts of a FIXED or SLIDING window and how long they last, without writing",
+    c"The counts of a FIXED, SLIDING or ANCHORED window and how long they last, without writing",
     &[
         Arg::new(c"key", ArgKind::Key),
         Arg::new(c"window", ArgKind::Integer),
         Arg::one_of(
             c"algorithm",
-            &[Arg::token(c"FIXED"), Arg::token(c"SLIDING")],
+            &[
+                Arg::token(c"FIXED"),
+                Arg::token(c"SLIDING"),
+                Arg::token(c"ANCHORED"),
+            ],
         )
         .optional(),
         UNIT_ARG,
@@ -104,7 +108,7 @@ pub static LOG_COUNTS_SPEC: CommandSpec = counts_spec(
 );
 
 pub(super) const WINDOW_USAGE: CommandError = CommandError::Message(
-    c"ERR syntax error. Usage: RL.WINDOW.COUNTS key window [FIXED|SLIDING] [S|MS|US]",
+    c"ERR syntax error. Usage: RL.WINDOW.COUNTS key window [FIXED|SLIDING|ANCHORED] [S|MS|US]",
 );
 
 pub(super) const LOG_USAGE: CommandError =
@@ -138,6 +142,7 @@ fn window_counts(call: &Invocation, _: Mode) -> Result<Reply, CommandError> {
         let chosen = match keyword {
             k if k == Keyword::new("FIXED") => Algorithm::Fixed,
             k if k == Keyword::new("SLIDING") => Algorithm::Sliding,
+            k if k == Keyword::new("ANCHORED") => Algorithm::Anchored,
             _ => return Ok(false),
         };
         if algorithm.replace(chosen).is_some() {

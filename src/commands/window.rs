@@ -1,4 +1,4 @@
-//! `RL.WINDOW key limit window [quantity] [FIXED | SLIDING | BUCKETS n] [S | MS | US]
+//! `RL.WINDOW key limit window [quantity] [FIXED | SLIDING | BUCKETS n | ANCHORED] [S | MS | US]
 //! [BLOCK duration] [DELAY max_wait|AT_MOST|FORCE] [REFUND]`: window counters, one string key per limiter whatever the
 //! algorithm; and `RL.WINDOW_RO`, the same decision without writing.
 
@@ -31,7 +31,7 @@ pub static STATS_RO: CommandStats = CommandStats::new(NAME_RO);
 /// The command's name and its three required arguments.
 const REQUIRED_ARGUMENTS: c_int = 4;
 
-const COMPLEXITY: &CStr = c"O(1) for FIXED and SLIDING, O(N) for BUCKETS N";
+const COMPLEXITY: &CStr = c"O(1) for FIXED, SLIDING and ANCHORED, O(N) for BUCKETS N";
 
 /// The algorithm keyword, for `COMMAND DOCS`.
 pub const ALGORITHM_ARG: Arg = Arg::one_of(
@@ -40,6 +40,7 @@ pub const ALGORITHM_ARG: Arg = Arg::one_of(
         Arg::token(c"FIXED"),
         Arg::token(c"SLIDING"),
         Arg::new(c"n", ArgKind::Integer).after_token(c"BUCKETS"),
+        Arg::token(c"ANCHORED"),
     ],
 )
 .optional();
@@ -101,7 +102,7 @@ pub static SPEC_RO: CommandSpec = limiter_spec(
 );
 
 pub(super) const USAGE: CommandError = CommandError::Message(
-    c"ERR syntax error. Usage: RL.WINDOW key limit window [quantity] [FIXED|SLIDING|BUCKETS n] [S|MS|US] [BLOCK duration] [DELAY max_wait|AT_MOST|FORCE] [REFUND]",
+    c"ERR syntax error. Usage: RL.WINDOW key limit window [quantity] [FIXED|SLIDING|BUCKETS n|ANCHORED] [S|MS|US] [BLOCK duration] [DELAY max_wait|AT_MOST|FORCE] [REFUND]",
 );
 
 fn run(call: &Invocation, mode: Mode) -> Result<Reply, CommandError> {
@@ -128,7 +129,8 @@ fn parse(args: &[&[u8]]) -> Result<(Params, CommonOptions), CommandError> {
     Ok((params, options))
 }
 
-/// `FIXED`, `SLIDING` or `BUCKETS n` (taking `n` from `tail`) when `keyword` is one of them;
+/// `FIXED`, `SLIDING`, `BUCKETS n` (taking `n` from `tail`) or `ANCHORED` when `keyword` is
+/// one of them;
 /// `syntax_error` when `BUCKETS` has no value.
 pub fn algorithm_keyword(
     keyword: Keyword,
@@ -138,8 +140,10 @@ pub fn algorithm_keyword(
     const FIXED: Keyword = Keyword::new("FIXED");
     const SLIDING: Keyword = Keyword::new("SLIDING");
     const BUCKETS: Keyword = Keyword::new("BUCKETS");
+    const ANCHORED: Keyword = Keyword::new("ANCHORED");
     match keyword {
         FIXED => Some(Ok(Algorithm::Fixed)),
+        ANCHORED => Some(Ok(Algorithm::Anchored)),
         SLIDING => Some(Ok(Algorithm::Sliding)),
         BUCKETS => {
             let Some(n) = tail.next_argument() else {

@@ -94,7 +94,7 @@ fn every_mistake_has_its_own_error() {
     );
     assert_eq!(
         error(&["1", "a", "WINDOW", "1"]),
-        "ERR WINDOW takes limit window [FIXED|SLIDING|BUCKETS n]"
+        "ERR WINDOW takes limit window [FIXED|SLIDING|BUCKETS n|ANCHORED]"
     );
     assert_eq!(error(&["1", "a", "LOG", "1"]), "ERR LOG takes limit window");
     assert_eq!(

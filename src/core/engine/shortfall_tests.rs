@@ -209,7 +209,7 @@ fn limiter_of(kind: u8, limit: u64, window_ms: i64) -> Limiter {
             WindowLimiter::new(limit as i64, window_ms, Unit::Milliseconds, algorithm).unwrap(),
         )
     };
-    match kind % 5 {
+    match kind % 6 {
         0 => Limiter::Throttle(
             Gcra::new(
                 limit as i64 - 1,
@@ -222,6 +222,7 @@ fn limiter_of(kind: u8, limit: u64, window_ms: i64) -> Limiter {
         1 => window(Algorithm::Fixed),
         2 => window(Algorithm::Sliding),
         3 => window(Algorithm::Buckets(4)),
+        5 => window(Algorithm::Anchored),
         _ => Limiter::Log(
             crate::core::log::LogLimiter::new(limit as i64, window_ms, Unit::Milliseconds).unwrap(),
         ),
@@ -254,7 +255,7 @@ fn within_limit(kind: u8, limit: u64, window: i64, went: &[(i64, u64)], at: i64)
             .map(|&(_, quantity)| quantity)
             .sum()
     };
-    match kind % 5 {
+    match kind % 6 {
         0 => went
             .iter()
             .filter(|&&(start, _)| start <= at)
@@ -281,6 +282,23 @@ fn within_limit(kind: u8, limit: u64, window: i64, went: &[(i64, u64)], at: i64)
             let first = at - at.rem_euclid(bucket) - 3 * bucket;
             sum(first, at) <= limit
         }
+        5 => {
+            // ANCHORED: a window starts with the first unit that went after the previous one
+            // ended.
+            let mut times: Vec<i64> = went
+                .iter()
+                .map(|&(time, _)| time)
+                .filter(|&time| time <= at)
+                .collect();
+            times.sort_unstable();
+            let mut start = i64::MIN;
+            for time in times {
+                if time >= start.saturating_add(window) {
+                    start = time;
+                }
+            }
+            sum(start, at) <= limit
+        }
         _ => sum(at - window + 1, at) <= limit,
     }
 }
@@ -294,7 +312,7 @@ proptest! {
     /// when they fit. Checked against the units each call let through, at its time.
     #[test]
     fn no_limit_is_exceeded_when_every_caller_goes_at_its_time(
-        kind in 0u8..5,
+        kind in 0u8..6,
         limit in 2u64..8,
         window_ms in 200i64..2_000,
         stream in calls(),
@@ -388,7 +406,7 @@ proptest! {
     /// never more.
     #[test]
     fn a_partial_grant_is_what_fits(
-        kind in 0u8..5,
+        kind in 0u8..6,
         limit in 1u64..8,
         stream in calls(),
         quantity in 1u64..12,
@@ -420,7 +438,7 @@ proptest! {
     /// its limit for each window begun).
     #[test]
     fn debt_is_repaid_at_the_rate(
-        kind in 0u8..5,
+        kind in 0u8..6,
         limit in 1u64..8,
         debt in 1u64..40,
         step_ms in 10i64..60,
@@ -442,7 +460,7 @@ proptest! {
             }
             // What the limiter lets through from empty by now, the forced units first.
             let elapsed = (now - T0).0;
-            let capacity = match kind % 5 {
+            let capacity = match kind % 6 {
                 0 => limit + (elapsed * limit as i64 / 1_000_000) as u64,
                 _ => limit * (elapsed / 1_000_000 + 1) as u64,
             };
@@ -458,7 +476,7 @@ proptest! {
     /// takes what the tightest admits, a forced one charges each as FORCE alone would.
     #[test]
     fn several_limiters_settle_each_option_together(
-        kinds in prop::collection::vec(0u8..5, 2..4),
+        kinds in prop::collection::vec(0u8..6, 2..4),
         limits in prop::collection::vec(2u64..6, 4),
         stream in calls(),
         quantity in 1u64..5,

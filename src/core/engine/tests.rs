@@ -101,6 +101,9 @@ fn limiter(kind: u8, limit: u64, window_ms: i64) -> Limiter {
             )
         }
         4 => Limiter::Log(LogLimiter::new(limit, window_ms, Unit::Milliseconds).unwrap()),
+        6 => Limiter::Window(
+            WindowLimiter::new(limit, window_ms, Unit::Milliseconds, Algorithm::Anchored).unwrap(),
+        ),
         _ => Limiter::Lease(LeaseLimiter::new(limit, window_ms, Unit::Milliseconds).unwrap()),
     }
 }
@@ -343,7 +346,7 @@ proptest! {
     /// store applies every effect to a replica and compares after each call.
     #[test]
     fn effects_rebuild_the_masters_keys_under_any_call(
-        (mix, stream) in prop::collection::vec((0u8..6, 2u64..9, 200i64..2_000), 1..5)
+        (mix, stream) in prop::collection::vec((0u8..7, 2u64..9, 200i64..2_000), 1..5)
             .prop_flat_map(|mix| {
                 let with_lease = mix.iter().any(|&(kind, _, _)| kind == 5);
                 (Just(mix), any_calls(with_lease))

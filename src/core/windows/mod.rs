@@ -12,6 +12,8 @@
 //! - `BUCKETS n` keeps the buckets that counted among the last `n`, with their sum: admits
 //!   when that sum plus `q` is at most `limit`; buckets roll off one at a time. Its state is
 //!   a log of its own ([`super::buckets`]), O(1) amortised per call whatever `n`.
+//! - `ANCHORED` is a fixed window that starts at the key's first request instead of on the
+//!   clock ([`anchored`]).
 //!
 //! Only admitted requests are counted. All times are whole microseconds, the server clock's
 //! resolution.
@@ -22,6 +24,7 @@ use super::params::{self, ParamError, MAX_BUCKETS};
 use super::time::{Micros, Millis, Unit};
 use super::verdict::Verdict;
 
+mod anchored;
 mod buckets;
 mod pair;
 
@@ -34,7 +37,14 @@ const BUCKETS_V1_TAG: u8 = 0xFB;
 
 /// Whether `tag` starts a window counter's state, of any algorithm.
 fn is_window_tag(tag: u8) -> bool {
-    [FIXED_TAG, SLIDING_TAG, BUCKETS_V1_TAG, buckets::TAG].contains(&tag)
+    [
+        FIXED_TAG,
+        SLIDING_TAG,
+        BUCKETS_V1_TAG,
+        buckets::TAG,
+        anchored::TAG,
+    ]
+    .contains(&tag)
 }
 
 /// Bytes before the counters: the tag, then 7 bytes holding the newest bucket's start (54
@@ -56,6 +66,8 @@ pub enum Algorithm {
     Sliding,
     /// The window cut into this many buckets.
     Buckets(u16),
+    /// One count per window, each window starting at the first request after the last.
+    Anchored,
 }
 
 /// Why a stored value cannot be used.
@@ -151,7 +163,7 @@ impl WindowLimiter {
         let limit = params::limit(limit)?;
         let window = params::window(window, unit)?.0;
         let (per_window, slots) = match algorithm {
-            Algorithm::Fixed => (1, 1),
+            Algorithm::Fixed | Algorithm::Anchored => (1, 1),
             Algorithm::Sliding => (1, 2),
             Algorithm::Buckets(n) => {
                 let n = i64::from(n);
@@ -238,11 +250,12 @@ impl WindowLimiter {
                 self.apply_buckets(stored, now, quantity, patch, &mut scratch.entries, value)
             }
             Algorithm::Fixed | Algorithm::Sliding => self.apply_pair(stored, now, quantity, value),
+            Algorithm::Anchored => self.apply_anchored(stored, now, quantity, value),
         }
     }
 
-    /// The counts of a `FIXED` or `SLIDING` state at `now` (`None` for a missing key: none);
-    /// `None` for `BUCKETS`, whose counts are not two windows'.
+    /// The counts of a `FIXED`, `SLIDING` or `ANCHORED` state at `now` (`None` for a missing
+    /// key: none); `None` for `BUCKETS`, whose counts are not two windows'.
     pub fn counts(
         &self,
         stored: Option<&[u8]>,
@@ -253,6 +266,7 @@ impl WindowLimiter {
             Algorithm::Fixed | Algorithm::Sliding => {
                 Some(self.pair_counts(stored, now.not_before_epoch().0))
             }
+            Algorithm::Anchored => Some(self.anchored_counts(stored, now.not_before_epoch().0)),
         }
     }
 
@@ -276,6 +290,7 @@ impl WindowLimiter {
                 self.refund_buckets(stored, now, quantity, patch, &mut scratch.entries, value)
             }
             Algorithm::Fixed | Algorithm::Sliding => self.refund_pair(stored, now, quantity, value),
+            Algorithm::Anchored => self.refund_anchored(stored, now, quantity, value),
         }
     }
 
@@ -285,12 +300,14 @@ impl WindowLimiter {
     /// served. `Micros(0)` for a value this limiter does not read as its own.
     pub fn queue_end(&self, value: &[u8]) -> Micros {
         let end = match self.algorithm {
-            Algorithm::Fixed | Algorithm::Sliding => match value.split_first() {
-                Some((&tag, rest)) if tag == self.tag() && rest.len() >= HEADER_LEN - 1 => {
-                    (read_le(&rest[..HEADER_LEN - 1]) & ((1 << START_BITS) - 1)) as i64
+            Algorithm::Fixed | Algorithm::Sliding | Algorithm::Anchored => {
+                match value.split_first() {
+                    Some((&tag, rest)) if tag == self.tag() && rest.len() >= HEADER_LEN - 1 => {
+                        (read_le(&rest[..HEADER_LEN - 1]) & ((1 << START_BITS) - 1)) as i64
+                    }
+                    _ => 0,
                 }
-                _ => 0,
-            },
+            }
             Algorithm::Buckets(_) => self.buckets_queue_end(value),
         };
         Micros(end)
@@ -301,6 +318,7 @@ impl WindowLimiter {
             Algorithm::Fixed => FIXED_TAG,
             Algorithm::Sliding => SLIDING_TAG,
             Algorithm::Buckets(_) => BUCKETS_V1_TAG,
+            Algorithm::Anchored => anchored::TAG,
         }
     }
 
@@ -335,7 +353,7 @@ impl WindowLimiter {
         let body = &rest[HEADER_LEN - 1..];
         let stored_slots = body.len() >> (header >> START_BITS);
         let expected = match self.algorithm {
-            Algorithm::Fixed => stored_slots == 1,
+            Algorithm::Fixed | Algorithm::Anchored => stored_slots == 1,
             Algorithm::Sliding => stored_slots == 2,
             Algorithm::Buckets(_) => (1..=MAX_BUCKETS as usize).contains(&stored_slots),
         };

@@ -229,7 +229,7 @@ impl WindowLimiter {
     fn quantity_weight(&self) -> i128 {
         match self.algorithm {
             Algorithm::Sliding => i128::from(self.window),
-            Algorithm::Fixed | Algorithm::Buckets(_) => 1,
+            Algorithm::Fixed | Algorithm::Buckets(_) | Algorithm::Anchored => 1,
         }
     }
 

@@ -418,6 +418,21 @@ impl Model {
                 let used = i128::from(self.count(|b| b > current - n && b <= current));
                 (&move |q| limit - used - q as i128, 1)
             }
+            Algorithm::Anchored => {
+                // A window starts at the first request admitted after the last one ended.
+                let mut window: Option<(i64, u64)> = None;
+                for &(t, q) in &self.admitted {
+                    window = match window {
+                        Some((start, used)) if t < start + self.window => Some((start, used + q)),
+                        _ => Some((t, q)),
+                    };
+                }
+                let used = match window {
+                    Some((start, used)) if now < start + self.window => i128::from(used),
+                    _ => 0,
+                };
+                (&move |q| limit - used - q as i128, 1)
+            }
             Algorithm::Sliding => {
                 let elapsed = i128::from(now) - i128::from(current) * w;
                 let previous = i128::from(self.count(|b| b == current - 1));
@@ -443,6 +458,7 @@ fn algorithms() -> impl Strategy<Value = Algorithm> {
         Just(Algorithm::Fixed),
         Just(Algorithm::Sliding),
         (1u16..=12).prop_map(Algorithm::Buckets),
+        Just(Algorithm::Anchored),
     ]
 }
 
@@ -506,13 +522,25 @@ proptest! {
             }
         }
         // Every `slots` consecutive buckets (FIXED, BUCKETS) or aligned window (SLIDING)
-        // hold at most the limit; any interval of one window at most twice the limit.
+        // hold at most the limit, as does every ANCHORED window (from a request admitted
+        // after the previous window ended); any interval of one window at most twice the
+        // limit.
         let span = match algorithm { Algorithm::Sliding => 1, _ => limiter.slots as i64 };
+        let mut anchor = i64::MIN;
         for &(t, _) in &admitted {
-            let last = limiter.bucket_of(t);
-            let in_buckets: u64 = admitted.iter()
-                .filter(|&&(u, _)| (last - span + 1..=last).contains(&limiter.bucket_of(u)))
-                .map(|&(_, q)| q).sum();
+            let in_buckets: u64 = if algorithm == Algorithm::Anchored {
+                if t >= anchor.saturating_add(window) {
+                    anchor = t;
+                }
+                admitted.iter()
+                    .filter(|&&(u, _)| u >= anchor && u < anchor + window)
+                    .map(|&(_, q)| q).sum()
+            } else {
+                let last = limiter.bucket_of(t);
+                admitted.iter()
+                    .filter(|&&(u, _)| (last - span + 1..=last).contains(&limiter.bucket_of(u)))
+                    .map(|&(_, q)| q).sum()
+            };
             prop_assert!(in_buckets <= limit);
             let in_window: u64 = admitted.iter()
                 .filter(|&&(u, _)| u > t - window && u <= t)

@@ -1,0 +1,175 @@
+//! `ANCHORED`: a fixed window that starts at the key's first request rather than on the
+//! clock, as `INCR` with `EXPIRE` on the first hit counts (express-rate-limit's stores,
+//! @nestjs/throttler's, `limits`' Redis storage, lua-resty-limit-traffic's `count`). The
+//! state is one count and the instant its window started; the first request after the
+//! window ends starts the next one.
+//!
+//! Layout, `FIXED`'s with its own tag: the tag, 7 bytes holding the window's start in
+//! microseconds (54 bits) and the counter's width (2 bits), then the count in the fewest of
+//! 1, 2, 4 or 8 bytes that holds both it and the limit.
+
+use super::{
+    ceil_millis, is_window_tag, read_le, width_code, StateError, WindowCounts, WindowLimiter,
+    WindowOutcome, WindowRefund, HEADER_LEN, START_BITS,
+};
+use crate::core::codec::Placement;
+use crate::core::time::{Micros, Ticks};
+use crate::core::verdict::{RetryAfter, Verdict};
+
+/// Tag of an `ANCHORED` state.
+pub(super) const TAG: u8 = 0xFE;
+
+/// The count of the window a key is in, and when that window started.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Anchored {
+    start: i64,
+    count: u64,
+}
+
+impl WindowLimiter {
+    /// The window `now` falls in, given the stored state: the stored one while it lasts (a
+    /// clock behind its start keeps counting in it), else a new one starting at `now`.
+    fn load_anchored(&self, stored: Option<&[u8]>, now: i64) -> Result<Anchored, StateError> {
+        let fresh = Anchored {
+            start: now,
+            count: 0,
+        };
+        let Some(stored) = stored else {
+            return Ok(fresh);
+        };
+        let stored = decode(stored)?;
+        Ok(if now < stored.start.saturating_add(self.window) {
+            stored
+        } else {
+            fresh
+        })
+    }
+
+    /// When the window of `state` ends.
+    fn anchored_end(&self, state: &Anchored) -> i64 {
+        state.start.saturating_add(self.window)
+    }
+
+    /// The reply for `state` at `now`: `limited` as given, the room left, and how long until
+    /// the window ends (the reset, and the wait of a refusal that will fit then).
+    fn anchored_verdict(&self, state: &Anchored, now: i64, limited: bool, fits: bool) -> Verdict {
+        let left = Micros((self.anchored_end(state) - now).max(0)).ticks();
+        Verdict {
+            limited,
+            limit: self.limit as i64,
+            remaining: self.limit.saturating_sub(state.count) as i64,
+            retry_after: if limited && fits {
+                RetryAfter::of(left)
+            } else {
+                RetryAfter::NONE
+            },
+            reset_after: if state.count > 0 { left } else { Ticks(0) },
+        }
+    }
+
+    /// [`WindowLimiter::apply`] for `ANCHORED`, at `now` µs since the epoch.
+    pub(super) fn apply_anchored(
+        &self,
+        stored: Option<&[u8]>,
+        now: i64,
+        quantity: u64,
+        value: &mut Vec<u8>,
+    ) -> Result<WindowOutcome, StateError> {
+        let mut state = self.load_anchored(stored, now)?;
+        let fits = quantity <= self.limit;
+        let admitted = fits && state.count + quantity <= self.limit;
+        if admitted {
+            state.count += quantity;
+        }
+        let verdict = self.anchored_verdict(&state, now, !admitted, fits);
+        if !admitted || quantity == 0 {
+            return Ok(WindowOutcome {
+                verdict,
+                expire_at: None,
+                placement: Placement::WHOLE,
+            });
+        }
+        self.encode_anchored(&state, value);
+        Ok(WindowOutcome {
+            verdict,
+            expire_at: Some(ceil_millis(self.anchored_end(&state))),
+            placement: Placement::WHOLE,
+        })
+    }
+
+    /// [`WindowLimiter::refund`] for `ANCHORED`, at `now` µs since the epoch.
+    pub(super) fn refund_anchored(
+        &self,
+        stored: Option<&[u8]>,
+        now: i64,
+        quantity: u64,
+        value: &mut Vec<u8>,
+    ) -> Result<WindowRefund, StateError> {
+        let mut state = self.load_anchored(stored, now)?;
+        let returned = quantity.min(state.count);
+        state.count -= returned;
+        if returned > 0 {
+            self.encode_anchored(&state, value);
+        }
+        // A window scheduled ahead of `now` (`DELAY`, `FORCE`) stands for the one before it,
+        // which it no longer holds: it stays until it begins, even empty.
+        let end = (state.count > 0 || state.start > now).then(|| self.anchored_end(&state));
+        Ok(WindowRefund {
+            verdict: self.anchored_verdict(&state, now, false, true),
+            changed: returned > 0,
+            expire_at: end.map(ceil_millis),
+            placement: Placement::WHOLE,
+        })
+    }
+
+    /// [`WindowLimiter::counts`] for `ANCHORED`: its count, until its window ends.
+    pub(super) fn anchored_counts(
+        &self,
+        stored: Option<&[u8]>,
+        now: i64,
+    ) -> Result<WindowCounts, StateError> {
+        let state = self.load_anchored(stored, now)?;
+        let ends = if state.count > 0 {
+            self.anchored_end(&state)
+        } else {
+            now
+        };
+        Ok(WindowCounts {
+            previous: 0,
+            previous_ends_at: Micros(now),
+            current: state.count,
+            current_ends_at: Micros(ends),
+        })
+    }
+
+    fn encode_anchored(&self, state: &Anchored, value: &mut Vec<u8>) {
+        let width_code = width_code(self.limit.max(state.count));
+        value.push(TAG);
+        let header = state.start.max(0) as u64 | width_code << START_BITS;
+        value.extend_from_slice(&header.to_le_bytes()[..HEADER_LEN - 1]);
+        value.extend_from_slice(&state.count.to_le_bytes()[..1 << width_code]);
+    }
+}
+
+/// Reads an `ANCHORED` state.
+fn decode(value: &[u8]) -> Result<Anchored, StateError> {
+    let (&tag, rest) = value.split_first().ok_or(StateError::Foreign)?;
+    if tag != TAG {
+        return Err(if is_window_tag(tag) {
+            StateError::OtherAlgorithm
+        } else {
+            StateError::Foreign
+        });
+    }
+    let (header, body) = rest
+        .split_at_checked(HEADER_LEN - 1)
+        .ok_or(StateError::Foreign)?;
+    let header = read_le(header);
+    if body.len() != 1 << (header >> START_BITS) {
+        return Err(StateError::Foreign);
+    }
+    Ok(Anchored {
+        start: (header & ((1 << START_BITS) - 1)) as i64,
+        count: read_le(body),
+    })
+}

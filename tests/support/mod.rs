@@ -14,6 +14,7 @@ pub mod cluster;
 pub mod copies;
 pub mod link;
 pub mod listening;
+pub mod nginx;
 pub mod valgrind;
 pub mod workload;
 
@@ -465,6 +466,14 @@ impl Server {
             }
         }
         panic!("the port stayed busy after the restart");
+    }
+
+    /// Sends the server the signal `signal` (`SIGSTOP` freezes it, `SIGCONT` thaws it).
+    pub fn signal(&self, signal: libc::c_int) {
+        if let Some(process) = &self.process {
+            // SAFETY: signals a child process this harness started and has not reaped.
+            unsafe { libc::kill(process.id() as libc::pid_t, signal) };
+        }
     }
 
     /// Kills the server with SIGKILL, as a crash would; `restart` brings it back.

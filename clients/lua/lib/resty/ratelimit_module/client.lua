@@ -1,0 +1,433 @@
+-- The connection every limiter of this package shares: one Redis command per decision, on
+-- a pooled cosocket (lua-resty-redis, as `resty.redis` or Debian's `nginx.redis`), bounded
+-- by `timeout`, routed by hash slot on a Redis Cluster (MOVED and ASK followed), with a
+-- failure policy, a short circuit after a failure, a deny cache, metrics and shadow mode.
+--
+-- The options (the table a limiter's `new` takes first):
+--
+--   host, port            the server (127.0.0.1, 6379)
+--   password, db          AUTH and SELECT on each new connection
+--   timeout               the most a call may take, in ms, connecting included (1000)
+--   pool_size, keepalive  the connection pool: its size per worker, and idle ms (100, 60000)
+--   cluster               a list of seed nodes, "host:port", for a Redis Cluster
+--   on_error              "allow" | "deny": what a call decides when the server cannot be
+--                         reached or does not answer in time; unset, the limiter returns
+--                         nil and the error
+--   cooldown              ms during which a worker does not ask a server that just failed
+--                         (1000): the calls meanwhile go by on_error at once
+--   deny_cache            a lua_shared_dict's name: a refusal is answered from it, without
+--                         asking the server, until its retry_after has passed
+--   metrics               a lua_shared_dict's name: decisions and call latencies counted there
+--                         for resty.ratelimit_module.metrics to serve
+--   shadow                true: decide and count as usual, but let refused requests through
+--                         (marked in the metrics and in the log)
+--   name                  the policy's name in metrics and HTTP fields (the limiter's kind)
+--   lease                 conn only: how long a connection's slot is held at most, in s (60)
+local bit = require "bit"
+
+-- lua-resty-redis: `resty.redis` upstream, `nginx.redis` in Debian's lua-nginx-redis.
+local found, redis = pcall(require, "resty.redis")
+if not found then
+    redis = require "nginx.redis"
+end
+
+local ngx = ngx
+local band, bxor, lshift, rshift = bit.band, bit.bxor, bit.lshift, bit.rshift
+local byte, find, sub, format = string.byte, string.find, string.sub, string.format
+local concat, unpack = table.concat, unpack
+local floor, max = math.floor, math.max
+local tonumber, tostring, type, setmetatable = tonumber, tostring, type, setmetatable
+
+local _M = { _VERSION = "0.3.0" }
+local mt = { __index = _M }
+
+-- Redis Cluster's key hash: CRC16 (XMODEM) of the key, or of its {hash tag}, mod 16384.
+local crc_table = {}
+for i = 0, 255 do
+    local crc = lshift(i, 8)
+    for _ = 1, 8 do
+        if band(crc, 0x8000) ~= 0 then
+            crc = bxor(lshift(crc, 1), 0x1021)
+        else
+            crc = lshift(crc, 1)
+        end
+    end
+    crc_table[i] = band(crc, 0xFFFF)
+end
+
+local function crc16(text)
+    local crc = 0
+    for i = 1, #text do
+        crc = bxor(band(lshift(crc, 8), 0xFFFF), crc_table[bxor(rshift(crc, 8), byte(text, i))])
+    end
+    return crc
+end
+
+--- The hash slot of `key`.
+function _M.slot(key)
+    local open = find(key, "{", 1, true)
+    if open then
+        local close = find(key, "}", open + 1, true)
+        if close and close > open + 1 then
+            key = sub(key, open + 1, close - 1)
+        end
+    end
+    return crc16(key) % 16384
+end
+
+-- Errors a server answers while it cannot serve: decided as a failure, like no answer.
+local UNAVAILABLE = { LOADING = true, MASTERDOWN = true, CLUSTERDOWN = true, TRYAGAIN = true,
+    BUSY = true }
+
+-- One client per distinct set of connection options, per worker: the limiters of one
+-- configuration share its slot map and its circuit.
+local clients = {}
+
+local function signature(opts)
+    local seeds = opts.cluster and concat(opts.cluster, ",") or
+        ((opts.host or "127.0.0.1") .. ":" .. (opts.port or 6379))
+    return concat({ seeds, tostring(opts.db or 0), opts.password or "",
+        tostring(opts.timeout or 1000), tostring(opts.on_error), opts.deny_cache or "",
+        opts.metrics or "", tostring(opts.shadow) }, "|")
+end
+
+--- The client for `opts`, made on first use in this worker.
+function _M.get(opts)
+    if type(opts) ~= "table" then
+        return nil, "the first argument is a table of Redis options"
+    end
+    if opts.on_error ~= nil and opts.on_error ~= "allow" and opts.on_error ~= "deny" then
+        return nil, 'on_error is "allow", "deny" or unset'
+    end
+    local key = signature(opts)
+    local client = clients[key]
+    if client then
+        return client
+    end
+    local deny_cache, metrics
+    if opts.deny_cache then
+        deny_cache = ngx.shared[opts.deny_cache]
+        if not deny_cache then
+            return nil, "deny_cache: shared dict not found"
+        end
+    end
+    if opts.metrics then
+        metrics = ngx.shared[opts.metrics]
+        if not metrics then
+            return nil, "metrics: shared dict not found"
+        end
+    end
+    client = setmetatable({
+        host = opts.host or "127.0.0.1",
+        port = opts.port or 6379,
+        password = opts.password,
+        db = opts.db or 0,
+        timeout = opts.timeout or 1000,
+        pool_size = opts.pool_size or 100,
+        keepalive = opts.keepalive or 60000,
+        cluster = opts.cluster,
+        on_error = opts.on_error,
+        cooldown = (opts.cooldown or 1000) / 1000,
+        deny_cache = deny_cache,
+        metrics = metrics,
+        shadow = opts.shadow and true or false,
+        slots = nil,       -- slot -> "host:port", on a Cluster
+        reload = false,    -- read the slot map again before the next call (a slot moved)
+        open_until = 0,    -- the circuit: no call to the server before then
+        logged_at = 0,     -- when an error was last logged
+    }, mt)
+    clients[key] = client
+    return client
+end
+
+--- Logs `message` at most once a second per worker (for a failing server, whose every
+--- call would otherwise log).
+function _M.log_error(self, message)
+    local now = ngx.now()
+    if now - self.logged_at >= 1 then
+        self.logged_at = now
+        ngx.log(ngx.ERR, "ratelimit_module: ", message)
+    end
+end
+
+local function now_precise()
+    ngx.update_time()
+    return ngx.now()
+end
+
+-- Connects to `host:port` within what is left until `deadline`: a pooled connection, or a
+-- new one, authenticated and on its database.
+local function connect(self, host, port, deadline)
+    local red, err = redis:new()
+    if not red then
+        return nil, err
+    end
+    red:set_timeout(max(1, floor((deadline - now_precise()) * 1000)))
+    local pool = format("ratelimit_module:%s:%d:%d", host, port, self.db)
+    local ok
+    ok, err = red:connect(host, port, { pool = pool, pool_size = self.pool_size })
+    if not ok then
+        return nil, err
+    end
+    if red:get_reused_times() == 0 then
+        if self.password then
+            ok, err = red:auth(self.password)
+            if not ok then
+                red:close()
+                return nil, "AUTH: " .. tostring(err)
+            end
+        end
+        if self.db ~= 0 then
+            ok, err = red:select(self.db)
+            if not ok then
+                red:close()
+                return nil, "SELECT: " .. tostring(err)
+            end
+        end
+    end
+    red:set_timeout(max(1, floor((deadline - now_precise()) * 1000)))
+    return red
+end
+
+local function split_node(node)
+    local colon = find(node, ":[^:]*$")
+    return sub(node, 1, colon - 1), tonumber(sub(node, colon + 1))
+end
+
+-- Reads the slot map of the Cluster from its seed nodes (the first that answers).
+local function load_slots(self, deadline)
+    local last_err = "no seed node"
+    for _, seed in ipairs(self.cluster) do
+        local host, port = split_node(seed)
+        local red, err = connect(self, host, port, deadline)
+        if red then
+            local ranges
+            ranges, err = red:cluster("slots")
+            if type(ranges) == "table" then
+                red:set_keepalive(self.keepalive, self.pool_size)
+                local slots = {}
+                for _, range in ipairs(ranges) do
+                    local master = range[3]
+                    local node = master[1] .. ":" .. master[2]
+                    for slot = range[1], range[2] do
+                        slots[slot] = node
+                    end
+                end
+                self.slots = slots
+                return true
+            end
+            red:close()
+        end
+        last_err = seed .. ": " .. tostring(err)
+    end
+    return nil, last_err
+end
+
+-- Where the command for `key` goes.
+local function node_for(self, key, deadline)
+    if not self.cluster then
+        return self.host, self.port
+    end
+    if not self.slots or self.reload then
+        self.reload = false
+        local ok, err = load_slots(self, deadline)
+        if not ok and not self.slots then
+            return nil, err
+        end
+    end
+    local node = self.slots[_M.slot(key)]
+    if not node then
+        return nil, "no node serves the slot of " .. key
+    end
+    return split_node(node)
+end
+
+-- Sends `args` (the command, then its arguments) on a connection to host:port, after ASKING
+-- when `asking`. The reply, or nil and the error; `failed` when the server did not answer.
+local function send(self, host, port, args, asking, deadline)
+    local red, err = connect(self, host, port, deadline)
+    if not red then
+        return nil, err, true
+    end
+    if asking then
+        local ok
+        ok, err = red:asking()
+        if not ok then
+            red:close()
+            return nil, err, ok == nil
+        end
+    end
+    local res
+    res, err = red[args[1]](red, unpack(args, 2))
+    if res == nil then
+        -- No answer (a timeout, a closed connection): the connection is not reused.
+        red:close()
+        return nil, err, true
+    end
+    red:set_keepalive(self.keepalive, self.pool_size)
+    if res == false then
+        return nil, err, false
+    end
+    return res
+end
+
+--- Sends the command `args` (its name first, lower case) for `key`: its reply, or nil, the
+--- error, and whether the server failed (could not be reached, did not answer in time, or
+--- cannot serve), which the limiter then decides by `on_error`. Within the circuit's
+--- cool-down after a failure, fails at once without asking.
+function _M.call(self, key, args)
+    local start = now_precise()
+    if start < self.open_until then
+        return nil, "the server failed less than a cool-down ago", true
+    end
+    local deadline = start + self.timeout / 1000
+    local host, port, asking = nil, nil, false
+    local res, err, failed
+    for _ = 1, 5 do
+        if not host then
+            host, port = node_for(self, key, deadline)
+            if not host then
+                res, err, failed = nil, port, true
+                break
+            end
+        end
+        res, err, failed = send(self, host, port, args, asking, deadline)
+        if res ~= nil or failed then
+            break
+        end
+        local kind, slot, node = string.match(err or "", "^(%u+) (%d+) (%S+)$")
+        if kind == "MOVED" and self.slots then
+            -- The slot moved for good: its new node at once, the whole map before the next
+            -- call.
+            self.slots[tonumber(slot)] = node
+            self.reload = true
+            host, port = split_node(node)
+            asking = false
+        elseif kind == "ASK" then
+            host, port = split_node(node)
+            asking = true
+        else
+            local code = string.match(err or "", "^(%u+)")
+            failed = UNAVAILABLE[code] or false
+            break
+        end
+    end
+    local finish = now_precise()
+    self:observe(finish - start)
+    if failed then
+        self.open_until = finish + self.cooldown
+        self:log_error(format("%s:%s: %s", tostring(host or self.host), tostring(port or self.port),
+            tostring(err)))
+    end
+    return res, err, failed
+end
+
+--- Sends `commands` (each a list: the name first, lower case) for `key` in one transaction
+--- (MULTI ... EXEC), in one round trip: the replies of the commands, or nil and the error.
+--- For the writes of shared lists; not routed again on MOVED.
+function _M.transaction(self, key, commands)
+    local deadline = now_precise() + self.timeout / 1000
+    local host, port = node_for(self, key, deadline)
+    if not host then
+        return nil, port
+    end
+    local red, err = connect(self, host, port, deadline)
+    if not red then
+        return nil, err
+    end
+    red:init_pipeline(#commands + 2)
+    red:multi()
+    for _, args in ipairs(commands) do
+        red[args[1]](red, unpack(args, 2))
+    end
+    red:exec()
+    local results
+    results, err = red:commit_pipeline()
+    if not results then
+        red:close()
+        return nil, err
+    end
+    red:set_keepalive(self.keepalive, self.pool_size)
+    local replies = results[#results]
+    if type(replies) ~= "table" or replies[1] == false then
+        return nil, type(replies) == "table" and replies[2] or "the transaction was aborted"
+    end
+    return replies
+end
+
+--- The seconds a refusal cached under `id` still stands, if it does.
+function _M.denied(self, id)
+    local cache = self.deny_cache
+    if not cache then
+        return nil
+    end
+    local until_at = cache:get(id)
+    if not until_at then
+        return nil
+    end
+    local left = until_at - ngx.now()
+    return left > 0 and left or nil
+end
+
+--- Caches a refusal under `id` for `seconds`: later calls are refused without asking.
+function _M.deny(self, id, seconds)
+    local cache = self.deny_cache
+    if cache and seconds and seconds > 0 then
+        cache:set(id, ngx.now() + seconds, seconds)
+    end
+end
+
+-- Latency buckets of the server call, in seconds (Prometheus' `le`).
+_M.BUCKETS = { 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1 }
+
+--- Counts a server call of `seconds` in the latency histogram.
+function _M.observe(self, seconds)
+    local metrics = self.metrics
+    if not metrics then
+        return
+    end
+    for _, le in ipairs(_M.BUCKETS) do
+        if seconds <= le then
+            metrics:incr("latency_bucket|" .. le, 1, 0)
+        end
+    end
+    metrics:incr("latency_bucket|+Inf", 1, 0)
+    metrics:incr("latency_count", 1, 0)
+    metrics:incr("latency_sum_us", floor(seconds * 1e6 + 0.5), 0)
+end
+
+--- Counts one decision of `policy` with `outcome` (allowed, refused, delayed, failed_open,
+--- failed_closed, deny_cache, shadow).
+function _M.count(self, policy, outcome)
+    local metrics = self.metrics
+    if metrics then
+        metrics:incr("decisions|" .. policy .. "|" .. outcome, 1, 0)
+    end
+end
+
+--- What a call that the server failed decides, for `policy`: true to admit, false to refuse,
+--- nil to return the error (`on_error` unset).
+function _M.on_failure(self, policy)
+    if self.on_error == "allow" then
+        self:count(policy, "failed_open")
+        return true
+    elseif self.on_error == "deny" then
+        self:count(policy, "failed_closed")
+        return false
+    end
+    return nil
+end
+
+--- A refusal, as shadow mode decides it: true when the request goes through anyway (counted
+--- as `shadow`, and logged), false when it is refused (counted as `refused`).
+function _M.refused(self, policy, key)
+    if self.shadow then
+        self:count(policy, "shadow")
+        ngx.log(ngx.WARN, "ratelimit_module: shadow: ", policy, " would refuse ", key)
+        return true
+    end
+    self:count(policy, "refused")
+    return false
+end
+
+return _M

@@ -1,0 +1,94 @@
+-- lua-resty-limit-traffic's `resty.limit.count` (a fixed window from the first request, as
+-- GitHub's API limits) on the redis-ratelimit module, shared by every nginx that talks to
+-- the server: `RL.WINDOW key limit window ANCHORED`. The same API and return values:
+--
+--   local lim = count.new(redis_options, 5000, 3600)  -- 5,000 an hour
+--   local delay, remaining = lim:incoming(key, true)  -- 0, remaining; or nil, "rejected"
+--
+-- Unlike the original, a refused request counts nothing.
+local client = require "resty.ratelimit_module.client"
+local fields = require "resty.ratelimit_module.fields"
+
+local floor, tonumber, setmetatable, assert = math.floor, tonumber, setmetatable, assert
+
+local _M = { _VERSION = "0.3.0" }
+local mt = { __index = _M }
+
+--- A limiter of `limit` requests per `window` seconds, the window starting at a key's first
+--- request. `redis` is the table of Redis options (see resty.ratelimit_module.client).
+function _M.new(redis, limit, window)
+    local c, err = client.get(redis)
+    if not c then
+        return nil, err
+    end
+    assert(limit > 0 and window > 0)
+    return setmetatable({ client = c, name = redis.name or "count", limit = floor(limit),
+        window_us = floor(window * 1e6 + 0.5), window = window }, mt)
+end
+
+--- Notes a decision (its reply) for the HTTP fields.
+function _M.note(self, reply)
+    fields.note(self.name, self.limit, self.window, reply[3], reply[5] / 1e6, reply[1] == 1,
+        reply[4] >= 0 and reply[4] / 1e6 or nil)
+end
+
+--- Sees a request for `key`: 0 and the requests remaining in its window, or nil and
+--- "rejected". With `commit` false, nothing is recorded.
+function _M.incoming(self, key, commit)
+    local c, name = self.client, self.name
+    local id = "count|" .. key .. "|" .. self.limit .. "|" .. self.window_us
+    local denied = c:denied(id)
+    if denied then
+        c:count(name, "deny_cache")
+        fields.note(name, self.limit, self.window, 0, denied, true, denied)
+        if c.shadow then
+            return 0, 0
+        end
+        return nil, "rejected"
+    end
+    local reply, err, failed = c:call(key, {
+        commit and "rl.window" or "rl.window_ro", key, self.limit, self.window_us, 1,
+        "ANCHORED", "US",
+    })
+    if not reply then
+        if failed then
+            local admit = c:on_failure(name)
+            if admit then
+                return 0, 0
+            elseif admit == false then
+                return nil, "rejected"
+            end
+        end
+        return nil, err
+    end
+    self:note(reply)
+    if tonumber(reply[1]) == 1 then
+        c:deny(id, reply[4] >= 0 and reply[4] / 1e6 or nil)
+        if c:refused(name, key) then
+            return 0, 0
+        end
+        return nil, "rejected"
+    end
+    c:count(name, "allowed")
+    return 0, reply[3]
+end
+
+--- Gives back one request of `key`'s window: the requests remaining after.
+function _M.uncommit(self, key)
+    local reply, err = self.client:call(key, {
+        "rl.window", key, self.limit, self.window_us, 1, "ANCHORED", "US", "REFUND",
+    })
+    if not reply then
+        return nil, err
+    end
+    return reply[3]
+end
+
+--- What `traffic.combine` sends for this limiter in one `RL.ALL`, and how to read its reply.
+function _M.combined(self)
+    return { "WINDOW", self.limit, self.window_us, "ANCHORED" }, function(reply)
+        return 0, reply[3]
+    end
+end
+
+return _M

@@ -1,0 +1,67 @@
+-- The HTTP fields of the decisions a request went through: the IETF `RateLimit-Policy` and
+-- `RateLimit` fields (draft-ietf-httpapi-ratelimit-headers-11) and `Retry-After` on a
+-- refusal, as the Python and Node packages set them:
+--
+--   RateLimit-Policy: "api";q=10;w=1, "conn";q=100;w=60
+--   RateLimit: "api";r=3;t=1, "conn";r=97;t=60
+--
+-- Every limiter of this package notes its decision in the request's context; call `set()`
+-- before the response goes out (in access_by_lua*, before ngx.exit).
+local ngx = ngx
+local ceil, max, floor = math.ceil, math.max, math.floor
+local concat, format = table.concat, string.format
+
+local _M = { _VERSION = "0.3.0" }
+
+--- Whole seconds, rounded up: a client that waits this long is never early.
+local function seconds(value)
+    return max(0, ceil(value - 1e-9))
+end
+_M.seconds = seconds
+
+--- Notes a decision of the policy `name`: a quota of `q` per `w` seconds, `r` remaining,
+--- full again in `t` seconds, and, when refused, the seconds until it would be admitted
+--- (`retry`, nil when it never would).
+function _M.note(name, q, w, r, t, refused, retry)
+    local ctx = ngx.ctx
+    local noted = ctx.ratelimit_module_fields
+    if not noted then
+        noted = {}
+        ctx.ratelimit_module_fields = noted
+    end
+    noted[#noted + 1] = { name = name, q = floor(q), w = seconds(w), r = max(0, floor(r)),
+        t = seconds(t), refused = refused, retry = retry }
+end
+
+--- The fields for the decisions noted so far in this request: a table of header names to
+--- values (empty when nothing was noted).
+function _M.headers()
+    local noted = ngx.ctx.ratelimit_module_fields
+    local fields = {}
+    if not noted or #noted == 0 then
+        return fields
+    end
+    local policies, states, retry = {}, {}, nil
+    for i, one in ipairs(noted) do
+        policies[i] = format('"%s";q=%d;w=%d', one.name, one.q, one.w)
+        states[i] = format('"%s";r=%d;t=%d', one.name, one.r, one.t)
+        if one.refused and one.retry then
+            retry = max(retry or 0, one.retry)
+        end
+    end
+    fields["RateLimit-Policy"] = concat(policies, ", ")
+    fields["RateLimit"] = concat(states, ", ")
+    if retry then
+        fields["Retry-After"] = tostring(seconds(retry))
+    end
+    return fields
+end
+
+--- Sets the fields on the response.
+function _M.set()
+    for name, value in pairs(_M.headers()) do
+        ngx.header[name] = value
+    end
+end
+
+return _M

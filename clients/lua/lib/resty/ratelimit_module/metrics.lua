@@ -1,0 +1,74 @@
+-- The metrics the limiters count in a lua_shared_dict (the `metrics` option), served in
+-- Prometheus' text format, the same names as the Python and Node packages':
+--
+--   ratelimit_decisions_total{policy, outcome}      decisions, by policy and outcome:
+--       allowed, delayed, refused, deny_cache, failed_open, failed_closed, shadow
+--   ratelimit_server_call_duration_seconds          the server call's latency (histogram)
+--
+--   location = /metrics { content_by_lua_block {
+--       require("resty.ratelimit_module.metrics").serve("ratelimit_metrics") } }
+local client = require "resty.ratelimit_module.client"
+
+local ngx = ngx
+local concat, sort, format = table.concat, table.sort, string.format
+local find, sub, tostring = string.find, string.sub, tostring
+
+local _M = { _VERSION = "0.3.0" }
+
+-- A label value, escaped as the text format wants.
+local function label(value)
+    return (value:gsub("\\", "\\\\"):gsub("\n", "\\n"):gsub('"', '\\"'))
+end
+
+--- The metrics in `dict` (a shared dict's name) as Prometheus text.
+function _M.text(name)
+    local dict = ngx.shared[name]
+    if not dict then
+        return nil, "shared dict not found"
+    end
+    local lines = {
+        "# HELP ratelimit_decisions_total Rate-limiting decisions, by policy and outcome.",
+        "# TYPE ratelimit_decisions_total counter",
+    }
+    local decisions = {}
+    for _, key in ipairs(dict:get_keys(0)) do
+        if sub(key, 1, 10) == "decisions|" then
+            decisions[#decisions + 1] = key
+        end
+    end
+    sort(decisions)
+    for _, key in ipairs(decisions) do
+        local bar = find(key, "|", 11, true)
+        local policy, outcome = sub(key, 11, bar - 1), sub(key, bar + 1)
+        lines[#lines + 1] = format('ratelimit_decisions_total{policy="%s",outcome="%s"} %d',
+            label(policy), label(outcome), dict:get(key) or 0)
+    end
+    lines[#lines + 1] = "# HELP ratelimit_server_call_duration_seconds The latency of a call to "
+        .. "the server."
+    lines[#lines + 1] = "# TYPE ratelimit_server_call_duration_seconds histogram"
+    for _, le in ipairs(client.BUCKETS) do
+        lines[#lines + 1] = format('ratelimit_server_call_duration_seconds_bucket{le="%s"} %d',
+            tostring(le), dict:get("latency_bucket|" .. le) or 0)
+    end
+    lines[#lines + 1] = format('ratelimit_server_call_duration_seconds_bucket{le="+Inf"} %d',
+        dict:get("latency_bucket|+Inf") or 0)
+    lines[#lines + 1] = format("ratelimit_server_call_duration_seconds_sum %.6f",
+        (dict:get("latency_sum_us") or 0) / 1e6)
+    lines[#lines + 1] = format("ratelimit_server_call_duration_seconds_count %d",
+        dict:get("latency_count") or 0)
+    return concat(lines, "\n") .. "\n"
+end
+
+--- Answers the request with the metrics in `name` (a shared dict's name).
+function _M.serve(name)
+    local text, err = _M.text(name)
+    if not text then
+        ngx.status = 500
+        ngx.say(err)
+        return
+    end
+    ngx.header["Content-Type"] = "text/plain; version=0.0.4"
+    ngx.print(text)
+end
+
+return _M

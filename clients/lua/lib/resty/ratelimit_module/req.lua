@@ -1,0 +1,131 @@
+-- lua-resty-limit-traffic's `resty.limit.req` (nginx's limit_req: a leaky bucket and its
+-- queue) on the redis-ratelimit module, shared by every nginx that talks to the server:
+-- `CL.THROTTLE key 0 <rate> ... DELAY <burst / rate>`, GCRA with the queue kept on the
+-- server. The same API and return values:
+--
+--   local lim = req.new(redis_options, 200, 100)   -- 200 r/s, a queue of 100
+--   local delay, excess = lim:incoming(key, true)  -- or nil, "rejected" / nil, err
+local client = require "resty.ratelimit_module.client"
+local fields = require "resty.ratelimit_module.fields"
+
+local floor, ceil, max = math.floor, math.ceil, math.max
+local tonumber, setmetatable, assert = tonumber, setmetatable, assert
+
+local _M = { _VERSION = "0.3.0" }
+local mt = { __index = _M }
+
+-- The rate as count per this period (µs): 1,000 s, so that a rate has 0.001 r/s steps, as the
+-- original keeps it.
+local PERIOD_US = 1e9
+
+--- A limiter of `rate` requests a second, queueing up to `burst` more (both numbers, burst
+--- at least 0). `redis` is the table of Redis options (see resty.ratelimit_module.client).
+function _M.new(redis, rate, burst)
+    local c, err = client.get(redis)
+    if not c then
+        return nil, err
+    end
+    assert(rate > 0 and burst >= 0)
+    local self = setmetatable({ client = c, name = redis.name or "req" }, mt)
+    self:set_rate(rate)
+    self:set_burst(burst)
+    return self
+end
+
+--- A new rate, in requests a second.
+function _M.set_rate(self, rate)
+    self.rate = rate
+    self.count = max(1, floor(rate * 1000 + 0.5))
+end
+
+--- A new burst: how many requests may queue beyond the rate.
+function _M.set_burst(self, burst)
+    self.burst = burst
+end
+
+-- The wait the queue allows, in µs: burst emission intervals (rounded up, so a request
+-- whose turn is exactly that far away is admitted).
+local function max_wait(self)
+    return ceil(self.burst * PERIOD_US / self.count - 1e-6)
+end
+
+--- Notes a decision (its reply) for the HTTP fields: a quota of the burst plus one,
+--- refilled at the rate; what remains of the queue; when it is empty.
+function _M.note(self, reply)
+    local q = floor(self.burst) + 1
+    -- The wait: DELAY's sixth integer; in an RL.ALL, the place in the bucket's queue.
+    local wait = reply[6] or max(0, reply[5] - PERIOD_US / self.count)
+    local excess = wait / 1e6 * self.rate
+    local refused = reply[1] == 1
+    fields.note(self.name, q, q / self.rate, refused and 0 or self.burst - excess, reply[5] / 1e6,
+        refused, reply[4] >= 0 and reply[4] / 1e6 or nil)
+end
+
+--- Sees a request for `key`: its delay in seconds and the excess (requests queued ahead of
+--- it, itself included, per second of rate), or nil and "rejected" when the queue is full.
+--- With `commit` false, nothing is recorded.
+function _M.incoming(self, key, commit)
+    local c, name = self.client, self.name
+    local id = "req|" .. key .. "|" .. self.count .. "|" .. self.burst
+    local denied = c:denied(id)
+    if denied then
+        c:count(name, "deny_cache")
+        fields.note(name, floor(self.burst) + 1, (floor(self.burst) + 1) / self.rate, 0, denied,
+            true, denied)
+        if c.shadow then
+            return 0, self.burst
+        end
+        return nil, "rejected"
+    end
+    local reply, err, failed = c:call(key, {
+        commit and "cl.throttle" or "cl.throttle_ro", key, 0, self.count, PERIOD_US, 1, "US",
+        "DELAY", max_wait(self),
+    })
+    if not reply then
+        if failed then
+            local admit = c:on_failure(name)
+            if admit then
+                return 0, 0
+            elseif admit == false then
+                return nil, "rejected"
+            end
+        end
+        return nil, err
+    end
+    self:note(reply)
+    if tonumber(reply[1]) == 1 then
+        c:deny(id, reply[4] >= 0 and reply[4] / 1e6 or nil)
+        if c:refused(name, key) then
+            return 0, self.burst
+        end
+        return nil, "rejected"
+    end
+    local delay = reply[6] / 1e6
+    c:count(name, delay > 0 and "delayed" or "allowed")
+    return delay, delay * self.rate
+end
+
+--- Gives back the request last committed for `key` (as the original, which lowers the
+--- excess by one request).
+function _M.uncommit(self, key)
+    local reply, err = self.client:call(key, {
+        "cl.throttle", key, 0, self.count, PERIOD_US, 1, "US", "REFUND",
+    })
+    if not reply then
+        return nil, err
+    end
+    return true
+end
+
+--- What `traffic.combine` sends for this limiter in one `RL.ALL`: GCRA with the burst as
+--- its bucket (a request's delay is then its place in the queue, as with DELAY), and how
+--- to read its own reply back: the delay and the excess.
+function _M.combined(self)
+    local interval = PERIOD_US / self.count
+    return { "THROTTLE", floor(self.burst), self.count, PERIOD_US }, function(reply)
+        local delay = max(0, reply[5] - interval) / 1e6
+        return delay, delay * self.rate
+    end
+end
+
+return _M

@@ -1,0 +1,89 @@
+-- lua-resty-limit-traffic's `resty.limit.traffic.combine` on the redis-ratelimit module:
+-- every limiter decided in one `RL.ALL` call, all or nothing, atomic, one round trip. The
+-- original checks each limiter, then commits them one by one and uncommits on a failure; here
+-- a refused request is charged nowhere, and a `conn` limiter's slot is taken only if every
+-- rate admits (nginx's limit_conn with limit_req). The same API and return values:
+--
+--   local delay, err = traffic.combine({ lim_req, lim_conn }, { key1, key2 }, states)
+--
+-- The limiters share one table of Redis options (one server); on a Redis Cluster their keys
+-- must share a hash slot: give them one {hash tag}, as "{client:42}:req".
+local tonumber, type, max, concat = tonumber, type, math.max, table.concat
+
+local _M = { _VERSION = "0.3.0" }
+
+--- Decides `limiters[i]` for `keys[i]`, every i at once: the largest delay, or nil and
+--- "rejected" (or the error). `states[i]`, when given, receives each limiter's second value
+--- (req: the excess; count: the remaining; conn: the connections).
+function _M.combine(limiters, keys, states)
+    local n = #limiters
+    local c = limiters[1].client
+    local names = {}
+    local args = { "rl.all", n }
+    for i = 1, n do
+        if limiters[i].client ~= c then
+            return nil, "the limiters of one combine must share their Redis options"
+        end
+        args[#args + 1] = keys[i]
+        names[i] = limiters[i].name
+    end
+    local readers = {}
+    for i = 1, n do
+        local words, reader = limiters[i]:combined()
+        readers[i] = reader
+        for _, word in ipairs(words) do
+            args[#args + 1] = word
+        end
+    end
+    args[#args + 1] = 1
+    args[#args + 1] = "US"
+    args[#args + 1] = "DETAILS"
+    local policy = concat(names, "+")
+    local id = "all|" .. concat(args, "|", 3)
+    local denied = c:denied(id)
+    if denied then
+        c:count(policy, "deny_cache")
+        if not c.shadow then
+            return nil, "rejected"
+        end
+        return 0
+    end
+    local reply, err, failed = c:call(keys[1], args)
+    if not reply then
+        if failed then
+            local admit = c:on_failure(policy)
+            if admit then
+                return 0
+            elseif admit == false then
+                return nil, "rejected"
+            end
+        end
+        return nil, err
+    end
+    -- DETAILS: each limiter's own five after the five (and the lease id) of all of them.
+    local first = type(reply[6]) == "table" and 6 or 7
+    local lease_id = first == 7 and reply[6] or nil
+    for i = 1, n do
+        limiters[i]:note(reply[first + i - 1])
+    end
+    if tonumber(reply[1]) == 1 then
+        c:deny(id, reply[4] >= 0 and reply[4] / 1e6 or nil)
+        if c:refused(policy, keys[1]) then
+            return 0
+        end
+        return nil, "rejected"
+    end
+    local max_delay = 0
+    for i = 1, n do
+        local delay, state = readers[i](reply[first + i - 1], lease_id, keys[i])
+        if states then
+            states[i] = state
+        end
+        max_delay = max(max_delay, delay)
+    end
+    c:count(policy, max_delay > 0 and "delayed" or "allowed")
+    return max_delay
+end
+
+
+return _M

@@ -1,0 +1,640 @@
+//! The Lua package (`clients/lua`) in real nginx with its Lua module, against real servers
+//! with the module, over real HTTP: `req`, `count` and `conn` holding their limits across
+//! two nginx sharing one server, `req`'s delays against lua-resty-limit-traffic's formula,
+//! leases released in the log phase and freed when an nginx is killed, `traffic.combine`
+//! all or nothing, the failure policy with the server frozen and gone, a Cluster with a slot
+//! moving under traffic, and the deny cache under a flood.
+
+mod support;
+
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use support::cluster::Cluster;
+use support::nginx::{try_request, Nginx, Response};
+use support::{ints, query, Server};
+
+/// The options table every location of a test uses, as Lua: `{ host, port, ... }` plus
+/// `extra` (more fields, Lua syntax).
+fn redis_options(port: u16, extra: &str) -> String {
+    format!("{{ host = \"127.0.0.1\", port = {port}, timeout = 500{extra} }}")
+}
+
+/// An http block: the options as the global `REDIS`, then `locations` in one server on
+/// `{listen}`.
+fn http(options: &str, locations: &str) -> String {
+    format!(
+        "    lua_shared_dict ratelimit_deny 1m;
+    init_by_lua_block {{ REDIS = {options} }}
+    server {{
+        listen {{listen}};
+{locations}
+    }}"
+    )
+}
+
+/// A location that runs `limiter` (Lua: `lim`, made once per worker) on the key of the
+/// `k` argument and answers 200 with the delay and the state in `X-Delay` and `X-State`,
+/// 503 when rejected and 500 on an error (in `X-Error`).
+fn location(path: &str, make: &str) -> String {
+    format!(
+        "        location {path} {{
+            access_by_lua_block {{
+                local lim = LIMITERS and LIMITERS[\"{path}\"]
+                if not lim then
+                    LIMITERS = LIMITERS or {{}}
+                    lim = assert({make})
+                    LIMITERS[\"{path}\"] = lim
+                end
+                local delay, state = lim:incoming(ngx.var.arg_k or \"k\", ngx.var.arg_dry ~= \"1\")
+                require(\"resty.ratelimit_module.fields\").set()
+                if not delay then
+                    ngx.header[\"X-Error\"] = state
+                    return ngx.exit(state == \"rejected\" and 503 or 500)
+                end
+                if lim.is_committed and lim:is_committed() then
+                    ngx.ctx.conn = lim
+                end
+                ngx.header[\"X-Delay\"] = string.format(\"%.6f\", delay)
+                ngx.header[\"X-State\"] = tostring(state)
+            }}
+            content_by_lua_block {{
+                local wait = tonumber(ngx.var.arg_sleep)
+                if wait then ngx.sleep(wait) end
+                ngx.say(\"ok\")
+            }}
+            log_by_lua_block {{
+                local lim = ngx.ctx.conn
+                if lim then lim:leaving(ngx.var.arg_k or \"k\", 0.1) end
+            }}
+        }}
+"
+    )
+}
+
+/// The responses to `count` requests of `path`, sent at once, spread over `nginxes`.
+fn burst(nginxes: &[&Nginx], path: &str, count: usize) -> Vec<Response> {
+    let ports: Vec<u16> = nginxes.iter().map(|nginx| nginx.port()).collect();
+    let handles: Vec<_> = (0..count)
+        .map(|i| {
+            let (port, path) = (ports[i % ports.len()], path.to_owned());
+            thread::spawn(move || support::nginx::request(port, "GET", &path, &[], ""))
+        })
+        .collect();
+    handles.into_iter().map(|handle| handle.join().unwrap()).collect()
+}
+
+fn statuses(responses: &[Response], status: u16) -> usize {
+    responses.iter().filter(|one| one.status == status).count()
+}
+
+fn delay(response: &Response) -> f64 {
+    response.header("X-Delay").unwrap().parse().unwrap()
+}
+
+#[test]
+fn two_nginx_sharing_one_server_hold_count_and_req_exactly() {
+    let server = Server::start();
+    let locations = [
+        location("/count", "require(\"resty.ratelimit_module.count\").new(REDIS, 20, 60)"),
+        location("/req", "require(\"resty.ratelimit_module.req\").new(REDIS, 5, 10)"),
+    ]
+    .concat();
+    let config = http(&redis_options(server.port(), ""), &locations);
+    let (a, b) = (Nginx::start(&config), Nginx::start(&config));
+    // count: 20 a minute from the first request, whichever nginx the requests reach.
+    let responses = burst(&[&a, &b], "/count?k=shared", 80);
+    assert_eq!(statuses(&responses, 200), 20);
+    assert_eq!(statuses(&responses, 503), 60);
+    let mut remaining: Vec<i64> = responses
+        .iter()
+        .filter(|one| one.status == 200)
+        .map(|one| one.header("X-State").unwrap().parse().unwrap())
+        .collect();
+    remaining.sort_unstable();
+    assert_eq!(remaining, (0..20).collect::<Vec<i64>>());
+    let refused = responses.iter().find(|one| one.status == 503).unwrap();
+    assert_eq!(refused.header("RateLimit-Policy"), Some("\"count\";q=20;w=60"));
+    assert!(refused.header("Retry-After").is_some());
+    // req: 5 a second with a queue of 10: 11 admitted at once across both, each delayed to
+    // its turn in the queue (a fifth of a second apart), as limit_req delays them.
+    let start = Instant::now();
+    let responses = burst(&[&a, &b], "/req?k=queue", 40);
+    let span = start.elapsed().as_secs_f64();
+    assert_eq!(statuses(&responses, 200), 11);
+    let mut delays: Vec<f64> = responses
+        .iter()
+        .filter(|one| one.status == 200)
+        .map(delay)
+        .collect();
+    delays.sort_by(f64::total_cmp);
+    for (turn, delay) in delays.iter().enumerate() {
+        let due = turn as f64 * 0.2;
+        assert!(
+            *delay <= due + 1e-6 && *delay >= due - span - 0.002,
+            "turn {turn}: delay {delay}, due {due}, the burst took {span} s"
+        );
+    }
+}
+
+/// lua-resty-limit-traffic's `resty.limit.req`: excess (in requests) grows by one a request
+/// and drains at the rate; the delay is excess / rate, and a request is rejected when its
+/// excess would exceed the burst.
+#[derive(Clone, Copy)]
+struct OriginalReq {
+    rate: f64,
+    burst: f64,
+    excess: f64,
+    last: Option<f64>,
+}
+
+impl OriginalReq {
+    fn copy(&self) -> OriginalReq {
+        OriginalReq { ..*self }
+    }
+
+    fn incoming(&mut self, now: f64) -> Option<f64> {
+        let excess = match self.last {
+            Some(last) => (self.excess - self.rate * (now - last) + 1.0).max(0.0),
+            None => 0.0,
+        };
+        if excess > self.burst {
+            return None;
+        }
+        (self.excess, self.last) = (excess, Some(now));
+        Some(excess / self.rate)
+    }
+}
+
+#[test]
+fn req_delays_follow_lua_resty_limit_traffics_formula() {
+    let server = Server::start();
+    let locations = location("/req", "require(\"resty.ratelimit_module.req\").new(REDIS, 10, 4)");
+    let nginx = Nginx::start(&http(&redis_options(server.port(), ""), &locations));
+    let mut original = OriginalReq {
+        rate: 10.0,
+        burst: 4.0,
+        excess: 0.0,
+        last: None,
+    };
+    let start = Instant::now();
+    // Bursts and pauses: some requests delayed, some rejected, some after the queue drained.
+    let pauses = [0, 0, 0, 0, 0, 0, 0, 150, 0, 30, 0, 0, 0, 0, 400, 0, 0, 90, 0, 0, 0, 0, 0];
+    for (i, pause) in pauses.iter().enumerate() {
+        thread::sleep(Duration::from_millis(*pause));
+        let sent = start.elapsed().as_secs_f64();
+        let response = nginx.get("/req?k=formula");
+        let answered = start.elapsed().as_secs_f64();
+        // The server decided between the two instants; the model at both brackets it.
+        let (early, late) = (
+            original.copy().incoming(sent),
+            original.copy().incoming(answered),
+        );
+        match response.status {
+            200 => {
+                let got = delay(&response);
+                let (low, high) = (late.unwrap_or(0.0), early.unwrap_or(f64::MAX));
+                assert!(
+                    got >= low - 1e-3 && got <= high + 1e-3,
+                    "request {i}: delay {got}, the formula gives {low} to {high}"
+                );
+                original.incoming((sent + answered) / 2.0);
+            }
+            503 => assert!(early.is_none() || late.is_none(), "request {i} rejected"),
+            other => panic!("request {i}: {other}: {}", nginx.log()),
+        }
+    }
+}
+
+
+#[test]
+fn conn_admits_max_releases_in_the_log_phase_and_a_killed_nginx_frees_its_slots() {
+    let server = Server::start();
+    let locations = location(
+        "/conn",
+        "require(\"resty.ratelimit_module.conn\").new(REDIS, 2, 0, 0.5)",
+    );
+    let config = http(&redis_options(server.port(), ", lease = 2"), &locations);
+    let (mut a, b) = (Nginx::start(&config), Nginx::start(&config));
+    let mut con = server.connect();
+    let held = |con: &mut redis::Connection| {
+        let peek = ints(con, &["RL.ACQUIRE_RO", "k", "2", "2", "0"]);
+        2 - peek[2]
+    };
+    // Five at once, each holding its slot for half a second: two go in.
+    let responses = burst(&[&a, &b], "/conn?sleep=0.5", 5);
+    assert_eq!(statuses(&responses, 200), 2);
+    assert_eq!(statuses(&responses, 503), 3);
+    // Both left: their slots were freed in the log phase (through a timer).
+    let freed = support::wait_until(Duration::from_secs(2), || held(&mut con) == 0);
+    assert!(freed, "the slots were not freed: {}", a.log());
+    // Two held through nginx a, which is then killed: nothing runs its log phase.
+    let port = a.port();
+    let holders: Vec<_> = (0..2)
+        .map(|_| {
+            thread::spawn(move || {
+                try_request(port, "GET", "/conn?sleep=30", &[], "", Duration::from_secs(40))
+            })
+        })
+        .collect();
+    assert!(support::wait_until(Duration::from_secs(5), || held(&mut con) == 2));
+    let killed = Instant::now();
+    a.kill();
+    for holder in holders {
+        assert!(holder.join().unwrap().is_err(), "a killed nginx answered");
+    }
+    assert_eq!(b.get("/conn").status, 503, "the slots are still held");
+    // The leases (2 s) end on their own: nginx b admits again.
+    let freed = support::wait_until(Duration::from_secs(5), || b.get("/conn").status == 200);
+    let after = killed.elapsed();
+    assert!(freed, "the killed nginx's slots were never freed");
+    assert!(after >= Duration::from_millis(1_500), "freed after {after:?}, before its lease ended");
+}
+
+#[test]
+fn combine_is_all_or_nothing_in_one_call() {
+    let server = Server::start();
+    let combine = "        location /combine {
+            access_by_lua_block {
+                local req = require \"resty.ratelimit_module.req\"
+                local count = require \"resty.ratelimit_module.count\"
+                local conn = require \"resty.ratelimit_module.conn\"
+                local traffic = require \"resty.ratelimit_module.traffic\"
+                LIMS = LIMS or { assert(req.new(REDIS, 100, 50)), assert(count.new(REDIS, 3, 60)),
+                    assert(conn.new(REDIS, 2, 0, 1)) }
+                local keys = { \"{c}:req\", \"{c}:count\", \"{c}:conn\" }
+                local states = {}
+                local delay, err = traffic.combine(LIMS, keys, states)
+                require(\"resty.ratelimit_module.fields\").set()
+                if not delay then
+                    ngx.header[\"X-Error\"] = err
+                    return ngx.exit(err == \"rejected\" and 503 or 500)
+                end
+                ngx.ctx.keys = keys
+                ngx.header[\"X-State\"] = string.format(\"%.6f %s %s\", states[1], states[2], states[3])
+            }
+            content_by_lua_block {
+                local wait = tonumber(ngx.var.arg_sleep)
+                if wait then ngx.sleep(wait) end
+                ngx.say(\"ok\")
+            }
+            log_by_lua_block {
+                if ngx.ctx.keys then LIMS[3]:leaving(ngx.ctx.keys[3], 0.1) end
+            }
+        }
+";
+    let nginx = Nginx::start(&http(&redis_options(server.port(), ", lease = 30"), combine));
+    let mut con = server.connect();
+    let standing = |con: &mut redis::Connection| {
+        (
+            ints(con, &["CL.THROTTLE_RO", "{c}:req", "50", "100000", "1000000000", "0", "US"])[2],
+            ints(con, &["RL.WINDOW_RO", "{c}:count", "3", "60", "0", "ANCHORED"])[2],
+            ints(con, &["RL.ACQUIRE_RO", "{c}:conn", "2", "30", "0"])[2],
+        )
+    };
+    // Two requests in flight hold both slots: a third is refused by conn alone, and charged
+    // to neither rate.
+    let port = nginx.port();
+    let holders: Vec<_> = (0..2)
+        .map(|_| thread::spawn(move || support::nginx::request(port, "GET", "/combine?sleep=1", &[], "")))
+        .collect();
+    assert!(support::wait_until(Duration::from_secs(5), || standing(&mut con).2 == 0));
+    let before = standing(&mut con);
+    let refused = nginx.get("/combine");
+    assert_eq!(refused.status, 503);
+    assert_eq!(standing(&mut con), before, "a refused call charged something");
+    for holder in holders {
+        assert_eq!(holder.join().unwrap().status, 200);
+    }
+    // Released: a third request fits the count's 3; a fourth is refused by count, and its
+    // lease is not taken nor the rate charged.
+    assert!(support::wait_until(Duration::from_secs(5), || standing(&mut con).2 == 2));
+    let third = nginx.get("/combine");
+    assert_eq!(third.status, 200, "{third:?}");
+    assert!(support::wait_until(Duration::from_secs(5), || standing(&mut con).2 == 2));
+    let before = standing(&mut con);
+    assert_eq!(before.1, 0);
+    let fourth = nginx.get("/combine");
+    assert_eq!(fourth.status, 503);
+    assert_eq!(standing(&mut con), before, "a refused call charged something");
+    assert_eq!(
+        fourth.header("RateLimit-Policy"),
+        Some("\"req\";q=51;w=1, \"count\";q=3;w=60, \"conn\";q=2;w=30")
+    );
+    // One call each, whatever the number of limiters.
+    let calls: String = query(&mut con, &["INFO", "commandstats"]);
+    assert!(calls.contains("cmdstat_rl.all:calls=5,"), "{calls}");
+}
+
+/// Requests within `timeout` plus a margin, answered as the policy says.
+fn answered_within(nginx: &Nginx, path: &str, bound: Duration) -> (u16, Duration) {
+    let start = Instant::now();
+    let response = try_request(nginx.port(), "GET", path, &[], "", Duration::from_secs(10))
+        .unwrap_or_else(|error| panic!("{path}: {error}"));
+    let took = start.elapsed();
+    assert!(took <= bound, "{path} took {took:?}");
+    (response.status, took)
+}
+
+#[test]
+fn a_frozen_or_gone_server_costs_at_most_the_timeout_and_service_resumes() {
+    let mut server = Server::start();
+    let locations = [
+        location(
+            "/allow",
+            "require(\"resty.ratelimit_module.count\").new(ALLOW, 1000, 60)",
+        ),
+        location(
+            "/deny",
+            "require(\"resty.ratelimit_module.count\").new(DENY, 1000, 60)",
+        ),
+        location(
+            "/plain",
+            "require(\"resty.ratelimit_module.count\").new(REDIS, 1000, 60)",
+        ),
+    ]
+    .concat();
+    let options = redis_options(server.port(), ", timeout = 200, cooldown = 500");
+    let allow = options.replace("timeout = 200", "timeout = 200, on_error = \"allow\"");
+    let deny = options.replace("timeout = 200", "timeout = 200, on_error = \"deny\"");
+    let config = http(&options, &locations).replace(
+        "init_by_lua_block { REDIS",
+        &format!("init_by_lua_block {{ ALLOW = {allow}; DENY = {deny}; REDIS"),
+    );
+    let nginx = Nginx::start(&config);
+    for path in ["/allow", "/deny", "/plain"] {
+        assert_eq!(nginx.get(path).status, 200);
+    }
+    // 200 ms of timeout, a margin for the machine.
+    let bound = Duration::from_millis(200 + 300);
+    for (fault, signal) in [("frozen", libc::SIGSTOP), ("gone", libc::SIGKILL)] {
+        if signal == libc::SIGKILL {
+            server.kill();
+        } else {
+            server.signal(signal);
+        }
+        for round in 0..3 {
+            for (path, expected) in [("/allow", 200), ("/deny", 503), ("/plain", 500)] {
+                let (status, _) = answered_within(&nginx, path, bound);
+                assert_eq!(status, expected, "{fault}, round {round}, {path}");
+            }
+        }
+        // The server back: within the cool-down, then the next call, service resumes.
+        if signal == libc::SIGKILL {
+            server.restart();
+        } else {
+            server.signal(libc::SIGCONT);
+        }
+        let back = Instant::now();
+        let resumed = support::wait_until(Duration::from_secs(3), || {
+            nginx.get("/deny").status == 200 && nginx.get("/plain").status == 200
+        });
+        assert!(resumed, "{fault}: service did not resume: {}", nginx.log());
+        assert!(back.elapsed() < Duration::from_secs(2), "{fault}: resumed after {:?}", back.elapsed());
+    }
+    // Errors are logged at most once a second per worker, not once per request.
+    let logged = nginx.log().matches("ratelimit_module:").count();
+    assert!(logged <= 20, "{logged} lines:\n{}", nginx.log());
+}
+
+#[test]
+fn on_a_cluster_keys_are_routed_by_slot_and_a_slot_moving_under_traffic_stays_exact() {
+    let cluster = Cluster::start(3, 0);
+    let masters = cluster.masters();
+    let seeds: Vec<String> = masters
+        .iter()
+        .map(|master| format!("\"127.0.0.1:{}\"", master.port))
+        .collect();
+    let options = format!("{{ cluster = {{ {} }}, timeout = 2000 }}", seeds.join(", "));
+    let locations = location(
+        "/count",
+        "require(\"resty.ratelimit_module.count\").new(REDIS, 100000, 600)",
+    );
+    let nginx = Nginx::start(&http(&options, &locations));
+    // A key in the lowest slots of the master serving slot 0, which a reshard moves first.
+    let first = masters[0].port;
+    let owner = cluster.owner(first, 0).unwrap();
+    let from = masters.iter().find(|master| master.port == owner).unwrap().clone();
+    let mut con = cluster.node(from.port).connect();
+    let key = (0..)
+        .map(|i| format!("moved{i}"))
+        .find(|key| query::<i64, _>(&mut con, &["CLUSTER", "KEYSLOT", key]) < 64)
+        .unwrap();
+    let to = masters.iter().find(|master| master.port != from.port).unwrap().clone();
+    let admitted = Arc::new(Mutex::new(0u64));
+    let stop = Arc::new(Mutex::new(false));
+    let traffic = {
+        let (admitted, stop, port, key) = (admitted.clone(), stop.clone(), nginx.port(), key.clone());
+        thread::spawn(move || {
+            let mut failures = Vec::new();
+            while !*stop.lock().unwrap() {
+                let response = support::nginx::request(port, "GET", &format!("/count?k={key}"), &[], "");
+                match response.status {
+                    200 => *admitted.lock().unwrap() += 1,
+                    other => failures.push((other, response.header("X-Error").map(str::to_owned))),
+                }
+            }
+            failures
+        })
+    };
+    thread::sleep(Duration::from_millis(300));
+    cluster.reshard_slots(&from, &to, 64);
+    thread::sleep(Duration::from_millis(300));
+    *stop.lock().unwrap() = true;
+    let failures = traffic.join().unwrap();
+    assert!(failures.is_empty(), "requests failed during the move: {failures:?}");
+    // The key moved, and counts exactly what nginx admitted.
+    let mut on_target = cluster.node(to.port).connect();
+    let counts: Vec<i64> = query(
+        &mut on_target,
+        &["RL.WINDOW.COUNTS", &key, "600", "ANCHORED"],
+    );
+    let admitted = *admitted.lock().unwrap();
+    assert!(admitted > 0);
+    assert_eq!(counts[2] as u64, admitted, "{}", nginx.log());
+}
+
+#[test]
+fn the_deny_cache_spares_the_server_under_a_flood() {
+    let server = Server::start();
+    let locations = location(
+        "/req",
+        "require(\"resty.ratelimit_module.req\").new(REDIS, 0.1, 1)",
+    );
+    let nginx = Nginx::start(&http(
+        &redis_options(server.port(), ", deny_cache = \"ratelimit_deny\""),
+        &locations,
+    ));
+    let mut con = server.connect();
+    let calls = |con: &mut redis::Connection| -> u64 {
+        let info: String = query(con, &["INFO", "commandstats"]);
+        info.lines()
+            .find_map(|line| line.strip_prefix("cmdstat_cl.throttle:calls="))
+            .map_or(0, |rest| rest.split(',').next().unwrap().parse().unwrap())
+    };
+    // One a ten seconds with a queue of one: two admitted, the third refused for seconds.
+    assert_eq!(nginx.get("/req?k=flood").status, 200);
+    assert_eq!(nginx.get("/req?k=flood").status, 200);
+    let refused = nginx.get("/req?k=flood");
+    assert_eq!(refused.status, 503);
+    let retry: u64 = refused.header("Retry-After").unwrap().parse().unwrap();
+    assert!(retry >= 9, "{refused:?}");
+    let before = calls(&mut con);
+    assert_eq!(before, 3);
+    // A flood of 1,000 on the refused key: answered from the cache, the same refusal.
+    let responses = burst(&[&nginx], "/req?k=flood", 1_000);
+    assert_eq!(statuses(&responses, 503), 1_000);
+    for response in &responses {
+        let retry_after: u64 = response.header("Retry-After").unwrap().parse().unwrap();
+        assert!(retry_after <= retry && retry_after >= retry - 2, "{response:?}");
+    }
+    assert_eq!(calls(&mut con), before, "the flood reached the server");
+    // Another key is not refused from the cache.
+    assert_eq!(nginx.get("/req?k=other").status, 200);
+    assert_eq!(calls(&mut con), before + 1);
+}
+
+/// The articles' gateway (`examples/nginx`) on a server loaded with its lists, as a user runs
+/// it, on `port`.
+fn gateway(redis_port: u16) -> Nginx {
+    let root = support::repository();
+    let text = std::fs::read_to_string(root.join("examples/nginx/nginx.conf")).unwrap();
+    Nginx::start_config(|port| {
+        text.replace("listen 8881;", &format!("listen 127.0.0.1:{port};"))
+            .replace("port = 6379", &format!("port = {redis_port}"))
+            .replace("$prefix/", &format!("{}/", root.join("examples/nginx").display()))
+    })
+}
+
+/// Runs the lines of `examples/nginx/lists.redis`, as `redis-cli < lists.redis` does.
+fn load_lists(con: &mut redis::Connection) {
+    let root = support::repository();
+    let text = std::fs::read_to_string(root.join("examples/nginx/lists.redis")).unwrap();
+    for line in text.lines().filter(|line| !line.trim().is_empty()) {
+        let mut words = Vec::new();
+        let mut rest = line.trim();
+        while !rest.is_empty() {
+            if let Some(quoted) = rest.strip_prefix('"') {
+                let (word, after) = quoted.split_once('"').unwrap();
+                words.push(word.to_owned());
+                rest = after.trim_start();
+            } else {
+                let (word, after) = rest.split_once(' ').unwrap_or((rest, ""));
+                words.push(word.to_owned());
+                rest = after.trim_start();
+            }
+        }
+        let _: redis::Value = query(con, &words);
+    }
+}
+
+/// The JSON body `{"seqId":...,"code":...,"msg":...}` of a refusal: its code.
+fn json_code(response: &Response) -> i64 {
+    let body = response.body.trim();
+    assert!(body.starts_with('{') && body.contains("\"seqId\":\"xx-xx-xx\""), "{body}");
+    let code = body.split("\"code\":").nth(1).unwrap();
+    code.split([',', '}']).next().unwrap().parse().unwrap()
+}
+
+#[test]
+fn the_articles_gateway_answers_each_of_their_scenarios() {
+    let server = Server::start();
+    let mut con = server.connect();
+    load_lists(&mut con);
+    let nginx = gateway(server.port());
+    let caller = |name: &str| format!("{{\"seqId\": \"xx-xx-xx\", \"caller\":\"{name}\"}}");
+    let hello = |response: Response| {
+        assert_eq!((response.status, response.body.trim()), (200, "hello, world"));
+    };
+    // An API that is not limited, by POST and by GET.
+    hello(nginx.post("/_dev_api", &caller("_dev_ashin")));
+    hello(nginx.get("/_dev_api?seqId=xx-xx-xx&caller=_dev_ashin"));
+    // A key on the deny list: refused, with the error body.
+    let blocked = nginx.post("/_dev_api/blocked", &caller("1"));
+    assert_eq!((blocked.status, json_code(&blocked)), (403, 403));
+    assert_eq!(blocked.header("Content-Type"), Some("application/json"));
+    // A limited API, a caller with no threshold of its own: the default (500 at once).
+    for _ in 0..20 {
+        hello(nginx.post("/_dev_api/limited", &caller("mayday")));
+    }
+    // A caller with its own: once a second, so a second request at once is refused.
+    hello(nginx.post("/_dev_api/limited", &caller("_dev_ashin")));
+    let limited = nginx.post("/_dev_api/limited", &caller("_dev_ashin"));
+    assert_eq!((limited.status, json_code(&limited)), (429, 429));
+    // A caller on the allow list is never limited, on a limited API.
+    for _ in 0..5 {
+        hello(nginx.post("/_dev_api/limited", &caller("_dev_whitelist")));
+    }
+    // No caller at all: refused as a bad request.
+    let anonymous = nginx.post("/_dev_api", "{\"seqId\": \"xx-xx-xx\"}");
+    assert_eq!((anonymous.status, json_code(&anonymous)), (403, 403));
+    // The decisions were counted, served in Prometheus' format: 21 admitted (those within
+    // the bucket but not first in it are counted as delayed: limit_req would delay them;
+    // this gateway serves them at once, nodelay), one refused.
+    let metrics = nginx.get("/metrics").body;
+    let count = |outcome: &str| -> u64 {
+        let name = format!("ratelimit_decisions_total{{policy=\"gateway\",outcome=\"{outcome}\"}} ");
+        metrics
+            .lines()
+            .find_map(|line| line.strip_prefix(name.as_str()))
+            .map_or(0, |value| value.parse().unwrap())
+    };
+    assert_eq!(count("allowed") + count("delayed"), 21, "{metrics}");
+    assert!(
+        metrics.contains("ratelimit_decisions_total{policy=\"gateway\",outcome=\"refused\"} 1"),
+        "{metrics}"
+    );
+}
+
+#[test]
+fn a_list_change_reaches_every_gateway_within_a_second() {
+    let server = Server::start();
+    let mut con = server.connect();
+    load_lists(&mut con);
+    let (a, b) = (gateway(server.port()), gateway(server.port()));
+    let body = "{\"seqId\": \"xx-xx-xx\", \"caller\":\"bob\"}";
+    for nginx in [&a, &b] {
+        assert_eq!(nginx.post("/_dev_api", body).status, 200);
+    }
+    // Denied, as the Python and Node helpers write it: the field, and the version, at once.
+    let changed = Instant::now();
+    let _: redis::Value = redis::pipe()
+        .atomic()
+        .cmd("HSET")
+        .arg("gateway:lists")
+        .arg("deny:ratelimiter:/_dev_api:bob")
+        .arg("1")
+        .cmd("HINCRBY")
+        .arg("gateway:lists")
+        .arg("version")
+        .arg(1)
+        .query(&mut con)
+        .unwrap();
+    for nginx in [&a, &b] {
+        let reached = support::wait_until(Duration::from_secs(2), || {
+            (0..4).all(|_| nginx.post("/_dev_api", body).status == 403)
+        });
+        assert!(reached, "the deny list never reached nginx: {}", nginx.log());
+    }
+    let took = changed.elapsed();
+    assert!(took < Duration::from_secs(1), "the change took {took:?}");
+    // And its removal.
+    let _: redis::Value = redis::pipe()
+        .atomic()
+        .cmd("HDEL")
+        .arg("gateway:lists")
+        .arg("deny:ratelimiter:/_dev_api:bob")
+        .cmd("HINCRBY")
+        .arg("gateway:lists")
+        .arg("version")
+        .arg(1)
+        .query(&mut con)
+        .unwrap();
+    for nginx in [&a, &b] {
+        let reached = support::wait_until(Duration::from_secs(1), || {
+            (0..4).all(|_| nginx.post("/_dev_api", body).status == 200)
+        });
+        assert!(reached, "the removal never reached nginx");
+    }
+}

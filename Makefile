@@ -30,6 +30,13 @@ DIST_TIME := $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
 BUILD_PACKAGES := build-essential libclang-dev
 # What running and testing need besides.
 SERVER_PACKAGES := redis-server redis-tools
+# nginx with its Lua module, lua-resty-redis and cjson, for the Lua package's tests, and
+# luarocks, which installs the package from the tarball (Debian's packages; lua-nginx-redis
+# pulls in nginx-extras). Installed without starting a system nginx.
+NGINX_PACKAGES := nginx libnginx-mod-http-lua lua-nginx-redis lua-cjson luarocks
+# The Lua package's linter (luacheck), for `make lint`; wrk, for `make bench`.
+LINT_PACKAGES := lua-check
+BENCH_PACKAGES := wrk
 
 # The examples' clients: the client packages, redis-py in a virtualenv, ioredis from npm.
 EXAMPLES_VENV := $(CURDIR)/target/examples-venv
@@ -46,7 +53,7 @@ CLIENTS_VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' clients/python/py
 # trixie. Redis 8.0 is the line Debian 13 ships; redis:8 is the newest 8.x.
 OTHER_SERVERS := redis:8.0 redis:8 valkey:8 valkey:9
 
-.PHONY: all build run test test-servers dist lint bench bench-update deps-bench stress valgrind deps-build deps-server deps-examples examples-deps clients-deps clean
+.PHONY: all build run test test-servers dist lint bench bench-update deps-bench stress valgrind deps-build deps-server deps-nginx deps-examples examples-deps clients-deps clean
 
 all: build
 
@@ -56,13 +63,13 @@ build: deps-build
 run: deps-server build
 	redis-server redis.conf
 
-test: deps-server build examples-deps clients-deps dist
+test: deps-server deps-nginx build examples-deps clients-deps dist
 	RATELIMIT_MODULE=$(MODULE) RATELIMIT_DIST=$(DIST_TARBALL) EXAMPLES_PYTHON=$(EXAMPLES_PYTHON) \
 	  CLIENTS_PYTHON=$(CLIENTS_PYTHON) $(CARGO) test --release
 
 # The integration tests (not the unit tests, which involve no server) against each of
 # OTHER_SERVERS, built by tests/servers/build.sh on the first run.
-test-servers: deps-server build examples-deps clients-deps dist
+test-servers: deps-server deps-nginx build examples-deps clients-deps dist
 	$(CARGO) build --release --examples
 	@for spec in $(OTHER_SERVERS); do \
 	  server=$$(tests/servers/build.sh $${spec%%:*} $${spec##*:}) || exit 1; \
@@ -72,7 +79,8 @@ test-servers: deps-server build examples-deps clients-deps dist
 	    $(CARGO) test --release --test '*' || exit 1; \
 	done
 
-# The release tarball: the module, README, docs, examples, LICENSE, CHANGELOG and their SHA-256 sums,
+# The release tarball: the module, README, docs, examples, the client packages (the Python wheel,
+# the npm tarball, the Lua package with its rockspec), LICENSE, CHANGELOG and their SHA-256 sums,
 # with a checksum file beside it. Reproducible: sorted, owned by root, dated by the last commit.
 dist: build examples-deps
 	@rm -rf dist/$(DIST_NAME) && mkdir -p dist/$(DIST_NAME)
@@ -83,6 +91,7 @@ dist: build examples-deps
 	cp dist/redis_ratelimit_module-$(CLIENTS_VERSION)-py3-none-any.whl \
 	  dist/redis-ratelimit-module-$(CLIENTS_VERSION).tgz dist/$(DIST_NAME)/
 	cp -r docs dist/$(DIST_NAME)/
+	mkdir -p dist/$(DIST_NAME)/clients && cp -r clients/lua dist/$(DIST_NAME)/clients/
 	tar -cf - --exclude=node_modules --exclude=__pycache__ examples | tar -xf - -C dist/$(DIST_NAME)
 	cd dist/$(DIST_NAME) && find . -type f ! -name SHA256SUMS | sort | sed 's|^\./||' \
 	  | xargs sha256sum > SHA256SUMS
@@ -111,9 +120,10 @@ $(BASELINE_MODULE):
 	git worktree add --force --detach $(CURDIR)/target/baseline/$(BASELINE) $(BASELINE)
 	cd $(CURDIR)/target/baseline/$(BASELINE) && $(CARGO) build --release
 
-deps-bench:
+deps-bench: deps-nginx
 	@command -v python3 >/dev/null 2>&1 || { missing=" python3"; $(install_missing); }
 	@command -v valgrind >/dev/null 2>&1 || { missing=" valgrind"; $(install_missing); }
+	@$(call ensure_packages,$(BENCH_PACKAGES))
 
 # Far more fuzzing, differential calls and soak than `make test`, each with its own seed.
 stress: deps-server build
@@ -133,14 +143,27 @@ valgrind: deps-server build
 	  $(addprefix --test ,$(VALGRIND_TESTS))
 
 lint: deps-build
+	@$(call ensure_packages,$(LINT_PACKAGES))
 	$(CARGO) fmt --check
 	$(CARGO) clippy --release --all-targets -- -D warnings
+	luacheck --config clients/lua/.luacheckrc clients/lua/lib examples/nginx/lua
 
 deps-build:
 	@$(call ensure_packages,$(BUILD_PACKAGES))
 
 deps-server: deps-build
 	@$(call ensure_packages,$(SERVER_PACKAGES))
+
+# Debian starts a service it installs; a policy-rc.d that says no keeps a system nginx off
+# port 80 (made only for the install, and only when the machine has none of its own).
+deps-nginx:
+	@if [ "$$(id -u)" = 0 ] && [ ! -e /usr/sbin/policy-rc.d ]; then \
+	  printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d; \
+	  made=1; \
+	fi; \
+	status=0; ( $(call ensure_packages,$(NGINX_PACKAGES)) ) || status=$$?; \
+	if [ -n "$$made" ]; then rm -f /usr/sbin/policy-rc.d; fi; \
+	exit $$status
 
 # Python with venv and Node.js with npm, as commands: a Node.js from elsewhere (NodeSource)
 # is as good as Debian's packages, which would conflict with it.
@@ -193,6 +216,9 @@ for package in $(1); do \
     case $$package in \
       redis-server) command -v redis-server >/dev/null 2>&1 || missing="$$missing $$package" ;; \
       redis-tools) command -v redis-cli >/dev/null 2>&1 || missing="$$missing $$package" ;; \
+      nginx) command -v nginx >/dev/null 2>&1 || missing="$$missing $$package" ;; \
+      lua-check) command -v luacheck >/dev/null 2>&1 || missing="$$missing $$package" ;; \
+      wrk) command -v wrk >/dev/null 2>&1 || missing="$$missing $$package" ;; \
       build-essential) command -v cc >/dev/null 2>&1 || missing="$$missing $$package" ;; \
     esac; \
   fi; \

@@ -9,6 +9,8 @@ request are counted by callgrind (repeatable on a noisy shared machine: the rati
 `SET ... PX` in the same setup are what the targets judge). Time, throughput and latency
 are measured in the replica setup without valgrind. Then memory: bytes per key, per logged
 request and per held lease, read from used_memory once INFO keyspace shows every key.
+Beside them, DELAY against polling (bench/roundtrips.py) and requests through nginx with
+the Lua package (bench/nginx.py).
 
 Every limit is chosen so that no key expires during a measurement.
 
@@ -31,6 +33,8 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from nginx import measure_nginx, nginx_section
 
 ROOT = Path(__file__).resolve().parent.parent
 MODULE = ROOT / "target/release/libredis_ratelimit.so"
@@ -707,7 +711,7 @@ def roundtrips_section(result) -> list[str]:
 
 
 def report(workloads, memory, info, requests, callgrind_requests, minutes, command,
-           baseline: str | None = None, roundtrips=None) -> str:
+           baseline: str | None = None, roundtrips=None, through_nginx=None) -> str:
     lines = [
         "# Benchmarks",
         "",
@@ -744,6 +748,7 @@ def report(workloads, memory, info, requests, callgrind_requests, minutes, comma
         *options_table(workloads),
         "",
         *roundtrips_section(roundtrips),
+        *nginx_section(through_nginx),
         *([f"Against an earlier build, {baseline}, measured in the same run (instructions "
            "per request):", "", *baseline_table(workloads, baseline), ""] if baseline else []),
         "## Time and latency (a replica attached, no valgrind)",
@@ -806,6 +811,10 @@ def main() -> None:
         print("DELAY against polling:", flush=True)
         from roundtrips import measure_roundtrips
         roundtrips = measure_roundtrips(MODULE)
+    through_nginx = None
+    if not options.no_speed and not options.only:
+        print("Through nginx:", flush=True)
+        through_nginx = measure_nginx(MODULE)
     memory = {"keys": {}, "items": {}}
     if not options.no_memory:
         print("Memory:", flush=True)
@@ -818,7 +827,7 @@ def main() -> None:
     if complete and options.baseline:
         command += f" BASELINE={options.baseline_name}"
     text = report(workloads, memory, info, options.requests, options.callgrind_requests, minutes, command,
-                  options.baseline_name if options.baseline else None, roundtrips)
+                  options.baseline_name if options.baseline else None, roundtrips, through_nginx)
     print()
     print("\n".join(line for line in text.splitlines() if line.startswith("|")))
     out = ROOT if options.write else ROOT / "target/bench"

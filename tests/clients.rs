@@ -19,22 +19,7 @@ use std::time::Duration;
 
 use support::cluster::Cluster;
 use support::listening::Listening;
-use support::{query, repository, Server};
-
-/// The Python with the package and its frameworks: `$CLIENTS_PYTHON`, or the virtualenv
-/// `make test` makes.
-fn python() -> PathBuf {
-    let python = std::env::var_os("CLIENTS_PYTHON").map_or_else(
-        || repository().join("target/clients-venv/bin/python"),
-        PathBuf::from,
-    );
-    assert!(
-        python.exists(),
-        "no Python with the package at {}: run `make test`, which installs it",
-        python.display()
-    );
-    python
-}
+use support::{clients_python as python, query, repository, Server};
 
 fn redis_url(server: &Server) -> String {
     format!("redis://127.0.0.1:{}", server.port())

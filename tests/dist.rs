@@ -119,10 +119,7 @@ fn the_release_tarball_unpacks_checks_out_and_loads() {
             .find(|path| path.to_string_lossy().ends_with(ending))
             .unwrap_or_else(|| panic!("no {ending} in the tarball"))
     };
-    let python = std::env::var_os("CLIENTS_PYTHON").map_or_else(
-        || support::repository().join("target/clients-venv/bin/python"),
-        PathBuf::from,
-    );
+    let python = support::clients_python();
     let site = unpacked.join("site-packages");
     run(Command::new(&python)
         .args([
@@ -168,6 +165,35 @@ fn the_release_tarball_unpacks_checks_out_and_loads() {
         ])
         .current_dir(&app));
     assert_eq!(required.trim(), "function");
+    // The Lua package: its rockspec installs every module with luarocks, offline, as the
+    // files of lib/ (which nginx also takes copied onto its lua_package_path).
+    let lua = root.join("clients/lua");
+    let rockspec = std::fs::read_dir(&lua)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .find(|path| path.extension().is_some_and(|ext| ext == "rockspec"))
+        .expect("no rockspec in the tarball");
+    let tree = unpacked.join("rocks");
+    run(Command::new("luarocks")
+        .arg("make")
+        .arg("--tree")
+        .arg(&tree)
+        .arg(&rockspec)
+        .current_dir(&lua));
+    let installed = tree.join("share/lua/5.1/resty/ratelimit_module");
+    let shipped = lua.join("lib/resty/ratelimit_module");
+    let mut modules = 0;
+    for entry in std::fs::read_dir(&shipped).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap();
+        assert_eq!(
+            std::fs::read(installed.join(name)).ok(),
+            Some(std::fs::read(&path).unwrap()),
+            "{name:?} is not installed as shipped"
+        );
+        modules += 1;
+    }
+    assert!(modules >= 8, "{modules} modules");
 
     drop(server);
     let _ = std::fs::remove_dir_all(&unpacked);

@@ -7,6 +7,7 @@
 
 mod support;
 
+use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -82,7 +83,10 @@ fn burst(nginxes: &[&Nginx], path: &str, count: usize) -> Vec<Response> {
             thread::spawn(move || support::nginx::request(port, "GET", &path, &[], ""))
         })
         .collect();
-    handles.into_iter().map(|handle| handle.join().unwrap()).collect()
+    handles
+        .into_iter()
+        .map(|handle| handle.join().unwrap())
+        .collect()
 }
 
 fn statuses(responses: &[Response], status: u16) -> usize {
@@ -97,8 +101,14 @@ fn delay(response: &Response) -> f64 {
 fn two_nginx_sharing_one_server_hold_count_and_req_exactly() {
     let server = Server::start();
     let locations = [
-        location("/count", "require(\"resty.ratelimit_module.count\").new(REDIS, 20, 60)"),
-        location("/req", "require(\"resty.ratelimit_module.req\").new(REDIS, 5, 10)"),
+        location(
+            "/count",
+            "require(\"resty.ratelimit_module.count\").new(REDIS, 20, 60)",
+        ),
+        location(
+            "/req",
+            "require(\"resty.ratelimit_module.req\").new(REDIS, 5, 10)",
+        ),
     ]
     .concat();
     let config = http(&redis_options(server.port(), ""), &locations);
@@ -115,7 +125,10 @@ fn two_nginx_sharing_one_server_hold_count_and_req_exactly() {
     remaining.sort_unstable();
     assert_eq!(remaining, (0..20).collect::<Vec<i64>>());
     let refused = responses.iter().find(|one| one.status == 503).unwrap();
-    assert_eq!(refused.header("RateLimit-Policy"), Some("\"count\";q=20;w=60"));
+    assert_eq!(
+        refused.header("RateLimit-Policy"),
+        Some("\"count\";q=20;w=60")
+    );
     assert!(refused.header("Retry-After").is_some());
     // req: 5 a second with a queue of 10: 11 admitted at once across both, each delayed to
     // its turn in the queue (a fifth of a second apart), as limit_req delays them.
@@ -170,7 +183,10 @@ impl OriginalReq {
 #[test]
 fn req_delays_follow_lua_resty_limit_traffics_formula() {
     let server = Server::start();
-    let locations = location("/req", "require(\"resty.ratelimit_module.req\").new(REDIS, 10, 4)");
+    let locations = location(
+        "/req",
+        "require(\"resty.ratelimit_module.req\").new(REDIS, 10, 4)",
+    );
     let nginx = Nginx::start(&http(&redis_options(server.port(), ""), &locations));
     let mut original = OriginalReq {
         rate: 10.0,
@@ -180,7 +196,9 @@ fn req_delays_follow_lua_resty_limit_traffics_formula() {
     };
     let start = Instant::now();
     // Bursts and pauses: some requests delayed, some rejected, some after the queue drained.
-    let pauses = [0, 0, 0, 0, 0, 0, 0, 150, 0, 30, 0, 0, 0, 0, 400, 0, 0, 90, 0, 0, 0, 0, 0];
+    let pauses = [
+        0, 0, 0, 0, 0, 0, 0, 150, 0, 30, 0, 0, 0, 0, 400, 0, 0, 90, 0, 0, 0, 0, 0,
+    ];
     for (i, pause) in pauses.iter().enumerate() {
         thread::sleep(Duration::from_millis(*pause));
         let sent = start.elapsed().as_secs_f64();
@@ -206,7 +224,6 @@ fn req_delays_follow_lua_resty_limit_traffics_formula() {
         }
     }
 }
-
 
 #[test]
 fn conn_admits_max_releases_in_the_log_phase_and_a_killed_nginx_frees_its_slots() {
@@ -234,11 +251,20 @@ fn conn_admits_max_releases_in_the_log_phase_and_a_killed_nginx_frees_its_slots(
     let holders: Vec<_> = (0..2)
         .map(|_| {
             thread::spawn(move || {
-                try_request(port, "GET", "/conn?sleep=30", &[], "", Duration::from_secs(40))
+                try_request(
+                    port,
+                    "GET",
+                    "/conn?sleep=30",
+                    &[],
+                    "",
+                    Duration::from_secs(40),
+                )
             })
         })
         .collect();
-    assert!(support::wait_until(Duration::from_secs(5), || held(&mut con) == 2));
+    assert!(support::wait_until(Duration::from_secs(5), || held(
+        &mut con
+    ) == 2));
     let killed = Instant::now();
     a.kill();
     for holder in holders {
@@ -249,7 +275,10 @@ fn conn_admits_max_releases_in_the_log_phase_and_a_killed_nginx_frees_its_slots(
     let freed = support::wait_until(Duration::from_secs(5), || b.get("/conn").status == 200);
     let after = killed.elapsed();
     assert!(freed, "the killed nginx's slots were never freed");
-    assert!(after >= Duration::from_millis(1_500), "freed after {after:?}, before its lease ended");
+    assert!(
+        after >= Duration::from_millis(1_500),
+        "freed after {after:?}, before its lease ended"
+    );
 }
 
 #[test]
@@ -284,12 +313,29 @@ fn combine_is_all_or_nothing_in_one_call() {
             }
         }
 ";
-    let nginx = Nginx::start(&http(&redis_options(server.port(), ", lease = 30"), combine));
+    let nginx = Nginx::start(&http(
+        &redis_options(server.port(), ", lease = 30"),
+        combine,
+    ));
     let mut con = server.connect();
     let standing = |con: &mut redis::Connection| {
         (
-            ints(con, &["CL.THROTTLE_RO", "{c}:req", "50", "100000", "1000000000", "0", "US"])[2],
-            ints(con, &["RL.WINDOW_RO", "{c}:count", "3", "60", "0", "ANCHORED"])[2],
+            ints(
+                con,
+                &[
+                    "CL.THROTTLE_RO",
+                    "{c}:req",
+                    "50",
+                    "100000",
+                    "1000000000",
+                    "0",
+                    "US",
+                ],
+            )[2],
+            ints(
+                con,
+                &["RL.WINDOW_RO", "{c}:count", "3", "60", "0", "ANCHORED"],
+            )[2],
             ints(con, &["RL.ACQUIRE_RO", "{c}:conn", "2", "30", "0"])[2],
         )
     };
@@ -297,27 +343,46 @@ fn combine_is_all_or_nothing_in_one_call() {
     // to neither rate.
     let port = nginx.port();
     let holders: Vec<_> = (0..2)
-        .map(|_| thread::spawn(move || support::nginx::request(port, "GET", "/combine?sleep=1", &[], "")))
+        .map(|_| {
+            thread::spawn(move || support::nginx::request(port, "GET", "/combine?sleep=1", &[], ""))
+        })
         .collect();
-    assert!(support::wait_until(Duration::from_secs(5), || standing(&mut con).2 == 0));
+    assert!(support::wait_until(Duration::from_secs(5), || standing(
+        &mut con
+    )
+    .2 == 0));
     let before = standing(&mut con);
     let refused = nginx.get("/combine");
     assert_eq!(refused.status, 503);
-    assert_eq!(standing(&mut con), before, "a refused call charged something");
+    assert_eq!(
+        standing(&mut con),
+        before,
+        "a refused call charged something"
+    );
     for holder in holders {
         assert_eq!(holder.join().unwrap().status, 200);
     }
     // Released: a third request fits the count's 3; a fourth is refused by count, and its
     // lease is not taken nor the rate charged.
-    assert!(support::wait_until(Duration::from_secs(5), || standing(&mut con).2 == 2));
+    assert!(support::wait_until(Duration::from_secs(5), || standing(
+        &mut con
+    )
+    .2 == 2));
     let third = nginx.get("/combine");
     assert_eq!(third.status, 200, "{third:?}");
-    assert!(support::wait_until(Duration::from_secs(5), || standing(&mut con).2 == 2));
+    assert!(support::wait_until(Duration::from_secs(5), || standing(
+        &mut con
+    )
+    .2 == 2));
     let before = standing(&mut con);
     assert_eq!(before.1, 0);
     let fourth = nginx.get("/combine");
     assert_eq!(fourth.status, 503);
-    assert_eq!(standing(&mut con), before, "a refused call charged something");
+    assert_eq!(
+        standing(&mut con),
+        before,
+        "a refused call charged something"
+    );
     assert_eq!(
         fourth.header("RateLimit-Policy"),
         Some("\"req\";q=51;w=1, \"count\";q=3;w=60, \"conn\";q=2;w=30")
@@ -391,7 +456,11 @@ fn a_frozen_or_gone_server_costs_at_most_the_timeout_and_service_resumes() {
             nginx.get("/deny").status == 200 && nginx.get("/plain").status == 200
         });
         assert!(resumed, "{fault}: service did not resume: {}", nginx.log());
-        assert!(back.elapsed() < Duration::from_secs(2), "{fault}: resumed after {:?}", back.elapsed());
+        assert!(
+            back.elapsed() < Duration::from_secs(2),
+            "{fault}: resumed after {:?}",
+            back.elapsed()
+        );
     }
     // Errors are logged at most once a second per worker, not once per request.
     let logged = nginx.log().matches("ratelimit_module:").count();
@@ -415,21 +484,31 @@ fn on_a_cluster_keys_are_routed_by_slot_and_a_slot_moving_under_traffic_stays_ex
     // A key in the lowest slots of the master serving slot 0, which a reshard moves first.
     let first = masters[0].port;
     let owner = cluster.owner(first, 0).unwrap();
-    let from = masters.iter().find(|master| master.port == owner).unwrap().clone();
+    let from = masters
+        .iter()
+        .find(|master| master.port == owner)
+        .unwrap()
+        .clone();
     let mut con = cluster.node(from.port).connect();
     let key = (0..)
         .map(|i| format!("moved{i}"))
         .find(|key| query::<i64, _>(&mut con, &["CLUSTER", "KEYSLOT", key]) < 64)
         .unwrap();
-    let to = masters.iter().find(|master| master.port != from.port).unwrap().clone();
+    let to = masters
+        .iter()
+        .find(|master| master.port != from.port)
+        .unwrap()
+        .clone();
     let admitted = Arc::new(Mutex::new(0u64));
     let stop = Arc::new(Mutex::new(false));
     let traffic = {
-        let (admitted, stop, port, key) = (admitted.clone(), stop.clone(), nginx.port(), key.clone());
+        let (admitted, stop, port, key) =
+            (admitted.clone(), stop.clone(), nginx.port(), key.clone());
         thread::spawn(move || {
             let mut failures = Vec::new();
             while !*stop.lock().unwrap() {
-                let response = support::nginx::request(port, "GET", &format!("/count?k={key}"), &[], "");
+                let response =
+                    support::nginx::request(port, "GET", &format!("/count?k={key}"), &[], "");
                 match response.status {
                     200 => *admitted.lock().unwrap() += 1,
                     other => failures.push((other, response.header("X-Error").map(str::to_owned))),
@@ -443,7 +522,10 @@ fn on_a_cluster_keys_are_routed_by_slot_and_a_slot_moving_under_traffic_stays_ex
     thread::sleep(Duration::from_millis(300));
     *stop.lock().unwrap() = true;
     let failures = traffic.join().unwrap();
-    assert!(failures.is_empty(), "requests failed during the move: {failures:?}");
+    assert!(
+        failures.is_empty(),
+        "requests failed during the move: {failures:?}"
+    );
     // The key moved, and counts exactly what nginx admitted.
     let mut on_target = cluster.node(to.port).connect();
     let counts: Vec<i64> = query(
@@ -487,7 +569,10 @@ fn the_deny_cache_spares_the_server_under_a_flood() {
     assert_eq!(statuses(&responses, 503), 1_000);
     for response in &responses {
         let retry_after: u64 = response.header("Retry-After").unwrap().parse().unwrap();
-        assert!(retry_after <= retry && retry_after >= retry - 2, "{response:?}");
+        assert!(
+            retry_after <= retry && retry_after >= retry - 2,
+            "{response:?}"
+        );
     }
     assert_eq!(calls(&mut con), before, "the flood reached the server");
     // Another key is not refused from the cache.
@@ -503,7 +588,10 @@ fn gateway(redis_port: u16) -> Nginx {
     Nginx::start_config(|port| {
         text.replace("listen 8881;", &format!("listen 127.0.0.1:{port};"))
             .replace("port = 6379", &format!("port = {redis_port}"))
-            .replace("$prefix/", &format!("{}/", root.join("examples/nginx").display()))
+            .replace(
+                "$prefix/",
+                &format!("{}/", root.join("examples/nginx").display()),
+            )
     })
 }
 
@@ -532,7 +620,10 @@ fn load_lists(con: &mut redis::Connection) {
 /// The JSON body `{"seqId":...,"code":...,"msg":...}` of a refusal: its code.
 fn json_code(response: &Response) -> i64 {
     let body = response.body.trim();
-    assert!(body.starts_with('{') && body.contains("\"seqId\":\"xx-xx-xx\""), "{body}");
+    assert!(
+        body.starts_with('{') && body.contains("\"seqId\":\"xx-xx-xx\""),
+        "{body}"
+    );
     let code = body.split("\"code\":").nth(1).unwrap();
     code.split([',', '}']).next().unwrap().parse().unwrap()
 }
@@ -545,7 +636,10 @@ fn the_articles_gateway_answers_each_of_their_scenarios() {
     let nginx = gateway(server.port());
     let caller = |name: &str| format!("{{\"seqId\": \"xx-xx-xx\", \"caller\":\"{name}\"}}");
     let hello = |response: Response| {
-        assert_eq!((response.status, response.body.trim()), (200, "hello, world"));
+        assert_eq!(
+            (response.status, response.body.trim()),
+            (200, "hello, world")
+        );
     };
     // An API that is not limited, by POST and by GET.
     hello(nginx.post("/_dev_api", &caller("_dev_ashin")));
@@ -574,7 +668,8 @@ fn the_articles_gateway_answers_each_of_their_scenarios() {
     // this gateway serves them at once, nodelay), one refused.
     let metrics = nginx.get("/metrics").body;
     let count = |outcome: &str| -> u64 {
-        let name = format!("ratelimit_decisions_total{{policy=\"gateway\",outcome=\"{outcome}\"}} ");
+        let name =
+            format!("ratelimit_decisions_total{{policy=\"gateway\",outcome=\"{outcome}\"}} ");
         metrics
             .lines()
             .find_map(|line| line.strip_prefix(name.as_str()))
@@ -597,44 +692,112 @@ fn a_list_change_reaches_every_gateway_within_a_second() {
     for nginx in [&a, &b] {
         assert_eq!(nginx.post("/_dev_api", body).status, 200);
     }
-    // Denied, as the Python and Node helpers write it: the field, and the version, at once.
+    // Denied by an application, with the Python package's helper.
     let changed = Instant::now();
-    let _: redis::Value = redis::pipe()
-        .atomic()
-        .cmd("HSET")
-        .arg("gateway:lists")
-        .arg("deny:ratelimiter:/_dev_api:bob")
-        .arg("1")
-        .cmd("HINCRBY")
-        .arg("gateway:lists")
-        .arg("version")
-        .arg(1)
-        .query(&mut con)
-        .unwrap();
+    shared_lists(&server, "python", "add");
     for nginx in [&a, &b] {
         let reached = support::wait_until(Duration::from_secs(2), || {
             (0..4).all(|_| nginx.post("/_dev_api", body).status == 403)
         });
-        assert!(reached, "the deny list never reached nginx: {}", nginx.log());
+        assert!(
+            reached,
+            "the deny list never reached nginx: {}",
+            nginx.log()
+        );
     }
     let took = changed.elapsed();
     assert!(took < Duration::from_secs(1), "the change took {took:?}");
-    // And its removal.
-    let _: redis::Value = redis::pipe()
-        .atomic()
-        .cmd("HDEL")
-        .arg("gateway:lists")
-        .arg("deny:ratelimiter:/_dev_api:bob")
-        .cmd("HINCRBY")
-        .arg("gateway:lists")
-        .arg("version")
-        .arg(1)
-        .query(&mut con)
-        .unwrap();
+    // And removed with the Node package's.
+    shared_lists(&server, "node", "remove");
     for nginx in [&a, &b] {
         let reached = support::wait_until(Duration::from_secs(1), || {
             (0..4).all(|_| nginx.post("/_dev_api", body).status == 200)
         });
         assert!(reached, "the removal never reached nginx");
+    }
+}
+
+/// Adds or removes bob's deny entry in the gateway's lists with the `SharedLists` helper of
+/// the Python or the Node package.
+fn shared_lists(server: &Server, language: &str, change: &str) {
+    let (hash, list, item) = ("gateway:lists", "deny", "ratelimiter:/_dev_api:bob");
+    let mut command = match language {
+        "python" => {
+            let mut command = Command::new(support::clients_python());
+            command.arg("-c").arg(format!(
+                "import redis, ratelimit_module as m; \
+                 m.SharedLists(redis.Redis(port={}), '{hash}').{change}('{list}', '{item}')",
+                server.port()
+            ));
+            command
+        }
+        _ => {
+            let mut command = Command::new("node");
+            command
+                .current_dir(support::repository().join("clients/node"))
+                .arg("-e")
+                .arg(format!(
+                    "const Redis = require('ioredis'); const {{ SharedLists }} = require('.'); \
+                     const client = new Redis({}); \
+                     new SharedLists(client, '{hash}').{change}('{list}', '{item}') \
+                       .then(() => client.quit(), (e) => {{ console.error(e); process.exit(1); }});",
+                    server.port()
+                ));
+            command
+        }
+    };
+    let output = command.output().unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// The `nginx` blocks of docs/nginx.md and the README: each the body of an `http` block.
+fn documented_configs() -> Vec<String> {
+    let root = support::repository();
+    let read = |page: &str| std::fs::read_to_string(root.join(page)).unwrap();
+    let text = read("docs/nginx.md") + "\n" + &read("README.md");
+    let mut configs = Vec::new();
+    let mut lines = text.lines();
+    while let Some(line) = lines.next() {
+        if line.trim() == "```nginx" {
+            let body: Vec<&str> = lines
+                .by_ref()
+                .take_while(|line| line.trim() != "```")
+                .collect();
+            configs.push(body.join("\n"));
+        }
+    }
+    configs
+}
+
+#[test]
+fn every_configuration_in_the_docs_runs() {
+    let server = Server::start();
+    let configs = documented_configs();
+    assert!(
+        configs.len() >= 3,
+        "{} nginx blocks in docs/nginx.md",
+        configs.len()
+    );
+    for config in configs {
+        let http = config
+            .replace("listen 8080;", "listen {listen};")
+            .replace("port = 6379", &format!("port = {}", server.port()));
+        assert!(
+            http.contains("{listen}"),
+            "a block without `listen 8080;`:\n{config}"
+        );
+        let nginx = Nginx::start(&http);
+        let path = config
+            .lines()
+            .find_map(|line| line.trim().strip_prefix("location "))
+            .and_then(|rest| rest.split_whitespace().next())
+            .expect("a location");
+        let response = nginx.get(path);
+        assert_eq!(response.status, 200, "{path} of\n{config}\n{}", nginx.log());
+        assert!(!nginx.log().contains("[error]"), "{}", nginx.log());
     }
 }

@@ -94,3 +94,18 @@ export class RateLimiter {
   releaseLease(key: string, id: number): Promise<boolean>;
   renewLease(key: string, id: number, lease: number): Promise<boolean>;
 }
+
+/** `{ list: { item: value } }`. */
+export type Lists = Record<string, Record<string, string>>;
+
+/**
+ * Lists shared with the nginx package through one hash (fields `<list>:<item>`, and a
+ * `version` every change increments); `read()` asks for the version at most once per `every`
+ * seconds.
+ */
+export class SharedLists {
+  constructor(client: Client, hash: string, options?: { every?: number; clock?: () => number });
+  add(list: string, item: string, value?: string): Promise<void>;
+  remove(list: string, item: string): Promise<void>;
+  read(): Promise<Lists>;
+}

@@ -207,4 +207,69 @@ function headers(result, limiters, { legacy = false } = {}) {
   return fields;
 }
 
-module.exports = { RateLimiter, throttle, window, log, fromReply, headers, commandSender };
+/** `{ list: { item: value } }` from a hash's fields (`version` and fields without ":" are not lists). */
+function parseLists(flat) {
+  const lists = {};
+  for (const [field, value] of Object.entries(flat)) {
+    const colon = field.indexOf(":");
+    if (colon < 0) continue;
+    const name = field.slice(0, colon);
+    (lists[name] ??= {})[field.slice(colon + 1)] = String(value);
+  }
+  return lists;
+}
+
+/** HGETALL's reply as an object: a flat array over RESP2, a Map or an object over RESP3. */
+function hashOf(reply) {
+  if (reply instanceof Map) return Object.fromEntries(reply);
+  if (!Array.isArray(reply)) return reply ?? {};
+  const object = {};
+  for (let i = 0; i < reply.length; i += 2) object[String(reply[i])] = reply[i + 1];
+  return object;
+}
+
+/**
+ * Lists shared by every gateway and application through one hash: fields `<list>:<item>`
+ * and a `version` that every change increments (the nginx package's
+ * resty.ratelimit_module.lists reads and writes the same hash). A reader keeps a copy and asks
+ * only for the version, at most once per `every` seconds, reading the hash again when it
+ * changed. A change increments the version after writing its item, so a reader that saw the
+ * new version reads the new item.
+ */
+class SharedLists {
+  constructor(client, hash, { every = 1, clock = () => performance.now() / 1000 } = {}) {
+    this.send = commandSender(client);
+    this.hash = hash;
+    this.every = every;
+    this.clock = clock;
+    this.lists = {};
+    this.version = undefined;
+    this.nextCheck = -Infinity;
+  }
+
+  /** Sets `item` of `list` to `value`, then increments the version. */
+  async add(list, item, value = "1") {
+    await this.send(["HSET", this.hash, `${list}:${item}`, value]);
+    await this.send(["HINCRBY", this.hash, "version", 1]);
+  }
+
+  /** Removes `item` from `list`, then increments the version. */
+  async remove(list, item) {
+    await this.send(["HDEL", this.hash, `${list}:${item}`]);
+    await this.send(["HINCRBY", this.hash, "version", 1]);
+  }
+
+  /** The lists, `{ list: { item: value } }`: the copy, checked against the version at most once per `every` seconds. */
+  async read() {
+    if (this.clock() < this.nextCheck) return this.lists;
+    const version = await this.send(["HGET", this.hash, "version"]);
+    if (this.version === undefined || version !== this.version) {
+      this.lists = parseLists(hashOf(await this.send(["HGETALL", this.hash])));
+      this.version = version;
+    }
+    this.nextCheck = this.clock() + this.every;
+    return this.lists;
+  }
+}
+
+module.exports = { RateLimiter, SharedLists, throttle, window, log, fromReply, headers, commandSender };

@@ -172,6 +172,22 @@ pub fn repository() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
+/// The Python with the client package and its frameworks: `$CLIENTS_PYTHON`, or the
+/// virtualenv `make test` makes.
+#[allow(dead_code)]
+pub fn clients_python() -> PathBuf {
+    let python = std::env::var_os("CLIENTS_PYTHON").map_or_else(
+        || repository().join("target/clients-venv/bin/python"),
+        PathBuf::from,
+    );
+    assert!(
+        python.exists(),
+        "no Python with the package at {}: run `make test`, which installs it",
+        python.display()
+    );
+    python
+}
+
 /// How to start a server.
 #[derive(Clone)]
 pub struct ServerBuilder {

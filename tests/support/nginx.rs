@@ -77,7 +77,11 @@ impl Nginx {
     /// [`Nginx::start`] with `workers` worker processes.
     pub fn start_with(http: &str, workers: usize) -> Nginx {
         Nginx::launch(|dir, port| {
-            config(dir, workers, &http.replace("{listen}", &format!("127.0.0.1:{port}")))
+            config(
+                dir,
+                workers,
+                &http.replace("{listen}", &format!("127.0.0.1:{port}")),
+            )
         })
     }
 
@@ -247,7 +251,13 @@ fn fresh_dir() -> PathBuf {
 }
 
 /// One HTTP/1.1 request to 127.0.0.1:`port`, on a new connection, within 30 s.
-pub fn request(port: u16, method: &str, path: &str, headers: &[(&str, &str)], body: &str) -> Response {
+pub fn request(
+    port: u16,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> Response {
     try_request(port, method, path, headers, body, Duration::from_secs(30))
         .unwrap_or_else(|error| panic!("{method} {path} on port {port}: {error}"))
 }
@@ -282,7 +292,10 @@ pub fn try_request(
     let mut chunk = [0u8; 4096];
     loop {
         if Instant::now() > deadline {
-            return Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "no full answer"));
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "no full answer",
+            ));
         }
         match stream.read(&mut chunk)? {
             0 => break,
@@ -301,7 +314,10 @@ pub fn try_request(
         .filter_map(|line| line.split_once(':'))
         .map(|(name, value)| (name.trim().to_ascii_lowercase(), value.trim().to_owned()))
         .collect();
-    let body = if head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
+    let body = if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
         dechunk(body)
     } else {
         body.to_owned()

@@ -5,7 +5,7 @@ const assert = require("node:assert/strict");
 const { randomUUID } = require("node:crypto");
 const { after, before, test } = require("node:test");
 const { createClient } = require("redis");
-const { RateLimiter, throttle, window, log, headers } = require("..");
+const { RateLimiter, SharedLists, throttle, window, log, headers } = require("..");
 const { url, ioredis } = require("./helpers");
 
 const prefix = `client:${randomUUID()}`;
@@ -95,5 +95,24 @@ for (const [name, client] of [["ioredis", () => io], ["node-redis", () => nodeRe
     assert.deepEqual(await limiter.counts(log(`${prefix}:${name}:none`, 10, 60)),
       { count: 0, oldestEndsIn: 0, newestEndsIn: 0 });
     await assert.rejects(limiter.counts(throttle(`${prefix}:${name}:gcra`, 1, 1, 1)), RangeError);
+  });
+}
+
+for (const [name, client] of [["ioredis", () => io], ["node-redis", () => nodeRedis]]) {
+  test(`${name}: shared lists are seen after the next version check`, async () => {
+    let now = 0;
+    const hash = `${prefix}:${name}:lists`;
+    const writer = new SharedLists(client(), hash);
+    const reader = new SharedLists(client(), hash, { every: 1, clock: () => now });
+    assert.deepEqual(await reader.read(), {});
+    await writer.add("deny", "203.0.113.7");
+    await writer.add("limit", "/api", "5 1 1000");
+    assert.deepEqual(await reader.read(), {}, "not before the next check");
+    now = 1;
+    assert.deepEqual(await reader.read(), { deny: { "203.0.113.7": "1" }, limit: { "/api": "5 1 1000" } });
+    await writer.remove("deny", "203.0.113.7");
+    now = 2;
+    assert.deepEqual(await reader.read(), { limit: { "/api": "5 1 1000" } });
+    assert.equal(await io.hget(hash, "version"), "3");
   });
 }

@@ -20,8 +20,8 @@ from limits.strategies import (FixedWindowRateLimiter, MovingWindowRateLimiter,
                                SlidingWindowCounterRateLimiter)
 
 import ratelimit_module.limits_storage  # noqa: F401  (registers ratelimit://)
-from ratelimit_module import (AsyncRateLimiter, Log, LogCounts, RateLimit, RateLimiter, Throttle,
-                              Window, headers)
+from ratelimit_module import (AsyncRateLimiter, AsyncSharedLists, Log, LogCounts, RateLimit,
+                              RateLimiter, SharedLists, Throttle, Window, headers)
 
 URL = os.environ["REDIS_URL"]
 
@@ -134,6 +134,36 @@ class AsyncClientTest(unittest.IsolatedAsyncioTestCase):
         lease = await limiter.acquire_lease(f"{prefix}:lease", 2, 30)
         self.assertTrue(await limiter.release_lease(f"{prefix}:lease", lease.id))
         await client.aclose()
+
+
+class SharedListsTest(unittest.IsolatedAsyncioTestCase):
+    """The hash the nginx package watches: written by one reader, seen by another once its
+    version is checked again."""
+
+    async def test_a_change_is_seen_after_the_next_version_check(self) -> None:
+        now = [0.0]
+        client = redis.Redis.from_url(URL)
+        hash = f"pylists:{uuid.uuid4().hex}"
+        writer = SharedLists(client, hash)
+        reader = SharedLists(client, hash, every=1.0, clock=lambda: now[0])
+        self.assertEqual(reader.read(), {})
+        writer.add("deny", "203.0.113.7")
+        writer.add("limit", "/api", "5 1 1000")
+        self.assertEqual(reader.read(), {}, "not before the next check")
+        now[0] = 1.0
+        self.assertEqual(reader.read(), {"deny": {"203.0.113.7": "1"}, "limit": {"/api": "5 1 1000"}})
+        self.assertEqual(client.hget(hash, "version"), b"2")
+        async_client = redis.asyncio.Redis.from_url(URL, decode_responses=True)
+        async_lists = AsyncSharedLists(async_client, hash, every=1.0, clock=lambda: now[0])
+        self.assertEqual((await async_lists.read())["deny"], {"203.0.113.7": "1"})
+        await async_lists.remove("deny", "203.0.113.7")
+        await async_lists.add("allow", "svc-a")
+        now[0] = 2.0
+        self.assertEqual(reader.read(), {"allow": {"svc-a": "1"}, "limit": {"/api": "5 1 1000"}})
+        self.assertEqual(client.hget(hash, "version"), b"4")
+        client.delete(hash)
+        client.close()
+        await async_client.aclose()
 
 
 class LimitsStorageTest(unittest.TestCase):

@@ -1,13 +1,16 @@
 """The Python client of the redis-ratelimit module: typed results for every command and
 option, sync and async, and the IETF RateLimit fields. The framework adapters live in
 `ratelimit_module.limits_storage` (limits, so slowapi and Flask-Limiter) and
-`ratelimit_module.starlette` (Starlette and FastAPI)."""
+`ratelimit_module.starlette` (Starlette and FastAPI). `SharedLists` reads and writes the
+lists the nginx package shares (docs/clients.md#shared-lists)."""
 
 from ._protocol import Lease, Limiter, Log, LogCounts, RateLimit, Throttle, Window, WindowCounts
 from .aio import AsyncRateLimiter
 from .client import RateLimiter
 from .fields import headers
+from .lists import AsyncSharedLists, SharedLists
 
-__all__ = ["AsyncRateLimiter", "Lease", "Limiter", "Log", "LogCounts", "RateLimit",
-           "RateLimiter", "Throttle", "Window", "WindowCounts", "headers"]
+__all__ = ["AsyncRateLimiter", "AsyncSharedLists", "Lease", "Limiter", "Log", "LogCounts",
+           "RateLimit", "RateLimiter", "SharedLists", "Throttle", "Window", "WindowCounts",
+           "headers"]
 __version__ = "0.3.0"

@@ -131,6 +131,7 @@ function _M.get(opts)
         deny_cache = deny_cache,
         metrics = metrics,
         shadow = opts.shadow and true or false,
+        pools = {},        -- "host:port" -> the options of its connection pool
         slots = nil,       -- slot -> "host:port", on a Cluster
         reload = false,    -- read the slot map again before the next call (a slot moved)
         open_until = 0,    -- the circuit: no call to the server before then
@@ -163,9 +164,17 @@ local function connect(self, host, port, deadline)
         return nil, err
     end
     red:set_timeout(max(1, floor((deadline - now_precise()) * 1000)))
-    local pool = format("ratelimit_module:%s:%d:%d", host, port, self.db)
+    local node = host .. ":" .. port
+    local options = self.pools[node]
+    if not options then
+        -- One pool per node, database and password: a pooled connection is already set up.
+        local pool = format("ratelimit_module:%s:%d:%s", node, self.db,
+            self.password and ngx.crc32_long(self.password) or "")
+        options = { pool = pool, pool_size = self.pool_size }
+        self.pools[node] = options
+    end
     local ok
-    ok, err = red:connect(host, port, { pool = pool, pool_size = self.pool_size })
+    ok, err = red:connect(host, port, options)
     if not ok then
         return nil, err
     end
@@ -184,8 +193,9 @@ local function connect(self, host, port, deadline)
                 return nil, "SELECT: " .. tostring(err)
             end
         end
+        -- What the new connection's setup left of the deadline.
+        red:set_timeout(max(1, floor((deadline - now_precise()) * 1000)))
     end
-    red:set_timeout(max(1, floor((deadline - now_precise()) * 1000)))
     return red
 end
 
@@ -355,10 +365,11 @@ function _M.transaction(self, key, commands)
     return replies
 end
 
---- The seconds a refusal cached under `id` still stands, if it does.
+--- The seconds a refusal cached under `id` still stands, if it does (`id` is nil without a
+--- deny cache: the limiters make it only when there is one).
 function _M.denied(self, id)
     local cache = self.deny_cache
-    if not cache then
+    if not cache or not id then
         return nil
     end
     local until_at = cache:get(id)
@@ -372,7 +383,7 @@ end
 --- Caches a refusal under `id` for `seconds`: later calls are refused without asking.
 function _M.deny(self, id, seconds)
     local cache = self.deny_cache
-    if cache and seconds and seconds > 0 then
+    if cache and id and seconds and seconds > 0 then
         cache:set(id, ngx.now() + seconds, seconds)
     end
 end

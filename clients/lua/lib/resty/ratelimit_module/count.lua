@@ -36,7 +36,7 @@ end
 --- "rejected". With `commit` false, nothing is recorded.
 function _M.incoming(self, key, commit)
     local c, name = self.client, self.name
-    local id = "count|" .. key .. "|" .. self.limit .. "|" .. self.window_us
+    local id = c.deny_cache and ("count|" .. key .. "|" .. self.limit .. "|" .. self.window_us)
     local denied = c:denied(id)
     if denied then
         c:count(name, "deny_cache")

@@ -66,7 +66,7 @@ end
 --- With `commit` false, nothing is recorded.
 function _M.incoming(self, key, commit)
     local c, name = self.client, self.name
-    local id = "req|" .. key .. "|" .. self.count .. "|" .. self.burst
+    local id = c.deny_cache and ("req|" .. key .. "|" .. self.count .. "|" .. self.burst)
     local denied = c:denied(id)
     if denied then
         c:count(name, "deny_cache")

@@ -39,7 +39,7 @@ function _M.combine(limiters, keys, states)
     args[#args + 1] = "US"
     args[#args + 1] = "DETAILS"
     local policy = concat(names, "+")
-    local id = "all|" .. concat(args, "|", 3)
+    local id = c.deny_cache and ("all|" .. concat(args, "|", 3))
     local denied = c:denied(id)
     if denied then
         c:count(policy, "deny_cache")

@@ -45,6 +45,9 @@ EXAMPLES_PYTHON := $(EXAMPLES_VENV)/bin/python
 # NestJS), pinned, in a virtualenv and clients/node/node_modules.
 CLIENTS_VENV := $(CURDIR)/target/clients-venv
 CLIENTS_PYTHON := $(CLIENTS_VENV)/bin/python
+# limits' own tests, unpacked from its source distribution.
+LIMITS_VERSION := $(shell sed -n 's/^limits==//p' clients/python/requirements-test.txt)
+LIMITS_SUITE := $(CURDIR)/target/framework-tests/limits-$(LIMITS_VERSION)
 # The client packages' own version (clients/python/pyproject.toml, clients/node/package.json).
 CLIENTS_VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' clients/python/pyproject.toml)
 
@@ -65,7 +68,7 @@ run: deps-server build
 
 test: deps-server deps-nginx build examples-deps clients-deps dist
 	RATELIMIT_MODULE=$(MODULE) RATELIMIT_DIST=$(DIST_TARBALL) EXAMPLES_PYTHON=$(EXAMPLES_PYTHON) \
-	  CLIENTS_PYTHON=$(CLIENTS_PYTHON) $(CARGO) test --release
+	  CLIENTS_PYTHON=$(CLIENTS_PYTHON) LIMITS_SUITE=$(LIMITS_SUITE) $(CARGO) test --release
 
 # The integration tests (not the unit tests, which involve no server) against each of
 # OTHER_SERVERS, built by tests/servers/build.sh on the first run.
@@ -110,10 +113,10 @@ BASELINE_MODULE := $(CURDIR)/target/baseline/$(BASELINE)/target/release/libredis
 BASELINE_ARGS := --baseline $(BASELINE_MODULE) --baseline-name $(BASELINE)
 endif
 
-bench: deps-server build deps-bench $(BASELINE_MODULE)
+bench: deps-server build deps-bench clients-deps $(BASELINE_MODULE)
 	python3 bench/run.py $(BASELINE_ARGS)
 
-bench-update: deps-server build deps-bench $(BASELINE_MODULE)
+bench-update: deps-server build deps-bench clients-deps $(BASELINE_MODULE)
 	python3 bench/run.py --write $(BASELINE_ARGS)
 
 $(BASELINE_MODULE):
@@ -186,8 +189,18 @@ examples/node/node_modules/.package-lock.json: examples/node/package-lock.json \
 		$(wildcard clients/node/*.js)
 	npm ci --prefix examples/node --no-audit --no-fund --loglevel=error
 
-# The client packages and, pinned, the frameworks their tests run in.
-clients-deps: deps-examples $(CLIENTS_VENV)/installed clients/node/node_modules/.package-lock.json
+# The client packages and, pinned, the frameworks their tests run in; and limits' own tests,
+# from its source distribution (not kept in the repository), which tests/clients.rs runs
+# against the package's storages.
+clients-deps: deps-examples $(CLIENTS_VENV)/installed clients/node/node_modules/.package-lock.json \
+		$(LIMITS_SUITE)/pytest.ini
+
+$(LIMITS_SUITE)/pytest.ini: clients/python/requirements-test.txt | $(CLIENTS_VENV)/installed
+	rm -rf $(LIMITS_SUITE) && mkdir -p $(dir $(LIMITS_SUITE))
+	$(CLIENTS_PYTHON) -m pip download --quiet --disable-pip-version-check --no-deps \
+	  --no-binary :all: -d $(dir $(LIMITS_SUITE)) limits==$(LIMITS_VERSION)
+	tar -xzf $(dir $(LIMITS_SUITE))limits-$(LIMITS_VERSION).tar.gz -C $(dir $(LIMITS_SUITE))
+	touch $@
 
 $(CLIENTS_VENV)/installed: clients/python/requirements-test.txt clients/python/pyproject.toml \
 		$(wildcard clients/python/src/ratelimit_module/*.py)

@@ -9,8 +9,8 @@ request are counted by callgrind (repeatable on a noisy shared machine: the rati
 `SET ... PX` in the same setup are what the targets judge). Time, throughput and latency
 are measured in the replica setup without valgrind. Then memory: bytes per key, per logged
 request and per held lease, read from used_memory once INFO keyspace shows every key.
-Beside them, DELAY against polling (bench/roundtrips.py) and requests through nginx with
-the Lua package (bench/nginx.py).
+Beside them, DELAY against polling (bench/roundtrips.py), requests through nginx with
+the Lua package (bench/nginx.py) and quota leases (bench/quota.py).
 
 Every limit is chosen so that no key expires during a measurement.
 
@@ -22,6 +22,7 @@ bench/chart.svg instead. Only the standard library is used.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import re
@@ -35,6 +36,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from nginx import measure_nginx, nginx_section
+from quota_report import quota_section, quota_svg
+
+CLIENTS_PYTHON = Path(__file__).resolve().parent.parent / "target/clients-venv/bin/python"
+
+
+def measure_quota() -> dict | None:
+    """bench/quota.py, in the clients' virtualenv (it needs the package and redis-py)."""
+    if not CLIENTS_PYTHON.exists():
+        print("  skipped: no target/clients-venv (make clients-deps makes it)")
+        return None
+    out = subprocess.run([str(CLIENTS_PYTHON), str(Path(__file__).parent / "quota.py"),
+                          str(MODULE), "--json"], check=True, capture_output=True, text=True)
+    return json.loads(out.stdout)
 
 ROOT = Path(__file__).resolve().parent.parent
 MODULE = ROOT / "target/release/libredis_ratelimit.so"
@@ -711,7 +725,8 @@ def roundtrips_section(result) -> list[str]:
 
 
 def report(workloads, memory, info, requests, callgrind_requests, minutes, command,
-           baseline: str | None = None, roundtrips=None, through_nginx=None) -> str:
+           baseline: str | None = None, roundtrips=None, through_nginx=None,
+           quota=None) -> str:
     lines = [
         "# Benchmarks",
         "",
@@ -749,6 +764,7 @@ def report(workloads, memory, info, requests, callgrind_requests, minutes, comma
         "",
         *roundtrips_section(roundtrips),
         *nginx_section(through_nginx),
+        *quota_section(quota),
         *([f"Against an earlier build, {baseline}, measured in the same run (instructions "
            "per request):", "", *baseline_table(workloads, baseline), ""] if baseline else []),
         "## Time and latency (a replica attached, no valgrind)",
@@ -815,6 +831,10 @@ def main() -> None:
     if not options.no_speed and not options.only:
         print("Through nginx:", flush=True)
         through_nginx = measure_nginx(MODULE)
+    quota = None
+    if not options.no_speed and not options.only:
+        print("Quota leases:", flush=True)
+        quota = measure_quota()
     memory = {"keys": {}, "items": {}}
     if not options.no_memory:
         print("Memory:", flush=True)
@@ -827,7 +847,8 @@ def main() -> None:
     if complete and options.baseline:
         command += f" BASELINE={options.baseline_name}"
     text = report(workloads, memory, info, options.requests, options.callgrind_requests, minutes, command,
-                  options.baseline_name if options.baseline else None, roundtrips, through_nginx)
+                  options.baseline_name if options.baseline else None, roundtrips, through_nginx,
+                  quota)
     print()
     print("\n".join(line for line in text.splitlines() if line.startswith("|")))
     out = ROOT if options.write else ROOT / "target/bench"
@@ -837,6 +858,8 @@ def main() -> None:
     measured = [s.key for s in SETUPS if any(s.key in w.results for w in workloads)]
     if measured:
         (out / "bench/chart.svg").write_text(chart_svg(workloads, measured[0]))
+    if quota:
+        (out / "bench/quota.svg").write_text(quota_svg(quota))
     print(f"\nWrote {out / 'BENCHMARKS.md'} and {out / 'bench/chart.svg'} in {minutes:.1f} minutes")
 
 

@@ -33,7 +33,6 @@ fn run(server: &Server, mut command: Command) {
         stderr,
     } = command
         .env("REDIS_URL", redis_url(server))
-        .current_dir(repository())
         .output()
         .unwrap_or_else(|error| panic!("{command:?} could not run: {error}"));
     assert!(
@@ -48,7 +47,46 @@ fn run(server: &Server, mut command: Command) {
 fn the_python_package_passes_its_tests() {
     let server = Server::start();
     let mut command = Command::new(python());
-    command.args(["-m", "unittest", "discover", "-s", "clients/python/tests"]);
+    command
+        .args(["-m", "unittest", "discover", "-s", "clients/python/tests"])
+        .current_dir(repository());
+    run(&server, command);
+}
+
+/// limits' own storage and strategy tests, sync and async, from its source distribution
+/// (`$LIMITS_SUITE`, which `make test` unpacks), with every storage they test replaced by
+/// `ratelimit://` and `async+ratelimit://` (clients/python/tests/limits_suite.py): what
+/// slowapi and Flask-Limiter rely on of a storage.
+#[test]
+fn limits_own_tests_pass_against_the_sync_and_async_storages() {
+    let suite = std::env::var_os("LIMITS_SUITE").map(PathBuf::from);
+    let suite = suite
+        .filter(|suite| suite.join("pytest.ini").exists())
+        .expect("limits' own tests are not unpacked: run `make test`, which sets $LIMITS_SUITE");
+    let server = Server::start();
+    let mut command = Command::new(python());
+    command
+        .args([
+            "-m",
+            "pytest",
+            "--noconftest",
+            "-p",
+            "limits_suite",
+            "--reruns",
+            "2",
+        ])
+        // limits' options for its CI (coverage, docker) are not this run's.
+        .args([
+            "-o",
+            "addopts=",
+            "-o",
+            "asyncio_default_fixture_loop_scope=function",
+        ])
+        .args(["-q", "-p", "no:cacheprovider", "-k", "ratelimit"])
+        .args(["tests/test_storage.py", "tests/test_strategy.py"])
+        .args(["tests/aio/test_storage.py", "tests/aio/test_strategy.py"])
+        .env("PYTHONPATH", repository().join("clients/python/tests"))
+        .current_dir(suite);
     run(&server, command);
 }
 
@@ -61,9 +99,9 @@ fn the_node_package_passes_its_tests_with_express_and_nestjs() {
         "the Node package's dependencies are not installed: run `make test`, which installs them"
     );
     let tests =
-        ["client", "express", "nestjs"].map(|name| format!("clients/node/test/{name}.test.js"));
+        ["client", "resilience", "express", "nestjs"].map(|name| format!("clients/node/test/{name}.test.js"));
     let mut command = Command::new("node");
-    command.arg("--test").args(tests);
+    command.arg("--test").args(tests).current_dir(repository());
     run(&server, command);
 }
 
@@ -86,7 +124,7 @@ fn app(server: &Server, program: &str, args: &[&str], extra: &[(&str, &str)]) ->
     })
 }
 
-fn uvicorn(server: &Server, app_name: &str, strategy: &str) -> Listening {
+fn uvicorn(server: &Server, app_name: &str, extra: &[(&str, &str)]) -> Listening {
     let args = [
         "uvicorn",
         app_name,
@@ -95,7 +133,7 @@ fn uvicorn(server: &Server, app_name: &str, strategy: &str) -> Listening {
         "--log-level",
         "warning",
     ];
-    app(server, "-m", &args, &[("STRATEGY", strategy)])
+    app(server, "-m", &args, extra)
 }
 
 fn flask(server: &Server, strategy: &str) -> Listening {
@@ -189,7 +227,7 @@ fn counted(server: &Server, key: &str, strategy: &str) -> i64 {
         "sliding-window-counter" => {
             query::<Vec<i64>, _>(&mut con, &["RL.WINDOW.COUNTS", key, "60", "SLIDING"])[2]
         }
-        _ => query::<Vec<i64>, _>(&mut con, &["RL.WINDOW.COUNTS", key, "60", "FIXED"])[2],
+        _ => query::<Vec<i64>, _>(&mut con, &["RL.WINDOW.COUNTS", key, "60", "ANCHORED"])[2],
     }
 }
 
@@ -224,7 +262,7 @@ fn holds_exactly(start: impl Fn(&Server, &str) -> Listening, path: &'static str)
 #[test]
 fn slowapi_on_fastapi_holds_its_limit_exactly_with_every_strategy() {
     holds_exactly(
-        |server, strategy| uvicorn(server, "fastapi_app:app", strategy),
+        |server, strategy| uvicorn(server, "fastapi_app:app", &[("STRATEGY", strategy)]),
         "/slowapi",
     );
 }
@@ -241,7 +279,7 @@ fn the_fastapi_dependency_and_the_starlette_middleware_hold_their_limit_exactly(
         ("fastapi_app:middleware_app", "/"),
     ] {
         let server = Server::start();
-        let app = uvicorn(&server, app_name, "moving-window");
+        let app = uvicorn(&server, app_name, &[]);
         let responses = burst(app.port, path, 20);
         let refused = exactly_five(&responses);
         assert_eq!(
@@ -290,4 +328,91 @@ fn both_packages_work_on_a_cluster() {
             cluster.logs()
         );
     }
+}
+
+/// An app, its route, and the status a request gets while the server fails.
+type Faulty<'a> = (&'a Listening, &'static str, u16);
+
+/// The server frozen (`SIGSTOP`), then killed, then restarted: every request to every app
+/// is answered within the call's timeout (0.2 s) and a margin, with what its policy says, and
+/// service resumes once the server is back.
+fn survives_a_failing_server(mut server: Server, faulty: &[Faulty]) {
+    for (app, path, _) in faulty {
+        assert_eq!(get(app.port, path).status, 200, "{path}");
+    }
+    let bound = Duration::from_millis(200 + 600);
+    for (fault, signal) in [("frozen", libc::SIGSTOP), ("gone", libc::SIGKILL)] {
+        if signal == libc::SIGKILL {
+            server.kill();
+        } else {
+            server.signal(signal);
+        }
+        for round in 0..3 {
+            for &(app, path, while_failing) in faulty {
+                let started = std::time::Instant::now();
+                let response = get(app.port, path);
+                let took = started.elapsed();
+                assert!(took < bound, "{fault}, round {round}, {path}: {took:?}");
+                assert_eq!(response.status, while_failing, "{fault}, {path}");
+                if response.status == 503 {
+                    let retry: u64 = response.header("retry-after").unwrap().parse().unwrap();
+                    assert!((1..=1).contains(&retry), "Retry-After {retry}");
+                }
+            }
+        }
+        if signal == libc::SIGKILL {
+            server.restart();
+        } else {
+            server.signal(libc::SIGCONT);
+        }
+        for (app, path, _) in faulty {
+            let resumed =
+                support::wait_until(Duration::from_secs(3), || get(app.port, path).status == 200);
+            assert!(resumed, "{fault}: {path} did not resume");
+        }
+    }
+}
+
+#[test]
+fn the_python_adapters_answer_within_their_timeout_when_the_server_fails() {
+    let server = Server::start();
+    let swallow = [("SWALLOW", "1")];
+    let fastapi = uvicorn(&server, "fastapi_app:app", &swallow);
+    let middleware = uvicorn(&server, "fastapi_app:deny_middleware_app", &[]);
+    let flask = app(&server, "flask_app.py", &[], &swallow);
+    let faulty = [
+        (&fastapi, "/allow", 200),
+        (&fastapi, "/deny", 503),
+        (&middleware, "/", 503),
+        (&fastapi, "/slowapi", 200),
+        (&flask, "/limited", 200),
+    ];
+    survives_a_failing_server(server, &faulty);
+}
+
+/// The Node adapters' app (clients/node/test/apps/failing.js) as `which` ("express" or
+/// "nestjs").
+fn node_app(server: &Server, which: &str) -> Listening {
+    Listening::start("the Node app", |port| {
+        let mut command = Command::new("node");
+        command
+            .arg("test/apps/failing.js")
+            .env("APP", which)
+            .env("PORT", port.to_string())
+            .env("REDIS_URL", redis_url(server))
+            .current_dir(repository().join("clients/node"));
+        command
+    })
+}
+
+#[test]
+fn the_node_adapters_answer_within_their_timeout_when_the_server_fails() {
+    let server = Server::start();
+    let (express, nestjs) = (node_app(&server, "express"), node_app(&server, "nestjs"));
+    let faulty = [
+        (&express, "/allow", 200),
+        (&express, "/deny", 503),
+        (&nestjs, "/", 503),
+    ];
+    survives_a_failing_server(server, &faulty);
 }

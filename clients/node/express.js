@@ -1,29 +1,47 @@
-// An express-rate-limit Store on the redis-ratelimit module: each request is decided by one
-// call, and a refused request counts nothing.
+// An express-rate-limit Store on the redis-ratelimit module.
 //
 //     const { rateLimit } = require("express-rate-limit");
 //     const { RateLimitModuleStore } = require("redis-ratelimit-module/express");
 //     app.use(rateLimit({ windowMs: 60_000, limit: 100,
 //                         store: new RateLimitModuleStore({ client: redis }) }));
+//
+// By default (algorithm "ANCHORED") it counts as express-rate-limit's own MemoryStore and
+// rate-limit-redis do: a window from each client's first hit, every hit counted, refused ones
+// too, express-rate-limit deciding with its limit; one RL.WINDOW ... ANCHORED call a
+// request. "FIXED", "SLIDING" and "LOG" let the module decide instead (windows on the clock,
+// sliding, or an exact log; a refused request counts nothing).
 "use strict";
 
 const { commandSender } = require("./index");
+const { Circuit, ServerUnavailable, guardedSender } = require("./resilience");
+
+// The count of an ANCHORED window never reaches it: every hit is counted, as
+// express-rate-limit's stores count (2^50, exact as a JavaScript number).
+const UNBOUNDED = 2 ** 50;
+// Reading an ANCHORED window's count: a key lives exactly its window, so any window as long
+// as the stored one reads the same count while the key exists (285 years, in ms).
+const LONGEST_WINDOW_MS = 9_000_000_000_000;
 
 class RateLimitModuleStore {
   /**
    * @param {object} options
    * @param {object} options.client  an ioredis or node-redis client
-   * @param {"FIXED"|"SLIDING"|"LOG"} [options.algorithm]  RL.WINDOW FIXED (as
-   *   express-rate-limit's own stores count), RL.WINDOW SLIDING, or RL.LOG (exact)
+   * @param {"ANCHORED"|"FIXED"|"SLIDING"|"LOG"} [options.algorithm]  see above
    * @param {string} [options.prefix]  prepended to every key
+   * @param {number} [options.timeout]  ms a call waits at most (1000)
+   * @param {"throw"|"allow"|"deny"} [options.onError]  when the server fails: "throw" (the
+   *   default) hands the error to express-rate-limit, whose `passOnStoreError` decides;
+   *   "allow" admits; "deny" answers 503 with Retry-After
+   * @param {number} [options.cooldown]  ms after a failure without asking the server (1000)
    */
-  constructor({ client, algorithm = "FIXED", prefix = "rl:" }) {
-    this.send = commandSender(client);
+  constructor({ client, algorithm = "ANCHORED", prefix = "rl:", timeout = 1000, onError = "throw", cooldown = 1000, logger = console }) {
+    this.circuit = new Circuit({ onError, cooldown, logger });
+    this.send = guardedSender(client, commandSender(client), this.circuit, timeout);
     this.algorithm = algorithm;
     this.prefix = prefix;
     this.localKeys = false;
-    // Refused requests express-rate-limit may still decrement, per key: when each one's
-    // window ends (after which it no longer decrements it).
+    // Module-decided algorithms: refused requests express-rate-limit may still decrement,
+    // per key, with when each one's window ends (after which it no longer decrements it).
     this.uncounted = new Map();
   }
 
@@ -35,15 +53,22 @@ class RateLimitModuleStore {
     this.decrementsRefused = Boolean(options.skipFailedRequests);
   }
 
+  get counting() {
+    return this.algorithm === "ANCHORED";
+  }
+
   limitFor() {
     if (typeof this.limit !== "number") {
-      throw new TypeError("RateLimitModuleStore needs a number for `limit`: the module decides with it");
+      throw new TypeError(`RateLimitModuleStore with ${this.algorithm} needs a number for \`limit\`: the module decides with it`);
     }
     return this.limit;
   }
 
   command(key, quantity, extra = [], readOnly = false) {
     const suffix = readOnly ? "_RO" : "";
+    if (this.counting) {
+      return ["RL.WINDOW", this.prefix + key, UNBOUNDED, this.windowMs, quantity, "ANCHORED", "MS", ...extra];
+    }
     if (this.algorithm === "LOG") {
       return ["RL.LOG" + suffix, this.prefix + key, this.limitFor(), this.windowMs, quantity, "MS", ...extra];
     }
@@ -51,30 +76,42 @@ class RateLimitModuleStore {
       this.algorithm, "MS", ...extra];
   }
 
-  // totalHits as express-rate-limit reads it: what was counted, and one more than the limit
-  // for a refused request (which the module did not count).
-  info(reply) {
-    const [limited, limit, remaining, , resetAfter] = reply.map(Number);
-    return {
-      totalHits: limited === 1 ? limit + 1 : limit - remaining,
-      resetTime: new Date(Date.now() + resetAfter),
-    };
+  /** Sends `args`; when the server fails, what onError says: the reply's stand-in (allow),
+   * an error express answers 503 (deny), or the error (throw). */
+  async call(args, whenAllowed) {
+    try {
+      return (await this.send(args)).map(Number);
+    } catch (error) {
+      if (!(error instanceof ServerUnavailable) || this.circuit.onError === "throw") throw error;
+      if (this.circuit.onError === "allow") return whenAllowed;
+      throw Object.assign(new Error("Service Unavailable: the rate limiter's server failed", { cause: error }), {
+        status: 503,
+        expose: true,
+        headers: { "Retry-After": String(Math.max(1, Math.ceil(error.retryAfter))) },
+      });
+    }
   }
 
   async increment(key) {
-    if (this.limitFor() === 0) {
+    if (!this.counting && this.limitFor() === 0) {
       // express-rate-limit's `limit: 0` refuses everything; the module has no such limit.
       return { totalHits: 1, resetTime: new Date(Date.now() + this.windowMs) };
     }
-    const reply = (await this.send(this.command(key, 1))).map(Number);
-    const info = this.info(reply);
-    if (reply[0] === 1 && this.decrementsRefused) {
+    const allowed = this.counting ? [0, UNBOUNDED, UNBOUNDED - 1, -1, this.windowMs] : [0, this.limit, this.limit - 1, -1, this.windowMs];
+    const reply = await this.call(this.command(key, 1), allowed);
+    const [limited, limit, remaining, , resetAfter] = reply;
+    const resetTime = new Date(Date.now() + resetAfter);
+    if (this.counting) return { totalHits: UNBOUNDED - remaining, resetTime };
+    // What was counted, and one more than the limit for a refused request (which the module
+    // did not count), as express-rate-limit reads totalHits.
+    const info = { totalHits: limited === 1 ? limit + 1 : limit - remaining, resetTime };
+    if (limited === 1 && this.decrementsRefused) {
       // express-rate-limit will decrement this refusal, which the module never counted: the
-      // decrement must give nothing back (it would return an admitted request).
-      // It is decremented before its window ends (resetTime) or never; a second's grace
-      // keeps the two clocks' reading of "ends" from returning an admitted request.
+      // decrement must give nothing back (it would return an admitted request). It is
+      // decremented before its window ends (resetTime) or never; a second's grace keeps the
+      // two clocks' reading of "ends" from returning an admitted request.
       const pending = this.pending(key);
-      pending.push(info.resetTime.getTime() + 1_000);
+      pending.push(resetTime.getTime() + 1_000);
       this.uncounted.set(key, pending);
       if (this.uncounted.size > 10_000) this.sweep();
     }
@@ -82,8 +119,13 @@ class RateLimitModuleStore {
   }
 
   async get(key) {
+    if (this.counting) {
+      const [, , current, currentEndsIn] = await this.call(
+        ["RL.WINDOW.COUNTS", this.prefix + key, LONGEST_WINDOW_MS, "ANCHORED", "MS"], [0, 0, 0, 0]);
+      return current > 0 ? { totalHits: current, resetTime: new Date(Date.now() + currentEndsIn) } : undefined;
+    }
     if (this.limitFor() === 0) return undefined;
-    const reply = (await this.send(this.command(key, 0, [], true))).map(Number);
+    const reply = await this.call(this.command(key, 0, [], true), [0, this.limit, this.limit, -1, 0]);
     return { totalHits: reply[1] - reply[2], resetTime: new Date(Date.now() + reply[4]) };
   }
 
@@ -94,8 +136,11 @@ class RateLimitModuleStore {
       if (pending.length === 0) this.uncounted.delete(key);
       return;
     }
-    if (this.limitFor() === 0) return;
-    await this.send(this.command(key, 1, ["REFUND"]));
+    if (!this.counting && this.limitFor() === 0) return;
+    // A failed decrement gives nothing back; only "throw" reports it.
+    await this.call(this.command(key, 1, ["REFUND"]), []).catch((error) => {
+      if (this.circuit.onError === "throw") throw error;
+    });
   }
 
   async resetKey(key) {

@@ -18,6 +18,8 @@ export interface RateLimit {
   granted: number | null;
   /** Several limiters: each one's own result, in order (else empty). */
   each: RateLimit[];
+  /** Decided without the server, by `onError` (nothing counted, no fields to send). */
+  failed: boolean;
 }
 
 /** A limiter: its command, key, arguments, and its policy's name and window. */
@@ -83,8 +85,27 @@ export interface LogCounts {
   newestEndsIn: number;
 }
 
+/** What a client does when the server fails, and under a flood. */
+export interface ResilienceOptions {
+  /** The most a call waits, in ms (1000); it never waits on a reconnecting client's queue. */
+  timeout?: number;
+  /** When the server fails: "throw" (the default), "allow" (admit) or "deny" (refuse). */
+  onError?: "throw" | "allow" | "deny";
+  /** How long after a failure decisions are taken by onError without asking, in ms (1000). */
+  cooldown?: number;
+  /** Answers up to this many standing refusals locally (0: off, the default). */
+  denyCache?: number;
+  clock?: () => number;
+  logger?: { error(message: string): void };
+}
+
+/** The server failed, or failed less than a cool-down ago; `retryAfter` in seconds. */
+export class ServerUnavailable extends Error {
+  retryAfter: number;
+}
+
 export class RateLimiter {
-  constructor(client: Client);
+  constructor(client: Client, options?: ResilienceOptions);
   check(limiters: Limiter[], options?: CheckOptions): Promise<RateLimit>;
   peek(limiters: Limiter[], options?: { quantity?: number }): Promise<RateLimit>;
   acquire(limiters: Limiter[], options?: { quantity?: number; timeout?: number }): Promise<RateLimit>;
@@ -108,4 +129,20 @@ export class SharedLists {
   add(list: string, item: string, value?: string): Promise<void>;
   remove(list: string, item: string): Promise<void>;
   read(): Promise<Lists>;
+}
+
+/**
+ * Quota leases for one hot limit: up to `batch` units taken in one call (AT_MOST) and spent
+ * locally, what is unused after `hold` seconds given back (REFUND). In any window, N
+ * processes admit at most N x batch more than the server alone would.
+ */
+export class Quota {
+  constructor(limiter: RateLimiter, limiters: Limiter[], options?: { batch?: number; hold?: number; clock?: () => number });
+  /** Whether a request of `quantity` may go ahead. */
+  take(quantity?: number): Promise<boolean>;
+  /** Gives back whatever is held. */
+  close(): Promise<void>;
+  decisions: number;
+  admitted: number;
+  calls: number;
 }

@@ -7,6 +7,9 @@
 // them up, so a client that waits them is never early.
 "use strict";
 
+const { Circuit, DenyCache, ServerUnavailable, guardedSender } = require("./resilience");
+const { Quota } = require("./quota");
+
 const millis = (seconds) => Math.max(1, Math.round(seconds * 1000));
 
 /**
@@ -66,6 +69,7 @@ function fromReply(reply, { each = [], waitMs = 0, granted = null } = {}) {
     wait: waitMs / 1000,
     granted,
     each,
+    failed: false,
   };
 }
 
@@ -129,21 +133,57 @@ function countsOf(limiter, reply) {
 
 const leaseOf = (reply) => ({ result: fromReply(reply), allowed: Number(reply[0]) === 0, id: Number(reply[5]) });
 
-/** Every command of the module on one client, with typed results. */
+/** What `onError` decides without the server: nothing counted, no fields to send. */
+function failureResult(allowed, retryAfter) {
+  return { allowed, limit: 0, remaining: 0, retryAfter: allowed ? null : retryAfter, resetAfter: 0, wait: 0, granted: null, each: [], failed: true };
+}
+
+/**
+ * Every command of the module on one client, with typed results.
+ *
+ * Options: `timeout` (ms, 1000): the most a call waits, and it never waits on a reconnecting
+ * client's offline queue; `onError` ("throw", the default, "allow" or "deny"): what a
+ * decision is when the server fails, "allow" admitting and "deny" refusing (`failed: true`,
+ * nothing counted); `cooldown` (ms, 1000): how long after a failure decisions are taken that
+ * way without asking; `denyCache` (a number of keys): standing refusals answered locally.
+ */
 class RateLimiter {
-  constructor(client) {
-    this.send = commandSender(client);
+  constructor(client, { timeout = 1000, onError = "throw", cooldown = 1000, denyCache = 0, clock = Date.now, logger = console } = {}) {
+    this.circuit = new Circuit({ onError, cooldown, clock, logger });
+    this.send = guardedSender(client, commandSender(client), this.circuit, timeout);
+    this.denyCache = denyCache > 0 ? new DenyCache(denyCache, clock) : null;
+  }
+
+  /** One decision: from the deny cache, from the server, or by onError. */
+  async decide(limiters, options, readOnly = false) {
+    const cacheKey = this.denyCache && !options.refund && !options.force
+      ? JSON.stringify(commandFor(limiters, { ...options, quantity: 0 }, readOnly))
+      : null;
+    const quantity = options.quantity ?? 1;
+    if (cacheKey) {
+      const cached = this.denyCache.get(cacheKey, quantity);
+      if (cached) return cached;
+    }
+    let reply;
+    try {
+      reply = await this.send(commandFor(limiters, options, readOnly));
+    } catch (error) {
+      if (!(error instanceof ServerUnavailable) || this.circuit.onError === "throw") throw error;
+      return failureResult(this.circuit.onError === "allow", error.retryAfter);
+    }
+    const result = resultOf(reply, limiters, options);
+    if (cacheKey) this.denyCache.put(cacheKey, quantity, result);
+    return result;
   }
 
   /** One request against every limiter, all or nothing, in one call. */
   async check(limiters, options = {}) {
-    return resultOf(await this.send(commandFor(limiters, options)), limiters, options);
+    return this.decide(limiters, options);
   }
 
   /** What `check` would answer now, without writing (the _RO variants). */
   async peek(limiters, { quantity = 1 } = {}) {
-    const options = { quantity };
-    return resultOf(await this.send(commandFor(limiters, options, true)), limiters, options);
+    return this.decide(limiters, { quantity }, true);
   }
 
   /**
@@ -272,4 +312,6 @@ class SharedLists {
   }
 }
 
-module.exports = { RateLimiter, SharedLists, throttle, window, log, fromReply, headers, commandSender };
+module.exports = {
+  RateLimiter, Quota, SharedLists, ServerUnavailable, throttle, window, log, fromReply, headers, commandSender,
+};

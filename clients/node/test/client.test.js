@@ -5,7 +5,8 @@ const assert = require("node:assert/strict");
 const { randomUUID } = require("node:crypto");
 const { after, before, test } = require("node:test");
 const { createClient } = require("redis");
-const { RateLimiter, SharedLists, throttle, window, log, headers } = require("..");
+const Redis = require("ioredis");
+const { RateLimiter, Quota, ServerUnavailable, SharedLists, throttle, window, log, headers } = require("..");
 const { url, ioredis } = require("./helpers");
 
 const prefix = `client:${randomUUID()}`;
@@ -28,7 +29,7 @@ for (const [name, client] of [["ioredis", () => io], ["node-redis", () => nodeRe
     const first = await limiter.check([gcra]);
     assert.deepEqual(
       { ...first, resetAfter: Math.round(first.resetAfter) },
-      { allowed: true, limit: 2, remaining: 1, retryAfter: null, resetAfter: 10, wait: 0, granted: null, each: [] },
+      { allowed: true, limit: 2, remaining: 1, retryAfter: null, resetAfter: 10, wait: 0, granted: null, each: [], failed: false },
     );
     await limiter.check([gcra]);
     // DELAY: the third waits its turn, 10 s on; a fourth would wait 20 s: refused with 5.
@@ -116,3 +117,101 @@ for (const [name, client] of [["ioredis", () => io], ["node-redis", () => nodeRe
     assert.equal(await io.hget(hash, "version"), "3");
   });
 }
+
+test("onError decides when the server is gone, at once within the cool-down", async () => {
+  const gone = new Redis({ port: 1, retryStrategy: () => 1000, maxRetriesPerRequest: null });
+  gone.on("error", () => {});
+  const quiet = { error() {} };
+  try {
+    const limits = [log("node:gone", 5, 60)];
+    const allowing = new RateLimiter(gone, { onError: "allow", logger: quiet });
+    assert.deepEqual(
+      [(await allowing.check(limits)).allowed, (await allowing.check(limits)).failed], [true, true]);
+    const denying = new RateLimiter(gone, { onError: "deny", cooldown: 30_000, logger: quiet });
+    const refused = await denying.check(limits);
+    assert.deepEqual([refused.allowed, refused.failed], [false, true]);
+    assert.ok(Math.abs(refused.retryAfter - 30) < 1);
+    await assert.rejects(new RateLimiter(gone, { logger: quiet }).check(limits), ServerUnavailable);
+  } finally {
+    gone.disconnect();
+  }
+});
+
+test("a frozen server costs the timeout, then the cool-down answers at once", async () => {
+  // A listener that never answers, as a server stopped with SIGSTOP.
+  const net = require("node:net");
+  const silent = net.createServer(() => {});
+  await new Promise((resolve) => silent.listen(0, "127.0.0.1", resolve));
+  const frozen = new Redis({ port: silent.address().port, maxRetriesPerRequest: null, enableReadyCheck: false });
+  frozen.on("error", () => {});
+  try {
+    const limiter = new RateLimiter(frozen, { timeout: 200, onError: "allow", cooldown: 5000, logger: { error() {} } });
+    let started = Date.now();
+    assert.equal((await limiter.check([log("node:frozen", 5, 60)])).failed, true);
+    assert.ok(Date.now() - started < 600, `${Date.now() - started} ms`);
+    started = Date.now();
+    for (let i = 0; i < 100; i++) await limiter.check([log("node:frozen", 5, 60)]);
+    assert.ok(Date.now() - started < 200, "no call within the cool-down");
+  } finally {
+    frozen.disconnect();
+    silent.close();
+  }
+});
+
+test("the deny cache answers a flood of a refused key with one call", async () => {
+  const key = `${prefix}:flood`;
+  const limiter = new RateLimiter(io, { denyCache: 100 });
+  const limits = [log(key, 2, 60)];
+  assert.deepEqual([(await limiter.check(limits)).allowed, (await limiter.check(limits)).allowed], [true, true]);
+  const calls = async () => Number(/calls=(\d+)/.exec((await io.info("ratelimit")).split("\n").find((line) => line.startsWith("ratelimit_rl.log:")))[1]);
+  const before = await calls();
+  const answers = [];
+  for (let i = 0; i < 1000; i++) answers.push(await limiter.check(limits));
+  assert.equal(await calls() - before, 1);
+  assert.ok(answers.every((one) => !one.allowed));
+  const server = await new RateLimiter(io).peek(limits);
+  const last = answers.at(-1);
+  assert.deepEqual([last.limit, last.remaining], [server.limit, server.remaining]);
+  assert.ok(Math.abs(last.retryAfter - server.retryAfter) < 0.05);
+});
+
+test("quota leases: batch 1 is a call per decision; a batch is given back on close", async () => {
+  const key = `${prefix}:quota`;
+  const limits = [window(key, 3, 60, { algorithm: "FIXED" })];
+  const one = new Quota(new RateLimiter(io), limits, { batch: 1 });
+  const taken = [];
+  for (let i = 0; i < 4; i++) taken.push(await one.take());
+  assert.deepEqual(taken, [true, true, true, false]);
+  assert.equal(one.calls, 4);
+  await io.del(key);
+  const many = new Quota(new RateLimiter(io), limits, { batch: 3, hold: 60 });
+  assert.equal(await many.take(), true);
+  assert.equal((await new RateLimiter(io).counts(limits[0])).current, 3);
+  await many.close();
+  assert.equal((await new RateLimiter(io).counts(limits[0])).current, 1);
+  // Unused units go back after hold, with no request to notice.
+  const held = new Quota(new RateLimiter(io), [window(`${key}:hold`, 10, 60, { algorithm: "FIXED" })], { batch: 5, hold: 0.2 });
+  assert.equal(await held.take(), true);
+  await new Promise((resolve) => setTimeout(resolve, 400));
+  assert.equal((await new RateLimiter(io).counts(window(`${key}:hold`, 10, 60, { algorithm: "FIXED" }))).current, 1);
+});
+
+test("quota leases: several processes admit at most the limit plus N x batch in any window", async () => {
+  const { fork } = require("node:child_process");
+  const [limit, windowSeconds, batch, processes] = [40, 0.5, 10, 4];
+  const key = `${prefix}:quota-bound`;
+  const runs = await Promise.all(Array.from({ length: processes }, () => new Promise((resolve, reject) => {
+    const child = fork(`${__dirname}/quota-worker.js`, [key, limit, windowSeconds, batch, 2], { env: process.env });
+    child.on("message", resolve);
+    child.on("error", reject);
+  })));
+  const times = runs.flat().sort((a, b) => a - b);
+  assert.ok(times.length > limit);
+  let start = 0;
+  let worst = 0;
+  for (let end = 0; end < times.length; end++) {
+    while (times[start] <= times[end] - windowSeconds * 1000) start++;
+    worst = Math.max(worst, end - start + 1);
+  }
+  assert.ok(worst <= limit + processes * batch, `${worst} in one window`);
+});

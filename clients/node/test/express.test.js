@@ -5,15 +5,16 @@ const assert = require("node:assert/strict");
 const { randomUUID } = require("node:crypto");
 const { after, test } = require("node:test");
 const express = require("express");
-const { rateLimit } = require("express-rate-limit");
+const Redis = require("ioredis");
+const { rateLimit, MemoryStore } = require("express-rate-limit");
 const { RateLimitModuleStore } = require("../express");
 const { ioredis, burst, counted, listen } = require("./helpers");
 
 const redis = ioredis();
 after(() => redis.disconnect());
 
-for (const algorithm of ["FIXED", "SLIDING", "LOG"]) {
-  test(`${algorithm}: the limit holds under concurrent requests, refused ones cost nothing`, async () => {
+for (const algorithm of ["ANCHORED", "FIXED", "SLIDING", "LOG"]) {
+  test(`${algorithm}: the limit holds under concurrent requests`, async () => {
     const prefix = `express:${randomUUID()}:`;
     const app = express();
     app.use(rateLimit({
@@ -33,9 +34,15 @@ for (const algorithm of ["FIXED", "SLIDING", "LOG"]) {
       assert.match(refused.headers.get("ratelimit-policy"), /q=5; ?w=60/);
       assert.match(refused.headers.get("ratelimit"), /r=0/);
       assert.ok(Number(refused.headers.get("retry-after")) > 0);
-      // The module counted the five admitted, not the fifteen refused.
       const keys = await redis.keys(`${prefix}*`);
       assert.equal(keys.length, 1);
+      if (algorithm === "ANCHORED") {
+        // Every hit counted, as express-rate-limit's own stores count them.
+        const counts = await redis.call("RL.WINDOW.COUNTS", keys[0], 60000, "ANCHORED", "MS");
+        assert.equal(counts[2], 20);
+        return;
+      }
+      // The module counted the five admitted, not the fifteen refused.
       const peek = algorithm === "LOG"
         ? await redis.call("RL.LOG_RO", keys[0], 5, 60000, 0, "MS")
         : await redis.call("RL.WINDOW_RO", keys[0], 5, 60000, 0, algorithm, "MS");
@@ -132,3 +139,90 @@ test("limit 0 refuses everything, as express-rate-limit means it", async () => {
     server.close();
   }
 });
+
+/** The statuses and rate-limit fields of `paths` requested one after another. */
+async function sequence(base, paths) {
+  const seen = [];
+  for (const path of paths) {
+    const response = await fetch(`${base}${path}`);
+    await response.text();
+    const fields = {};
+    for (const name of ["ratelimit", "ratelimit-policy", "x-ratelimit-limit", "x-ratelimit-remaining", "retry-after"]) {
+      fields[name] = response.headers.get(name);
+    }
+    seen.push({ path, status: response.status, fields });
+    // Let a decrement (on the response's end) run before the next request.
+    await new Promise((resolve) => setTimeout(resolve, 15));
+  }
+  return seen;
+}
+
+// Side by side with express-rate-limit's own MemoryStore: the same requests get the same
+// statuses and fields, with the default ANCHORED store, for each way of counting.
+const scenarios = [
+  { limit: 3, paths: ["/", "/", "/", "/", "/", "/"] },
+  { limit: 2, skipFailedRequests: true, paths: ["/", "/fails", "/", "/", "/", "/fails", "/"] },
+  { limit: 2, skipSuccessfulRequests: true, paths: ["/", "/", "/fails", "/fails", "/", "/fails"] },
+  { limit: (req) => (req.query.vip ? 4 : 1), paths: ["/", "/", "/?vip=1", "/?vip=1", "/?vip=1", "/?vip=1"] },
+  { limit: 0, paths: ["/", "/"] },
+];
+for (const [index, { paths, ...options }] of scenarios.entries()) {
+  test(`scenario ${index}: as express-rate-limit's MemoryStore answers`, async () => {
+    const run = async (store) => {
+      const app = express();
+      app.use(rateLimit({ windowMs: 60_000, standardHeaders: "draft-8", legacyHeaders: true, ...options, store }));
+      app.get("/", (req, res) => res.send("hello"));
+      app.get("/fails", (req, res) => res.status(500).send("failed"));
+      const { server, base } = await listen(app);
+      try {
+        return await sequence(base, paths);
+      } finally {
+        server.close();
+      }
+    };
+    const theirs = await run(new MemoryStore());
+    const ours = await run(new RateLimitModuleStore({ client: redis, prefix: `express:${randomUUID()}:` }));
+    assert.deepEqual(ours, theirs);
+  });
+}
+
+test("the window starts at the first hit, as the reset field says", async () => {
+  const prefix = `express:${randomUUID()}:`;
+  const app = express();
+  app.use(rateLimit({ windowMs: 3_000, limit: 2, standardHeaders: "draft-7", store: new RateLimitModuleStore({ client: redis, prefix }) }));
+  app.get("/", (req, res) => res.send("hello"));
+  const { server, base } = await listen(app);
+  try {
+    const [first] = await sequence(base, ["/"]);
+    assert.match(first.fields.ratelimit, /reset=3/);
+    await new Promise((resolve) => setTimeout(resolve, 1_100));
+    const [, third] = await sequence(base, ["/", "/"]);
+    assert.equal(third.status, 429);
+    assert.match(third.fields.ratelimit, /reset=[12]\b/);
+  } finally {
+    server.close();
+  }
+});
+
+// A server that is gone: ioredis would queue the call while it reconnects; the store does
+// not wait on that, and onError decides.
+for (const [onError, passOnStoreError, expected] of [["allow", false, 200], ["deny", false, 503], ["throw", false, 500], ["throw", true, 200]]) {
+  test(`onError ${onError}, passOnStoreError ${passOnStoreError}: ${expected} at once when the server is gone`, async () => {
+    const gone = new Redis({ port: 1, lazyConnect: false, retryStrategy: () => 1000, maxRetriesPerRequest: null });
+    gone.on("error", () => {});
+    const app = express();
+    app.use(rateLimit({ windowMs: 60_000, limit: 5, passOnStoreError, store: new RateLimitModuleStore({ client: gone, onError, timeout: 300, logger: { error() {} } }) }));
+    app.get("/", (req, res) => res.send("hello"));
+    const { server, base } = await listen(app);
+    try {
+      const started = Date.now();
+      const responses = await sequence(base, ["/", "/", "/"]);
+      assert.ok(Date.now() - started < 1_500, `${Date.now() - started} ms`);
+      assert.deepEqual(responses.map((one) => one.status), [expected, expected, expected]);
+      if (expected === 503) assert.equal(responses[0].fields["retry-after"], "1");
+    } finally {
+      server.close();
+      gone.disconnect();
+    }
+  });
+}

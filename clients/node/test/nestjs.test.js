@@ -8,14 +8,15 @@ const { randomUUID } = require("node:crypto");
 const { after, test } = require("node:test");
 const { Controller, Get, Module } = require("@nestjs/common");
 const { APP_GUARD, NestFactory } = require("@nestjs/core");
-const { ThrottlerGuard, ThrottlerModule } = require("@nestjs/throttler");
-const { RateLimitModuleThrottlerStorage } = require("../nestjs");
+const { ThrottlerGuard, ThrottlerModule, ThrottlerStorageService } = require("@nestjs/throttler");
+const Redis = require("ioredis");
+const { RateLimitModuleThrottlerStorage, RateLimitModuleThrottlerGuard } = require("../nestjs");
 const { ioredis, burst, counted } = require("./helpers");
 
 const redis = ioredis();
 after(() => redis.disconnect());
 
-function appModule(storage) {
+function appModule(storage, throttlers = [{ ttl: 60_000, limit: 5, blockDuration: 30_000 }], guard = ThrottlerGuard) {
   class HelloController {
     hello() {
       return "hello";
@@ -26,12 +27,9 @@ function appModule(storage) {
   Reflect.decorate([Controller()], HelloController);
   class AppModule {}
   Reflect.decorate([Module({
-    imports: [ThrottlerModule.forRoot({
-      throttlers: [{ ttl: 60_000, limit: 5, blockDuration: 30_000 }],
-      storage,
-    })],
+    imports: [ThrottlerModule.forRoot({ throttlers, storage })],
     controllers: [HelloController],
-    providers: [{ provide: APP_GUARD, useClass: ThrottlerGuard }],
+    providers: [{ provide: APP_GUARD, useClass: guard }],
   })], AppModule);
   return AppModule;
 }
@@ -52,11 +50,73 @@ test("the limit holds under concurrent requests, with a block, and refused ones 
     // The block (30 s) started with the first refusal: Retry-After says it.
     const retryAfter = Number(refused.headers.get("retry-after"));
     assert.ok(retryAfter > 25 && retryAfter <= 60, `${retryAfter}`);
-    const keys = await redis.keys(`${prefix}*`);
-    assert.equal(keys.length, 1);
-    const counts = await redis.call("RL.WINDOW.COUNTS", keys[0], 60000, "FIXED", "MS");
-    assert.equal(counts[2], 5);
+    // The hits and the first-hit window, in one hash slot.
+    const keys = (await redis.keys(`{${prefix}*`)).sort();
+    assert.equal(keys.length, 2);
+    assert.match(keys[0], /^\{.*\}:hits$/);
   } finally {
     await app.close();
+  }
+});
+
+/** Starts the app on `storage`, runs `steps` (a number: requests one after another; a
+ * string "wait N": N ms), and gives each response's status and fields. */
+async function run(storage, throttlers, steps, guard = ThrottlerGuard) {
+  const app = await NestFactory.create(appModule(storage, throttlers, guard), { logger: false });
+  await app.listen(0, "127.0.0.1");
+  const base = `http://127.0.0.1:${app.getHttpServer().address().port}`;
+  const seen = [];
+  try {
+    for (const step of steps) {
+      if (typeof step === "string") {
+        await new Promise((resolve) => setTimeout(resolve, Number(step.split(" ")[1])));
+        continue;
+      }
+      for (let i = 0; i < step; i++) {
+        const response = await fetch(`${base}/`);
+        await response.text();
+        seen.push({
+          status: response.status,
+          remaining: response.headers.get("x-ratelimit-remaining"),
+          reset: response.headers.get("x-ratelimit-reset"),
+          retryAfter: response.headers.get("retry-after"),
+        });
+      }
+    }
+  } finally {
+    await app.close();
+  }
+  return seen;
+}
+
+// Side by side with the throttler's own storage: the same requests get the same statuses
+// and fields, a block included (the hits start again when it ends).
+const scenarios = [
+  { throttlers: [{ ttl: 3_000, limit: 2 }], steps: [3, "wait 1200", 1] },
+  { throttlers: [{ ttl: 4_000, limit: 2, blockDuration: 1_000 }], steps: [3, "wait 1300", 3] },
+  { throttlers: [{ ttl: 60_000, limit: 3 }, { name: "burst", ttl: 2_000, limit: 1 }], steps: [2, "wait 2100", 2] },
+];
+for (const [index, { throttlers, steps }] of scenarios.entries()) {
+  test(`scenario ${index}: as the throttler's own storage answers`, async () => {
+    const theirs = await run(new ThrottlerStorageService(), throttlers, steps);
+    const ours = await run(new RateLimitModuleThrottlerStorage(redis, { prefix: `nest:${randomUUID()}:` }), throttlers, steps);
+    assert.deepEqual(ours, theirs);
+  });
+}
+
+test("a server that is gone: deny answers 503 with Retry-After at once, allow lets through", async () => {
+  const gone = new Redis({ port: 1, retryStrategy: () => 1000, maxRetriesPerRequest: null });
+  gone.on("error", () => {});
+  const quiet = { error() {} };
+  try {
+    const throttlers = [{ ttl: 60_000, limit: 5 }];
+    const started = Date.now();
+    const denied = await run(new RateLimitModuleThrottlerStorage(gone, { onError: "deny", logger: quiet }), throttlers, [2], RateLimitModuleThrottlerGuard);
+    assert.deepEqual(denied.map((one) => [one.status, one.retryAfter]), [[503, "1"], [503, "1"]]);
+    const allowed = await run(new RateLimitModuleThrottlerStorage(gone, { onError: "allow", logger: quiet }), throttlers, [2]);
+    assert.deepEqual(allowed.map((one) => one.status), [200, 200]);
+    assert.ok(Date.now() - started < 3_000);
+  } finally {
+    gone.disconnect();
   }
 });

@@ -7,7 +7,9 @@ every option, the fields, and the `limits` storage through `limits`' own strateg
 from __future__ import annotations
 
 import asyncio
+import multiprocessing
 import os
+import socket
 import time
 import unittest
 import uuid
@@ -20,8 +22,9 @@ from limits.strategies import (FixedWindowRateLimiter, MovingWindowRateLimiter,
                                SlidingWindowCounterRateLimiter)
 
 import ratelimit_module.limits_storage  # noqa: F401  (registers ratelimit://)
-from ratelimit_module import (AsyncRateLimiter, AsyncSharedLists, Log, LogCounts, RateLimit,
-                              RateLimiter, SharedLists, Throttle, Window, headers)
+from ratelimit_module import (AsyncQuota, AsyncRateLimiter, AsyncSharedLists, Log, LogCounts,
+                              Quota, RateLimit, RateLimiter, ServerUnavailable, SharedLists,
+                              Throttle, Window, headers)
 
 URL = os.environ["REDIS_URL"]
 
@@ -136,6 +139,122 @@ class AsyncClientTest(unittest.IsolatedAsyncioTestCase):
         await client.aclose()
 
 
+def calls(client: redis.Redis, command: str) -> int:
+    """How many times the server ran `command` (INFO ratelimit)."""
+    line = client.info("ratelimit")[f"ratelimit_{command}"]
+    return int(line["calls"]) if isinstance(line, dict) else int(str(line).split(",")[0].split("=")[1])
+
+
+def closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class FailuresAndFloodsTest(unittest.TestCase):
+    def test_on_error_decides_and_the_circuit_spares_a_dead_server(self) -> None:
+        gone = redis.Redis(port=closed_port(), socket_timeout=0.5, socket_connect_timeout=0.5)
+        limits = [Log("py:gone", 5, 60)]
+        allowing = RateLimiter(gone, on_error="allow", cooldown=30)
+        first = allowing.check(limits)
+        self.assertEqual((first.allowed, first.failed), (True, True))
+        denying = RateLimiter(gone, on_error="deny", cooldown=30)
+        refused = denying.check(limits)
+        self.assertEqual((refused.allowed, refused.failed), (False, True))
+        self.assertAlmostEqual(refused.retry_after, 30, delta=1)
+        # Within the cool-down, no call is tried: a thousand decisions take no time.
+        started = time.monotonic()
+        self.assertFalse(any(denying.check(limits).allowed for _ in range(1000)))
+        self.assertLess(time.monotonic() - started, 0.5)
+        raising = RateLimiter(gone)
+        with self.assertRaises(redis.ConnectionError):
+            raising.check(limits)
+        with self.assertRaises(ServerUnavailable):
+            raising.check(limits)
+
+    def test_the_deny_cache_answers_a_flood_with_one_call(self) -> None:
+        client = redis.Redis.from_url(URL)
+        key = f"py:{uuid.uuid4().hex}:flood"
+        limits = [Log(key, 2, 60)]
+        limiter = RateLimiter(client, deny_cache=100)
+        self.assertEqual([limiter.check(limits).allowed for _ in range(2)], [True, True])
+        before = calls(client, "rl.log")
+        answers = [limiter.check(limits) for _ in range(1000)]
+        self.assertEqual(calls(client, "rl.log") - before, 1, "one call, then the cache")
+        self.assertFalse(any(answer.allowed for answer in answers))
+        # What the server answers, with the time that passed taken off.
+        server = RateLimiter(client).peek(limits)
+        last = answers[-1]
+        self.assertEqual((last.limit, last.remaining), (server.limit, server.remaining))
+        self.assertAlmostEqual(last.retry_after, server.retry_after, delta=0.05)
+        self.assertLessEqual(last.retry_after, answers[0].retry_after)
+        # A smaller quantity, or another key, asks the server.
+        self.assertTrue(limiter.check([Log(f"{key}:other", 2, 60)]).allowed)
+        client.close()
+
+
+def _quota_worker(args: tuple) -> list[float]:
+    """One process taking from one quota for `seconds`: when each admitted request went."""
+    url, key, limit, window, batch, seconds = args
+    client = redis.Redis.from_url(url)
+    quota = Quota(RateLimiter(client), [Log(key, limit, window)], batch=batch, hold=window)
+    admitted, end = [], time.time() + seconds
+    while time.time() < end:
+        if quota.take():
+            admitted.append(time.time())
+        else:
+            time.sleep(0.002)
+    quota.close()
+    client.close()
+    return admitted
+
+
+class QuotaTest(unittest.TestCase):
+    def test_several_processes_admit_at_most_the_limit_plus_n_times_batch(self) -> None:
+        limit, window, batch, processes = 40, 0.5, 10, 4
+        key = f"py:{uuid.uuid4().hex}:quota"
+        with multiprocessing.get_context("fork").Pool(processes) as pool:
+            runs = pool.map(_quota_worker, [(URL, key, limit, window, batch, 2.0)] * processes)
+        times = sorted(t for run in runs for t in run)
+        self.assertGreater(len(times), limit)
+        # In any window (ending at an admission), at most limit + N x batch.
+        start, worst = 0, 0
+        for end, at in enumerate(times):
+            while times[start] <= at - window:
+                start += 1
+            worst = max(worst, end - start + 1)
+        self.assertLessEqual(worst, limit + processes * batch, f"{worst} in one window")
+
+    def test_batch_one_is_one_call_per_decision_and_close_gives_back(self) -> None:
+        client = redis.Redis.from_url(URL)
+        key = f"py:{uuid.uuid4().hex}:one"
+        limits = [Window(key, 3, 60, "FIXED")]
+        one = Quota(RateLimiter(client), limits, batch=1)
+        self.assertEqual([one.take() for _ in range(4)], [True, True, True, False])
+        self.assertEqual(one.ledger.calls, 4)
+        client.delete(key)
+        many = Quota(RateLimiter(client), limits, batch=3, hold=60)
+        self.assertTrue(many.take())
+        self.assertEqual(RateLimiter(client).counts(limits[0]).current, 3)
+        many.close()
+        self.assertEqual(RateLimiter(client).counts(limits[0]).current, 1)
+        client.close()
+
+    def test_unused_units_go_back_after_hold(self) -> None:
+        async def run() -> None:
+            client = redis.asyncio.Redis.from_url(URL)
+            key = f"py:{uuid.uuid4().hex}:hold"
+            limits = [Window(key, 10, 60, "FIXED")]
+            quota = AsyncQuota(AsyncRateLimiter(client), limits, batch=5, hold=0.2)
+            self.assertTrue(await quota.take())
+            self.assertEqual((await AsyncRateLimiter(client).counts(limits[0])).current, 5)
+            await asyncio.sleep(0.4)
+            self.assertEqual((await AsyncRateLimiter(client).counts(limits[0])).current, 1)
+            await quota.close()
+            await client.aclose()
+        asyncio.run(run())
+
+
 class SharedListsTest(unittest.IsolatedAsyncioTestCase):
     """The hash the nginx package watches: written by one reader, seen by another once its
     version is checked again."""
@@ -201,7 +320,8 @@ class LimitsStorageTest(unittest.TestCase):
         self.assertEqual(self.storage.get(self.item.key_for(self.name)), 7)
         self.assertFalse(strategy.test(self.item, self.name))
         reset = strategy.get_window_stats(self.item, self.name).reset_time
-        self.assertTrue(time.time() < reset <= time.time() + 60)
+        # The window ends 60 s after the first hit, its expiry rounded up to the millisecond.
+        self.assertTrue(time.time() < reset <= time.time() + 60.002)
         strategy.clear(self.item, self.name)
         self.assertTrue(strategy.test(self.item, self.name))
 

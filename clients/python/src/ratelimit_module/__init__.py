@@ -8,9 +8,11 @@ from ._protocol import Lease, Limiter, Log, LogCounts, RateLimit, Throttle, Wind
 from .aio import AsyncRateLimiter
 from .client import RateLimiter
 from .fields import headers
+from ._resilience import ServerUnavailable
 from .lists import AsyncSharedLists, SharedLists
+from .quota import AsyncQuota, Quota
 
-__all__ = ["AsyncRateLimiter", "AsyncSharedLists", "Lease", "Limiter", "Log", "LogCounts",
-           "RateLimit", "RateLimiter", "SharedLists", "Throttle", "Window", "WindowCounts",
-           "headers"]
+__all__ = ["AsyncQuota", "AsyncRateLimiter", "AsyncSharedLists", "Lease", "Limiter", "Log",
+           "LogCounts", "Quota", "RateLimit", "RateLimiter", "ServerUnavailable", "SharedLists",
+           "Throttle", "Window", "WindowCounts", "headers"]
 __version__ = "0.3.0"

@@ -21,6 +21,8 @@ class RateLimit:
     reset_after: float  # seconds until the limiter is back to full capacity
     wait: float = 0.0  # with `delay`: seconds to wait before going ahead (0: at once, or refused)
     granted: Optional[int] = None  # with `at_most`: the quantity granted (0 when refused)
+    # Decided without the server, by `on_error` (nothing counted, no fields to send).
+    failed: bool = False
     # Several limiters: each one's own result, in the order given (empty for one limiter).
     each: tuple["RateLimit", ...] = field(default=(), compare=False)
 

@@ -4,32 +4,57 @@ same calls as `ratelimit_module.RateLimiter`, awaited."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Optional, Sequence
+import time
+from typing import Any, Callable, Optional, Sequence
 
 from ._protocol import (Counts, Lease, Limiter, Options, RateLimit, command, counts_command,
                         counts_result, lease_command, millis, result)
+from ._resilience import SERVER_FAILURES, Circuit, DenyCache, deny_key
 
 
 class AsyncRateLimiter:
-    """Every command of the module on one asyncio client, with typed results."""
+    """Every command of the module on one asyncio client, with typed results; `on_error`,
+    `cooldown` and `deny_cache` as for `RateLimiter` (a call waits at most the client's
+    `socket_timeout`)."""
 
-    def __init__(self, client: Any):
+    def __init__(self, client: Any, *, on_error: str = "raise", cooldown: float = 1.0,
+                 deny_cache: Optional[int] = None,
+                 clock: Callable[[], float] = time.monotonic):
         self.client = client
+        self.circuit = Circuit(on_error, cooldown, clock)
+        self.deny_cache = DenyCache(deny_cache, clock) if deny_cache else None
+
+    async def _decide(self, limiters: Sequence[Limiter], options: Options) -> RateLimit:
+        key = deny_key(self.deny_cache, limiters, options)
+        if key is not None:
+            cached = self.deny_cache.get(key, options.quantity)  # type: ignore[union-attr]
+            if cached is not None:
+                return cached
+        if self.circuit.open():
+            return self.circuit.decide()
+        try:
+            reply = await self.client.execute_command(*command(limiters, options))
+        except SERVER_FAILURES as error:
+            self.circuit.failed(error)
+            if self.circuit.on_error == "raise":
+                raise
+            return self.circuit.decide()
+        decided = result(reply, limiters, options)
+        if key is not None:
+            self.deny_cache.put(key, options.quantity, decided)  # type: ignore[union-attr]
+        return decided
 
     async def check(self, limiters: Sequence[Limiter], quantity: int = 1, *,
                     refund: bool = False, block: Optional[float] = None,
                     delay: Optional[float] = None, at_most: bool = False,
                     force: bool = False) -> RateLimit:
         """One request against every limiter, all or nothing, in one call."""
-        options = Options(quantity, refund, block, delay, at_most, force)
-        reply = await self.client.execute_command(*command(limiters, options))
-        return result(reply, limiters, options)
+        return await self._decide(limiters,
+                                  Options(quantity, refund, block, delay, at_most, force))
 
     async def peek(self, limiters: Sequence[Limiter], quantity: int = 1) -> RateLimit:
         """What `check` would answer now, without writing."""
-        options = Options(quantity, read_only=True)
-        reply = await self.client.execute_command(*command(limiters, options))
-        return result(reply, limiters, options)
+        return await self._decide(limiters, Options(quantity, read_only=True))
 
     async def acquire(self, limiters: Sequence[Limiter], quantity: int = 1,
                       timeout: float = 0.0) -> RateLimit:

@@ -7,6 +7,7 @@ from typing import Any, Callable, Optional, Sequence
 
 from ._protocol import (Counts, Lease, Limiter, Options, RateLimit, command, counts_command,
                         counts_result, lease_command, millis, result)
+from ._resilience import SERVER_FAILURES, Circuit, DenyCache, deny_key
 
 
 class RateLimiter:
@@ -14,25 +15,54 @@ class RateLimiter:
 
     On a Cluster client, the keys of one call (several limiters) must share a hash slot:
     give them the same `{tag}`.
+
+    A call waits at most the client's own `socket_timeout` (give it one: redis-py waits
+    forever by default). When the server fails (cannot be reached, times out, is loading or
+    failing over), `on_error` decides: "raise" (the default, as redis-py and limits' storages
+    do) raises, "allow" admits and "deny" refuses (`RateLimit.failed`, nothing counted); for
+    `cooldown` seconds after a failure, decisions are taken that way without asking the
+    server. `deny_cache=N` answers up to N standing refusals locally (docs/clients.md).
     """
 
-    def __init__(self, client: Any, sleep: Callable[[float], None] = time.sleep):
+    def __init__(self, client: Any, sleep: Callable[[float], None] = time.sleep, *,
+                 on_error: str = "raise", cooldown: float = 1.0,
+                 deny_cache: Optional[int] = None,
+                 clock: Callable[[], float] = time.monotonic):
         self.client = client
         self._sleep = sleep
+        self.circuit = Circuit(on_error, cooldown, clock)
+        self.deny_cache = DenyCache(deny_cache, clock) if deny_cache else None
+
+    def _decide(self, limiters: Sequence[Limiter], options: Options) -> RateLimit:
+        """One decision: from the deny cache, from the server, or by `on_error`."""
+        key = deny_key(self.deny_cache, limiters, options)
+        if key is not None:
+            cached = self.deny_cache.get(key, options.quantity)  # type: ignore[union-attr]
+            if cached is not None:
+                return cached
+        if self.circuit.open():
+            return self.circuit.decide()
+        try:
+            reply = self.client.execute_command(*command(limiters, options))
+        except SERVER_FAILURES as error:
+            self.circuit.failed(error)
+            if self.circuit.on_error == "raise":
+                raise
+            return self.circuit.decide()
+        decided = result(reply, limiters, options)
+        if key is not None:
+            self.deny_cache.put(key, options.quantity, decided)  # type: ignore[union-attr]
+        return decided
 
     def check(self, limiters: Sequence[Limiter], quantity: int = 1, *, refund: bool = False,
               block: Optional[float] = None, delay: Optional[float] = None,
               at_most: bool = False, force: bool = False) -> RateLimit:
         """One request against every limiter, all or nothing, in one call."""
-        options = Options(quantity, refund, block, delay, at_most, force)
-        reply = self.client.execute_command(*command(limiters, options))
-        return result(reply, limiters, options)
+        return self._decide(limiters, Options(quantity, refund, block, delay, at_most, force))
 
     def peek(self, limiters: Sequence[Limiter], quantity: int = 1) -> RateLimit:
         """What `check` would answer now, without writing (the `_RO` variants)."""
-        options = Options(quantity, read_only=True)
-        reply = self.client.execute_command(*command(limiters, options))
-        return result(reply, limiters, options)
+        return self._decide(limiters, Options(quantity, read_only=True))
 
     def acquire(self, limiters: Sequence[Limiter], quantity: int = 1,
                 timeout: float = 0.0) -> RateLimit:

@@ -14,7 +14,7 @@ from typing import Sequence
 from ._protocol import Limiter, RateLimit
 
 
-def _seconds(value: float) -> int:
+def seconds(value: float) -> int:
     """Whole seconds, rounded up: a client that waits this long is never early."""
     return math.ceil(value - 1e-9)
 
@@ -28,14 +28,14 @@ def headers(result: RateLimit, limiters: Sequence[Limiter], legacy: bool = False
     policies = []
     states = []
     for limiter, one in zip(limiters, each):
-        window = _seconds(limiter.window_seconds())
+        window = seconds(limiter.window_seconds())
         policies.append(f'"{limiter.name}";q={one.limit};w={window}')
-        states.append(f'"{limiter.name}";r={one.remaining};t={_seconds(one.reset_after)}')
+        states.append(f'"{limiter.name}";r={one.remaining};t={seconds(one.reset_after)}')
     fields = {"RateLimit-Policy": ", ".join(policies), "RateLimit": ", ".join(states)}
     if not result.allowed and result.retry_after is not None:
-        fields["Retry-After"] = str(_seconds(result.retry_after))
+        fields["Retry-After"] = str(seconds(result.retry_after))
     if legacy:
         fields["RateLimit-Limit"] = str(result.limit)
         fields["RateLimit-Remaining"] = str(result.remaining)
-        fields["RateLimit-Reset"] = str(_seconds(result.reset_after))
+        fields["RateLimit-Reset"] = str(seconds(result.reset_after))
     return fields

@@ -1,5 +1,5 @@
-"""A storage for the `limits` library, so that slowapi, Flask-Limiter and anything else on
-`limits` decide with the module, one command per hit, no Lua:
+"""Storages for the `limits` library, so that slowapi, Flask-Limiter and anything else on
+`limits` (sync, or `limits.aio`) decide with the module, one command per hit, no Lua:
 
     import ratelimit_module.limits_storage  # registers the ratelimit:// schemes
     limiter = Limiter(key_func=get_remote_address, storage_uri="ratelimit://localhost:6379",
@@ -8,30 +8,116 @@
 | `limits` strategy | Command |
 |---|---|
 | `moving-window` | `RL.LOG` (exact; refused hits count nothing) |
-| `sliding-window-counter` | `RL.WINDOW ... SLIDING` (refused hits count nothing) |
-| `fixed-window` | `RL.WINDOW ... FIXED`, counting every hit as `limits` asks of its storages |
+| `sliding-window-counter` | `RL.WINDOW ... SLIDING` (refused hits count nothing; windows on the clock, as limits' `TimestampedSlidingWindow` storages keep them) |
+| `fixed-window` | `RL.WINDOW ... ANCHORED`: a window from the first hit, counting every hit, as limits' Redis storage counts |
 
 `ratelimit://` and `ratelimits://` (TLS) take what `redis://` and `rediss://` take;
-`ratelimit+cluster://host:port` connects to a Cluster.
+`ratelimit+cluster://host:port` connects to a Cluster. `async+ratelimit://`,
+`async+ratelimits://` and `async+ratelimit+cluster://` are the same over `redis.asyncio`, for
+`limits.aio`. A call waits at most `socket_timeout` seconds (1 unless the URI or the
+options say otherwise); the frameworks' own options (`swallow_errors`, an in-memory fallback)
+decide what a failed call does.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any, Optional
+from typing import Any, Callable, Optional, Sequence
 
 import redis
+import redis.asyncio
+from limits.aio.storage import MovingWindowSupport as AsyncMovingWindowSupport
+from limits.aio.storage import SlidingWindowCounterSupport as AsyncSlidingWindowCounterSupport
+from limits.aio.storage import Storage as AsyncStorage
 from limits.storage import MovingWindowSupport, SlidingWindowCounterSupport, Storage
+from limits.storage.base import TimestampedSlidingWindow
 
 # A fixed window's count never reaches it: `incr` counts every hit, as `limits` wants.
 _UNBOUNDED = 1 << 62
 # Reading a fixed window's count: a key lives exactly its window, so any window as long as
 # the stored one reads the same count while the key exists (285 years, in ms).
 _LONGEST_WINDOW_MS = 9_000_000_000_000
+# What a call waits at most unless told otherwise, in seconds.
+_TIMEOUT = 1.0
+
+# One storage operation: the command to send, and how to read its reply.
+Call = tuple[Sequence[Any], Callable[[Any], Any]]
 
 
-class RateLimitModuleStorage(Storage, MovingWindowSupport, SlidingWindowCounterSupport):
-    """`limits` storage on the redis-ratelimit module."""
+def _ms(seconds: float) -> int:
+    return max(1, round(seconds * 1000))
+
+
+class _Commands:
+    """The command of each `limits` operation and the reading of its reply, without I/O:
+    the sync and async storages send them."""
+
+    def __init__(self, key_prefix: str):
+        self.key_prefix = key_prefix
+
+    def key(self, key: str) -> str:
+        return f"{self.key_prefix}:{key}"
+
+    # The fixed window.
+
+    def incr(self, key: str, expiry: float, amount: int) -> Call:
+        return (("RL.WINDOW", self.key(key), _UNBOUNDED, _ms(expiry), amount, "ANCHORED", "MS"),
+                lambda reply: _UNBOUNDED - int(reply[2]))
+
+    def get(self, key: str) -> Call:
+        return (("RL.WINDOW.COUNTS", self.key(key), _LONGEST_WINDOW_MS, "ANCHORED", "MS"),
+                lambda reply: int(reply[2]))
+
+    def get_expiry(self, key: str) -> Call:
+        return (("PTTL", self.key(key)),
+                lambda reply: time.time() + max(0, int(reply)) / 1000)
+
+    # The moving window.
+
+    def acquire_entry(self, key: str, limit: int, expiry: float, amount: int) -> Call:
+        return (("RL.LOG", self.key(key), limit, _ms(expiry), amount, "MS"),
+                lambda reply: int(reply[0]) == 0)
+
+    def get_moving_window(self, key: str, expiry: float) -> Call:
+        def read(reply: Any) -> tuple[float, int]:
+            count, oldest_leaves_in, _ = (int(value) for value in reply)
+            now = time.time()
+            if count == 0:
+                return now, 0
+            # The window starts with the oldest entry still in it.
+            return now + oldest_leaves_in / 1000 - expiry, count
+        return ("RL.LOG.COUNTS", self.key(key), _ms(expiry), "MS"), read
+
+    # The sliding-window counter.
+
+    def acquire_sliding_window_entry(self, key: str, limit: int, expiry: float,
+                                     amount: int) -> Call:
+        return (("RL.WINDOW", self.key(key), limit, _ms(expiry), amount, "SLIDING", "MS"),
+                lambda reply: int(reply[0]) == 0)
+
+    def get_sliding_window(self, key: str, expiry: float) -> Call:
+        def read(reply: Any) -> tuple[int, float, int, float]:
+            previous, previous_in, current, current_in = (int(value) for value in reply)
+            return previous, previous_in / 1000, current, current_in / 1000
+        return ("RL.WINDOW.COUNTS", self.key(key), _ms(expiry), "SLIDING", "MS"), read
+
+    def delete(self, key: str) -> Call:
+        return ("DEL", self.key(key)), lambda reply: None
+
+
+def _client_options(options: dict) -> dict:
+    """The options of the redis-py client: a call bounded by a timeout unless said."""
+    options = dict(options)
+    options.setdefault("socket_timeout", _TIMEOUT)
+    options.setdefault("socket_connect_timeout", _TIMEOUT)
+    return options
+
+
+class RateLimitModuleStorage(Storage, MovingWindowSupport, SlidingWindowCounterSupport,
+                             TimestampedSlidingWindow):
+    """`limits` storage on the redis-ratelimit module. Its sliding windows start on the clock
+    (multiples of the window since the epoch), which limits reads from
+    `TimestampedSlidingWindow`."""
 
     STORAGE_SCHEME = ["ratelimit", "ratelimits", "ratelimit+cluster"]
     PREFIX = "LIMITS"
@@ -39,8 +125,9 @@ class RateLimitModuleStorage(Storage, MovingWindowSupport, SlidingWindowCounterS
     def __init__(self, uri: str, wrap_exceptions: bool = False, key_prefix: str = PREFIX,
                  **options: Any) -> None:
         super().__init__(uri, wrap_exceptions=wrap_exceptions, **options)
-        self.key_prefix = key_prefix
+        self.commands = _Commands(key_prefix)
         scheme, rest = uri.split("://", 1)
+        options = _client_options(options)
         if scheme == "ratelimit+cluster":
             from redis.cluster import RedisCluster
 
@@ -53,59 +140,34 @@ class RateLimitModuleStorage(Storage, MovingWindowSupport, SlidingWindowCounterS
     def base_exceptions(self) -> type[Exception] | tuple[type[Exception], ...]:
         return redis.RedisError
 
-    def _key(self, key: str) -> str:
-        return f"{self.key_prefix}:{key}"
-
-    # The fixed window.
+    def _run(self, call: Call) -> Any:
+        command, read = call
+        return read(self.client.execute_command(*command))
 
     def incr(self, key: str, expiry: int, amount: int = 1, **_: Any) -> int:
-        reply = self.client.execute_command(
-            "RL.WINDOW", self._key(key), _UNBOUNDED, _ms(expiry), amount, "FIXED", "MS")
-        return _UNBOUNDED - int(reply[2])
+        return self._run(self.commands.incr(key, expiry, amount))
 
     def get(self, key: str) -> int:
-        reply = self.client.execute_command(
-            "RL.WINDOW.COUNTS", self._key(key), _LONGEST_WINDOW_MS, "FIXED", "MS")
-        return int(reply[2])
+        return self._run(self.commands.get(key))
 
     def get_expiry(self, key: str) -> float:
-        left = int(self.client.pttl(self._key(key)))
-        return time.time() + max(0, left) / 1000
-
-    # The moving window.
+        return self._run(self.commands.get_expiry(key))
 
     def acquire_entry(self, key: str, limit: int, expiry: int, amount: int = 1) -> bool:
-        reply = self.client.execute_command("RL.LOG", self._key(key), limit, _ms(expiry), amount,
-                                             "MS")
-        return int(reply[0]) == 0
+        return self._run(self.commands.acquire_entry(key, limit, expiry, amount))
 
     def get_moving_window(self, key: str, limit: int, expiry: int) -> tuple[float, int]:
-        count, oldest_leaves_in, _ = (int(value) for value in self.client.execute_command(
-            "RL.LOG.COUNTS", self._key(key), _ms(expiry), "MS"))
-        now = time.time()
-        if count == 0:
-            return now, 0
-        # The window starts with the oldest entry still in it.
-        return now + oldest_leaves_in / 1000 - expiry, count
-
-    # The sliding-window counter.
+        return self._run(self.commands.get_moving_window(key, expiry))
 
     def acquire_sliding_window_entry(self, key: str, limit: int, expiry: int,
                                      amount: int = 1) -> bool:
-        reply = self.client.execute_command(
-            "RL.WINDOW", self._key(key), limit, _ms(expiry), amount, "SLIDING", "MS")
-        return int(reply[0]) == 0
+        return self._run(self.commands.acquire_sliding_window_entry(key, limit, expiry, amount))
 
     def get_sliding_window(self, key: str, expiry: int) -> tuple[int, float, int, float]:
-        previous, previous_in, current, current_in = (int(value) for value in
-                                                     self.client.execute_command(
-            "RL.WINDOW.COUNTS", self._key(key), _ms(expiry), "SLIDING", "MS"))
-        return previous, previous_in / 1000, current, current_in / 1000
+        return self._run(self.commands.get_sliding_window(key, expiry))
 
     def clear_sliding_window(self, key: str, expiry: int) -> None:
         self.clear(key)
-
-    # Housekeeping.
 
     def check(self) -> bool:
         try:
@@ -114,14 +176,82 @@ class RateLimitModuleStorage(Storage, MovingWindowSupport, SlidingWindowCounterS
             return False
 
     def reset(self) -> Optional[int]:
-        keys = list(self.client.scan_iter(match=f"{self.key_prefix}:*"))
+        keys = list(self.client.scan_iter(match=f"{self.commands.key_prefix}:*"))
         for key in keys:
             self.client.delete(key)
         return len(keys)
 
     def clear(self, key: str) -> None:
-        self.client.delete(self._key(key))
+        self._run(self.commands.delete(key))
 
 
-def _ms(seconds: float) -> int:
-    return max(1, round(seconds * 1000))
+class AsyncRateLimitModuleStorage(AsyncStorage, AsyncMovingWindowSupport,
+                                  AsyncSlidingWindowCounterSupport, TimestampedSlidingWindow):
+    """`limits.aio` storage on the redis-ratelimit module, over `redis.asyncio`: the same
+    commands as `RateLimitModuleStorage`, awaited."""
+
+    STORAGE_SCHEME = ["async+ratelimit", "async+ratelimits", "async+ratelimit+cluster"]
+    PREFIX = "LIMITS"
+
+    def __init__(self, uri: str, wrap_exceptions: bool = False, key_prefix: str = PREFIX,
+                 **options: Any) -> None:
+        super().__init__(uri, wrap_exceptions=wrap_exceptions, **options)
+        self.commands = _Commands(key_prefix)
+        scheme, rest = uri.split("://", 1)
+        options = _client_options(options)
+        if scheme == "async+ratelimit+cluster":
+            from redis.asyncio.cluster import RedisCluster
+
+            self.client: Any = RedisCluster.from_url(f"redis://{rest}", **options)
+        else:
+            target = "rediss" if scheme == "async+ratelimits" else "redis"
+            self.client = redis.asyncio.Redis.from_url(f"{target}://{rest}", **options)
+
+    @property
+    def base_exceptions(self) -> type[Exception] | tuple[type[Exception], ...]:
+        return redis.RedisError
+
+    async def _run(self, call: Call) -> Any:
+        command, read = call
+        return read(await self.client.execute_command(*command))
+
+    async def incr(self, key: str, expiry: int, amount: int = 1, **_: Any) -> int:
+        return await self._run(self.commands.incr(key, expiry, amount))
+
+    async def get(self, key: str) -> int:
+        return await self._run(self.commands.get(key))
+
+    async def get_expiry(self, key: str) -> float:
+        return await self._run(self.commands.get_expiry(key))
+
+    async def acquire_entry(self, key: str, limit: int, expiry: int, amount: int = 1) -> bool:
+        return await self._run(self.commands.acquire_entry(key, limit, expiry, amount))
+
+    async def get_moving_window(self, key: str, limit: int, expiry: int) -> tuple[float, int]:
+        return await self._run(self.commands.get_moving_window(key, expiry))
+
+    async def acquire_sliding_window_entry(self, key: str, limit: int, expiry: int,
+                                           amount: int = 1) -> bool:
+        return await self._run(
+            self.commands.acquire_sliding_window_entry(key, limit, expiry, amount))
+
+    async def get_sliding_window(self, key: str, expiry: int) -> tuple[int, float, int, float]:
+        return await self._run(self.commands.get_sliding_window(key, expiry))
+
+    async def clear_sliding_window(self, key: str, expiry: int) -> None:
+        await self.clear(key)
+
+    async def check(self) -> bool:
+        try:
+            return bool(await self.client.ping())
+        except redis.RedisError:
+            return False
+
+    async def reset(self) -> Optional[int]:
+        keys = [key async for key in self.client.scan_iter(match=f"{self.commands.key_prefix}:*")]
+        for key in keys:
+            await self.client.delete(key)
+        return len(keys)
+
+    async def clear(self, key: str) -> None:
+        await self._run(self.commands.delete(key))

@@ -1,6 +1,9 @@
 """Starlette and FastAPI: a middleware that limits every request, and a dependency that
 limits one route; both answer `429 Too Many Requests` with `Retry-After` and the IETF
-RateLimit fields, and add the fields to the responses they let through.
+RateLimit fields, and add the fields to the responses they let through. When the server
+fails and the limiter's `on_error` is "deny", they answer `503 Service Unavailable` with
+`Retry-After` (when the server is asked again); with "allow", the request goes through
+without fields.
 
     from ratelimit_module import AsyncRateLimiter, Throttle
     from ratelimit_module.starlette import RateLimitMiddleware, rate_limit
@@ -23,7 +26,15 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ._protocol import Limiter, RateLimit
 from .aio import AsyncRateLimiter
-from .fields import headers
+from .fields import headers, seconds
+
+
+def _refusal(result: RateLimit, limiters: Sequence[Limiter], legacy: bool) -> tuple[int, dict]:
+    """The status and fields of a refused request: 429 with the fields, or 503 when the
+    server failed and `on_error` refused."""
+    if result.failed:
+        return 503, {"Retry-After": str(max(1, seconds(result.retry_after or 0)))}
+    return 429, headers(result, limiters, legacy=legacy)
 
 LimitersFor = Callable[[Request], Union[Sequence[Limiter], Awaitable[Sequence[Limiter]]]]
 
@@ -53,11 +64,16 @@ class RateLimitMiddleware:
         request = Request(scope)
         limiters = await _limiters(self.limiters_for, request)
         result = await self.limiter.check(limiters)
-        fields = headers(result, limiters, legacy=self.legacy)
         if not result.allowed:
-            response = PlainTextResponse("Too Many Requests", status_code=429, headers=fields)
+            status, fields = _refusal(result, limiters, self.legacy)
+            text = "Too Many Requests" if status == 429 else "Service Unavailable"
+            response = PlainTextResponse(text, status_code=status, headers=fields)
             await response(scope, receive, send)
             return
+        if result.failed:
+            await self.app(scope, receive, send)
+            return
+        fields = headers(result, limiters, legacy=self.legacy)
 
         async def send_with_fields(message: Message) -> None:
             if message["type"] == "http.response.start":
@@ -78,11 +94,13 @@ def rate_limit(limiter: AsyncRateLimiter, limiters_for: LimitersFor,
     async def dependency(request: Request, response: Response) -> RateLimit:
         limiters = await _limiters(limiters_for, request)
         result = await limiter.check(limiters)
-        fields = headers(result, limiters, legacy=legacy)
         if not result.allowed:
-            raise HTTPException(status_code=429, detail="Too Many Requests", headers=fields)
-        for name, value in fields.items():
-            response.headers[name] = value
+            status, fields = _refusal(result, limiters, legacy)
+            detail = "Too Many Requests" if status == 429 else "Service Unavailable"
+            raise HTTPException(status_code=status, detail=detail, headers=fields)
+        if not result.failed:
+            for name, value in headers(result, limiters, legacy=legacy).items():
+                response.headers[name] = value
         return result
 
     return dependency

@@ -1,5 +1,7 @@
 """FastAPI apps for the framework tests: slowapi on the `limits` storage, and the package's
-own dependency and middleware. REDIS_URL names the server; STRATEGY the slowapi strategy."""
+own dependency and middleware. REDIS_URL names the server; STRATEGY the slowapi strategy;
+with SWALLOW set, slowapi lets a request through when the storage fails (its own
+`swallow_errors`), each call bounded by 0.2 s."""
 
 from __future__ import annotations
 
@@ -21,12 +23,24 @@ from ratelimit_module.starlette import RateLimitMiddleware, rate_limit
 REDIS_URL = os.environ["REDIS_URL"]
 
 # slowapi, unchanged but for its storage URI.
+SWALLOW = bool(os.environ.get("SWALLOW"))
 limiter = Limiter(key_func=get_remote_address,
                   storage_uri=REDIS_URL.replace("redis://", "ratelimit://", 1),
-                  strategy=os.environ.get("STRATEGY", "moving-window"), headers_enabled=True)
+                  strategy=os.environ.get("STRATEGY", "moving-window"), headers_enabled=True,
+                  swallow_errors=SWALLOW,
+                  storage_options={"socket_timeout": 0.2, "socket_connect_timeout": 0.2}
+                  if SWALLOW else {})
 app = FastAPI()
 app.state.limiter = limiter
 app.add_exception_handler(RateLimitExceeded, _rate_limit_exceeded_handler)
+
+
+@app.middleware("http")
+async def no_limit_yet(request: Request, call_next):
+    # slowapi 0.1.9 reads the request's limit for its headers even when it swallowed the
+    # storage's error and set none: without this, `swallow_errors` answers 500.
+    request.state.view_rate_limit = None
+    return await call_next(request)
 
 
 @app.get("/slowapi")
@@ -48,6 +62,23 @@ async def dependency_route() -> dict:
     return {"ok": True}
 
 
+# When the server fails: each call bounded by 0.2 s, then a cool-down of 0.5 s without
+# asking, deciding by on_error.
+failing = redis.asyncio.Redis.from_url(REDIS_URL, socket_timeout=0.2, socket_connect_timeout=0.2)
+allowing = AsyncRateLimiter(failing, on_error="allow", cooldown=0.5)
+denying = AsyncRateLimiter(failing, on_error="deny", cooldown=0.5)
+
+
+@app.get("/allow", dependencies=[Depends(rate_limit(allowing, per_ip))])
+async def allow_route() -> dict:
+    return {"ok": True}
+
+
+@app.get("/deny", dependencies=[Depends(rate_limit(denying, per_ip))])
+async def deny_route() -> dict:
+    return {"ok": True}
+
+
 # The package's middleware, on a whole Starlette app.
 async def hello(request: Request) -> PlainTextResponse:
     return PlainTextResponse("hello")
@@ -57,3 +88,8 @@ middleware_app = Starlette(routes=[Route("/", hello)])
 middleware_app.add_middleware(
     RateLimitMiddleware, limiter=ours,
     limiters_for=lambda request: [Log(f"middleware:{request.client.host}", 5, 60, "minute")])
+
+deny_middleware_app = Starlette(routes=[Route("/", hello)])
+deny_middleware_app.add_middleware(
+    RateLimitMiddleware, limiter=denying,
+    limiters_for=lambda request: [Log(f"middleware:{request.client.host}", 1000, 60, "minute")])

@@ -1,0 +1,137 @@
+"""What the clients do when the server fails, and under a flood, with no I/O: the sync and
+async clients share it, and its clock is injected (tests drive it).
+
+- `Circuit`: after a failed call, decide by `on_error` without asking the server for a
+  cool-down, so that a dead server costs one timeout per cool-down, not one per request;
+  errors are logged at most once a second.
+- `DenyCache`: a refusal with a `retry_after` is answered locally until then, for the same
+  command and a quantity not smaller; bounded, least recently used out.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import OrderedDict
+from dataclasses import replace
+from typing import Callable, Hashable, Optional, Sequence
+
+import redis.exceptions
+
+from ._protocol import Limiter, Options, RateLimit, command
+
+LOG = logging.getLogger("ratelimit_module")
+
+ON_ERROR = ("allow", "deny", "raise")
+
+# The server failed, as opposed to refusing a bad call: unreachable, timed out, loading,
+# failing over, or its Cluster down.
+SERVER_FAILURES = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError,
+                   redis.exceptions.ClusterDownError, redis.exceptions.TryAgainError,
+                   redis.exceptions.ReadOnlyError, OSError)
+
+
+class ServerUnavailable(Exception):
+    """The circuit is open: the server failed less than a cool-down ago (raised with
+    `on_error="raise"`, from the last failure)."""
+
+
+def failure_result(allowed: bool, retry_after: float) -> RateLimit:
+    """What `on_error` decides: admitted or refused without the server (`failed`), nothing
+    counted; a refusal's `retry_after` is when the server is asked again."""
+    return RateLimit(allowed=allowed, limit=0, remaining=0,
+                     retry_after=None if allowed else retry_after, reset_after=0.0,
+                     failed=True)
+
+
+class Circuit:
+    """The failure policy of one client: `on_error` is "allow", "deny" or "raise"."""
+
+    def __init__(self, on_error: str = "raise", cooldown: float = 1.0,
+                 clock: Callable[[], float] = time.monotonic):
+        if on_error not in ON_ERROR:
+            raise ValueError(f"on_error is one of {', '.join(ON_ERROR)}, not {on_error!r}")
+        self.on_error, self.cooldown, self.clock = on_error, cooldown, clock
+        self.open_until = float("-inf")
+        self.logged_at = float("-inf")
+        self.last_error: Optional[BaseException] = None
+
+    def open(self) -> bool:
+        """Whether calls are refused without asking (within a cool-down after a failure)."""
+        return self.clock() < self.open_until
+
+    def failed(self, error: BaseException) -> None:
+        """Notes a failed call: opens for a cool-down, logs at most once a second."""
+        now = self.clock()
+        self.open_until = now + self.cooldown
+        self.last_error = error
+        if now - self.logged_at >= 1.0:
+            self.logged_at = now
+            LOG.error("rate limiter: the server failed (%s); deciding %r for %.1f s",
+                      error, self.on_error, self.cooldown)
+
+    def decide(self) -> RateLimit:
+        """The decision without the server while the circuit is open; with
+        `on_error="raise"`, `ServerUnavailable` (from the last failure)."""
+        if self.on_error == "raise":
+            raise ServerUnavailable(
+                f"the server failed less than {self.cooldown} s ago: {self.last_error}"
+            ) from self.last_error
+        return failure_result(self.on_error == "allow", max(self.open_until - self.clock(), 0.0))
+
+
+class DenyCache:
+    """Refusals answered locally while they stand: at most `max_keys` of them, the least
+    recently used out. It only ever refuses what the server refused, never for longer than
+    the server said."""
+
+    def __init__(self, max_keys: int, clock: Callable[[], float] = time.monotonic):
+        if max_keys < 1:
+            raise ValueError("deny_cache holds at least one key")
+        self.max_keys, self.clock = max_keys, clock
+        # command without its quantity -> (until, quantity, result, when cached)
+        self.entries: OrderedDict[Hashable, tuple[float, int, RateLimit, float]] = OrderedDict()
+
+    def get(self, key: Hashable, quantity: int) -> Optional[RateLimit]:
+        """The cached refusal for `key`, if it stands and `quantity` is not smaller than the
+        refused one's: its reply, with the time that passed taken off its times."""
+        entry = self.entries.get(key)
+        if entry is None:
+            return None
+        until, refused, result, cached_at = entry
+        now = self.clock()
+        if now >= until:
+            del self.entries[key]
+            return None
+        if quantity < refused:
+            return None
+        self.entries.move_to_end(key)
+        return _aged(result, now - cached_at, until - now)
+
+    def put(self, key: Hashable, quantity: int, result: RateLimit) -> None:
+        """Caches `result` if it is a refusal with a `retry_after`."""
+        if result.allowed or result.retry_after is None or result.retry_after <= 0:
+            return
+        now = self.clock()
+        self.entries[key] = (now + result.retry_after, quantity, result, now)
+        self.entries.move_to_end(key)
+        while len(self.entries) > self.max_keys:
+            self.entries.popitem(last=False)
+
+
+def deny_key(cache: Optional[DenyCache], limiters: Sequence[Limiter],
+             options: Options) -> Optional[Hashable]:
+    """What a call is cached under: its command with the quantity left out; None when there
+    is no cache, or for a call it never answers (`REFUND` and `FORCE` are never refused)."""
+    if cache is None or options.refund or options.force:
+        return None
+    return tuple(command(limiters, replace(options, quantity=0)))
+
+
+def _aged(result: RateLimit, elapsed: float, retry_after: float) -> RateLimit:
+    return replace(result, retry_after=retry_after,
+                   reset_after=max(0.0, result.reset_after - elapsed),
+                   each=tuple(replace(one, reset_after=max(0.0, one.reset_after - elapsed),
+                                      retry_after=None if one.retry_after is None
+                                      else max(0.0, one.retry_after - elapsed))
+                              for one in result.each))

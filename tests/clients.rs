@@ -98,8 +98,8 @@ fn the_node_package_passes_its_tests_with_express_and_nestjs() {
         modules.is_dir(),
         "the Node package's dependencies are not installed: run `make test`, which installs them"
     );
-    let tests =
-        ["client", "resilience", "express", "nestjs"].map(|name| format!("clients/node/test/{name}.test.js"));
+    let tests = ["client", "resilience", "conformance", "express", "nestjs"]
+        .map(|name| format!("clients/node/test/{name}.test.js"));
     let mut command = Command::new("node");
     command.arg("--test").args(tests).current_dir(repository());
     run(&server, command);

@@ -801,3 +801,68 @@ fn every_configuration_in_the_docs_runs() {
         assert!(!nginx.log().contains("[error]"), "{}", nginx.log());
     }
 }
+
+/// The `lua` part of clients/conformance.json, the table every client package is tested
+/// against: the words each limiter sends, and the HTTP fields each reply gives, checked in
+/// nginx by the package's own functions (no call is made).
+#[test]
+fn the_lua_package_builds_and_reads_as_the_conformance_table_says() {
+    let table = support::repository().join("clients/conformance.json");
+    let check = r#"
+        local cjson = require "cjson"
+        local fields = require "resty.ratelimit_module.fields"
+        local traffic = require "resty.ratelimit_module.traffic"
+        local file = assert(io.open(TABLE))
+        local table_ = cjson.decode(file:read("*a"))
+        file:close()
+        local function make(kind, args)
+            return assert(require("resty.ratelimit_module." .. kind).new(REDIS, unpack(args)))
+        end
+        local function word(value)
+            return type(value) == "number" and string.format("%.0f", value) or tostring(value)
+        end
+        local failures, checked = {}, 0
+        for i, case in ipairs(table_.lua.commands) do
+            local words
+            if case.limiter == "combine" then
+                words = traffic.command({ make("req", case.new[1]), make("count", case.new[2]) }, case.keys)
+            else
+                words = make(case.limiter, case.new):command(case.key, case.commit)
+            end
+            words[1] = string.upper(words[1])
+            local got = {}
+            for j, value in ipairs(words) do got[j] = word(value) end
+            if table.concat(got, " ") ~= table.concat(case.words, " ") then
+                failures[#failures + 1] = "command " .. i .. ": " .. table.concat(got, " ")
+            end
+            checked = checked + 1
+        end
+        for i, case in ipairs(table_.lua.fields) do
+            ngx.ctx.ratelimit_module_fields = nil
+            make(case.limiter, case.new):note(case.reply)
+            local got = fields.headers()
+            for name, value in pairs(case.fields) do
+                if got[name] ~= value then
+                    failures[#failures + 1] = "fields " .. i .. ": " .. name .. " " .. tostring(got[name])
+                end
+            end
+            for name in pairs(got) do
+                if case.fields[name] == nil then
+                    failures[#failures + 1] = "fields " .. i .. ": unexpected " .. name
+                end
+            end
+            checked = checked + 1
+        end
+        ngx.say(#failures == 0 and ("ok " .. checked) or table.concat(failures, "\n"))
+    "#;
+    let server = Server::start();
+    let options = redis_options(server.port(), "");
+    let http = http(
+        &format!("{options}; TABLE = \"{}\"", table.display()),
+        &format!("        location /conformance {{ content_by_lua_block {{ {check} }} }}\n"),
+    );
+    let nginx = Nginx::start(&http);
+    let response = nginx.get("/conformance");
+    assert_eq!(response.status, 200, "{}", nginx.log());
+    assert_eq!(response.body.trim(), "ok 8", "{}", response.body);
+}

@@ -146,3 +146,8 @@ export class Quota {
   admitted: number;
   calls: number;
 }
+
+/** The one command for a request against `limiters` (the protocol, without I/O). */
+export function commandFor(limiters: Limiter[], options: CheckOptions, readOnly?: boolean): (string | number)[];
+/** The typed result of commandFor's reply. */
+export function resultOf(reply: unknown[], limiters: Limiter[], options: CheckOptions): RateLimit;

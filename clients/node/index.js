@@ -314,4 +314,5 @@ class SharedLists {
 
 module.exports = {
   RateLimiter, Quota, SharedLists, ServerUnavailable, throttle, window, log, fromReply, headers, commandSender,
+  commandFor, resultOf,
 };

@@ -76,6 +76,13 @@ function _M.note(self, reply)
         reply[1] == 1, reply[4] >= 0 and reply[4] / 1e6 or nil)
 end
 
+--- The command `incoming(key, commit)` sends.
+function _M.command(self, key, commit)
+    return {
+        commit and "rl.acquire" or "rl.acquire_ro", key, limit_of(self), lease_us(self), 1, "US",
+    }
+end
+
 --- Sees a request for `key`: its delay in seconds (0 within `max`) and the connections held
 --- with it, or nil and "rejected" beyond `max + burst`. With `commit`, the request holds its
 --- slot until `leaving` (or `uncommit`), or at most `lease` seconds.
@@ -83,9 +90,7 @@ function _M.incoming(self, key, commit)
     local c, name = self.client, self.name
     self.committed = false
     local limit = limit_of(self)
-    local reply, err, failed = c:call(key, {
-        commit and "rl.acquire" or "rl.acquire_ro", key, limit, lease_us(self), 1, "US",
-    })
+    local reply, err, failed = c:call(key, self:command(key, commit))
     if not reply then
         if failed then
             local admit = c:on_failure(name)

@@ -32,6 +32,14 @@ function _M.note(self, reply)
         reply[4] >= 0 and reply[4] / 1e6 or nil)
 end
 
+--- The command `incoming(key, commit)` sends.
+function _M.command(self, key, commit)
+    return {
+        commit and "rl.window" or "rl.window_ro", key, self.limit, self.window_us, 1,
+        "ANCHORED", "US",
+    }
+end
+
 --- Sees a request for `key`: 0 and the requests remaining in its window, or nil and
 --- "rejected". With `commit` false, nothing is recorded.
 function _M.incoming(self, key, commit)
@@ -46,10 +54,7 @@ function _M.incoming(self, key, commit)
         end
         return nil, "rejected"
     end
-    local reply, err, failed = c:call(key, {
-        commit and "rl.window" or "rl.window_ro", key, self.limit, self.window_us, 1,
-        "ANCHORED", "US",
-    })
+    local reply, err, failed = c:call(key, self:command(key, commit))
     if not reply then
         if failed then
             local admit = c:on_failure(name)

@@ -44,9 +44,10 @@ function _M.set_burst(self, burst)
 end
 
 -- The wait the queue allows, in µs: burst emission intervals (rounded up, so a request
--- whose turn is exactly that far away is admitted).
+-- whose turn is exactly that far away is admitted). Never -0, which tostring writes as "-0".
 local function max_wait(self)
-    return ceil(self.burst * PERIOD_US / self.count - 1e-6)
+    local wait = ceil(self.burst * PERIOD_US / self.count - 1e-6)
+    return wait > 0 and wait or 0
 end
 
 --- Notes a decision (its reply) for the HTTP fields: a quota of the burst plus one,
@@ -59,6 +60,14 @@ function _M.note(self, reply)
     local refused = reply[1] == 1
     fields.note(self.name, q, q / self.rate, refused and 0 or self.burst - excess, reply[5] / 1e6,
         refused, reply[4] >= 0 and reply[4] / 1e6 or nil)
+end
+
+--- The command `incoming(key, commit)` sends.
+function _M.command(self, key, commit)
+    return {
+        commit and "cl.throttle" or "cl.throttle_ro", key, 0, self.count, PERIOD_US, 1, "US",
+        "DELAY", max_wait(self),
+    }
 end
 
 --- Sees a request for `key`: its delay in seconds and the excess (requests queued ahead of
@@ -77,10 +86,7 @@ function _M.incoming(self, key, commit)
         end
         return nil, "rejected"
     end
-    local reply, err, failed = c:call(key, {
-        commit and "cl.throttle" or "cl.throttle_ro", key, 0, self.count, PERIOD_US, 1, "US",
-        "DELAY", max_wait(self),
-    })
+    local reply, err, failed = c:call(key, self:command(key, commit))
     if not reply then
         if failed then
             local admit = c:on_failure(name)

@@ -12,22 +12,14 @@ local tonumber, type, max, concat = tonumber, type, math.max, table.concat
 
 local _M = { _VERSION = "0.3.0" }
 
---- Decides `limiters[i]` for `keys[i]`, every i at once: the largest delay, or nil and
---- "rejected" (or the error). `states[i]`, when given, receives each limiter's second value
---- (req: the excess; count: the remaining; conn: the connections).
-function _M.combine(limiters, keys, states)
+--- The one `RL.ALL` call for `limiters[i]` on `keys[i]`, and each limiter's reader of its
+--- own reply.
+function _M.command(limiters, keys)
     local n = #limiters
-    local c = limiters[1].client
-    local names = {}
-    local args = { "rl.all", n }
+    local args, readers = { "rl.all", n }, {}
     for i = 1, n do
-        if limiters[i].client ~= c then
-            return nil, "the limiters of one combine must share their Redis options"
-        end
         args[#args + 1] = keys[i]
-        names[i] = limiters[i].name
     end
-    local readers = {}
     for i = 1, n do
         local words, reader = limiters[i]:combined()
         readers[i] = reader
@@ -38,6 +30,23 @@ function _M.combine(limiters, keys, states)
     args[#args + 1] = 1
     args[#args + 1] = "US"
     args[#args + 1] = "DETAILS"
+    return args, readers
+end
+
+--- Decides `limiters[i]` for `keys[i]`, every i at once: the largest delay, or nil and
+--- "rejected" (or the error). `states[i]`, when given, receives each limiter's second value
+--- (req: the excess; count: the remaining; conn: the connections).
+function _M.combine(limiters, keys, states)
+    local n = #limiters
+    local c = limiters[1].client
+    local names = {}
+    for i = 1, n do
+        if limiters[i].client ~= c then
+            return nil, "the limiters of one combine must share their Redis options"
+        end
+        names[i] = limiters[i].name
+    end
+    local args, readers = _M.command(limiters, keys)
     local policy = concat(names, "+")
     local id = c.deny_cache and ("all|" .. concat(args, "|", 3))
     local denied = c:denied(id)

@@ -192,6 +192,9 @@ WORKLOADS = [
              ["RL.ALL", "2", "all:__rand_int__", "allw:__rand_int__", "THROTTLE", "15", "1", "3600",
               "WINDOW", "100", LONG, "FIXED"], target=2.2),
     Workload("RL.ACQUIRE", "module", ["RL.ACQUIRE", "lease:__rand_int__", "100", "3600"]),
+    # Refused: nothing is written; the key is counted for RL.TOP.
+    Workload("RL.LOG, every call refused", "module",
+             ["RL.LOG", "refused:__rand_int__", "1", "86400", "2"]),
     # The options a request that does not fit may take, against the plain call with as many
     # arguments (the server makes an object of each before the command runs): on the path
     # where the request fits (what most calls take), and where it does not.

@@ -157,6 +157,11 @@ impl Response {
 }
 
 fn get(port: u16, path: &str) -> Response {
+    fetch(port, path).0
+}
+
+/// One GET request: the response and its body.
+fn fetch(port: u16, path: &str) -> (Response, String) {
     let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
     stream
         .set_read_timeout(Some(Duration::from_secs(20)))
@@ -165,7 +170,7 @@ fn get(port: u16, path: &str) -> Response {
     stream.write_all(request.as_bytes()).unwrap();
     let mut response = String::new();
     stream.read_to_string(&mut response).unwrap();
-    let (head, _) = response.split_once("\r\n\r\n").expect("a whole response");
+    let (head, body) = response.split_once("\r\n\r\n").expect("a whole response");
     let mut lines = head.lines();
     let status = lines
         .next()
@@ -175,13 +180,14 @@ fn get(port: u16, path: &str) -> Response {
         .unwrap()
         .parse()
         .unwrap();
-    Response {
+    let response = Response {
         status,
         headers: lines
             .filter_map(|line| line.split_once(": "))
             .map(|(name, value)| (name.to_lowercase(), value.to_owned()))
             .collect(),
-    }
+    };
+    (response, body.to_owned())
 }
 
 /// `count` requests to `path` at once, from as many threads.
@@ -393,10 +399,15 @@ fn the_python_adapters_answer_within_their_timeout_when_the_server_fails() {
 /// The Node adapters' app (clients/node/test/apps/failing.js) as `which` ("express" or
 /// "nestjs").
 fn node_app(server: &Server, which: &str) -> Listening {
+    node_app_named(server, "failing.js", which)
+}
+
+/// One of the Node adapters' apps (clients/node/test/apps/`file`) as `which`.
+fn node_app_named(server: &Server, file: &str, which: &str) -> Listening {
     Listening::start("the Node app", |port| {
         let mut command = Command::new("node");
         command
-            .arg("test/apps/failing.js")
+            .arg(format!("test/apps/{file}"))
             .env("APP", which)
             .env("PORT", port.to_string())
             .env("REDIS_URL", redis_url(server))
@@ -415,4 +426,84 @@ fn the_node_adapters_answer_within_their_timeout_when_the_server_fails() {
         (&nestjs, "/", 503),
     ];
     survives_a_failing_server(server, &faulty);
+}
+
+/// The value of `ratelimit_decisions_total` for `policy` and `outcome` in a scrape (0 when
+/// absent), whatever the order of its labels and the format of its number.
+fn decisions(scrape: &str, policy: &str, outcome: &str) -> f64 {
+    scrape
+        .lines()
+        .filter(|line| line.starts_with("ratelimit_decisions_total{"))
+        .find(|line| {
+            line.contains(&format!("policy=\"{policy}\""))
+                && line.contains(&format!("outcome=\"{outcome}\""))
+        })
+        .map_or(0.0, |line| {
+            line.rsplit(' ').next().unwrap().parse().unwrap()
+        })
+}
+
+/// The statuses of `count` requests to `path`, one after another.
+fn statuses(app: &Listening, path: &str, count: usize) -> Vec<u16> {
+    (0..count).map(|_| get(app.port, path).status).collect()
+}
+
+#[test]
+fn metrics_scraped_over_http_count_every_decision_and_shadow_mode_lets_refusals_through() {
+    let server = Server::start();
+    // FastAPI: the package's dependency, in shadow mode too, and slowapi on the storage.
+    let fastapi = uvicorn(&server, "fastapi_app:app", &[]);
+    assert_eq!(statuses(&fastapi, "/metered", 3), [200, 200, 429]);
+    assert_eq!(statuses(&fastapi, "/shadowed", 3), [200, 200, 200]);
+    assert_eq!(
+        statuses(&fastapi, "/slowapi", 7),
+        [200, 200, 200, 200, 200, 429, 429]
+    );
+    let (_, scrape) = fetch(fastapi.port, "/metrics/");
+    for (policy, outcome, count) in [
+        ("metered", "allowed", 2.0),
+        ("metered", "refused", 1.0),
+        ("shadowed", "allowed", 1.0),
+        ("shadowed", "shadow", 2.0),
+        ("shadowed", "refused", 0.0),
+        ("limits", "allowed", 5.0),
+        ("limits", "refused", 2.0),
+    ] {
+        assert_eq!(
+            decisions(&scrape, policy, outcome),
+            count,
+            "{policy} {outcome}:\n{scrape}"
+        );
+    }
+    // Six calls of the dependency; slowapi reads the window after each of its seven hits.
+    assert!(
+        scrape.contains("ratelimit_server_call_duration_seconds_count 20.0"),
+        "{scrape}"
+    );
+    // Flask-Limiter on the storage.
+    let flask = app(&server, "flask_app.py", &[], &[]);
+    assert_eq!(
+        statuses(&flask, "/limited", 7),
+        [200, 200, 200, 200, 200, 429, 429]
+    );
+    let (_, scrape) = fetch(flask.port, "/metrics");
+    assert_eq!(decisions(&scrape, "limits", "allowed"), 5.0, "{scrape}");
+    assert_eq!(decisions(&scrape, "limits", "refused"), 2.0, "{scrape}");
+    // express-rate-limit and NestJS on the Node package.
+    let express = node_app_named(&server, "metered.js", "express");
+    assert_eq!(statuses(&express, "/metered", 3), [200, 200, 429]);
+    assert_eq!(statuses(&express, "/shadowed", 3), [200, 200, 200]);
+    let (_, scrape) = fetch(express.port, "/metrics");
+    assert_eq!(decisions(&scrape, "express", "allowed"), 3.0, "{scrape}");
+    assert_eq!(decisions(&scrape, "express", "refused"), 1.0, "{scrape}");
+    assert_eq!(decisions(&scrape, "express", "shadow"), 2.0, "{scrape}");
+    assert!(
+        scrape.contains("ratelimit_server_call_duration_seconds_count 6"),
+        "{scrape}"
+    );
+    let nestjs = node_app_named(&server, "metered.js", "nestjs");
+    assert_eq!(statuses(&nestjs, "/", 3), [200, 200, 429]);
+    let (_, scrape) = fetch(nestjs.port, "/metrics");
+    assert_eq!(decisions(&scrape, "default", "allowed"), 2.0, "{scrape}");
+    assert_eq!(decisions(&scrape, "default", "refused"), 1.0, "{scrape}");
 }

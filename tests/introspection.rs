@@ -311,7 +311,12 @@ fn command_docs_describe_every_argument() {
     let algorithm = || {
         one_of(
             "algorithm",
-            vec![token("FIXED"), token("SLIDING"), buckets()],
+            vec![
+                token("FIXED"),
+                token("SLIDING"),
+                buckets(),
+                token("ANCHORED"),
+            ],
         )
     };
     let throttle = |writing| {
@@ -430,14 +435,14 @@ fn command_docs_describe_every_argument() {
         (
             "rl.window",
             "Rate-limits a key with a fixed window, a sliding-window counter or a rolling window of buckets",
-            "O(1) for FIXED and SLIDING, O(N) for BUCKETS N",
+            "O(1) for FIXED, SLIDING and ANCHORED, O(N) for BUCKETS N",
             "0.1.0",
             window(true),
         ),
         (
             "rl.window_ro",
             "The reply RL.WINDOW would give, without writing anything",
-            "O(1) for FIXED and SLIDING, O(N) for BUCKETS N",
+            "O(1) for FIXED, SLIDING and ANCHORED, O(N) for BUCKETS N",
             "0.2.0",
             window(false),
         ),
@@ -514,6 +519,16 @@ fn command_docs_describe_every_argument() {
                 arg("lease", "integer"),
                 unit(),
             ],
+        ),
+        (
+            "rl.top",
+            "The keys this server refused most over the current and the previous minute",
+            "O(N log N) where N is the number of keys kept (the module argument top-keys)",
+            "0.3.0",
+            vec![optional(one_of(
+                "what",
+                vec![arg("count", "integer"), token("RESET")],
+            ))],
         ),
     ];
     for (name, summary, complexity, since, arguments) in commands.into_iter().chain(leases) {

@@ -56,7 +56,7 @@ fn an_unknown_module_argument_stops_the_load_naming_it() {
     assert_eq!(lines.len(), 1, "{log}");
     assert!(
         lines[0].ends_with(
-            "# <ratelimit> unknown module argument 'no-such%s-option\\x01': the only one is debug-commands"
+            "# <ratelimit> unknown module argument 'no-such%s-option\\x01': the arguments are top-keys <n> and debug-commands"
         ),
         "{log}"
     );

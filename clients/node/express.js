@@ -33,9 +33,14 @@ class RateLimitModuleStore {
    *   default) hands the error to express-rate-limit, whose `passOnStoreError` decides;
    *   "allow" admits; "deny" answers 503 with Retry-After
    * @param {number} [options.cooldown]  ms after a failure without asking the server (1000)
+   * @param {object} [options.metrics]  a PrometheusMetrics (./metrics): decisions under the
+   *   policy "express" (with a numeric limit) and server calls
+   * @param {boolean} [options.shadow]  a refused request goes through, counted as "shadow"
+   *   and logged (with a numeric limit)
    */
-  constructor({ client, algorithm = "ANCHORED", prefix = "rl:", timeout = 1000, onError = "throw", cooldown = 1000, logger = console }) {
+  constructor({ client, algorithm = "ANCHORED", prefix = "rl:", timeout = 1000, onError = "throw", cooldown = 1000, metrics = null, shadow = false, logger = console }) {
     this.circuit = new Circuit({ onError, cooldown, logger });
+    Object.assign(this, { metrics, shadow, logger });
     this.send = guardedSender(client, commandSender(client), this.circuit, timeout);
     this.algorithm = algorithm;
     this.prefix = prefix;
@@ -79,10 +84,14 @@ class RateLimitModuleStore {
   /** Sends `args`; when the server fails, what onError says: the reply's stand-in (allow),
    * an error express answers 503 (deny), or the error (throw). */
   async call(args, whenAllowed) {
+    const started = performance.now();
     try {
-      return (await this.send(args)).map(Number);
+      const reply = (await this.send(args)).map(Number);
+      if (this.metrics) this.metrics.serverCall((performance.now() - started) / 1000);
+      return reply;
     } catch (error) {
       if (!(error instanceof ServerUnavailable) || this.circuit.onError === "throw") throw error;
+      this.metrics?.decision("express", this.circuit.onError === "allow" ? "failed_open" : "failed_closed");
       if (this.circuit.onError === "allow") return whenAllowed;
       throw Object.assign(new Error("Service Unavailable: the rate limiter's server failed", { cause: error }), {
         status: 503,
@@ -99,9 +108,10 @@ class RateLimitModuleStore {
     }
     const allowed = this.counting ? [0, UNBOUNDED, UNBOUNDED - 1, -1, this.windowMs] : [0, this.limit, this.limit - 1, -1, this.windowMs];
     const reply = await this.call(this.command(key, 1), allowed);
+    if (reply === allowed) return { totalHits: 1, resetTime: new Date(Date.now() + this.windowMs) };
     const [limited, limit, remaining, , resetAfter] = reply;
     const resetTime = new Date(Date.now() + resetAfter);
-    if (this.counting) return { totalHits: UNBOUNDED - remaining, resetTime };
+    if (this.counting) return this.observed(key, { totalHits: UNBOUNDED - remaining, resetTime });
     // What was counted, and one more than the limit for a refused request (which the module
     // did not count), as express-rate-limit reads totalHits.
     const info = { totalHits: limited === 1 ? limit + 1 : limit - remaining, resetTime };
@@ -115,7 +125,19 @@ class RateLimitModuleStore {
       this.uncounted.set(key, pending);
       if (this.uncounted.size > 10_000) this.sweep();
     }
-    return info;
+    return this.observed(key, info);
+  }
+
+  /** Counts a decision (when the limit is a number, the decision is known here) and, in
+   * shadow mode, reports a refused request at the limit, which express-rate-limit admits. */
+  observed(key, info) {
+    if (typeof this.limit !== "number") return info;
+    const refused = info.totalHits > this.limit;
+    const outcome = refused ? (this.shadow ? "shadow" : "refused") : "allowed";
+    this.metrics?.decision("express", outcome);
+    if (outcome !== "shadow") return info;
+    this.logger.warn?.(`rate limiter: shadow: express would refuse ${key}`);
+    return { ...info, totalHits: this.limit };
   }
 
   async get(key) {

@@ -104,8 +104,17 @@ export class ServerUnavailable extends Error {
   retryAfter: number;
 }
 
+/** One of RL.TOP's keys: refused `refusals` times recently, overcounted by at most `error`. */
+export interface TopKey {
+  key: string;
+  refusals: number;
+  error: number;
+}
+
 export class RateLimiter {
   constructor(client: Client, options?: ResilienceOptions);
+  /** RL.TOP, merged from every primary of a Cluster. */
+  top(count?: number): Promise<TopKey[]>;
   check(limiters: Limiter[], options?: CheckOptions): Promise<RateLimit>;
   peek(limiters: Limiter[], options?: { quantity?: number }): Promise<RateLimit>;
   acquire(limiters: Limiter[], options?: { quantity?: number; timeout?: number }): Promise<RateLimit>;

@@ -70,6 +70,7 @@ function fromReply(reply, { each = [], waitMs = 0, granted = null } = {}) {
     granted,
     each,
     failed: false,
+    shadow: false,
   };
 }
 
@@ -113,10 +114,10 @@ function countsCommand(limiter) {
   const windowMs = limiter.args[1];
   if (limiter.command === "RL.LOG") return ["RL.LOG.COUNTS", limiter.key, windowMs, "MS"];
   const [algorithm] = limiter.keywords;
-  if (limiter.command === "RL.WINDOW" && limiter.keywords.length === 1 && ["FIXED", "SLIDING"].includes(algorithm)) {
+  if (limiter.command === "RL.WINDOW" && limiter.keywords.length === 1 && ["FIXED", "SLIDING", "ANCHORED"].includes(algorithm)) {
     return ["RL.WINDOW.COUNTS", limiter.key, windowMs, algorithm, "MS"];
   }
-  throw new RangeError("counts are read from a FIXED or SLIDING window, or a log");
+  throw new RangeError("counts are read from a FIXED, SLIDING or ANCHORED window, or a log");
 }
 
 /** The typed reply of countsCommand(limiter), times in seconds. */
@@ -131,12 +132,31 @@ function countsOf(limiter, reply) {
   };
 }
 
+/** RL.TOP's replies from every primary, merged (a key lives on one), most refused first. */
+function topKeys(replies, count) {
+  const merged = new Map();
+  for (const reply of replies) {
+    for (const [key, refusals, error] of reply) {
+      const row = merged.get(String(key)) ?? { key: String(key), refusals: 0, error: 0 };
+      row.refusals += Number(refusals);
+      row.error += Number(error);
+      merged.set(row.key, row);
+    }
+  }
+  return [...merged.values()]
+    .sort((a, b) => b.refusals - a.refusals || (a.key < b.key ? -1 : a.key > b.key ? 1 : 0))
+    .slice(0, count);
+}
+
 const leaseOf = (reply) => ({ result: fromReply(reply), allowed: Number(reply[0]) === 0, id: Number(reply[5]) });
 
 /** What `onError` decides without the server: nothing counted, no fields to send. */
 function failureResult(allowed, retryAfter) {
-  return { allowed, limit: 0, remaining: 0, retryAfter: allowed ? null : retryAfter, resetAfter: 0, wait: 0, granted: null, each: [], failed: true };
+  return { allowed, limit: 0, remaining: 0, retryAfter: allowed ? null : retryAfter, resetAfter: 0, wait: 0, granted: null, each: [], failed: true, shadow: false };
 }
+
+/** The policy a decision is counted under: the limiters' names, joined by "+". */
+const policyName = (limiters) => limiters.map((one) => one.name).join("+");
 
 /**
  * Every command of the module on one client, with typed results.
@@ -145,35 +165,62 @@ function failureResult(allowed, retryAfter) {
  * client's offline queue; `onError` ("throw", the default, "allow" or "deny"): what a
  * decision is when the server fails, "allow" admitting and "deny" refusing (`failed: true`,
  * nothing counted); `cooldown` (ms, 1000): how long after a failure decisions are taken that
- * way without asking; `denyCache` (a number of keys): standing refusals answered locally.
+ * way without asking; `denyCache` (a number of keys): standing refusals answered locally;
+ * `metrics` (a PrometheusMetrics from ./metrics): decisions counted and server calls timed;
+ * `shadow`: refused requests let through, counted as "shadow" and logged.
  */
 class RateLimiter {
-  constructor(client, { timeout = 1000, onError = "throw", cooldown = 1000, denyCache = 0, clock = Date.now, logger = console } = {}) {
+  constructor(client, { timeout = 1000, onError = "throw", cooldown = 1000, denyCache = 0, metrics = null, shadow = false, clock = Date.now, logger = console } = {}) {
+    this.client = client;
     this.circuit = new Circuit({ onError, cooldown, clock, logger });
     this.send = guardedSender(client, commandSender(client), this.circuit, timeout);
     this.denyCache = denyCache > 0 ? new DenyCache(denyCache, clock) : null;
+    Object.assign(this, { metrics, shadow, logger });
   }
 
-  /** One decision: from the deny cache, from the server, or by onError. */
+  count(policy, outcome) {
+    if (this.metrics) this.metrics.decision(policy, outcome);
+  }
+
+  /** One decision: from the deny cache, from the server, or by onError; counted, and let
+   * through in shadow mode when refused (`options.shadow` overrides the limiter's). */
   async decide(limiters, options, readOnly = false) {
+    const policy = policyName(limiters);
+    const shadow = options.shadow ?? this.shadow;
     const cacheKey = this.denyCache && !options.refund && !options.force
       ? JSON.stringify(commandFor(limiters, { ...options, quantity: 0 }, readOnly))
       : null;
     const quantity = options.quantity ?? 1;
     if (cacheKey) {
       const cached = this.denyCache.get(cacheKey, quantity);
-      if (cached) return cached;
+      if (cached) return this.refused(policy, limiters, cached, "deny_cache", shadow);
     }
+    const started = performance.now();
     let reply;
     try {
       reply = await this.send(commandFor(limiters, options, readOnly));
     } catch (error) {
       if (!(error instanceof ServerUnavailable) || this.circuit.onError === "throw") throw error;
-      return failureResult(this.circuit.onError === "allow", error.retryAfter);
+      const allowed = this.circuit.onError === "allow";
+      this.count(policy, allowed ? "failed_open" : "failed_closed");
+      return failureResult(allowed, error.retryAfter);
     }
+    if (this.metrics) this.metrics.serverCall((performance.now() - started) / 1000);
     const result = resultOf(reply, limiters, options);
     if (cacheKey) this.denyCache.put(cacheKey, quantity, result);
+    if (!result.allowed) return this.refused(policy, limiters, result, "refused", shadow);
+    this.count(policy, result.wait > 0 ? "delayed" : "allowed");
     return result;
+  }
+
+  refused(policy, limiters, result, outcome, shadow) {
+    if (!shadow) {
+      this.count(policy, outcome);
+      return result;
+    }
+    this.count(policy, "shadow");
+    this.logger.warn?.(`rate limiter: shadow: ${policy} would refuse ${limiters.map((one) => one.key).join(", ")}`);
+    return { ...result, allowed: true, shadow: true };
   }
 
   /** One request against every limiter, all or nothing, in one call. */
@@ -217,6 +264,26 @@ class RateLimiter {
   /** RL.RELEASE: frees a lease at once; false when it was no longer held. */
   async releaseLease(key, id) {
     return Number(await this.send(["RL.RELEASE", key, id])) === 1;
+  }
+
+  /**
+   * RL.TOP: the keys refused most over the current and the previous minute, on the server,
+   * or merged from every primary of a Cluster (ioredis or node-redis): `{ key, refusals,
+   * error }`, most refused first.
+   */
+  async top(count = 10) {
+    const replies = [];
+    if (typeof this.client.nodes === "function") {
+      for (const node of this.client.nodes("master")) replies.push(await node.call("RL.TOP", count));
+    } else if (Array.isArray(this.client.masters)) {
+      for (const master of this.client.masters) {
+        const node = await this.client.nodeClient(master);
+        replies.push(await node.sendCommand(["RL.TOP", String(count)]));
+      }
+    } else {
+      replies.push(await this.send(["RL.TOP", count]));
+    }
+    return topKeys(replies, count);
   }
 
   /** RL.RENEW: extends a held lease to `lease` seconds from now. */
@@ -314,5 +381,5 @@ class SharedLists {
 
 module.exports = {
   RateLimiter, Quota, SharedLists, ServerUnavailable, throttle, window, log, fromReply, headers, commandSender,
-  commandFor, resultOf,
+  commandFor, resultOf, policyName,
 };

@@ -26,9 +26,14 @@ class RateLimitModuleThrottlerStorage {
    *   default: the error reaches Nest, a 500), "allow" admits, "deny" answers 503 (with
    *   Retry-After under RateLimitModuleThrottlerGuard)
    * @param {number} [options.cooldown]  ms after a failure without asking the server (1000)
+   * @param {object} [options.metrics]  a PrometheusMetrics (./metrics): decisions under the
+   *   throttler's name, and server calls
+   * @param {boolean} [options.shadow]  a refused request goes through, counted as "shadow"
+   *   and logged
    */
-  constructor(client, { algorithm = "LOG", prefix = "nest:", timeout = 1000, onError = "throw", cooldown = 1000, logger = console } = {}) {
+  constructor(client, { algorithm = "LOG", prefix = "nest:", timeout = 1000, onError = "throw", cooldown = 1000, metrics = null, shadow = false, logger = console } = {}) {
     this.circuit = new Circuit({ onError, cooldown, logger });
+    Object.assign(this, { metrics, shadow, logger });
     this.send = guardedSender(client, commandSender(client), this.circuit, timeout);
     this.algorithm = algorithm;
     this.prefix = prefix;
@@ -46,10 +51,13 @@ class RateLimitModuleThrottlerStorage {
     const args = ["RL.ALL", 2, `${tag}:hits`, `${tag}:window`, ...this.hitsLimiter(limit, ttl),
       "WINDOW", UNBOUNDED, ttl, "ANCHORED", 1, "MS", ...block, "DETAILS"];
     let reply;
+    const started = performance.now();
     try {
       reply = await this.send(args);
+      this.metrics?.serverCall((performance.now() - started) / 1000);
     } catch (error) {
       if (!(error instanceof ServerUnavailable) || this.circuit.onError === "throw") throw error;
+      this.metrics?.decision(throttlerName, this.circuit.onError === "allow" ? "failed_open" : "failed_closed");
       if (this.circuit.onError === "allow") {
         return { totalHits: 0, timeToExpire: Math.ceil(ttl / 1000), isBlocked: false, timeToBlockExpire: 0 };
       }
@@ -58,8 +66,16 @@ class RateLimitModuleThrottlerStorage {
     const [limited, hits, window] = [Number(reply[0]), reply[5].map(Number), reply[6].map(Number)];
     const seconds = (ms) => Math.ceil(ms / 1000);
     if (limited === 0) {
+      this.metrics?.decision(throttlerName, "allowed");
       return { totalHits: limit - hits[2], timeToExpire: seconds(window[4]), isBlocked: false, timeToBlockExpire: 0 };
     }
+    if (this.shadow) {
+      // Decided and counted as usual (a block included), but let through.
+      this.metrics?.decision(throttlerName, "shadow");
+      this.logger.warn?.(`rate limiter: shadow: ${throttlerName} would refuse ${key}`);
+      return { totalHits: limit, timeToExpire: seconds(window[4]), isBlocked: false, timeToBlockExpire: 0 };
+    }
+    this.metrics?.decision(throttlerName, "refused");
     let retryAfter = Math.max(hits[3], 0);
     if (blockDuration > 0 && hits[3] >= blockDuration) {
       // This refusal started the block: the throttler's storage starts the hits again from

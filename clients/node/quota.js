@@ -55,7 +55,10 @@ class Quota {
   async takeNow(quantity) {
     this.decisions += 1;
     await this.giveBack(this.expired());
-    if (this.spend(quantity)) return true;
+    if (this.spend(quantity)) {
+      this.limiter.count(this.limiters.map((one) => one.name).join("+"), "quota");
+      return true;
+    }
     const wanted = Math.max(this.batch, quantity) - this.held;
     const result = await this.limiter.check(this.limiters, { quantity: wanted, atMost: true });
     this.calls += 1;

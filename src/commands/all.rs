@@ -27,9 +27,10 @@ use crate::redis::call::{Details, Invocation, LimiterReply, Reply};
 use crate::redis::clock;
 use crate::redis::handler::{callback, Registered};
 use crate::redis::metadata::{Arg, ArgKind, CommandSpec, Mode};
-use crate::redis::stats::CommandStats;
+use crate::redis::stats::{CommandStats, Outcome};
 use crate::redis::store;
 
+use super::top;
 use super::window::{algorithm_keyword, ALGORITHM_ARG};
 use super::{
     limiter_spec, log, outcome, request, sixth_field, throttle, window, without_refund, BLOCK_ARG,
@@ -232,11 +233,16 @@ fn run_sized<const N: usize>(
         details
     });
     let all = combined(verdicts);
+    let outcome = outcome(&request, all.limited, &settled);
+    if outcome == Outcome::Limited && mode == Mode::Write {
+        let refused = verdicts.iter().map(|verdict| verdict.limited);
+        top::record_refusals(call, 2, refused, engine_call.now);
+    }
     Ok(Reply::Limiter(LimiterReply {
         fields: all.to_reply(unit, Rounding::Up),
         extra: sixth_field(&limiters[..keys], &request, &settled, unit),
         details,
-        outcome: outcome(&request, all.limited, &settled),
+        outcome,
     }))
 }
 

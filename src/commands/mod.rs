@@ -12,6 +12,7 @@ pub mod debug;
 pub mod lease;
 pub mod log;
 pub mod throttle;
+pub mod top;
 pub mod window;
 
 use std::ffi::{c_int, CStr};
@@ -33,7 +34,7 @@ use crate::redis::stats::{CommandStats, Outcome};
 use crate::redis::store;
 
 /// Every command the module registers.
-pub static ALL: [&CommandSpec; 19] = [
+pub static ALL: [&CommandSpec; 20] = [
     &throttle::SPEC,
     &throttle::SPEC_RO,
     &window::SPEC,
@@ -53,6 +54,7 @@ pub static ALL: [&CommandSpec; 19] = [
     &apply::LOG_LOAD_CHUNK_SPEC,
     &apply::LEASE_LOAD_CHUNK_SPEC,
     &apply::LOG_REPLAY_SPEC,
+    &top::SPEC,
 ];
 
 /// The counters `INFO ratelimit` shows, one per command clients call.
@@ -280,6 +282,10 @@ fn single(
     };
     let mut verdict = [Verdict::default()];
     let settled = store::run::<1>(call, 1, &engine_call, &mut verdict)?;
+    let outcome = outcome(&request, verdict[0].limited, &settled);
+    if outcome == Outcome::Limited && mode == Mode::Write {
+        top::record_refusals(call, 1, std::iter::once(true), engine_call.now);
+    }
     Ok(Reply::Limiter(LimiterReply {
         fields: verdict[0].to_reply(options.unit, rounding),
         extra: sixth_field(
@@ -289,7 +295,7 @@ fn single(
             options.unit,
         ),
         details: None,
-        outcome: outcome(&request, verdict[0].limited, &settled),
+        outcome,
     }))
 }
 

@@ -27,6 +27,7 @@ pub mod request;
 pub mod ring;
 pub mod settle;
 pub mod time;
+pub mod top;
 pub mod verdict;
 pub mod windows;
 

@@ -7,6 +7,7 @@ use std::ffi::CStr;
 use redis_module::raw;
 
 use crate::core::engine::MAX_LIMITERS;
+use crate::core::top::Estimate;
 use crate::redis::stats::Outcome;
 
 /// A key named by a call: one of its arguments, as the server passed it.
@@ -64,6 +65,12 @@ impl Invocation<'_> {
         KeyName(self.argv[index])
     }
 
+    /// Argument `index` as bytes, the key `args` leaves empty included.
+    pub fn arg_bytes(&self, index: usize) -> &[u8] {
+        // SAFETY: the server's argument strings live as long as the call.
+        unsafe { crate::redis::handler::string_bytes(self.argv[index]) }
+    }
+
     /// The call's context flags, read once however many keys the call opens: they do not
     /// change during a call.
     pub fn context_flags(&self) -> ContextFlags {
@@ -101,6 +108,8 @@ pub enum Reply {
     Integers(Integers),
     /// `+OK`.
     Ok,
+    /// `RL.TOP`'s keys: `[key, refusals, error]` each.
+    Top(Vec<Estimate>),
 }
 
 /// Up to five integers, as an array.
@@ -144,7 +153,7 @@ impl Reply {
     pub(crate) fn outcome(&self) -> Outcome {
         match self {
             Reply::Limiter(reply) => reply.outcome,
-            Reply::Held(true) | Reply::Integers(_) | Reply::Ok => Outcome::Allowed,
+            Reply::Held(true) | Reply::Integers(_) | Reply::Ok | Reply::Top(_) => Outcome::Allowed,
             Reply::Held(false) => Outcome::Limited,
         }
     }
@@ -184,6 +193,19 @@ impl Reply {
                 }
                 Reply::Ok => {
                     raw::RedisModule_ReplyWithSimpleString.unwrap()(ctx, c"OK".as_ptr());
+                }
+                Reply::Top(estimates) => {
+                    array(ctx, estimates.len() as _);
+                    for estimate in &estimates {
+                        array(ctx, 3);
+                        raw::RedisModule_ReplyWithStringBuffer.unwrap()(
+                            ctx,
+                            estimate.key.as_ptr().cast(),
+                            estimate.key.len(),
+                        );
+                        integer(ctx, estimate.count as i64);
+                        integer(ctx, estimate.error as i64);
+                    }
                 }
             }
         }

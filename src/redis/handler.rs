@@ -73,7 +73,7 @@ unsafe fn run(
         let mut bytes = [MaybeUninit::<&[u8]>::uninit(); MAX_ARGUMENTS];
         let first_read = match spec.keys {
             Keys::One(_) => 2,
-            Keys::Counted(_) => 1,
+            Keys::None | Keys::Counted(_) => 1,
         }
         .min(count);
         for slot in &mut bytes[..first_read] {

@@ -8,9 +8,10 @@ use std::panic::{self, AssertUnwindSafe};
 
 use redis_module::raw;
 
+use crate::core::top::{DEFAULT_CAPACITY, MAX_CAPACITY};
 use crate::redis::metadata::CommandSpec;
 use crate::redis::stats::CommandStats;
-use crate::redis::{effects, handler, metadata, native_type, propagation, settings, stats};
+use crate::redis::{effects, handler, metadata, native_type, propagation, settings, stats, top};
 
 /// What the module registers, given by the crate's root (the FFI layer knows no command):
 /// every command, their counters, and the debug commands with the argument that enables
@@ -148,7 +149,7 @@ fn initialize(
     if !server_api_complete() {
         return Err("this server lacks module API functions the commands need: Redis 7.0 or newer, or Valkey, is required".to_owned());
     }
-    let debug_commands = parse_arguments(args, commands.debug_argument)?;
+    let arguments = parse_arguments(args, commands.debug_argument)?;
     handler::log_panics_to_redis();
     set_module_options(ctx);
     effects::make_shared_strings();
@@ -156,7 +157,12 @@ fn initialize(
     propagation::watch(ctx);
     settings::watch(ctx);
     let module_category = metadata::add_module_acl_category(ctx);
-    let debug_specs = if debug_commands { commands.debug } else { &[] };
+    top::register_config(ctx, arguments.top_keys)?;
+    let debug_specs = if arguments.debug_commands {
+        commands.debug
+    } else {
+        &[]
+    };
     for spec in commands.all.iter().chain(debug_specs) {
         metadata::register(ctx, spec)?;
         if let Err(reason) = metadata::describe(ctx, spec, module_category) {
@@ -169,26 +175,55 @@ fn initialize(
     Ok(())
 }
 
-/// Reads the module arguments: whether the debug commands are wanted (`debug_argument`).
-/// Any other argument stops the load, named in the log, so a typo in a `loadmodule` line is
-/// never ignored.
+/// What the module arguments ask for.
+struct Arguments {
+    /// Whether the debug commands are registered (`debug_argument`).
+    debug_commands: bool,
+    /// Keys `RL.TOP` keeps per minute (`top-keys <n>`).
+    top_keys: usize,
+}
+
+/// The module argument that sizes `RL.TOP`'s summary.
+const TOP_KEYS_ARGUMENT: &str = "top-keys";
+
+/// Reads the module arguments: `top-keys <n>` (0 to `MAX_CAPACITY`), and whether the debug
+/// commands are wanted (`debug_argument`). Any other argument stops the load, named in the
+/// log, so a typo in a `loadmodule` line is never ignored.
 fn parse_arguments(
     args: &[*mut raw::RedisModuleString],
     debug_argument: &str,
-) -> Result<bool, String> {
-    let mut debug_commands = false;
-    for &arg in args {
-        // SAFETY: a module argument Redis passed, alive during OnLoad.
-        let bytes = unsafe { handler::string_bytes(arg) };
-        if !bytes.eq_ignore_ascii_case(debug_argument.as_bytes()) {
+) -> Result<Arguments, String> {
+    let mut arguments = Arguments {
+        debug_commands: false,
+        top_keys: DEFAULT_CAPACITY,
+    };
+    // SAFETY: module arguments Redis passed, alive during OnLoad.
+    let mut words = args
+        .iter()
+        .map(|&arg| unsafe { handler::string_bytes(arg) });
+    while let Some(word) = words.next() {
+        if word.eq_ignore_ascii_case(debug_argument.as_bytes()) {
+            arguments.debug_commands = true;
+        } else if word.eq_ignore_ascii_case(TOP_KEYS_ARGUMENT.as_bytes()) {
+            let value = words.next().unwrap_or_default();
+            arguments.top_keys = std::str::from_utf8(value)
+                .ok()
+                .and_then(|text| text.parse().ok())
+                .filter(|keys| *keys <= MAX_CAPACITY)
+                .ok_or_else(|| {
+                    format!(
+                        "module argument {TOP_KEYS_ARGUMENT} takes a number of keys from 0 to {MAX_CAPACITY}, not '{}'",
+                        printable(value)
+                    )
+                })?;
+        } else {
             return Err(format!(
-                "unknown module argument '{}': the only one is {debug_argument}",
-                printable(bytes)
+                "unknown module argument '{}': the arguments are {TOP_KEYS_ARGUMENT} <n> and {debug_argument}",
+                printable(word)
             ));
         }
-        debug_commands = true;
     }
-    Ok(debug_commands)
+    Ok(arguments)
 }
 
 /// `bytes` for the log: printable ASCII as is, anything else as `\xNN`, at most 128 bytes of

@@ -90,6 +90,8 @@ impl CommandSpec {
 /// Where a command's keys are, with their key-spec flags (`REDISMODULE_CMD_KEY_*`).
 #[derive(Clone, Copy)]
 pub enum Keys {
+    /// No key: the command reads the module's own state (`RL.TOP`).
+    None,
     /// One key, the first argument.
     One(u32),
     /// `numkeys key [key ...]`: the first argument counts the keys that follow it.
@@ -221,7 +223,7 @@ pub fn add_module_acl_category(ctx: *mut raw::RedisModuleCtx) -> bool {
 pub fn register(ctx: *mut raw::RedisModuleCtx, spec: &CommandSpec) -> Result<(), String> {
     let (first, last, step) = match spec.keys {
         Keys::One(_) => (1, 1, 1),
-        Keys::Counted(_) => (0, 0, 0),
+        Keys::None | Keys::Counted(_) => (0, 0, 0),
     };
     // SAFETY: called from OnLoad with its context; the strings are static C strings.
     let created = unsafe {
@@ -267,7 +269,11 @@ pub fn describe(
     // SAFETY: an all-zero key spec (null pointers, zero flags) is the terminator the server
     // looks for.
     let terminator = unsafe { std::mem::zeroed() };
-    let mut key_specs = [key_spec(spec.keys), terminator];
+    // SAFETY: as the terminator above; a command without keys has only the terminator.
+    let mut key_specs = [
+        key_spec(spec.keys).unwrap_or(unsafe { std::mem::zeroed() }),
+        terminator,
+    ];
     let mut args = c_args(spec.args);
     let info = raw::RedisModuleCommandInfo {
         version: &INFO_VERSION,
@@ -314,9 +320,10 @@ fn set_acl_categories(
 }
 
 /// The key spec: a single key found at index 1, a range of one; or counted keys, whose
-/// number is at index 1 and which follow it (like `EVAL`'s).
-fn key_spec(keys: Keys) -> raw::RedisModuleCommandKeySpec {
+/// number is at index 1 and which follow it (like `EVAL`'s); none for a command without keys.
+fn key_spec(keys: Keys) -> Option<raw::RedisModuleCommandKeySpec> {
     let (flags, find_keys_type, fk) = match keys {
+        Keys::None => return None,
         Keys::One(flags) => (
             flags,
             raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_RANGE,
@@ -340,7 +347,7 @@ fn key_spec(keys: Keys) -> raw::RedisModuleCommandKeySpec {
             },
         ),
     };
-    raw::RedisModuleCommandKeySpec {
+    Some(raw::RedisModuleCommandKeySpec {
         notes: ptr::null(),
         flags: u64::from(flags),
         begin_search_type: raw::RedisModuleKeySpecBeginSearchType_REDISMODULE_KSPEC_BS_INDEX,
@@ -349,7 +356,7 @@ fn key_spec(keys: Keys) -> raw::RedisModuleCommandKeySpec {
         },
         find_keys_type,
         fk,
-    }
+    })
 }
 
 /// A zero-terminated C argument array, with the arrays its subarguments point into.

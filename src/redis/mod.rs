@@ -17,3 +17,4 @@ pub mod settings;
 pub mod stats;
 pub mod store;
 pub mod string;
+pub mod top;

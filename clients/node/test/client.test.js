@@ -29,7 +29,7 @@ for (const [name, client] of [["ioredis", () => io], ["node-redis", () => nodeRe
     const first = await limiter.check([gcra]);
     assert.deepEqual(
       { ...first, resetAfter: Math.round(first.resetAfter) },
-      { allowed: true, limit: 2, remaining: 1, retryAfter: null, resetAfter: 10, wait: 0, granted: null, each: [], failed: false },
+      { allowed: true, limit: 2, remaining: 1, retryAfter: null, resetAfter: 10, wait: 0, granted: null, each: [], failed: false, shadow: false },
     );
     await limiter.check([gcra]);
     // DELAY: the third waits its turn, 10 s on; a fourth would wait 20 s: refused with 5.
@@ -40,7 +40,7 @@ for (const [name, client] of [["ioredis", () => io], ["node-redis", () => nodeRe
     assert.equal(refused.allowed, false);
     assert.ok(Math.abs(refused.retryAfter - 15) < 0.5, `${refused.retryAfter}`);
     // AT_MOST: what fits.
-    const batch = window(`${key}:window`, 5, 60, { algorithm: "FIXED" });
+    const batch = window(`${key}:window`, 5, 60, { algorithm: "ANCHORED" });
     assert.equal((await limiter.check([batch], { quantity: 3, atMost: true })).granted, 3);
     assert.equal((await limiter.check([batch], { quantity: 3, atMost: true })).granted, 2);
     // FORCE: admitted, owed.
@@ -177,7 +177,7 @@ test("the deny cache answers a flood of a refused key with one call", async () =
 
 test("quota leases: batch 1 is a call per decision; a batch is given back on close", async () => {
   const key = `${prefix}:quota`;
-  const limits = [window(key, 3, 60, { algorithm: "FIXED" })];
+  const limits = [log(key, 3, 60)];
   const one = new Quota(new RateLimiter(io), limits, { batch: 1 });
   const taken = [];
   for (let i = 0; i < 4; i++) taken.push(await one.take());
@@ -186,14 +186,14 @@ test("quota leases: batch 1 is a call per decision; a batch is given back on clo
   await io.del(key);
   const many = new Quota(new RateLimiter(io), limits, { batch: 3, hold: 60 });
   assert.equal(await many.take(), true);
-  assert.equal((await new RateLimiter(io).counts(limits[0])).current, 3);
+  assert.equal((await new RateLimiter(io).counts(limits[0])).count, 3);
   await many.close();
-  assert.equal((await new RateLimiter(io).counts(limits[0])).current, 1);
+  assert.equal((await new RateLimiter(io).counts(limits[0])).count, 1);
   // Unused units go back after hold, with no request to notice.
-  const held = new Quota(new RateLimiter(io), [window(`${key}:hold`, 10, 60, { algorithm: "FIXED" })], { batch: 5, hold: 0.2 });
+  const held = new Quota(new RateLimiter(io), [log(`${key}:hold`, 10, 60)], { batch: 5, hold: 0.2 });
   assert.equal(await held.take(), true);
   await new Promise((resolve) => setTimeout(resolve, 400));
-  assert.equal((await new RateLimiter(io).counts(window(`${key}:hold`, 10, 60, { algorithm: "FIXED" }))).current, 1);
+  assert.equal((await new RateLimiter(io).counts(log(`${key}:hold`, 10, 60))).count, 1);
 });
 
 test("quota leases: several processes admit at most the limit plus N x batch in any window", async () => {

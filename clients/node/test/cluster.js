@@ -16,6 +16,14 @@ async function exercise(limiter, prefix) {
   const both = [log(`{${prefix}}:a`, 2, 60), throttle(`{${prefix}}:b`, 0, 1, 60)];
   assert.equal((await limiter.check(both)).allowed, true);
   assert.equal((await limiter.check(both)).allowed, false);
+  // RL.TOP from every primary, merged: the refused limiter's key once; peeks count nothing.
+  const top = new Map((await limiter.top(1000)).map((row) => [row.key, row.refusals]));
+  assert.equal(top.get(`{${prefix}}:b`), 1);
+  assert.equal(top.has(`${prefix}:0`), false);
+  for (let i = 0; i < 10; i++) await limiter.check([log(`${prefix}:refused:${i}`, 1, 60)]);
+  for (let i = 0; i < 10; i++) await limiter.check([log(`${prefix}:refused:${i}`, 1, 60)]);
+  const spread = new Map((await limiter.top(1000)).map((row) => [row.key, row.refusals]));
+  for (let i = 0; i < 10; i++) assert.equal(spread.get(`${prefix}:refused:${i}`), 1);
 }
 
 async function main() {

@@ -120,3 +120,17 @@ test("a server that is gone: deny answers 503 with Retry-After at once, allow le
     gone.disconnect();
   }
 });
+
+test("shadow mode lets a refused request through, and counts it", async () => {
+  const { Registry } = require("prom-client");
+  const { PrometheusMetrics } = require("../metrics");
+  const register = new Registry();
+  const storage = new RateLimitModuleThrottlerStorage(redis, {
+    prefix: `nest:${randomUUID()}:`, shadow: true, metrics: new PrometheusMetrics({ register }), logger: { warn() {} },
+  });
+  const seen = await run(storage, [{ ttl: 60_000, limit: 1 }], [3]);
+  assert.deepEqual(seen.map((one) => one.status), [200, 200, 200]);
+  const text = await register.metrics();
+  assert.match(text, /ratelimit_decisions_total\{policy="default",outcome="allowed"\} 1/);
+  assert.match(text, /ratelimit_decisions_total\{policy="default",outcome="shadow"\} 2/);
+});

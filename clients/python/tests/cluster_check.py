@@ -25,6 +25,11 @@ def check_sync() -> None:
     assert limiter.check(both).allowed
     assert not limiter.check(both).allowed
     assert limiter.acquire([Log("sync:acquire", 1, 60)], timeout=1).allowed
+    # RL.TOP from every primary, merged: each sync:i refused once, {sync}:a once.
+    top = limiter.top(100)
+    refused = {row.key: row.refusals for row in top}
+    assert all(refused.get(f"sync:{i}") == 1 for i in range(30)), top
+    assert refused["{sync}:b"] == 1, top
 
 
 async def check_async() -> None:
@@ -37,6 +42,8 @@ async def check_async() -> None:
     both = [Log("{async}:a", 2, 60), Throttle("{async}:b", 0, 1, 60)]
     assert (await limiter.check(both)).allowed
     assert not (await limiter.check(both)).allowed
+    top = {row.key: row.refusals for row in await limiter.top(100)}
+    assert top["{async}:b"] == 1 and "async:0" not in top, top  # peeks are not refusals
     await client.aclose()
 
 

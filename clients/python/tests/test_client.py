@@ -51,7 +51,7 @@ class SyncClientTest(unittest.TestCase):
         refused = self.limiter.check([gcra], delay=5)
         self.assertFalse(refused.allowed)
         self.assertAlmostEqual(refused.retry_after, 15, delta=0.5)
-        batch = Window(f"{self.prefix}:window", 5, 60, "FIXED")
+        batch = Window(f"{self.prefix}:window", 5, 60, "ANCHORED")
         self.assertEqual(self.limiter.check([batch], 3, at_most=True).granted, 3)
         self.assertEqual(self.limiter.check([batch], 3, at_most=True).granted, 2)
         exact = Log(f"{self.prefix}:log", 2, 60)
@@ -228,28 +228,28 @@ class QuotaTest(unittest.TestCase):
     def test_batch_one_is_one_call_per_decision_and_close_gives_back(self) -> None:
         client = redis.Redis.from_url(URL)
         key = f"py:{uuid.uuid4().hex}:one"
-        limits = [Window(key, 3, 60, "FIXED")]
+        limits = [Log(key, 3, 60)]
         one = Quota(RateLimiter(client), limits, batch=1)
         self.assertEqual([one.take() for _ in range(4)], [True, True, True, False])
         self.assertEqual(one.ledger.calls, 4)
         client.delete(key)
         many = Quota(RateLimiter(client), limits, batch=3, hold=60)
         self.assertTrue(many.take())
-        self.assertEqual(RateLimiter(client).counts(limits[0]).current, 3)
+        self.assertEqual(RateLimiter(client).counts(limits[0]).count, 3)
         many.close()
-        self.assertEqual(RateLimiter(client).counts(limits[0]).current, 1)
+        self.assertEqual(RateLimiter(client).counts(limits[0]).count, 1)
         client.close()
 
     def test_unused_units_go_back_after_hold(self) -> None:
         async def run() -> None:
             client = redis.asyncio.Redis.from_url(URL)
             key = f"py:{uuid.uuid4().hex}:hold"
-            limits = [Window(key, 10, 60, "FIXED")]
+            limits = [Log(key, 10, 60)]
             quota = AsyncQuota(AsyncRateLimiter(client), limits, batch=5, hold=0.2)
             self.assertTrue(await quota.take())
-            self.assertEqual((await AsyncRateLimiter(client).counts(limits[0])).current, 5)
+            self.assertEqual((await AsyncRateLimiter(client).counts(limits[0])).count, 5)
             await asyncio.sleep(0.4)
-            self.assertEqual((await AsyncRateLimiter(client).counts(limits[0])).current, 1)
+            self.assertEqual((await AsyncRateLimiter(client).counts(limits[0])).count, 1)
             await quota.close()
             await client.aclose()
         asyncio.run(run())

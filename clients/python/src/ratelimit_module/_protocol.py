@@ -23,6 +23,8 @@ class RateLimit:
     granted: Optional[int] = None  # with `at_most`: the quantity granted (0 when refused)
     # Decided without the server, by `on_error` (nothing counted, no fields to send).
     failed: bool = False
+    # Refused, but let through in shadow mode (`allowed` is then True).
+    shadow: bool = False
     # Several limiters: each one's own result, in the order given (empty for one limiter).
     each: tuple["RateLimit", ...] = field(default=(), compare=False)
 
@@ -201,9 +203,9 @@ def counts_command(limiter: Limiter) -> list:
     """`RL.WINDOW.COUNTS` or `RL.LOG.COUNTS` for a `FIXED`/`SLIDING` window or a log."""
     if isinstance(limiter, Log):
         return ["RL.LOG.COUNTS", limiter.key, millis(limiter.window), "MS"]
-    if isinstance(limiter, Window) and limiter.algorithm in ("FIXED", "SLIDING"):
+    if isinstance(limiter, Window) and limiter.algorithm in ("FIXED", "SLIDING", "ANCHORED"):
         return ["RL.WINDOW.COUNTS", limiter.key, millis(limiter.window), limiter.algorithm, "MS"]
-    raise ValueError("counts are read from a FIXED or SLIDING window, or a log")
+    raise ValueError("counts are read from a FIXED, SLIDING or ANCHORED window, or a log")
 
 
 def counts_result(limiter: Limiter, reply: Sequence[int]) -> Counts:
@@ -235,3 +237,32 @@ class Lease:
     @classmethod
     def from_reply(cls, reply: Sequence[int]) -> "Lease":
         return cls(RateLimit.from_fields(reply), int(reply[5]))
+
+
+@dataclass(frozen=True)
+class TopKey:
+    """One of `RL.TOP`'s keys: refused `refusals` times over the current and the previous
+    minute, overcounted by at most `error`."""
+
+    key: str
+    refusals: int
+    error: int
+
+
+def top_keys(replies: Sequence[Sequence], count: int) -> list[TopKey]:
+    """`RL.TOP`'s replies from every primary, merged: a key lives on one primary, so its
+    rows are summed only while a slot moves. Most refused first, ties by key."""
+    merged: dict[str, list[int]] = {}
+    for reply in replies:
+        for key, refusals, error in reply:
+            name = key.decode(errors="backslashreplace") if isinstance(key, bytes) else str(key)
+            row = merged.setdefault(name, [0, 0])
+            row[0] += int(refusals)
+            row[1] += int(error)
+    rows = sorted(merged.items(), key=lambda item: (-item[1][0], item[0]))
+    return [TopKey(key, refusals, error) for key, (refusals, error) in rows[:count]]
+
+
+def node_replies(reply: object) -> list:
+    """A command's replies: one, or a Cluster client's, one per node."""
+    return list(reply.values()) if isinstance(reply, dict) else [reply]

@@ -14,7 +14,7 @@ import logging
 import time
 from collections import OrderedDict
 from dataclasses import replace
-from typing import Callable, Hashable, Optional, Sequence
+from typing import Any, Callable, Hashable, Optional, Sequence
 
 import redis.exceptions
 
@@ -117,6 +117,78 @@ class DenyCache:
         self.entries.move_to_end(key)
         while len(self.entries) > self.max_keys:
             self.entries.popitem(last=False)
+
+
+def policy_name(limiters: Sequence[Limiter]) -> str:
+    """The policy a decision is counted under: the limiters' names, joined by "+"."""
+    return "+".join(limiter.name for limiter in limiters)
+
+
+class Decisions:
+    """Everything around a decision but the call itself, shared by the sync and async
+    clients: the deny cache before it, the circuit and `on_error` when it fails, and after
+    it the metrics, the cache and shadow mode (a refusal let through, counted and logged)."""
+
+    def __init__(self, on_error: str, cooldown: float, deny_cache: Optional[int],
+                 metrics: Optional[Any], shadow: bool, clock: Callable[[], float]):
+        self.circuit = Circuit(on_error, cooldown, clock)
+        self.deny_cache = DenyCache(deny_cache, clock) if deny_cache else None
+        self.metrics, self.shadow = metrics, shadow
+
+    def count(self, policy: str, outcome: str) -> None:
+        if self.metrics is not None:
+            self.metrics.decision(policy, outcome)
+
+    def before(self, limiters: Sequence[Limiter], options: Options,
+               shadow: Optional[bool] = None) -> tuple[Optional[Hashable], Optional[RateLimit]]:
+        """The call's cache key, and its decision if taken without the server: a standing
+        refusal from the deny cache, or `on_error`'s while the circuit is open."""
+        key = deny_key(self.deny_cache, limiters, options)
+        if key is not None:
+            cached = self.deny_cache.get(key, options.quantity)  # type: ignore[union-attr]
+            if cached is not None:
+                return key, self._refused(limiters, cached, "deny_cache", shadow)
+        if self.circuit.open():
+            return key, self._without_server(limiters)
+        return key, None
+
+    def failed(self, error: BaseException, limiters: Sequence[Limiter]) -> RateLimit:
+        """A call the server failed: the circuit opens; `on_error` decides, or the error is
+        raised again."""
+        self.circuit.failed(error)
+        if self.circuit.on_error == "raise":
+            raise error
+        return self._without_server(limiters)
+
+    def after(self, key: Optional[Hashable], limiters: Sequence[Limiter], options: Options,
+              decided: RateLimit, seconds: float, shadow: Optional[bool] = None) -> RateLimit:
+        """The server's decision, taken `seconds` after asking: counted, cached, and let
+        through in shadow mode."""
+        if self.metrics is not None:
+            self.metrics.server_call(seconds)
+        if key is not None:
+            self.deny_cache.put(key, options.quantity, decided)  # type: ignore[union-attr]
+        if not decided.allowed:
+            return self._refused(limiters, decided, "refused", shadow)
+        self.count(policy_name(limiters), "delayed" if decided.wait > 0 else "allowed")
+        return decided
+
+    def _without_server(self, limiters: Sequence[Limiter]) -> RateLimit:
+        decided = self.circuit.decide()
+        self.count(policy_name(limiters),
+                   "failed_open" if decided.allowed else "failed_closed")
+        return decided
+
+    def _refused(self, limiters: Sequence[Limiter], decided: RateLimit, outcome: str,
+                 shadow: Optional[bool]) -> RateLimit:
+        policy = policy_name(limiters)
+        if not (self.shadow if shadow is None else shadow):
+            self.count(policy, outcome)
+            return decided
+        self.count(policy, "shadow")
+        LOG.warning("rate limiter: shadow: %s would refuse %s", policy,
+                    ", ".join(limiter.key for limiter in limiters))
+        return replace(decided, allowed=True, shadow=True)
 
 
 def deny_key(cache: Optional[DenyCache], limiters: Sequence[Limiter],

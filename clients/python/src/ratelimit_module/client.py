@@ -5,9 +5,10 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Optional, Sequence
 
-from ._protocol import (Counts, Lease, Limiter, Options, RateLimit, command, counts_command,
-                        counts_result, lease_command, millis, result)
-from ._resilience import SERVER_FAILURES, Circuit, DenyCache, deny_key
+from ._protocol import (Counts, Lease, Limiter, Options, RateLimit, TopKey, command,
+                        counts_command, counts_result, lease_command, millis, node_replies,
+                        result, top_keys)
+from ._resilience import SERVER_FAILURES, Decisions
 
 
 class RateLimiter:
@@ -21,44 +22,41 @@ class RateLimiter:
     failing over), `on_error` decides: "raise" (the default, as redis-py and limits' storages
     do) raises, "allow" admits and "deny" refuses (`RateLimit.failed`, nothing counted); for
     `cooldown` seconds after a failure, decisions are taken that way without asking the
-    server. `deny_cache=N` answers up to N standing refusals locally (docs/clients.md).
+    server. `deny_cache=N` answers up to N standing refusals locally; `metrics` (a
+    `ratelimit_module.metrics.PrometheusMetrics`) counts decisions and times server calls;
+    `shadow=True` lets refused requests through, counted and logged (docs/clients.md).
     """
 
     def __init__(self, client: Any, sleep: Callable[[float], None] = time.sleep, *,
                  on_error: str = "raise", cooldown: float = 1.0,
-                 deny_cache: Optional[int] = None,
-                 clock: Callable[[], float] = time.monotonic):
+                 deny_cache: Optional[int] = None, metrics: Optional[Any] = None,
+                 shadow: bool = False, clock: Callable[[], float] = time.monotonic):
         self.client = client
         self._sleep = sleep
-        self.circuit = Circuit(on_error, cooldown, clock)
-        self.deny_cache = DenyCache(deny_cache, clock) if deny_cache else None
+        self.decisions = Decisions(on_error, cooldown, deny_cache, metrics, shadow, clock)
 
-    def _decide(self, limiters: Sequence[Limiter], options: Options) -> RateLimit:
+    def _decide(self, limiters: Sequence[Limiter], options: Options,
+                 shadow: Optional[bool] = None) -> RateLimit:
         """One decision: from the deny cache, from the server, or by `on_error`."""
-        key = deny_key(self.deny_cache, limiters, options)
-        if key is not None:
-            cached = self.deny_cache.get(key, options.quantity)  # type: ignore[union-attr]
-            if cached is not None:
-                return cached
-        if self.circuit.open():
-            return self.circuit.decide()
+        key, decided = self.decisions.before(limiters, options, shadow)
+        if decided is not None:
+            return decided
+        started = time.perf_counter()
         try:
             reply = self.client.execute_command(*command(limiters, options))
         except SERVER_FAILURES as error:
-            self.circuit.failed(error)
-            if self.circuit.on_error == "raise":
-                raise
-            return self.circuit.decide()
-        decided = result(reply, limiters, options)
-        if key is not None:
-            self.deny_cache.put(key, options.quantity, decided)  # type: ignore[union-attr]
-        return decided
+            return self.decisions.failed(error, limiters)
+        return self.decisions.after(key, limiters, options, result(reply, limiters, options),
+                                    time.perf_counter() - started, shadow)
 
     def check(self, limiters: Sequence[Limiter], quantity: int = 1, *, refund: bool = False,
               block: Optional[float] = None, delay: Optional[float] = None,
-              at_most: bool = False, force: bool = False) -> RateLimit:
-        """One request against every limiter, all or nothing, in one call."""
-        return self._decide(limiters, Options(quantity, refund, block, delay, at_most, force))
+              at_most: bool = False, force: bool = False,
+              shadow: Optional[bool] = None) -> RateLimit:
+        """One request against every limiter, all or nothing, in one call (`shadow`: this
+        call's shadow mode, the limiter's unless given)."""
+        return self._decide(limiters, Options(quantity, refund, block, delay, at_most, force),
+                            shadow)
 
     def peek(self, limiters: Sequence[Limiter], quantity: int = 1) -> RateLimit:
         """What `check` would answer now, without writing (the `_RO` variants)."""
@@ -98,3 +96,13 @@ class RateLimiter:
         """`RL.RENEW`: extends a held lease to `lease` seconds from now."""
         reply = self.client.execute_command("RL.RENEW", key, lease_id, millis(lease), "MS")
         return int(reply) == 1
+
+    def top(self, count: int = 10) -> list[TopKey]:
+        """`RL.TOP`: the keys refused most over the current and the previous minute, on the
+        server, or merged from every primary of a Cluster."""
+        if hasattr(self.client, "get_primaries"):
+            reply = self.client.execute_command("RL.TOP", count,
+                                                target_nodes=self.client.PRIMARIES)
+        else:
+            reply = self.client.execute_command("RL.TOP", count)
+        return top_keys(node_replies(reply), count)

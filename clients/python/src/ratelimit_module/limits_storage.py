@@ -17,10 +17,17 @@
 `limits.aio`. A call waits at most `socket_timeout` seconds (1 unless the URI or the
 options say otherwise); the frameworks' own options (`swallow_errors`, an in-memory fallback)
 decide what a failed call does.
+
+Two options of the storage itself (`storage_options` in slowapi and Flask-Limiter):
+`metrics`, a `ratelimit_module.metrics.PrometheusMetrics` that counts each hit's decision
+(policy `limits`) and times each call; and `shadow=True`, with which the moving window and
+the sliding-window counter let a refused hit through, counted as `shadow` and logged (the
+fixed window cannot: `limits` compares its counts itself).
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any, Callable, Optional, Sequence
 
@@ -37,6 +44,7 @@ _UNBOUNDED = 1 << 62
 # Reading a fixed window's count: a key lives exactly its window, so any window as long as
 # the stored one reads the same count while the key exists (285 years, in ms).
 _LONGEST_WINDOW_MS = 9_000_000_000_000
+LOG = logging.getLogger("ratelimit_module")
 # What a call waits at most unless told otherwise, in seconds.
 _TIMEOUT = 1.0
 
@@ -106,11 +114,37 @@ class _Commands:
 
 
 def _client_options(options: dict) -> dict:
-    """The options of the redis-py client: a call bounded by a timeout unless said."""
-    options = dict(options)
+    """The options of the redis-py client: a call bounded by a timeout unless said, without
+    the storage's own."""
+    options = {name: value for name, value in options.items()
+               if name not in ("metrics", "shadow")}
     options.setdefault("socket_timeout", _TIMEOUT)
     options.setdefault("socket_connect_timeout", _TIMEOUT)
     return options
+
+
+class _Observer:
+    """The storage's metrics and shadow mode: what each hit decided, and whether a refused
+    one goes through."""
+
+    POLICY = "limits"
+
+    def __init__(self, options: dict):
+        self.metrics = options.get("metrics")
+        self.shadow = bool(options.get("shadow"))
+
+    def timed(self, seconds: float) -> None:
+        if self.metrics is not None:
+            self.metrics.server_call(seconds)
+
+    def admitted(self, admitted: bool) -> bool:
+        """A hit's decision, counted; True for a refused one in shadow mode."""
+        outcome = "allowed" if admitted else ("shadow" if self.shadow else "refused")
+        if self.metrics is not None:
+            self.metrics.decision(self.POLICY, outcome)
+        if outcome == "shadow":
+            LOG.warning("rate limiter: shadow: limits would refuse a hit")
+        return admitted or self.shadow
 
 
 class RateLimitModuleStorage(Storage, MovingWindowSupport, SlidingWindowCounterSupport,
@@ -126,6 +160,7 @@ class RateLimitModuleStorage(Storage, MovingWindowSupport, SlidingWindowCounterS
                  **options: Any) -> None:
         super().__init__(uri, wrap_exceptions=wrap_exceptions, **options)
         self.commands = _Commands(key_prefix)
+        self.observer = _Observer(options)
         scheme, rest = uri.split("://", 1)
         options = _client_options(options)
         if scheme == "ratelimit+cluster":
@@ -142,7 +177,10 @@ class RateLimitModuleStorage(Storage, MovingWindowSupport, SlidingWindowCounterS
 
     def _run(self, call: Call) -> Any:
         command, read = call
-        return read(self.client.execute_command(*command))
+        started = time.perf_counter()
+        reply = self.client.execute_command(*command)
+        self.observer.timed(time.perf_counter() - started)
+        return read(reply)
 
     def incr(self, key: str, expiry: int, amount: int = 1, **_: Any) -> int:
         return self._run(self.commands.incr(key, expiry, amount))
@@ -154,14 +192,16 @@ class RateLimitModuleStorage(Storage, MovingWindowSupport, SlidingWindowCounterS
         return self._run(self.commands.get_expiry(key))
 
     def acquire_entry(self, key: str, limit: int, expiry: int, amount: int = 1) -> bool:
-        return self._run(self.commands.acquire_entry(key, limit, expiry, amount))
+        return self.observer.admitted(
+            self._run(self.commands.acquire_entry(key, limit, expiry, amount)))
 
     def get_moving_window(self, key: str, limit: int, expiry: int) -> tuple[float, int]:
         return self._run(self.commands.get_moving_window(key, expiry))
 
     def acquire_sliding_window_entry(self, key: str, limit: int, expiry: int,
                                      amount: int = 1) -> bool:
-        return self._run(self.commands.acquire_sliding_window_entry(key, limit, expiry, amount))
+        return self.observer.admitted(
+            self._run(self.commands.acquire_sliding_window_entry(key, limit, expiry, amount)))
 
     def get_sliding_window(self, key: str, expiry: int) -> tuple[int, float, int, float]:
         return self._run(self.commands.get_sliding_window(key, expiry))
@@ -197,6 +237,7 @@ class AsyncRateLimitModuleStorage(AsyncStorage, AsyncMovingWindowSupport,
                  **options: Any) -> None:
         super().__init__(uri, wrap_exceptions=wrap_exceptions, **options)
         self.commands = _Commands(key_prefix)
+        self.observer = _Observer(options)
         scheme, rest = uri.split("://", 1)
         options = _client_options(options)
         if scheme == "async+ratelimit+cluster":
@@ -213,7 +254,10 @@ class AsyncRateLimitModuleStorage(AsyncStorage, AsyncMovingWindowSupport,
 
     async def _run(self, call: Call) -> Any:
         command, read = call
-        return read(await self.client.execute_command(*command))
+        started = time.perf_counter()
+        reply = await self.client.execute_command(*command)
+        self.observer.timed(time.perf_counter() - started)
+        return read(reply)
 
     async def incr(self, key: str, expiry: int, amount: int = 1, **_: Any) -> int:
         return await self._run(self.commands.incr(key, expiry, amount))
@@ -225,15 +269,16 @@ class AsyncRateLimitModuleStorage(AsyncStorage, AsyncMovingWindowSupport,
         return await self._run(self.commands.get_expiry(key))
 
     async def acquire_entry(self, key: str, limit: int, expiry: int, amount: int = 1) -> bool:
-        return await self._run(self.commands.acquire_entry(key, limit, expiry, amount))
+        return self.observer.admitted(
+            await self._run(self.commands.acquire_entry(key, limit, expiry, amount)))
 
     async def get_moving_window(self, key: str, limit: int, expiry: int) -> tuple[float, int]:
         return await self._run(self.commands.get_moving_window(key, expiry))
 
     async def acquire_sliding_window_entry(self, key: str, limit: int, expiry: int,
                                            amount: int = 1) -> bool:
-        return await self._run(
-            self.commands.acquire_sliding_window_entry(key, limit, expiry, amount))
+        return self.observer.admitted(await self._run(
+            self.commands.acquire_sliding_window_entry(key, limit, expiry, amount)))
 
     async def get_sliding_window(self, key: str, expiry: int) -> tuple[int, float, int, float]:
         return await self._run(self.commands.get_sliding_window(key, expiry))

@@ -20,6 +20,7 @@ import time
 from typing import Callable, Optional, Sequence
 
 from ._protocol import Limiter
+from ._resilience import policy_name
 from .aio import AsyncRateLimiter
 from .client import RateLimiter
 
@@ -91,6 +92,7 @@ class Quota:
             self.ledger.decisions += 1
             self._give_back(self.ledger.expired())
             if self.ledger.spend(quantity):
+                self.limiter.decisions.count(policy_name(self.limiters), "quota")
                 return True
             result = self.limiter.check(self.limiters, self.ledger.wanted(quantity),
                                         at_most=True)
@@ -143,6 +145,7 @@ class AsyncQuota:
             self.ledger.decisions += 1
             await self._give_back(self.ledger.expired())
             if self.ledger.spend(quantity):
+                self.limiter.decisions.count(policy_name(self.limiters), "quota")
                 return True
             result = await self.limiter.check(self.limiters, self.ledger.wanted(quantity),
                                               at_most=True)

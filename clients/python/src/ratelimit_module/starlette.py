@@ -3,7 +3,8 @@ limits one route; both answer `429 Too Many Requests` with `Retry-After` and the
 RateLimit fields, and add the fields to the responses they let through. When the server
 fails and the limiter's `on_error` is "deny", they answer `503 Service Unavailable` with
 `Retry-After` (when the server is asked again); with "allow", the request goes through
-without fields.
+without fields. With `shadow=True` (or a limiter made with it), a refused request goes
+through, counted as `shadow` and logged.
 
     from ratelimit_module import AsyncRateLimiter, Throttle
     from ratelimit_module.starlette import RateLimitMiddleware, rate_limit
@@ -17,7 +18,7 @@ without fields.
 
 from __future__ import annotations
 
-from typing import Awaitable, Callable, Sequence, Union
+from typing import Awaitable, Callable, Optional, Sequence, Union
 
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -51,11 +52,12 @@ class RateLimitMiddleware:
     nothing, one call); a request they refuse gets 429 without reaching the app."""
 
     def __init__(self, app: ASGIApp, limiter: AsyncRateLimiter, limiters_for: LimitersFor,
-                 legacy: bool = False) -> None:
+                 legacy: bool = False, shadow: Optional[bool] = None) -> None:
         self.app = app
         self.limiter = limiter
         self.limiters_for = limiters_for
         self.legacy = legacy
+        self.shadow = shadow
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -63,7 +65,7 @@ class RateLimitMiddleware:
             return
         request = Request(scope)
         limiters = await _limiters(self.limiters_for, request)
-        result = await self.limiter.check(limiters)
+        result = await self.limiter.check(limiters, shadow=self.shadow)
         if not result.allowed:
             status, fields = _refusal(result, limiters, self.legacy)
             text = "Too Many Requests" if status == 429 else "Service Unavailable"
@@ -86,14 +88,15 @@ class RateLimitMiddleware:
 
 
 def rate_limit(limiter: AsyncRateLimiter, limiters_for: LimitersFor,
-               legacy: bool = False) -> Callable[..., Awaitable[RateLimit]]:
+               legacy: bool = False,
+               shadow: Optional[bool] = None) -> Callable[..., Awaitable[RateLimit]]:
     """A FastAPI dependency: `Depends(rate_limit(limiter, limiters_for))` on a route, or in
     its `dependencies`; raises 429 (with the fields) when refused, adds the fields to the
     response otherwise, and gives the route the result."""
 
     async def dependency(request: Request, response: Response) -> RateLimit:
         limiters = await _limiters(limiters_for, request)
-        result = await limiter.check(limiters)
+        result = await limiter.check(limiters, shadow=shadow)
         if not result.allowed:
             status, fields = _refusal(result, limiters, legacy)
             detail = "Too Many Requests" if status == 429 else "Service Unavailable"

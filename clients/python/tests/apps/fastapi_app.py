@@ -17,20 +17,25 @@ from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
 import ratelimit_module.limits_storage  # noqa: F401  (registers ratelimit://)
+from prometheus_client import make_asgi_app
 from ratelimit_module import AsyncRateLimiter, Log
+from ratelimit_module.metrics import PrometheusMetrics
 from ratelimit_module.starlette import RateLimitMiddleware, rate_limit
 
 REDIS_URL = os.environ["REDIS_URL"]
 
 # slowapi, unchanged but for its storage URI.
 SWALLOW = bool(os.environ.get("SWALLOW"))
+# The decisions of every limiter below and of slowapi's storage, served on /metrics.
+METRICS = PrometheusMetrics()
 limiter = Limiter(key_func=get_remote_address,
                   storage_uri=REDIS_URL.replace("redis://", "ratelimit://", 1),
                   strategy=os.environ.get("STRATEGY", "moving-window"), headers_enabled=True,
                   swallow_errors=SWALLOW,
-                  storage_options={"socket_timeout": 0.2, "socket_connect_timeout": 0.2}
-                  if SWALLOW else {})
+                  storage_options={"metrics": METRICS, **(
+                      {"socket_timeout": 0.2, "socket_connect_timeout": 0.2} if SWALLOW else {})})
 app = FastAPI()
+app.mount("/metrics", make_asgi_app())
 app.state.limiter = limiter
 app.add_exception_handler(RateLimitExceeded, _rate_limit_exceeded_handler)
 
@@ -59,6 +64,23 @@ def per_ip(request: Request) -> list:
 
 @app.get("/dependency", dependencies=[Depends(rate_limit(ours, per_ip))])
 async def dependency_route() -> dict:
+    return {"ok": True}
+
+
+# Metrics, and shadow mode: /metered refuses its third request a minute; /shadowed would
+# refuse its second, and lets it through.
+metered = AsyncRateLimiter(redis.asyncio.Redis.from_url(REDIS_URL), metrics=METRICS)
+
+
+@app.get("/metered", dependencies=[Depends(rate_limit(metered, lambda request: [
+    Log(f"metered:{request.client.host}", 2, 60, "metered")]))])
+async def metered_route() -> dict:
+    return {"ok": True}
+
+
+@app.get("/shadowed", dependencies=[Depends(rate_limit(metered, lambda request: [
+    Log(f"shadowed:{request.client.host}", 1, 60, "shadowed")], shadow=True))])
+async def shadowed_route() -> dict:
     return {"ok": True}
 
 

@@ -102,15 +102,15 @@ fn mistakes_are_errors_that_change_nothing() {
     let cases: &[(&[&str], &str)] = &[
         (
             &["RL.WINDOW.COUNTS", "sliding", "60", "BUCKETS", "4"],
-            "ERR syntax error. Usage: RL.WINDOW.COUNTS key window [FIXED|SLIDING] [S|MS|US]",
+            "ERR syntax error. Usage: RL.WINDOW.COUNTS key window [FIXED|SLIDING|ANCHORED] [S|MS|US]",
         ),
         (
             &["RL.WINDOW.COUNTS", "sliding", "60", "3"],
-            "ERR syntax error. Usage: RL.WINDOW.COUNTS key window [FIXED|SLIDING] [S|MS|US]",
+            "ERR syntax error. Usage: RL.WINDOW.COUNTS key window [FIXED|SLIDING|ANCHORED] [S|MS|US]",
         ),
         (
             &["RL.WINDOW.COUNTS", "sliding", "60", "FIXED", "SLIDING"],
-            "ERR syntax error. Usage: RL.WINDOW.COUNTS key window [FIXED|SLIDING] [S|MS|US]",
+            "ERR syntax error. Usage: RL.WINDOW.COUNTS key window [FIXED|SLIDING|ANCHORED] [S|MS|US]",
         ),
         (
             &["RL.WINDOW.COUNTS", "sliding", "x"],

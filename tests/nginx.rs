@@ -866,3 +866,47 @@ fn the_lua_package_builds_and_reads_as_the_conformance_table_says() {
     assert_eq!(response.status, 200, "{}", nginx.log());
     assert_eq!(response.body.trim(), "ok 8", "{}", response.body);
 }
+
+/// Shadow mode: a refused request goes through, counted as `shadow` in the metrics and
+/// logged; the server decides and counts as usual.
+#[test]
+fn shadow_mode_lets_refusals_through_counted_and_logged() {
+    let server = Server::start();
+    let options = redis_options(
+        server.port(),
+        ", shadow = true, metrics = \"ratelimit_metrics\", name = \"trial\"",
+    );
+    let locations = location(
+        "/trial",
+        "require(\"resty.ratelimit_module.count\").new(REDIS, 2, 60)",
+    ) + "        location = /metrics { content_by_lua_block { require(\"resty.ratelimit_module.metrics\").serve(\"ratelimit_metrics\") } }\n";
+    let http = format!(
+        "    lua_shared_dict ratelimit_metrics 1m;\n{}",
+        http(&options, &locations)
+    );
+    let nginx = Nginx::start_with(&http, 1);
+    let statuses: Vec<u16> = (0..4).map(|_| nginx.get("/trial?k=a").status).collect();
+    assert_eq!(statuses, [200, 200, 200, 200], "{}", nginx.log());
+    // The server counted the two it admitted; the two refusals wrote nothing.
+    let mut con = server.connect();
+    assert_eq!(
+        query::<Vec<i64>, _>(&mut con, &["RL.WINDOW.COUNTS", "a", "60", "ANCHORED"])[2],
+        2
+    );
+    let metrics = nginx.get("/metrics").body;
+    for (outcome, count) in [("allowed", 2), ("shadow", 2), ("refused", 0)] {
+        let line =
+            format!("ratelimit_decisions_total{{policy=\"trial\",outcome=\"{outcome}\"}} {count}");
+        assert!(
+            count == 0 && !metrics.contains(&format!("outcome=\"{outcome}\""))
+                || metrics.contains(&line),
+            "{line}\n{metrics}"
+        );
+    }
+    assert_eq!(
+        nginx.log().matches("shadow: trial would refuse a").count(),
+        2,
+        "{}",
+        nginx.log()
+    );
+}

@@ -78,7 +78,7 @@ test-servers: deps-server deps-nginx build examples-deps clients-deps dist
 	  server=$$(tests/servers/build.sh $${spec%%:*} $${spec##*:}) || exit 1; \
 	  echo "== the integration tests against $$server ($$($$server --version | cut -d' ' -f1-3))"; \
 	  REDIS_SERVER=$$server RATELIMIT_MODULE=$(MODULE) RATELIMIT_DIST=$(DIST_TARBALL) \
-	    EXAMPLES_PYTHON=$(EXAMPLES_PYTHON) CLIENTS_PYTHON=$(CLIENTS_PYTHON) \
+	    EXAMPLES_PYTHON=$(EXAMPLES_PYTHON) CLIENTS_PYTHON=$(CLIENTS_PYTHON) LIMITS_SUITE=$(LIMITS_SUITE) \
 	    $(CARGO) test --release --test '*' || exit 1; \
 	done
 
@@ -145,11 +145,13 @@ valgrind: deps-server build
 	  RATELIMIT_MODULE=$(MODULE) $(CARGO) test --release --no-fail-fast \
 	  $(addprefix --test ,$(VALGRIND_TESTS))
 
-lint: deps-build
+lint: deps-build clients-deps
 	@$(call ensure_packages,$(LINT_PACKAGES))
 	$(CARGO) fmt --check
 	$(CARGO) clippy --release --all-targets -- -D warnings
 	luacheck --config clients/lua/.luacheckrc clients/lua/lib examples/nginx/lua
+	cd clients/python && $(CLIENTS_PYTHON) -m ruff check . && $(CLIENTS_PYTHON) -m ruff format --check .
+	npm run lint --silent --prefix clients/node
 
 deps-build:
 	@$(call ensure_packages,$(BUILD_PACKAGES))

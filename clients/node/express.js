@@ -38,7 +38,17 @@ class RateLimitModuleStore {
    * @param {boolean} [options.shadow]  a refused request goes through, counted as "shadow"
    *   and logged (with a numeric limit)
    */
-  constructor({ client, algorithm = "ANCHORED", prefix = "rl:", timeout = 1000, onError = "throw", cooldown = 1000, metrics = null, shadow = false, logger = console }) {
+  constructor({
+    client,
+    algorithm = "ANCHORED",
+    prefix = "rl:",
+    timeout = 1000,
+    onError = "throw",
+    cooldown = 1000,
+    metrics = null,
+    shadow = false,
+    logger = console,
+  }) {
     this.circuit = new Circuit({ onError, cooldown, logger });
     Object.assign(this, { metrics, shadow, logger });
     this.send = guardedSender(client, commandSender(client), this.circuit, timeout);
@@ -64,7 +74,9 @@ class RateLimitModuleStore {
 
   limitFor() {
     if (typeof this.limit !== "number") {
-      throw new TypeError(`RateLimitModuleStore with ${this.algorithm} needs a number for \`limit\`: the module decides with it`);
+      throw new TypeError(
+        `RateLimitModuleStore with ${this.algorithm} needs a number for \`limit\`: the module decides with it`,
+      );
     }
     return this.limit;
   }
@@ -77,8 +89,16 @@ class RateLimitModuleStore {
     if (this.algorithm === "LOG") {
       return ["RL.LOG" + suffix, this.prefix + key, this.limitFor(), this.windowMs, quantity, "MS", ...extra];
     }
-    return ["RL.WINDOW" + suffix, this.prefix + key, this.limitFor(), this.windowMs, quantity,
-      this.algorithm, "MS", ...extra];
+    return [
+      "RL.WINDOW" + suffix,
+      this.prefix + key,
+      this.limitFor(),
+      this.windowMs,
+      quantity,
+      this.algorithm,
+      "MS",
+      ...extra,
+    ];
   }
 
   /** Sends `args`; when the server fails, what onError says: the reply's stand-in (allow),
@@ -106,7 +126,9 @@ class RateLimitModuleStore {
       // express-rate-limit's `limit: 0` refuses everything; the module has no such limit.
       return { totalHits: 1, resetTime: new Date(Date.now() + this.windowMs) };
     }
-    const allowed = this.counting ? [0, UNBOUNDED, UNBOUNDED - 1, -1, this.windowMs] : [0, this.limit, this.limit - 1, -1, this.windowMs];
+    const allowed = this.counting
+      ? [0, UNBOUNDED, UNBOUNDED - 1, -1, this.windowMs]
+      : [0, this.limit, this.limit - 1, -1, this.windowMs];
     const reply = await this.call(this.command(key, 1), allowed);
     if (reply === allowed) return { totalHits: 1, resetTime: new Date(Date.now() + this.windowMs) };
     const [limited, limit, remaining, , resetAfter] = reply;
@@ -143,7 +165,9 @@ class RateLimitModuleStore {
   async get(key) {
     if (this.counting) {
       const [, , current, currentEndsIn] = await this.call(
-        ["RL.WINDOW.COUNTS", this.prefix + key, LONGEST_WINDOW_MS, "ANCHORED", "MS"], [0, 0, 0, 0]);
+        ["RL.WINDOW.COUNTS", this.prefix + key, LONGEST_WINDOW_MS, "ANCHORED", "MS"],
+        [0, 0, 0, 0],
+      );
       return current > 0 ? { totalHits: current, resetTime: new Date(Date.now() + currentEndsIn) } : undefined;
     }
     if (this.limitFor() === 0) return undefined;

@@ -48,18 +48,27 @@ export interface CheckOptions {
 /** An ioredis Redis or Cluster, or a node-redis client or cluster. */
 export type Client = object;
 
-export function throttle(key: string, maxBurst: number, count: number, period: number,
-  options?: { warmup?: number | null; name?: string }): Limiter;
-export function window(key: string, limit: number, seconds: number,
-  options?: { algorithm?: string; name?: string }): Limiter;
-export function log(key: string, limit: number, seconds: number,
-  options?: { name?: string }): Limiter;
+export function throttle(
+  key: string,
+  maxBurst: number,
+  count: number,
+  period: number,
+  options?: { warmup?: number | null; name?: string },
+): Limiter;
+export function window(
+  key: string,
+  limit: number,
+  seconds: number,
+  options?: { algorithm?: string; name?: string },
+): Limiter;
+export function log(key: string, limit: number, seconds: number, options?: { name?: string }): Limiter;
 
-export function fromReply(reply: (number | string)[],
-  options?: { each?: RateLimit[]; waitMs?: number; granted?: number | null }): RateLimit;
+export function fromReply(
+  reply: (number | string)[],
+  options?: { each?: RateLimit[]; waitMs?: number; granted?: number | null },
+): RateLimit;
 
-export function headers(result: RateLimit, limiters: Limiter[],
-  options?: { legacy?: boolean }): Record<string, string>;
+export function headers(result: RateLimit, limiters: Limiter[], options?: { legacy?: boolean }): Record<string, string>;
 
 export function commandSender(client: Client): (args: (string | number)[]) => Promise<unknown>;
 
@@ -146,7 +155,11 @@ export class SharedLists {
  * processes admit at most N x batch more than the server alone would.
  */
 export class Quota {
-  constructor(limiter: RateLimiter, limiters: Limiter[], options?: { batch?: number; hold?: number; clock?: () => number });
+  constructor(
+    limiter: RateLimiter,
+    limiters: Limiter[],
+    options?: { batch?: number; hold?: number; clock?: () => number },
+  );
   /** Whether a request of `quantity` may go ahead. */
   take(quantity?: number): Promise<boolean>;
   /** Gives back whatever is held. */

@@ -34,7 +34,10 @@ const keyOf = (args) => String(args[0].startsWith("RL.ALL") ? args[2] : args[1])
 /** GCRA (CL.THROTTLE): `count` per `period` seconds, in bursts of `maxBurst + 1`. */
 function throttle(key, maxBurst, count, period, { warmup = null, name = "burst" } = {}) {
   return {
-    command: "CL.THROTTLE", inAll: "THROTTLE", key, name,
+    command: "CL.THROTTLE",
+    inAll: "THROTTLE",
+    key,
+    name,
     args: [maxBurst, count, millis(period)],
     keywords: warmup === null ? [] : ["WARMUP", millis(warmup)],
     windowSeconds: ((maxBurst + 1) * period) / count,
@@ -44,16 +47,26 @@ function throttle(key, maxBurst, count, period, { warmup = null, name = "burst" 
 /** A window counter (RL.WINDOW): `limit` per `seconds`, "SLIDING", "FIXED" or "BUCKETS n". */
 function window(key, limit, seconds, { algorithm = "SLIDING", name = "window" } = {}) {
   return {
-    command: "RL.WINDOW", inAll: "WINDOW", key, name,
-    args: [limit, millis(seconds)], keywords: algorithm.split(" "), windowSeconds: seconds,
+    command: "RL.WINDOW",
+    inAll: "WINDOW",
+    key,
+    name,
+    args: [limit, millis(seconds)],
+    keywords: algorithm.split(" "),
+    windowSeconds: seconds,
   };
 }
 
 /** An exact sliding log (RL.LOG): at most `limit` in any `seconds`. */
 function log(key, limit, seconds, { name = "log" } = {}) {
   return {
-    command: "RL.LOG", inAll: "LOG", key, name,
-    args: [limit, millis(seconds)], keywords: [], windowSeconds: seconds,
+    command: "RL.LOG",
+    inAll: "LOG",
+    key,
+    name,
+    args: [limit, millis(seconds)],
+    keywords: [],
+    windowSeconds: seconds,
   };
 }
 
@@ -114,7 +127,11 @@ function countsCommand(limiter) {
   const windowMs = limiter.args[1];
   if (limiter.command === "RL.LOG") return ["RL.LOG.COUNTS", limiter.key, windowMs, "MS"];
   const [algorithm] = limiter.keywords;
-  if (limiter.command === "RL.WINDOW" && limiter.keywords.length === 1 && ["FIXED", "SLIDING", "ANCHORED"].includes(algorithm)) {
+  if (
+    limiter.command === "RL.WINDOW" &&
+    limiter.keywords.length === 1 &&
+    ["FIXED", "SLIDING", "ANCHORED"].includes(algorithm)
+  ) {
     return ["RL.WINDOW.COUNTS", limiter.key, windowMs, algorithm, "MS"];
   }
   throw new RangeError("counts are read from a FIXED, SLIDING or ANCHORED window, or a log");
@@ -127,8 +144,10 @@ function countsOf(limiter, reply) {
     return { count: values[0], oldestEndsIn: values[1] / 1000, newestEndsIn: values[2] / 1000 };
   }
   return {
-    previous: values[0], previousEndsIn: values[1] / 1000,
-    current: values[2], currentEndsIn: values[3] / 1000,
+    previous: values[0],
+    previousEndsIn: values[1] / 1000,
+    current: values[2],
+    currentEndsIn: values[3] / 1000,
   };
 }
 
@@ -152,7 +171,18 @@ const leaseOf = (reply) => ({ result: fromReply(reply), allowed: Number(reply[0]
 
 /** What `onError` decides without the server: nothing counted, no fields to send. */
 function failureResult(allowed, retryAfter) {
-  return { allowed, limit: 0, remaining: 0, retryAfter: allowed ? null : retryAfter, resetAfter: 0, wait: 0, granted: null, each: [], failed: true, shadow: false };
+  return {
+    allowed,
+    limit: 0,
+    remaining: 0,
+    retryAfter: allowed ? null : retryAfter,
+    resetAfter: 0,
+    wait: 0,
+    granted: null,
+    each: [],
+    failed: true,
+    shadow: false,
+  };
 }
 
 /** The policy a decision is counted under: the limiters' names, joined by "+". */
@@ -170,7 +200,19 @@ const policyName = (limiters) => limiters.map((one) => one.name).join("+");
  * `shadow`: refused requests let through, counted as "shadow" and logged.
  */
 class RateLimiter {
-  constructor(client, { timeout = 1000, onError = "throw", cooldown = 1000, denyCache = 0, metrics = null, shadow = false, clock = Date.now, logger = console } = {}) {
+  constructor(
+    client,
+    {
+      timeout = 1000,
+      onError = "throw",
+      cooldown = 1000,
+      denyCache = 0,
+      metrics = null,
+      shadow = false,
+      clock = Date.now,
+      logger = console,
+    } = {},
+  ) {
     this.client = client;
     this.circuit = new Circuit({ onError, cooldown, clock, logger });
     this.send = guardedSender(client, commandSender(client), this.circuit, timeout);
@@ -187,9 +229,10 @@ class RateLimiter {
   async decide(limiters, options, readOnly = false) {
     const policy = policyName(limiters);
     const shadow = options.shadow ?? this.shadow;
-    const cacheKey = this.denyCache && !options.refund && !options.force
-      ? JSON.stringify(commandFor(limiters, { ...options, quantity: 0 }, readOnly))
-      : null;
+    const cacheKey =
+      this.denyCache && !options.refund && !options.force
+        ? JSON.stringify(commandFor(limiters, { ...options, quantity: 0 }, readOnly))
+        : null;
     const quantity = options.quantity ?? 1;
     if (cacheKey) {
       const cached = this.denyCache.get(cacheKey, quantity);
@@ -302,8 +345,12 @@ const seconds = (value) => Math.ceil(value - 1e-9);
 function headers(result, limiters, { legacy = false } = {}) {
   const each = result.each.length > 0 ? result.each : [result];
   const fields = {
-    "RateLimit-Policy": limiters.map((one, i) => `"${one.name}";q=${each[i].limit};w=${seconds(one.windowSeconds)}`).join(", "),
-    RateLimit: limiters.map((one, i) => `"${one.name}";r=${each[i].remaining};t=${seconds(each[i].resetAfter)}`).join(", "),
+    "RateLimit-Policy": limiters
+      .map((one, i) => `"${one.name}";q=${each[i].limit};w=${seconds(one.windowSeconds)}`)
+      .join(", "),
+    RateLimit: limiters
+      .map((one, i) => `"${one.name}";r=${each[i].remaining};t=${seconds(each[i].resetAfter)}`)
+      .join(", "),
   };
   if (!result.allowed && result.retryAfter !== null) fields["Retry-After"] = String(seconds(result.retryAfter));
   if (legacy) {
@@ -380,6 +427,17 @@ class SharedLists {
 }
 
 module.exports = {
-  RateLimiter, Quota, SharedLists, ServerUnavailable, throttle, window, log, fromReply, headers, commandSender,
-  commandFor, resultOf, policyName,
+  RateLimiter,
+  Quota,
+  SharedLists,
+  ServerUnavailable,
+  throttle,
+  window,
+  log,
+  fromReply,
+  headers,
+  commandSender,
+  commandFor,
+  resultOf,
+  policyName,
 };

@@ -20,18 +20,22 @@ class PrometheusMetrics {
   constructor({ register } = {}) {
     const client = require("prom-client");
     const registry = register ?? client.register;
-    this.decisions = registry.getSingleMetric("ratelimit_decisions_total") ?? new client.Counter({
-      name: "ratelimit_decisions_total",
-      help: "Rate-limiting decisions, by policy and outcome.",
-      labelNames: ["policy", "outcome"],
-      registers: [registry],
-    });
-    this.latency = registry.getSingleMetric("ratelimit_server_call_duration_seconds") ?? new client.Histogram({
-      name: "ratelimit_server_call_duration_seconds",
-      help: "The latency of each call to the rate limiter's server.",
-      buckets: BUCKETS,
-      registers: [registry],
-    });
+    this.decisions =
+      registry.getSingleMetric("ratelimit_decisions_total") ??
+      new client.Counter({
+        name: "ratelimit_decisions_total",
+        help: "Rate-limiting decisions, by policy and outcome.",
+        labelNames: ["policy", "outcome"],
+        registers: [registry],
+      });
+    this.latency =
+      registry.getSingleMetric("ratelimit_server_call_duration_seconds") ??
+      new client.Histogram({
+        name: "ratelimit_server_call_duration_seconds",
+        help: "The latency of each call to the rate limiter's server.",
+        buckets: BUCKETS,
+        registers: [registry],
+      });
   }
 
   decision(policy, outcome) {

@@ -31,7 +31,19 @@ class RateLimitModuleThrottlerStorage {
    * @param {boolean} [options.shadow]  a refused request goes through, counted as "shadow"
    *   and logged
    */
-  constructor(client, { algorithm = "LOG", prefix = "nest:", timeout = 1000, onError = "throw", cooldown = 1000, metrics = null, shadow = false, logger = console } = {}) {
+  constructor(
+    client,
+    {
+      algorithm = "LOG",
+      prefix = "nest:",
+      timeout = 1000,
+      onError = "throw",
+      cooldown = 1000,
+      metrics = null,
+      shadow = false,
+      logger = console,
+    } = {},
+  ) {
     this.circuit = new Circuit({ onError, cooldown, logger });
     Object.assign(this, { metrics, shadow, logger });
     this.send = guardedSender(client, commandSender(client), this.circuit, timeout);
@@ -48,8 +60,21 @@ class RateLimitModuleThrottlerStorage {
     // One hash slot for both keys, on a Cluster.
     const tag = `{${this.prefix}${throttlerName}:${key}}`;
     const block = blockDuration > 0 ? ["BLOCK", blockDuration] : [];
-    const args = ["RL.ALL", 2, `${tag}:hits`, `${tag}:window`, ...this.hitsLimiter(limit, ttl),
-      "WINDOW", UNBOUNDED, ttl, "ANCHORED", 1, "MS", ...block, "DETAILS"];
+    const args = [
+      "RL.ALL",
+      2,
+      `${tag}:hits`,
+      `${tag}:window`,
+      ...this.hitsLimiter(limit, ttl),
+      "WINDOW",
+      UNBOUNDED,
+      ttl,
+      "ANCHORED",
+      1,
+      "MS",
+      ...block,
+      "DETAILS",
+    ];
     let reply;
     const started = performance.now();
     try {
@@ -81,9 +106,10 @@ class RateLimitModuleThrottlerStorage {
       // This refusal started the block: the throttler's storage starts the hits again from
       // none when it ends, so they are given back now (the block stays; nothing is admitted
       // during it, so no call in between can tell).
-      const refund = this.algorithm === "LOG"
-        ? ["RL.LOG", `${tag}:hits`, limit, ttl, limit, "MS", "REFUND"]
-        : ["RL.WINDOW", `${tag}:hits`, limit, ttl, limit, this.algorithm, "MS", "REFUND"];
+      const refund =
+        this.algorithm === "LOG"
+          ? ["RL.LOG", `${tag}:hits`, limit, ttl, limit, "MS", "REFUND"]
+          : ["RL.WINDOW", `${tag}:hits`, limit, ttl, limit, this.algorithm, "MS", "REFUND"];
       await this.send(refund).catch((error) => this.circuit.logger.error(`rate limiter: ${error.message}`));
       retryAfter = blockDuration; // the block alone stands now
     }
@@ -115,7 +141,12 @@ function guardClass() {
       try {
         return await super.handleRequest(requestProps);
       } catch (error) {
-        if (error && error.retryAfter !== undefined && typeof error.getStatus === "function" && error.getStatus() === 503) {
+        if (
+          error &&
+          error.retryAfter !== undefined &&
+          typeof error.getStatus === "function" &&
+          error.getStatus() === 503
+        ) {
           const { res } = this.getRequestResponse(requestProps.context);
           res.header("Retry-After", String(error.retryAfter));
         }

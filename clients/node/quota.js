@@ -96,13 +96,16 @@ class Quota {
   // Gives back at the hold's end even if no request comes to notice it.
   arm() {
     if (this.timer || this.held === 0) return;
-    this.timer = setTimeout(() => {
-      this.timer = null;
-      this.serialized(async () => {
-        await this.giveBack(this.expired());
-        this.arm();
-      }).catch(() => {});
-    }, Math.max(0, this.expiresAt - this.clock()));
+    this.timer = setTimeout(
+      () => {
+        this.timer = null;
+        this.serialized(async () => {
+          await this.giveBack(this.expired());
+          this.arm();
+        }).catch(() => {});
+      },
+      Math.max(0, this.expiresAt - this.clock()),
+    );
     this.timer.unref?.();
   }
 }

@@ -25,7 +25,8 @@ const UNAVAILABLE = /^(LOADING|MASTERDOWN|CLUSTERDOWN|TRYAGAIN|READONLY|BUSY)\b/
  * connection sends once connected, within the timeout. */
 function notReady(client) {
   if (typeof client.status === "string") return ["reconnecting", "end", "close"].includes(client.status);
-  if (typeof client.isReady === "boolean" && typeof client.isOpen === "boolean") return client.isOpen && !client.isReady;
+  if (typeof client.isReady === "boolean" && typeof client.isOpen === "boolean")
+    return client.isOpen && !client.isReady;
   return false;
 }
 
@@ -60,7 +61,9 @@ class Circuit {
     this.lastError = error;
     if (now - this.loggedAt >= 1000) {
       this.loggedAt = now;
-      this.logger.error(`rate limiter: the server failed (${error.message}); deciding "${this.onError}" for ${this.cooldown} ms`);
+      this.logger.error(
+        `rate limiter: the server failed (${error.message}); deciding "${this.onError}" for ${this.cooldown} ms`,
+      );
     }
   }
 
@@ -93,7 +96,8 @@ function guardedSender(client, send, circuit, timeout) {
       if (error instanceof ServerUnavailable) throw error;
       const message = String(error && error.message);
       // ioredis and node-redis reject with these when the connection drops or closes.
-      const server = /no answer within|not connected|Connection is closed|ECONNREFUSED|ECONNRESET|EPIPE|ETIMEDOUT|socket closed|The client is closed|Stream isn't writeable/i;
+      const server =
+        /no answer within|not connected|Connection is closed|ECONNREFUSED|ECONNRESET|EPIPE|ETIMEDOUT|socket closed|The client is closed|Stream isn't writeable/i;
       if (UNAVAILABLE.test(message) || server.test(message)) return fail(circuit, error);
       throw error;
     } finally {
@@ -104,7 +108,10 @@ function guardedSender(client, send, circuit, timeout) {
 
 function fail(circuit, error) {
   circuit.failed(error);
-  throw new ServerUnavailable(`the server failed: ${error.message}`, { cause: error, retryAfter: circuit.retryAfter() });
+  throw new ServerUnavailable(`the server failed: ${error.message}`, {
+    cause: error,
+    retryAfter: circuit.retryAfter(),
+  });
 }
 
 /**

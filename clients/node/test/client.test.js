@@ -21,7 +21,10 @@ after(async () => {
   await nodeRedis.quit();
 });
 
-for (const [name, client] of [["ioredis", () => io], ["node-redis", () => nodeRedis]]) {
+for (const [name, client] of [
+  ["ioredis", () => io],
+  ["node-redis", () => nodeRedis],
+]) {
   test(`${name}: every option answers typed`, async () => {
     const limiter = new RateLimiter(client());
     const key = `${prefix}:${name}`;
@@ -29,7 +32,18 @@ for (const [name, client] of [["ioredis", () => io], ["node-redis", () => nodeRe
     const first = await limiter.check([gcra]);
     assert.deepEqual(
       { ...first, resetAfter: Math.round(first.resetAfter) },
-      { allowed: true, limit: 2, remaining: 1, retryAfter: null, resetAfter: 10, wait: 0, granted: null, each: [], failed: false, shadow: false },
+      {
+        allowed: true,
+        limit: 2,
+        remaining: 1,
+        retryAfter: null,
+        resetAfter: 10,
+        wait: 0,
+        granted: null,
+        each: [],
+        failed: false,
+        shadow: false,
+      },
     );
     await limiter.check([gcra]);
     // DELAY: the third waits its turn, 10 s on; a fourth would wait 20 s: refused with 5.
@@ -51,7 +65,10 @@ for (const [name, client] of [["ioredis", () => io], ["node-redis", () => nodeRe
     // Several limiters in one hash slot: each result, and the fields.
     const both = [log(`{${key}}:a`, 2, 60, { name: "a" }), window(`{${key}}:b`, 3, 60, { name: "b" })];
     const result = await limiter.check(both, { delay: 1 });
-    assert.deepEqual(result.each.map((one) => one.remaining), [1, 2]);
+    assert.deepEqual(
+      result.each.map((one) => one.remaining),
+      [1, 2],
+    );
     assert.equal(headers(result, both)["RateLimit-Policy"], '"a";q=2;w=60, "b";q=3;w=60');
   });
 
@@ -93,13 +110,19 @@ for (const [name, client] of [["ioredis", () => io], ["node-redis", () => nodeRe
     const logCounts = await limiter.counts(exact);
     assert.equal(logCounts.count, 3);
     assert.ok(Math.abs(logCounts.oldestEndsIn - 60) <= 1);
-    assert.deepEqual(await limiter.counts(log(`${prefix}:${name}:none`, 10, 60)),
-      { count: 0, oldestEndsIn: 0, newestEndsIn: 0 });
+    assert.deepEqual(await limiter.counts(log(`${prefix}:${name}:none`, 10, 60)), {
+      count: 0,
+      oldestEndsIn: 0,
+      newestEndsIn: 0,
+    });
     await assert.rejects(limiter.counts(throttle(`${prefix}:${name}:gcra`, 1, 1, 1)), RangeError);
   });
 }
 
-for (const [name, client] of [["ioredis", () => io], ["node-redis", () => nodeRedis]]) {
+for (const [name, client] of [
+  ["ioredis", () => io],
+  ["node-redis", () => nodeRedis],
+]) {
   test(`${name}: shared lists are seen after the next version check`, async () => {
     let now = 0;
     const hash = `${prefix}:${name}:lists`;
@@ -125,8 +148,7 @@ test("onError decides when the server is gone, at once within the cool-down", as
   try {
     const limits = [log("node:gone", 5, 60)];
     const allowing = new RateLimiter(gone, { onError: "allow", logger: quiet });
-    assert.deepEqual(
-      [(await allowing.check(limits)).allowed, (await allowing.check(limits)).failed], [true, true]);
+    assert.deepEqual([(await allowing.check(limits)).allowed, (await allowing.check(limits)).failed], [true, true]);
     const denying = new RateLimiter(gone, { onError: "deny", cooldown: 30_000, logger: quiet });
     const refused = await denying.check(limits);
     assert.deepEqual([refused.allowed, refused.failed], [false, true]);
@@ -163,11 +185,16 @@ test("the deny cache answers a flood of a refused key with one call", async () =
   const limiter = new RateLimiter(io, { denyCache: 100 });
   const limits = [log(key, 2, 60)];
   assert.deepEqual([(await limiter.check(limits)).allowed, (await limiter.check(limits)).allowed], [true, true]);
-  const calls = async () => Number(/calls=(\d+)/.exec((await io.info("ratelimit")).split("\n").find((line) => line.startsWith("ratelimit_rl.log:")))[1]);
+  const calls = async () =>
+    Number(
+      /calls=(\d+)/.exec(
+        (await io.info("ratelimit")).split("\n").find((line) => line.startsWith("ratelimit_rl.log:")),
+      )[1],
+    );
   const before = await calls();
   const answers = [];
   for (let i = 0; i < 1000; i++) answers.push(await limiter.check(limits));
-  assert.equal(await calls() - before, 1);
+  assert.equal((await calls()) - before, 1);
   assert.ok(answers.every((one) => !one.allowed));
   const server = await new RateLimiter(io).peek(limits);
   const last = answers.at(-1);
@@ -200,11 +227,19 @@ test("quota leases: several processes admit at most the limit plus N x batch in 
   const { fork } = require("node:child_process");
   const [limit, windowSeconds, batch, processes] = [40, 0.5, 10, 4];
   const key = `${prefix}:quota-bound`;
-  const runs = await Promise.all(Array.from({ length: processes }, () => new Promise((resolve, reject) => {
-    const child = fork(`${__dirname}/quota-worker.js`, [key, limit, windowSeconds, batch, 2], { env: process.env });
-    child.on("message", resolve);
-    child.on("error", reject);
-  })));
+  const runs = await Promise.all(
+    Array.from(
+      { length: processes },
+      () =>
+        new Promise((resolve, reject) => {
+          const child = fork(`${__dirname}/quota-worker.js`, [key, limit, windowSeconds, batch, 2], {
+            env: process.env,
+          });
+          child.on("message", resolve);
+          child.on("error", reject);
+        }),
+    ),
+  );
   const times = runs.flat().sort((a, b) => a - b);
   assert.ok(times.length > limit);
   let start = 0;

@@ -11,16 +11,23 @@ const table = require("../../conformance.json");
 
 function limiterOf({ kind, key, name, ...spec }) {
   const named = name === undefined ? {} : { name };
-  if (kind === "throttle") return throttle(key, spec.max_burst, spec.count, spec.period, { warmup: spec.warmup ?? null, ...named });
-  if (kind === "window") return window(key, spec.limit, spec.window, { algorithm: spec.algorithm ?? "SLIDING", ...named });
+  if (kind === "throttle")
+    return throttle(key, spec.max_burst, spec.count, spec.period, { warmup: spec.warmup ?? null, ...named });
+  if (kind === "window")
+    return window(key, spec.limit, spec.window, { algorithm: spec.algorithm ?? "SLIDING", ...named });
   return log(key, spec.limit, spec.window, named);
 }
 
 const optionsOf = ({ at_most: atMost, read_only: readOnly, ...rest }) => ({ ...rest, atMost, readOnly });
 
 const snake = (result) => ({
-  allowed: result.allowed, limit: result.limit, remaining: result.remaining, retry_after: result.retryAfter,
-  reset_after: result.resetAfter, wait: result.wait, granted: result.granted,
+  allowed: result.allowed,
+  limit: result.limit,
+  remaining: result.remaining,
+  retry_after: result.retryAfter,
+  reset_after: result.resetAfter,
+  wait: result.wait,
+  granted: result.granted,
 });
 
 test("every spec builds its words", () => {

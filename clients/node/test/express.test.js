@@ -17,13 +17,15 @@ for (const algorithm of ["ANCHORED", "FIXED", "SLIDING", "LOG"]) {
   test(`${algorithm}: the limit holds under concurrent requests`, async () => {
     const prefix = `express:${randomUUID()}:`;
     const app = express();
-    app.use(rateLimit({
-      windowMs: 60_000,
-      limit: 5,
-      standardHeaders: "draft-8",
-      legacyHeaders: false,
-      store: new RateLimitModuleStore({ client: redis, algorithm, prefix }),
-    }));
+    app.use(
+      rateLimit({
+        windowMs: 60_000,
+        limit: 5,
+        standardHeaders: "draft-8",
+        legacyHeaders: false,
+        store: new RateLimitModuleStore({ client: redis, algorithm, prefix }),
+      }),
+    );
     app.get("/", (req, res) => res.send("hello"));
     const { server, base } = await listen(app);
     try {
@@ -43,13 +45,15 @@ for (const algorithm of ["ANCHORED", "FIXED", "SLIDING", "LOG"]) {
         return;
       }
       // The module counted the five admitted, not the fifteen refused.
-      const peek = algorithm === "LOG"
-        ? await redis.call("RL.LOG_RO", keys[0], 5, 60000, 0, "MS")
-        : await redis.call("RL.WINDOW_RO", keys[0], 5, 60000, 0, algorithm, "MS");
+      const peek =
+        algorithm === "LOG"
+          ? await redis.call("RL.LOG_RO", keys[0], 5, 60000, 0, "MS")
+          : await redis.call("RL.WINDOW_RO", keys[0], 5, 60000, 0, algorithm, "MS");
       assert.equal(peek[2], 0);
-      const counts = algorithm === "LOG"
-        ? await redis.call("RL.LOG.COUNTS", keys[0], 60000, "MS")
-        : await redis.call("RL.WINDOW.COUNTS", keys[0], 60000, algorithm, "MS");
+      const counts =
+        algorithm === "LOG"
+          ? await redis.call("RL.LOG.COUNTS", keys[0], 60000, "MS")
+          : await redis.call("RL.WINDOW.COUNTS", keys[0], 60000, algorithm, "MS");
       assert.equal(algorithm === "LOG" ? counts[0] : counts[2], 5);
     } finally {
       server.close();
@@ -63,12 +67,14 @@ for (const algorithm of ["FIXED", "SLIDING", "LOG"]) {
   test(`${algorithm}: skipFailedRequests gives back nothing for a refused request`, async () => {
     const prefix = `express:${randomUUID()}:`;
     const app = express();
-    app.use(rateLimit({
-      windowMs: 60_000,
-      limit: 2,
-      skipFailedRequests: true,
-      store: new RateLimitModuleStore({ client: redis, algorithm, prefix }),
-    }));
+    app.use(
+      rateLimit({
+        windowMs: 60_000,
+        limit: 2,
+        skipFailedRequests: true,
+        store: new RateLimitModuleStore({ client: redis, algorithm, prefix }),
+      }),
+    );
     app.get("/", (req, res) => res.send("hello"));
     app.get("/fails", (req, res) => res.status(500).send("failed"));
     const { server, base } = await listen(app);
@@ -85,9 +91,10 @@ for (const algorithm of ["FIXED", "SLIDING", "LOG"]) {
       assert.deepEqual(statuses, [200, 200, 429, 429, 429, 429, 429, 429]);
       // The module counts the two admitted, nothing more.
       const [key] = await redis.keys(`${prefix}*`);
-      const counts = algorithm === "LOG"
-        ? await redis.call("RL.LOG.COUNTS", key, 60000, "MS")
-        : await redis.call("RL.WINDOW.COUNTS", key, 60000, algorithm, "MS");
+      const counts =
+        algorithm === "LOG"
+          ? await redis.call("RL.LOG.COUNTS", key, 60000, "MS")
+          : await redis.call("RL.WINDOW.COUNTS", key, 60000, algorithm, "MS");
       assert.equal(algorithm === "LOG" ? counts[0] : counts[2], 2);
     } finally {
       server.close();
@@ -97,12 +104,14 @@ for (const algorithm of ["FIXED", "SLIDING", "LOG"]) {
   test(`${algorithm}: a failed request is given back`, async () => {
     const prefix = `express:${randomUUID()}:`;
     const app = express();
-    app.use(rateLimit({
-      windowMs: 60_000,
-      limit: 2,
-      skipFailedRequests: true,
-      store: new RateLimitModuleStore({ client: redis, algorithm, prefix }),
-    }));
+    app.use(
+      rateLimit({
+        windowMs: 60_000,
+        limit: 2,
+        skipFailedRequests: true,
+        store: new RateLimitModuleStore({ client: redis, algorithm, prefix }),
+      }),
+    );
     app.get("/fails", (req, res) => res.status(500).send("failed"));
     app.get("/", (req, res) => res.send("hello"));
     const { server, base } = await listen(app);
@@ -125,11 +134,13 @@ for (const algorithm of ["FIXED", "SLIDING", "LOG"]) {
 test("limit 0 refuses everything, as express-rate-limit means it", async () => {
   const prefix = `express:${randomUUID()}:`;
   const app = express();
-  app.use(rateLimit({
-    windowMs: 60_000,
-    limit: 0,
-    store: new RateLimitModuleStore({ client: redis, prefix }),
-  }));
+  app.use(
+    rateLimit({
+      windowMs: 60_000,
+      limit: 0,
+      store: new RateLimitModuleStore({ client: redis, prefix }),
+    }),
+  );
   app.get("/", (req, res) => res.send("hello"));
   const { server, base } = await listen(app);
   try {
@@ -189,7 +200,14 @@ for (const [index, { paths, ...options }] of scenarios.entries()) {
 test("the window starts at the first hit, as the reset field says", async () => {
   const prefix = `express:${randomUUID()}:`;
   const app = express();
-  app.use(rateLimit({ windowMs: 3_000, limit: 2, standardHeaders: "draft-7", store: new RateLimitModuleStore({ client: redis, prefix }) }));
+  app.use(
+    rateLimit({
+      windowMs: 3_000,
+      limit: 2,
+      standardHeaders: "draft-7",
+      store: new RateLimitModuleStore({ client: redis, prefix }),
+    }),
+  );
   app.get("/", (req, res) => res.send("hello"));
   const { server, base } = await listen(app);
   try {
@@ -206,19 +224,34 @@ test("the window starts at the first hit, as the reset field says", async () => 
 
 // A server that is gone: ioredis would queue the call while it reconnects; the store does
 // not wait on that, and onError decides.
-for (const [onError, passOnStoreError, expected] of [["allow", false, 200], ["deny", false, 503], ["throw", false, 500], ["throw", true, 200]]) {
+for (const [onError, passOnStoreError, expected] of [
+  ["allow", false, 200],
+  ["deny", false, 503],
+  ["throw", false, 500],
+  ["throw", true, 200],
+]) {
   test(`onError ${onError}, passOnStoreError ${passOnStoreError}: ${expected} at once when the server is gone`, async () => {
     const gone = new Redis({ port: 1, lazyConnect: false, retryStrategy: () => 1000, maxRetriesPerRequest: null });
     gone.on("error", () => {});
     const app = express();
-    app.use(rateLimit({ windowMs: 60_000, limit: 5, passOnStoreError, store: new RateLimitModuleStore({ client: gone, onError, timeout: 300, logger: { error() {} } }) }));
+    app.use(
+      rateLimit({
+        windowMs: 60_000,
+        limit: 5,
+        passOnStoreError,
+        store: new RateLimitModuleStore({ client: gone, onError, timeout: 300, logger: { error() {} } }),
+      }),
+    );
     app.get("/", (req, res) => res.send("hello"));
     const { server, base } = await listen(app);
     try {
       const started = Date.now();
       const responses = await sequence(base, ["/", "/", "/"]);
       assert.ok(Date.now() - started < 1_500, `${Date.now() - started} ms`);
-      assert.deepEqual(responses.map((one) => one.status), [expected, expected, expected]);
+      assert.deepEqual(
+        responses.map((one) => one.status),
+        [expected, expected, expected],
+      );
       if (expected === 503) assert.equal(responses[0].fields["retry-after"], "1");
     } finally {
       server.close();

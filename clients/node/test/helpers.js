@@ -14,10 +14,12 @@ function ioredis() {
 /** `count` GET requests to `target` at once: their statuses and headers. */
 async function burst(target, count) {
   const responses = await Promise.all(Array.from({ length: count }, () => fetch(target)));
-  return Promise.all(responses.map(async (response) => {
-    await response.text();
-    return { status: response.status, headers: response.headers };
-  }));
+  return Promise.all(
+    responses.map(async (response) => {
+      await response.text();
+      return { status: response.status, headers: response.headers };
+    }),
+  );
 }
 
 /** How many of `responses` have `status`. */

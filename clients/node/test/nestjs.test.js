@@ -22,15 +22,24 @@ function appModule(storage, throttlers = [{ ttl: 60_000, limit: 5, blockDuration
       return "hello";
     }
   }
-  Reflect.decorate([Get()], HelloController.prototype, "hello",
-    Object.getOwnPropertyDescriptor(HelloController.prototype, "hello"));
+  Reflect.decorate(
+    [Get()],
+    HelloController.prototype,
+    "hello",
+    Object.getOwnPropertyDescriptor(HelloController.prototype, "hello"),
+  );
   Reflect.decorate([Controller()], HelloController);
   class AppModule {}
-  Reflect.decorate([Module({
-    imports: [ThrottlerModule.forRoot({ throttlers, storage })],
-    controllers: [HelloController],
-    providers: [{ provide: APP_GUARD, useClass: guard }],
-  })], AppModule);
+  Reflect.decorate(
+    [
+      Module({
+        imports: [ThrottlerModule.forRoot({ throttlers, storage })],
+        controllers: [HelloController],
+        providers: [{ provide: APP_GUARD, useClass: guard }],
+      }),
+    ],
+    AppModule,
+  );
   return AppModule;
 }
 
@@ -94,12 +103,22 @@ async function run(storage, throttlers, steps, guard = ThrottlerGuard) {
 const scenarios = [
   { throttlers: [{ ttl: 3_000, limit: 2 }], steps: [3, "wait 1200", 1] },
   { throttlers: [{ ttl: 4_000, limit: 2, blockDuration: 1_000 }], steps: [3, "wait 1300", 3] },
-  { throttlers: [{ ttl: 60_000, limit: 3 }, { name: "burst", ttl: 2_000, limit: 1 }], steps: [2, "wait 2100", 2] },
+  {
+    throttlers: [
+      { ttl: 60_000, limit: 3 },
+      { name: "burst", ttl: 2_000, limit: 1 },
+    ],
+    steps: [2, "wait 2100", 2],
+  },
 ];
 for (const [index, { throttlers, steps }] of scenarios.entries()) {
   test(`scenario ${index}: as the throttler's own storage answers`, async () => {
     const theirs = await run(new ThrottlerStorageService(), throttlers, steps);
-    const ours = await run(new RateLimitModuleThrottlerStorage(redis, { prefix: `nest:${randomUUID()}:` }), throttlers, steps);
+    const ours = await run(
+      new RateLimitModuleThrottlerStorage(redis, { prefix: `nest:${randomUUID()}:` }),
+      throttlers,
+      steps,
+    );
     assert.deepEqual(ours, theirs);
   });
 }
@@ -111,10 +130,28 @@ test("a server that is gone: deny answers 503 with Retry-After at once, allow le
   try {
     const throttlers = [{ ttl: 60_000, limit: 5 }];
     const started = Date.now();
-    const denied = await run(new RateLimitModuleThrottlerStorage(gone, { onError: "deny", logger: quiet }), throttlers, [2], RateLimitModuleThrottlerGuard);
-    assert.deepEqual(denied.map((one) => [one.status, one.retryAfter]), [[503, "1"], [503, "1"]]);
-    const allowed = await run(new RateLimitModuleThrottlerStorage(gone, { onError: "allow", logger: quiet }), throttlers, [2]);
-    assert.deepEqual(allowed.map((one) => one.status), [200, 200]);
+    const denied = await run(
+      new RateLimitModuleThrottlerStorage(gone, { onError: "deny", logger: quiet }),
+      throttlers,
+      [2],
+      RateLimitModuleThrottlerGuard,
+    );
+    assert.deepEqual(
+      denied.map((one) => [one.status, one.retryAfter]),
+      [
+        [503, "1"],
+        [503, "1"],
+      ],
+    );
+    const allowed = await run(
+      new RateLimitModuleThrottlerStorage(gone, { onError: "allow", logger: quiet }),
+      throttlers,
+      [2],
+    );
+    assert.deepEqual(
+      allowed.map((one) => one.status),
+      [200, 200],
+    );
     assert.ok(Date.now() - started < 3_000);
   } finally {
     gone.disconnect();
@@ -126,10 +163,16 @@ test("shadow mode lets a refused request through, and counts it", async () => {
   const { PrometheusMetrics } = require("../metrics");
   const register = new Registry();
   const storage = new RateLimitModuleThrottlerStorage(redis, {
-    prefix: `nest:${randomUUID()}:`, shadow: true, metrics: new PrometheusMetrics({ register }), logger: { warn() {} },
+    prefix: `nest:${randomUUID()}:`,
+    shadow: true,
+    metrics: new PrometheusMetrics({ register }),
+    logger: { warn() {} },
   });
   const seen = await run(storage, [{ ttl: 60_000, limit: 1 }], [3]);
-  assert.deepEqual(seen.map((one) => one.status), [200, 200, 200]);
+  assert.deepEqual(
+    seen.map((one) => one.status),
+    [200, 200, 200],
+  );
   const text = await register.metrics();
   assert.match(text, /ratelimit_decisions_total\{policy="default",outcome="allowed"\} 1/);
   assert.match(text, /ratelimit_decisions_total\{policy="default",outcome="shadow"\} 2/);

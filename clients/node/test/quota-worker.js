@@ -8,8 +8,10 @@ const { ioredis } = require("./helpers");
 (async () => {
   const [key, limit, windowSeconds, batch, seconds] = process.argv.slice(2);
   const client = ioredis();
-  const quota = new Quota(new RateLimiter(client), [log(key, Number(limit), Number(windowSeconds))],
-    { batch: Number(batch), hold: Number(windowSeconds) });
+  const quota = new Quota(new RateLimiter(client), [log(key, Number(limit), Number(windowSeconds))], {
+    batch: Number(batch),
+    hold: Number(windowSeconds),
+  });
   const admitted = [];
   const end = Date.now() + Number(seconds) * 1000;
   while (Date.now() < end) {

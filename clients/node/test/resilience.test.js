@@ -17,7 +17,14 @@ function random(seed) {
   };
 }
 const pick = (rng, items) => items[Math.floor(rng() * items.length)];
-const refusal = (retryAfter) => ({ allowed: false, limit: 5, remaining: 0, retryAfter, resetAfter: retryAfter + 1, each: [] });
+const refusal = (retryAfter) => ({
+  allowed: false,
+  limit: 5,
+  remaining: 0,
+  retryAfter,
+  resetAfter: retryAfter + 1,
+  each: [],
+});
 
 test("the deny cache only refuses what the server refused, and never longer", () => {
   for (let seed = 0; seed < 200; seed++) {
@@ -34,7 +41,10 @@ test("the deny cache only refuses what the server refused, and never longer", ()
         assert.equal(answer.allowed, false);
         const standing = refusals.filter(([k, q, until]) => k === key && q <= quantity && until > now);
         assert.ok(standing.length > 0, `seed ${seed}: refused without the server`);
-        assert.ok(standing.some(([, , until]) => Math.abs(now + answer.retryAfter * 1000 - until) < 1e-6), `seed ${seed}`);
+        assert.ok(
+          standing.some(([, , until]) => Math.abs(now + answer.retryAfter * 1000 - until) < 1e-6),
+          `seed ${seed}`,
+        );
         continue;
       }
       if (rng() < 0.5) {
@@ -68,7 +78,12 @@ test("the least recently used refusal goes first", () => {
 test("a failure opens the circuit for the cool-down", () => {
   let now = 0;
   const logged = [];
-  const circuit = new Circuit({ onError: "deny", cooldown: 2000, clock: () => now, logger: { error: (line) => logged.push(line) } });
+  const circuit = new Circuit({
+    onError: "deny",
+    cooldown: 2000,
+    clock: () => now,
+    logger: { error: (line) => logged.push(line) },
+  });
   assert.equal(circuit.open(), false);
   circuit.failed(new Error("gone"));
   circuit.failed(new Error("gone"));

@@ -18,24 +18,32 @@ import os
 
 import pytest
 import redis
+import tests.utils as suite
 from pytest_lazy_fixtures import lf
 
 import ratelimit_module.limits_storage  # noqa: F401  (registers ratelimit://)
-import tests.utils as suite
 
 URL = os.environ["REDIS_URL"]
-SYNC = pytest.param(URL.replace("redis://", "ratelimit://", 1), {}, lf("ratelimit_server"),
-                    id="ratelimit")
-ASYNC = pytest.param(URL.replace("redis://", "async+ratelimit://", 1), {},
-                     lf("ratelimit_server"), id="async-ratelimit")
+SYNC = pytest.param(
+    URL.replace("redis://", "ratelimit://", 1), {}, lf("ratelimit_server"), id="ratelimit"
+)
+ASYNC = pytest.param(
+    URL.replace("redis://", "async+ratelimit://", 1),
+    {},
+    lf("ratelimit_server"),
+    id="async-ratelimit",
+)
 
 # The test modules import these from tests.utils when collected, after this plugin loads.
 suite.ALL_STORAGES = {"ratelimit": SYNC}
 suite.ALL_STORAGES_ASYNC = {"ratelimit": ASYNC}
 for name in ("all_storage", "moving_window_storage", "sliding_window_counter_storage"):
     setattr(suite, name, pytest.mark.parametrize("uri, args, fixture", [SYNC]))
-for name in ("async_all_storage", "async_moving_window_storage",
-             "async_sliding_window_counter_storage"):
+for name in (
+    "async_all_storage",
+    "async_moving_window_storage",
+    "async_sliding_window_counter_storage",
+):
     setattr(suite, name, pytest.mark.parametrize("uri, args, fixture", [ASYNC]))
 
 
@@ -60,7 +68,9 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         (left_out if item.name.startswith(FLOORS_THE_PREVIOUS_SHARE) else kept).append(item)
     if left_out:
-        print(f"\nleft out, as the module weighs the previous window exactly: "
-              f"{', '.join(item.nodeid for item in left_out)}")
+        print(
+            f"\nleft out, as the module weighs the previous window exactly: "
+            f"{', '.join(item.nodeid for item in left_out)}"
+        )
         config.hook.pytest_deselected(items=left_out)
         items[:] = kept

@@ -18,13 +18,28 @@ import redis
 import redis.asyncio
 from limits import parse
 from limits.storage import storage_from_string
-from limits.strategies import (FixedWindowRateLimiter, MovingWindowRateLimiter,
-                               SlidingWindowCounterRateLimiter)
+from limits.strategies import (
+    FixedWindowRateLimiter,
+    MovingWindowRateLimiter,
+    SlidingWindowCounterRateLimiter,
+)
 
 import ratelimit_module.limits_storage  # noqa: F401  (registers ratelimit://)
-from ratelimit_module import (AsyncQuota, AsyncRateLimiter, AsyncSharedLists, Log, LogCounts,
-                              Quota, RateLimit, RateLimiter, ServerUnavailable, SharedLists,
-                              Throttle, Window, headers)
+from ratelimit_module import (
+    AsyncQuota,
+    AsyncRateLimiter,
+    AsyncSharedLists,
+    Log,
+    LogCounts,
+    Quota,
+    RateLimit,
+    RateLimiter,
+    ServerUnavailable,
+    SharedLists,
+    Throttle,
+    Window,
+    headers,
+)
 
 URL = os.environ["REDIS_URL"]
 
@@ -63,7 +78,10 @@ class SyncClientTest(unittest.TestCase):
         self.assertAlmostEqual(self.limiter.check([blocked], block=600).retry_after, 600, delta=1)
 
     def test_several_limiters_in_one_call_with_the_fields(self) -> None:
-        both = [Log(f"{{{self.prefix}}}:a", 2, 60, "a"), Window(f"{{{self.prefix}}}:b", 3, 60, name="b")]
+        both = [
+            Log(f"{{{self.prefix}}}:a", 2, 60, "a"),
+            Window(f"{{{self.prefix}}}:b", 3, 60, name="b"),
+        ]
         result = self.limiter.check(both)
         self.assertEqual([one.remaining for one in result.each], [1, 2])
         self.assertEqual(headers(result, both)["RateLimit-Policy"], '"a";q=2;w=60, "b";q=3;w=60')
@@ -93,7 +111,6 @@ class SyncClientTest(unittest.TestCase):
         self.assertTrue(self.limiter.release_lease(key, lease.id))
         self.assertFalse(self.limiter.release_lease(key, lease.id))
 
-
     def test_counts_of_a_window_and_a_log(self) -> None:
         fixed = Window(f"{self.prefix}:fixed", 10, 60, "FIXED")
         sliding = Window(f"{self.prefix}:sliding", 10, 60)
@@ -101,8 +118,9 @@ class SyncClientTest(unittest.TestCase):
         for limiter in (fixed, sliding, exact):
             self.limiter.check([limiter], 3)
         fixed_counts = self.limiter.counts(fixed)
-        self.assertEqual((fixed_counts.previous, fixed_counts.previous_ends_in,
-                          fixed_counts.current), (0, 0, 3))
+        self.assertEqual(
+            (fixed_counts.previous, fixed_counts.previous_ends_in, fixed_counts.current), (0, 0, 3)
+        )
         self.assertTrue(0 < fixed_counts.current_ends_in <= 60)
         sliding_counts = self.limiter.counts(sliding)
         self.assertEqual((sliding_counts.previous, sliding_counts.current), (0, 3))
@@ -111,10 +129,13 @@ class SyncClientTest(unittest.TestCase):
         self.assertEqual(log_counts.count, 3)
         self.assertAlmostEqual(log_counts.oldest_ends_in, 60, delta=1)
         self.assertEqual(log_counts.newest_ends_in, log_counts.oldest_ends_in)
-        self.assertEqual(self.limiter.counts(Log(f"{self.prefix}:none", 10, 60)),
-                         LogCounts(0, 0, 0))
-        for unreadable in (Throttle(f"{self.prefix}:gcra", 1, 1, 1),
-                           Window(f"{self.prefix}:buckets", 10, 60, "BUCKETS 6")):
+        self.assertEqual(
+            self.limiter.counts(Log(f"{self.prefix}:none", 10, 60)), LogCounts(0, 0, 0)
+        )
+        for unreadable in (
+            Throttle(f"{self.prefix}:gcra", 1, 1, 1),
+            Window(f"{self.prefix}:buckets", 10, 60, "BUCKETS 6"),
+        ):
             with self.assertRaises(ValueError):
                 self.limiter.counts(unreadable)
 
@@ -131,7 +152,9 @@ class AsyncClientTest(unittest.IsolatedAsyncioTestCase):
         self.assertTrue(second.allowed)
         self.assertGreaterEqual(time.monotonic() - started, second.wait - 0.05)
         self.assertFalse((await limiter.peek([steady])).allowed)
-        self.assertEqual((await limiter.check([Window(f"{prefix}:w", 4, 60)], 9, at_most=True)).granted, 4)
+        self.assertEqual(
+            (await limiter.check([Window(f"{prefix}:w", 4, 60)], 9, at_most=True)).granted, 4
+        )
         self.assertEqual((await limiter.counts(Window(f"{prefix}:w", 4, 60))).current, 4)
         self.assertEqual((await limiter.peek_lease(f"{prefix}:lease", 2, 30)).result.remaining, 1)
         lease = await limiter.acquire_lease(f"{prefix}:lease", 2, 30)
@@ -142,7 +165,9 @@ class AsyncClientTest(unittest.IsolatedAsyncioTestCase):
 def calls(client: redis.Redis, command: str) -> int:
     """How many times the server ran `command` (INFO ratelimit)."""
     line = client.info("ratelimit")[f"ratelimit_{command}"]
-    return int(line["calls"]) if isinstance(line, dict) else int(str(line).split(",")[0].split("=")[1])
+    return (
+        int(line["calls"]) if isinstance(line, dict) else int(str(line).split(",")[0].split("=")[1])
+    )
 
 
 def closed_port() -> int:
@@ -252,6 +277,7 @@ class QuotaTest(unittest.TestCase):
             self.assertEqual((await AsyncRateLimiter(client).counts(limits[0])).count, 1)
             await quota.close()
             await client.aclose()
+
         asyncio.run(run())
 
 
@@ -270,7 +296,9 @@ class SharedListsTest(unittest.IsolatedAsyncioTestCase):
         writer.add("limit", "/api", "5 1 1000")
         self.assertEqual(reader.read(), {}, "not before the next check")
         now[0] = 1.0
-        self.assertEqual(reader.read(), {"deny": {"203.0.113.7": "1"}, "limit": {"/api": "5 1 1000"}})
+        self.assertEqual(
+            reader.read(), {"deny": {"203.0.113.7": "1"}, "limit": {"/api": "5 1 1000"}}
+        )
         self.assertEqual(client.hget(hash, "version"), b"2")
         async_client = redis.asyncio.Redis.from_url(URL, decode_responses=True)
         async_lists = AsyncSharedLists(async_client, hash, every=1.0, clock=lambda: now[0])
@@ -295,28 +323,36 @@ class LimitsStorageTest(unittest.TestCase):
 
     def test_the_moving_window_is_exact_and_refused_hits_cost_nothing(self) -> None:
         strategy = MovingWindowRateLimiter(self.storage)
-        self.assertEqual([strategy.hit(self.item, self.name) for _ in range(7)], [True] * 5 + [False] * 2)
+        self.assertEqual(
+            [strategy.hit(self.item, self.name) for _ in range(7)], [True] * 5 + [False] * 2
+        )
         self.assertFalse(strategy.test(self.item, self.name))
         stats = strategy.get_window_stats(self.item, self.name)
         self.assertEqual(stats.remaining, 0)
         self.assertAlmostEqual(stats.reset_time, time.time() + 60, delta=1)
         count, _, _ = self.storage.client.execute_command(
-            "RL.LOG.COUNTS", f"LIMITS:{self.item.key_for(self.name)}", 60, "S")
+            "RL.LOG.COUNTS", f"LIMITS:{self.item.key_for(self.name)}", 60, "S"
+        )
         self.assertEqual(count, 5)
 
     def test_the_sliding_window_counter_weighs_the_previous_window(self) -> None:
         strategy = SlidingWindowCounterRateLimiter(self.storage)
-        self.assertEqual([strategy.hit(self.item, self.name) for _ in range(7)], [True] * 5 + [False] * 2)
+        self.assertEqual(
+            [strategy.hit(self.item, self.name) for _ in range(7)], [True] * 5 + [False] * 2
+        )
         self.assertFalse(strategy.test(self.item, self.name))
         previous, _, current, current_in = self.storage.get_sliding_window(
-            self.item.key_for(self.name), 60)
+            self.item.key_for(self.name), 60
+        )
         self.assertEqual((previous, current), (0, 5))
         self.assertTrue(60 < current_in <= 120)
         self.assertEqual(strategy.get_window_stats(self.item, self.name).remaining, 0)
 
     def test_the_fixed_window_counts_as_limits_asks(self) -> None:
         strategy = FixedWindowRateLimiter(self.storage)
-        self.assertEqual([strategy.hit(self.item, self.name) for _ in range(7)], [True] * 5 + [False] * 2)
+        self.assertEqual(
+            [strategy.hit(self.item, self.name) for _ in range(7)], [True] * 5 + [False] * 2
+        )
         self.assertEqual(self.storage.get(self.item.key_for(self.name)), 7)
         self.assertFalse(strategy.test(self.item, self.name))
         reset = strategy.get_window_stats(self.item, self.name).reset_time

@@ -19,8 +19,7 @@ KINDS = {"throttle": Throttle, "window": Window, "log": Log}
 
 
 def limiters(specs: list[dict]) -> list:
-    return [KINDS[spec["kind"]](**{k: v for k, v in spec.items() if k != "kind"})
-            for spec in specs]
+    return [KINDS[spec["kind"]](**{k: v for k, v in spec.items() if k != "kind"}) for spec in specs]
 
 
 class ConformanceTest(unittest.TestCase):

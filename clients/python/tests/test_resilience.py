@@ -26,8 +26,9 @@ class Clock:
 
 
 def refusal(retry_after: float) -> RateLimit:
-    return RateLimit(allowed=False, limit=5, remaining=0, retry_after=retry_after,
-                     reset_after=retry_after + 1)
+    return RateLimit(
+        allowed=False, limit=5, remaining=0, retry_after=retry_after, reset_after=retry_after + 1
+    )
 
 
 class DenyCacheProperties(unittest.TestCase):
@@ -45,11 +46,18 @@ class DenyCacheProperties(unittest.TestCase):
                     self.assertFalse(answer.allowed)
                     # Some refusal of the server for this key, a quantity not larger, still
                     # standing, and the answer's retry_after ends when it does.
-                    standing = [until for k, q, until in refusals
-                                if k == key and q <= quantity and until > clock.now]
+                    standing = [
+                        until
+                        for k, q, until in refusals
+                        if k == key and q <= quantity and until > clock.now
+                    ]
                     self.assertTrue(standing, f"seed {seed}: refused without the server")
-                    self.assertTrue(any(abs(clock.now + answer.retry_after - until) < 1e-9
-                                        for until in standing), f"seed {seed}")
+                    self.assertTrue(
+                        any(
+                            abs(clock.now + answer.retry_after - until) < 1e-9 for until in standing
+                        ),
+                        f"seed {seed}",
+                    )
                     continue
                 if rng.random() < 0.5:
                     retry = rng.choice([0.2, 0.5, 2.0])

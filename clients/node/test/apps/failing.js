@@ -18,9 +18,14 @@ async function expressApp() {
   const { RateLimitModuleStore } = require("../../express");
   const app = express();
   for (const onError of ["allow", "deny"]) {
-    app.use(`/${onError}`, rateLimit({
-      windowMs: 60_000, limit: 1000, store: new RateLimitModuleStore({ client: redis, prefix: `${onError}:`, onError, ...bounded }),
-    }));
+    app.use(
+      `/${onError}`,
+      rateLimit({
+        windowMs: 60_000,
+        limit: 1000,
+        store: new RateLimitModuleStore({ client: redis, prefix: `${onError}:`, onError, ...bounded }),
+      }),
+    );
     app.get(`/${onError}`, (req, res) => res.send("hello"));
   }
   app.listen(port, "127.0.0.1");
@@ -36,18 +41,29 @@ async function nestApp() {
       return "hello";
     }
   }
-  Reflect.decorate([Get()], HelloController.prototype, "hello",
-    Object.getOwnPropertyDescriptor(HelloController.prototype, "hello"));
+  Reflect.decorate(
+    [Get()],
+    HelloController.prototype,
+    "hello",
+    Object.getOwnPropertyDescriptor(HelloController.prototype, "hello"),
+  );
   Reflect.decorate([Controller()], HelloController);
   class AppModule {}
-  Reflect.decorate([Module({
-    imports: [ThrottlerModule.forRoot({
-      throttlers: [{ ttl: 60_000, limit: 1000 }],
-      storage: new RateLimitModuleThrottlerStorage(redis, { onError: "deny", ...bounded }),
-    })],
-    controllers: [HelloController],
-    providers: [{ provide: APP_GUARD, useClass: RateLimitModuleThrottlerGuard }],
-  })], AppModule);
+  Reflect.decorate(
+    [
+      Module({
+        imports: [
+          ThrottlerModule.forRoot({
+            throttlers: [{ ttl: 60_000, limit: 1000 }],
+            storage: new RateLimitModuleThrottlerStorage(redis, { onError: "deny", ...bounded }),
+          }),
+        ],
+        controllers: [HelloController],
+        providers: [{ provide: APP_GUARD, useClass: RateLimitModuleThrottlerGuard }],
+      }),
+    ],
+    AppModule,
+  );
   const app = await NestFactory.create(AppModule, { logger: false });
   await app.listen(port, "127.0.0.1");
 }

@@ -18,10 +18,18 @@ async function expressApp() {
   const { rateLimit } = require("express-rate-limit");
   const { RateLimitModuleStore } = require("../../express");
   const app = express();
-  for (const [path, limit, shadow] of [["metered", 2, false], ["shadowed", 1, true]]) {
-    app.use(`/${path}`, rateLimit({
-      windowMs: 60_000, limit, store: new RateLimitModuleStore({ client: redis, prefix: `express:${path}:`, metrics, shadow, logger: quiet }),
-    }));
+  for (const [path, limit, shadow] of [
+    ["metered", 2, false],
+    ["shadowed", 1, true],
+  ]) {
+    app.use(
+      `/${path}`,
+      rateLimit({
+        windowMs: 60_000,
+        limit,
+        store: new RateLimitModuleStore({ client: redis, prefix: `express:${path}:`, metrics, shadow, logger: quiet }),
+      }),
+    );
     app.get(`/${path}`, (req, res) => res.send("hello"));
   }
   app.get("/metrics", async (req, res) => res.type(register.contentType).send(await register.metrics()));
@@ -38,18 +46,29 @@ async function nestApp() {
       return "hello";
     }
   }
-  Reflect.decorate([Get()], HelloController.prototype, "hello",
-    Object.getOwnPropertyDescriptor(HelloController.prototype, "hello"));
+  Reflect.decorate(
+    [Get()],
+    HelloController.prototype,
+    "hello",
+    Object.getOwnPropertyDescriptor(HelloController.prototype, "hello"),
+  );
   Reflect.decorate([Controller()], HelloController);
   class AppModule {}
-  Reflect.decorate([Module({
-    imports: [ThrottlerModule.forRoot({
-      throttlers: [{ ttl: 60_000, limit: 2 }],
-      storage: new RateLimitModuleThrottlerStorage(redis, { metrics, logger: quiet }),
-    })],
-    controllers: [HelloController],
-    providers: [{ provide: APP_GUARD, useClass: ThrottlerGuard }],
-  })], AppModule);
+  Reflect.decorate(
+    [
+      Module({
+        imports: [
+          ThrottlerModule.forRoot({
+            throttlers: [{ ttl: 60_000, limit: 2 }],
+            storage: new RateLimitModuleThrottlerStorage(redis, { metrics, logger: quiet }),
+          }),
+        ],
+        controllers: [HelloController],
+        providers: [{ provide: APP_GUARD, useClass: ThrottlerGuard }],
+      }),
+    ],
+    AppModule,
+  );
   const app = await NestFactory.create(AppModule, { logger: false });
   // The metrics on the same server, ahead of Nest's routes.
   app.use("/metrics", async (req, res) => {

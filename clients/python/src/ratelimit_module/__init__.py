@@ -4,16 +4,41 @@ option, sync and async, and the IETF RateLimit fields. The framework adapters li
 `ratelimit_module.starlette` (Starlette and FastAPI). `SharedLists` reads and writes the
 lists the nginx package shares (docs/clients.md#shared-lists)."""
 
-from ._protocol import (Lease, Limiter, Log, LogCounts, RateLimit, Throttle, TopKey, Window,
-                        WindowCounts)
+from ._protocol import (
+    Lease,
+    Limiter,
+    Log,
+    LogCounts,
+    RateLimit,
+    Throttle,
+    TopKey,
+    Window,
+    WindowCounts,
+)
+from ._resilience import ServerUnavailable
 from .aio import AsyncRateLimiter
 from .client import RateLimiter
 from .fields import headers
-from ._resilience import ServerUnavailable
 from .lists import AsyncSharedLists, SharedLists
 from .quota import AsyncQuota, Quota
 
-__all__ = ["AsyncQuota", "AsyncRateLimiter", "AsyncSharedLists", "Lease", "Limiter", "Log",
-           "LogCounts", "Quota", "RateLimit", "RateLimiter", "ServerUnavailable", "SharedLists",
-           "Throttle", "TopKey", "Window", "WindowCounts", "headers"]
+__all__ = [
+    "AsyncQuota",
+    "AsyncRateLimiter",
+    "AsyncSharedLists",
+    "Lease",
+    "Limiter",
+    "Log",
+    "LogCounts",
+    "Quota",
+    "RateLimit",
+    "RateLimiter",
+    "ServerUnavailable",
+    "SharedLists",
+    "Throttle",
+    "TopKey",
+    "Window",
+    "WindowCounts",
+    "headers",
+]
 __version__ = "0.3.0"

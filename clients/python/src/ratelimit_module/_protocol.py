@@ -29,8 +29,13 @@ class RateLimit:
     each: tuple["RateLimit", ...] = field(default=(), compare=False)
 
     @classmethod
-    def from_fields(cls, fields: Sequence[int], each: Sequence["RateLimit"] = (),
-                    wait_ms: int = 0, granted: Optional[int] = None) -> "RateLimit":
+    def from_fields(
+        cls,
+        fields: Sequence[int],
+        each: Sequence["RateLimit"] = (),
+        wait_ms: int = 0,
+        granted: Optional[int] = None,
+    ) -> "RateLimit":
         """Reads `[limited, limit, remaining, retry_after, reset_after]`, times in ms."""
         limited, limit, remaining, retry_after, reset_after = (int(value) for value in fields[:5])
         return cls(
@@ -216,8 +221,9 @@ def counts_result(limiter: Limiter, reply: Sequence[int]) -> Counts:
     return WindowCounts(values[0], values[1] / 1000, values[2], values[3] / 1000)
 
 
-def lease_command(key: str, limit: int, lease: float, quantity: int,
-                  read_only: bool = False) -> list:
+def lease_command(
+    key: str, limit: int, lease: float, quantity: int, read_only: bool = False
+) -> list:
     """`RL.ACQUIRE` (or `RL.ACQUIRE_RO`, which takes nothing)."""
     name = "RL.ACQUIRE_RO" if read_only else "RL.ACQUIRE"
     return [name, key, limit, millis(lease), quantity, "MS"]

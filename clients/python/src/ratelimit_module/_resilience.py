@@ -26,9 +26,14 @@ ON_ERROR = ("allow", "deny", "raise")
 
 # The server failed, as opposed to refusing a bad call: unreachable, timed out, loading,
 # failing over, or its Cluster down.
-SERVER_FAILURES = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError,
-                   redis.exceptions.ClusterDownError, redis.exceptions.TryAgainError,
-                   redis.exceptions.ReadOnlyError, OSError)
+SERVER_FAILURES = (
+    redis.exceptions.ConnectionError,
+    redis.exceptions.TimeoutError,
+    redis.exceptions.ClusterDownError,
+    redis.exceptions.TryAgainError,
+    redis.exceptions.ReadOnlyError,
+    OSError,
+)
 
 
 class ServerUnavailable(Exception):
@@ -39,16 +44,25 @@ class ServerUnavailable(Exception):
 def failure_result(allowed: bool, retry_after: float) -> RateLimit:
     """What `on_error` decides: admitted or refused without the server (`failed`), nothing
     counted; a refusal's `retry_after` is when the server is asked again."""
-    return RateLimit(allowed=allowed, limit=0, remaining=0,
-                     retry_after=None if allowed else retry_after, reset_after=0.0,
-                     failed=True)
+    return RateLimit(
+        allowed=allowed,
+        limit=0,
+        remaining=0,
+        retry_after=None if allowed else retry_after,
+        reset_after=0.0,
+        failed=True,
+    )
 
 
 class Circuit:
     """The failure policy of one client: `on_error` is "allow", "deny" or "raise"."""
 
-    def __init__(self, on_error: str = "raise", cooldown: float = 1.0,
-                 clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        on_error: str = "raise",
+        cooldown: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         if on_error not in ON_ERROR:
             raise ValueError(f"on_error is one of {', '.join(ON_ERROR)}, not {on_error!r}")
         self.on_error, self.cooldown, self.clock = on_error, cooldown, clock
@@ -67,8 +81,12 @@ class Circuit:
         self.last_error = error
         if now - self.logged_at >= 1.0:
             self.logged_at = now
-            LOG.error("rate limiter: the server failed (%s); deciding %r for %.1f s",
-                      error, self.on_error, self.cooldown)
+            LOG.error(
+                "rate limiter: the server failed (%s); deciding %r for %.1f s",
+                error,
+                self.on_error,
+                self.cooldown,
+            )
 
     def decide(self) -> RateLimit:
         """The decision without the server while the circuit is open; with
@@ -129,8 +147,15 @@ class Decisions:
     clients: the deny cache before it, the circuit and `on_error` when it fails, and after
     it the metrics, the cache and shadow mode (a refusal let through, counted and logged)."""
 
-    def __init__(self, on_error: str, cooldown: float, deny_cache: Optional[int],
-                 metrics: Optional[Any], shadow: bool, clock: Callable[[], float]):
+    def __init__(
+        self,
+        on_error: str,
+        cooldown: float,
+        deny_cache: Optional[int],
+        metrics: Optional[Any],
+        shadow: bool,
+        clock: Callable[[], float],
+    ):
         self.circuit = Circuit(on_error, cooldown, clock)
         self.deny_cache = DenyCache(deny_cache, clock) if deny_cache else None
         self.metrics, self.shadow = metrics, shadow
@@ -139,8 +164,9 @@ class Decisions:
         if self.metrics is not None:
             self.metrics.decision(policy, outcome)
 
-    def before(self, limiters: Sequence[Limiter], options: Options,
-               shadow: Optional[bool] = None) -> tuple[Optional[Hashable], Optional[RateLimit]]:
+    def before(
+        self, limiters: Sequence[Limiter], options: Options, shadow: Optional[bool] = None
+    ) -> tuple[Optional[Hashable], Optional[RateLimit]]:
         """The call's cache key, and its decision if taken without the server: a standing
         refusal from the deny cache, or `on_error`'s while the circuit is open."""
         key = deny_key(self.deny_cache, limiters, options)
@@ -160,8 +186,15 @@ class Decisions:
             raise error
         return self._without_server(limiters)
 
-    def after(self, key: Optional[Hashable], limiters: Sequence[Limiter], options: Options,
-              decided: RateLimit, seconds: float, shadow: Optional[bool] = None) -> RateLimit:
+    def after(
+        self,
+        key: Optional[Hashable],
+        limiters: Sequence[Limiter],
+        options: Options,
+        decided: RateLimit,
+        seconds: float,
+        shadow: Optional[bool] = None,
+    ) -> RateLimit:
         """The server's decision, taken `seconds` after asking: counted, cached, and let
         through in shadow mode."""
         if self.metrics is not None:
@@ -175,24 +208,28 @@ class Decisions:
 
     def _without_server(self, limiters: Sequence[Limiter]) -> RateLimit:
         decided = self.circuit.decide()
-        self.count(policy_name(limiters),
-                   "failed_open" if decided.allowed else "failed_closed")
+        self.count(policy_name(limiters), "failed_open" if decided.allowed else "failed_closed")
         return decided
 
-    def _refused(self, limiters: Sequence[Limiter], decided: RateLimit, outcome: str,
-                 shadow: Optional[bool]) -> RateLimit:
+    def _refused(
+        self, limiters: Sequence[Limiter], decided: RateLimit, outcome: str, shadow: Optional[bool]
+    ) -> RateLimit:
         policy = policy_name(limiters)
         if not (self.shadow if shadow is None else shadow):
             self.count(policy, outcome)
             return decided
         self.count(policy, "shadow")
-        LOG.warning("rate limiter: shadow: %s would refuse %s", policy,
-                    ", ".join(limiter.key for limiter in limiters))
+        LOG.warning(
+            "rate limiter: shadow: %s would refuse %s",
+            policy,
+            ", ".join(limiter.key for limiter in limiters),
+        )
         return replace(decided, allowed=True, shadow=True)
 
 
-def deny_key(cache: Optional[DenyCache], limiters: Sequence[Limiter],
-             options: Options) -> Optional[Hashable]:
+def deny_key(
+    cache: Optional[DenyCache], limiters: Sequence[Limiter], options: Options
+) -> Optional[Hashable]:
     """What a call is cached under: its command with the quantity left out; None when there
     is no cache, or for a call it never answers (`REFUND` and `FORCE` are never refused)."""
     if cache is None or options.refund or options.force:
@@ -201,9 +238,18 @@ def deny_key(cache: Optional[DenyCache], limiters: Sequence[Limiter],
 
 
 def _aged(result: RateLimit, elapsed: float, retry_after: float) -> RateLimit:
-    return replace(result, retry_after=retry_after,
-                   reset_after=max(0.0, result.reset_after - elapsed),
-                   each=tuple(replace(one, reset_after=max(0.0, one.reset_after - elapsed),
-                                      retry_after=None if one.retry_after is None
-                                      else max(0.0, one.retry_after - elapsed))
-                              for one in result.each))
+    return replace(
+        result,
+        retry_after=retry_after,
+        reset_after=max(0.0, result.reset_after - elapsed),
+        each=tuple(
+            replace(
+                one,
+                reset_after=max(0.0, one.reset_after - elapsed),
+                retry_after=None
+                if one.retry_after is None
+                else max(0.0, one.retry_after - elapsed),
+            )
+            for one in result.each
+        ),
+    )

@@ -5,9 +5,22 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Optional, Sequence
 
-from ._protocol import (Counts, Lease, Limiter, Options, RateLimit, TopKey, command,
-                        counts_command, counts_result, lease_command, millis, node_replies,
-                        result, top_keys)
+from ._protocol import (
+    Counts,
+    Lease,
+    Limiter,
+    Options,
+    RateLimit,
+    TopKey,
+    command,
+    counts_command,
+    counts_result,
+    lease_command,
+    millis,
+    node_replies,
+    result,
+    top_keys,
+)
 from ._resilience import SERVER_FAILURES, Decisions
 
 
@@ -27,16 +40,25 @@ class RateLimiter:
     `shadow=True` lets refused requests through, counted and logged (docs/clients.md).
     """
 
-    def __init__(self, client: Any, sleep: Callable[[float], None] = time.sleep, *,
-                 on_error: str = "raise", cooldown: float = 1.0,
-                 deny_cache: Optional[int] = None, metrics: Optional[Any] = None,
-                 shadow: bool = False, clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        client: Any,
+        sleep: Callable[[float], None] = time.sleep,
+        *,
+        on_error: str = "raise",
+        cooldown: float = 1.0,
+        deny_cache: Optional[int] = None,
+        metrics: Optional[Any] = None,
+        shadow: bool = False,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         self.client = client
         self._sleep = sleep
         self.decisions = Decisions(on_error, cooldown, deny_cache, metrics, shadow, clock)
 
-    def _decide(self, limiters: Sequence[Limiter], options: Options,
-                 shadow: Optional[bool] = None) -> RateLimit:
+    def _decide(
+        self, limiters: Sequence[Limiter], options: Options, shadow: Optional[bool] = None
+    ) -> RateLimit:
         """One decision: from the deny cache, from the server, or by `on_error`."""
         key, decided = self.decisions.before(limiters, options, shadow)
         if decided is not None:
@@ -46,24 +68,40 @@ class RateLimiter:
             reply = self.client.execute_command(*command(limiters, options))
         except SERVER_FAILURES as error:
             return self.decisions.failed(error, limiters)
-        return self.decisions.after(key, limiters, options, result(reply, limiters, options),
-                                    time.perf_counter() - started, shadow)
+        return self.decisions.after(
+            key,
+            limiters,
+            options,
+            result(reply, limiters, options),
+            time.perf_counter() - started,
+            shadow,
+        )
 
-    def check(self, limiters: Sequence[Limiter], quantity: int = 1, *, refund: bool = False,
-              block: Optional[float] = None, delay: Optional[float] = None,
-              at_most: bool = False, force: bool = False,
-              shadow: Optional[bool] = None) -> RateLimit:
+    def check(
+        self,
+        limiters: Sequence[Limiter],
+        quantity: int = 1,
+        *,
+        refund: bool = False,
+        block: Optional[float] = None,
+        delay: Optional[float] = None,
+        at_most: bool = False,
+        force: bool = False,
+        shadow: Optional[bool] = None,
+    ) -> RateLimit:
         """One request against every limiter, all or nothing, in one call (`shadow`: this
         call's shadow mode, the limiter's unless given)."""
-        return self._decide(limiters, Options(quantity, refund, block, delay, at_most, force),
-                            shadow)
+        return self._decide(
+            limiters, Options(quantity, refund, block, delay, at_most, force), shadow
+        )
 
     def peek(self, limiters: Sequence[Limiter], quantity: int = 1) -> RateLimit:
         """What `check` would answer now, without writing (the `_RO` variants)."""
         return self._decide(limiters, Options(quantity, read_only=True))
 
-    def acquire(self, limiters: Sequence[Limiter], quantity: int = 1,
-                timeout: float = 0.0) -> RateLimit:
+    def acquire(
+        self, limiters: Sequence[Limiter], quantity: int = 1, timeout: float = 0.0
+    ) -> RateLimit:
         """Waits for a slot, as Guava's `tryAcquire(timeout)`: one call with `DELAY`, then a
         sleep of the wait the module gives. Returns once the request may go ahead, or at
         once, refused, when its turn is further than `timeout` seconds away. No polling:
@@ -81,12 +119,14 @@ class RateLimiter:
     def acquire_lease(self, key: str, limit: int, lease: float, quantity: int = 1) -> Lease:
         """`RL.ACQUIRE`: `quantity` of `limit` slots for `lease` seconds."""
         return Lease.from_reply(
-            self.client.execute_command(*lease_command(key, limit, lease, quantity)))
+            self.client.execute_command(*lease_command(key, limit, lease, quantity))
+        )
 
     def peek_lease(self, key: str, limit: int, lease: float, quantity: int = 1) -> Lease:
         """`RL.ACQUIRE_RO`: what `acquire_lease` would answer, taking nothing (id 0)."""
         return Lease.from_reply(
-            self.client.execute_command(*lease_command(key, limit, lease, quantity, True)))
+            self.client.execute_command(*lease_command(key, limit, lease, quantity, True))
+        )
 
     def release_lease(self, key: str, lease_id: int) -> bool:
         """`RL.RELEASE`: frees a lease at once; False when it was no longer held."""
@@ -101,8 +141,7 @@ class RateLimiter:
         """`RL.TOP`: the keys refused most over the current and the previous minute, on the
         server, or merged from every primary of a Cluster."""
         if hasattr(self.client, "get_primaries"):
-            reply = self.client.execute_command("RL.TOP", count,
-                                                target_nodes=self.client.PRIMARIES)
+            reply = self.client.execute_command("RL.TOP", count, target_nodes=self.client.PRIMARIES)
         else:
             reply = self.client.execute_command("RL.TOP", count)
         return top_keys(node_replies(reply), count)

@@ -5,11 +5,11 @@
     limiter = Limiter(key_func=get_remote_address, storage_uri="ratelimit://localhost:6379",
                       strategy="moving-window")
 
-| `limits` strategy | Command |
-|---|---|
-| `moving-window` | `RL.LOG` (exact; refused hits count nothing) |
-| `sliding-window-counter` | `RL.WINDOW ... SLIDING` (refused hits count nothing; windows on the clock, as limits' `TimestampedSlidingWindow` storages keep them) |
-| `fixed-window` | `RL.WINDOW ... ANCHORED`: a window from the first hit, counting every hit, as limits' Redis storage counts |
+- `moving-window`: `RL.LOG` (exact; refused hits count nothing);
+- `sliding-window-counter`: `RL.WINDOW ... SLIDING` (refused hits count nothing; windows on
+  the clock, as limits' `TimestampedSlidingWindow` storages keep them);
+- `fixed-window`: `RL.WINDOW ... ANCHORED`, a window from the first hit, counting every hit,
+  as limits' Redis storage counts.
 
 `ratelimit://` and `ratelimits://` (TLS) take what `redis://` and `rediss://` take;
 `ratelimit+cluster://host:port` connects to a Cluster. `async+ratelimit://`,
@@ -69,22 +69,27 @@ class _Commands:
     # The fixed window.
 
     def incr(self, key: str, expiry: float, amount: int) -> Call:
-        return (("RL.WINDOW", self.key(key), _UNBOUNDED, _ms(expiry), amount, "ANCHORED", "MS"),
-                lambda reply: _UNBOUNDED - int(reply[2]))
+        return (
+            ("RL.WINDOW", self.key(key), _UNBOUNDED, _ms(expiry), amount, "ANCHORED", "MS"),
+            lambda reply: _UNBOUNDED - int(reply[2]),
+        )
 
     def get(self, key: str) -> Call:
-        return (("RL.WINDOW.COUNTS", self.key(key), _LONGEST_WINDOW_MS, "ANCHORED", "MS"),
-                lambda reply: int(reply[2]))
+        return (
+            ("RL.WINDOW.COUNTS", self.key(key), _LONGEST_WINDOW_MS, "ANCHORED", "MS"),
+            lambda reply: int(reply[2]),
+        )
 
     def get_expiry(self, key: str) -> Call:
-        return (("PTTL", self.key(key)),
-                lambda reply: time.time() + max(0, int(reply)) / 1000)
+        return (("PTTL", self.key(key)), lambda reply: time.time() + max(0, int(reply)) / 1000)
 
     # The moving window.
 
     def acquire_entry(self, key: str, limit: int, expiry: float, amount: int) -> Call:
-        return (("RL.LOG", self.key(key), limit, _ms(expiry), amount, "MS"),
-                lambda reply: int(reply[0]) == 0)
+        return (
+            ("RL.LOG", self.key(key), limit, _ms(expiry), amount, "MS"),
+            lambda reply: int(reply[0]) == 0,
+        )
 
     def get_moving_window(self, key: str, expiry: float) -> Call:
         def read(reply: Any) -> tuple[float, int]:
@@ -94,19 +99,24 @@ class _Commands:
                 return now, 0
             # The window starts with the oldest entry still in it.
             return now + oldest_leaves_in / 1000 - expiry, count
+
         return ("RL.LOG.COUNTS", self.key(key), _ms(expiry), "MS"), read
 
     # The sliding-window counter.
 
-    def acquire_sliding_window_entry(self, key: str, limit: int, expiry: float,
-                                     amount: int) -> Call:
-        return (("RL.WINDOW", self.key(key), limit, _ms(expiry), amount, "SLIDING", "MS"),
-                lambda reply: int(reply[0]) == 0)
+    def acquire_sliding_window_entry(
+        self, key: str, limit: int, expiry: float, amount: int
+    ) -> Call:
+        return (
+            ("RL.WINDOW", self.key(key), limit, _ms(expiry), amount, "SLIDING", "MS"),
+            lambda reply: int(reply[0]) == 0,
+        )
 
     def get_sliding_window(self, key: str, expiry: float) -> Call:
         def read(reply: Any) -> tuple[int, float, int, float]:
             previous, previous_in, current, current_in = (int(value) for value in reply)
             return previous, previous_in / 1000, current, current_in / 1000
+
         return ("RL.WINDOW.COUNTS", self.key(key), _ms(expiry), "SLIDING", "MS"), read
 
     def delete(self, key: str) -> Call:
@@ -116,8 +126,7 @@ class _Commands:
 def _client_options(options: dict) -> dict:
     """The options of the redis-py client: a call bounded by a timeout unless said, without
     the storage's own."""
-    options = {name: value for name, value in options.items()
-               if name not in ("metrics", "shadow")}
+    options = {name: value for name, value in options.items() if name not in ("metrics", "shadow")}
     options.setdefault("socket_timeout", _TIMEOUT)
     options.setdefault("socket_connect_timeout", _TIMEOUT)
     return options
@@ -147,8 +156,9 @@ class _Observer:
         return admitted or self.shadow
 
 
-class RateLimitModuleStorage(Storage, MovingWindowSupport, SlidingWindowCounterSupport,
-                             TimestampedSlidingWindow):
+class RateLimitModuleStorage(
+    Storage, MovingWindowSupport, SlidingWindowCounterSupport, TimestampedSlidingWindow
+):
     """`limits` storage on the redis-ratelimit module. Its sliding windows start on the clock
     (multiples of the window since the epoch), which limits reads from
     `TimestampedSlidingWindow`."""
@@ -156,8 +166,9 @@ class RateLimitModuleStorage(Storage, MovingWindowSupport, SlidingWindowCounterS
     STORAGE_SCHEME = ["ratelimit", "ratelimits", "ratelimit+cluster"]
     PREFIX = "LIMITS"
 
-    def __init__(self, uri: str, wrap_exceptions: bool = False, key_prefix: str = PREFIX,
-                 **options: Any) -> None:
+    def __init__(
+        self, uri: str, wrap_exceptions: bool = False, key_prefix: str = PREFIX, **options: Any
+    ) -> None:
         super().__init__(uri, wrap_exceptions=wrap_exceptions, **options)
         self.commands = _Commands(key_prefix)
         self.observer = _Observer(options)
@@ -193,15 +204,18 @@ class RateLimitModuleStorage(Storage, MovingWindowSupport, SlidingWindowCounterS
 
     def acquire_entry(self, key: str, limit: int, expiry: int, amount: int = 1) -> bool:
         return self.observer.admitted(
-            self._run(self.commands.acquire_entry(key, limit, expiry, amount)))
+            self._run(self.commands.acquire_entry(key, limit, expiry, amount))
+        )
 
     def get_moving_window(self, key: str, limit: int, expiry: int) -> tuple[float, int]:
         return self._run(self.commands.get_moving_window(key, expiry))
 
-    def acquire_sliding_window_entry(self, key: str, limit: int, expiry: int,
-                                     amount: int = 1) -> bool:
+    def acquire_sliding_window_entry(
+        self, key: str, limit: int, expiry: int, amount: int = 1
+    ) -> bool:
         return self.observer.admitted(
-            self._run(self.commands.acquire_sliding_window_entry(key, limit, expiry, amount)))
+            self._run(self.commands.acquire_sliding_window_entry(key, limit, expiry, amount))
+        )
 
     def get_sliding_window(self, key: str, expiry: int) -> tuple[int, float, int, float]:
         return self._run(self.commands.get_sliding_window(key, expiry))
@@ -225,16 +239,21 @@ class RateLimitModuleStorage(Storage, MovingWindowSupport, SlidingWindowCounterS
         self._run(self.commands.delete(key))
 
 
-class AsyncRateLimitModuleStorage(AsyncStorage, AsyncMovingWindowSupport,
-                                  AsyncSlidingWindowCounterSupport, TimestampedSlidingWindow):
+class AsyncRateLimitModuleStorage(
+    AsyncStorage,
+    AsyncMovingWindowSupport,
+    AsyncSlidingWindowCounterSupport,
+    TimestampedSlidingWindow,
+):
     """`limits.aio` storage on the redis-ratelimit module, over `redis.asyncio`: the same
     commands as `RateLimitModuleStorage`, awaited."""
 
     STORAGE_SCHEME = ["async+ratelimit", "async+ratelimits", "async+ratelimit+cluster"]
     PREFIX = "LIMITS"
 
-    def __init__(self, uri: str, wrap_exceptions: bool = False, key_prefix: str = PREFIX,
-                 **options: Any) -> None:
+    def __init__(
+        self, uri: str, wrap_exceptions: bool = False, key_prefix: str = PREFIX, **options: Any
+    ) -> None:
         super().__init__(uri, wrap_exceptions=wrap_exceptions, **options)
         self.commands = _Commands(key_prefix)
         self.observer = _Observer(options)
@@ -270,15 +289,18 @@ class AsyncRateLimitModuleStorage(AsyncStorage, AsyncMovingWindowSupport,
 
     async def acquire_entry(self, key: str, limit: int, expiry: int, amount: int = 1) -> bool:
         return self.observer.admitted(
-            await self._run(self.commands.acquire_entry(key, limit, expiry, amount)))
+            await self._run(self.commands.acquire_entry(key, limit, expiry, amount))
+        )
 
     async def get_moving_window(self, key: str, limit: int, expiry: int) -> tuple[float, int]:
         return await self._run(self.commands.get_moving_window(key, expiry))
 
-    async def acquire_sliding_window_entry(self, key: str, limit: int, expiry: int,
-                                           amount: int = 1) -> bool:
-        return self.observer.admitted(await self._run(
-            self.commands.acquire_sliding_window_entry(key, limit, expiry, amount)))
+    async def acquire_sliding_window_entry(
+        self, key: str, limit: int, expiry: int, amount: int = 1
+    ) -> bool:
+        return self.observer.admitted(
+            await self._run(self.commands.acquire_sliding_window_entry(key, limit, expiry, amount))
+        )
 
     async def get_sliding_window(self, key: str, expiry: int) -> tuple[int, float, int, float]:
         return await self._run(self.commands.get_sliding_window(key, expiry))

@@ -50,13 +50,18 @@ class _Copy:
 class SharedLists:
     """One hash of shared lists on a redis-py client (`Redis` or `RedisCluster`).
 
-        lists = SharedLists(client, "gateway:lists")
-        lists.add("deny", "203.0.113.7")
-        if "203.0.113.7" in lists.read().get("deny", {}): ...
+    lists = SharedLists(client, "gateway:lists")
+    lists.add("deny", "203.0.113.7")
+    if "203.0.113.7" in lists.read().get("deny", {}): ...
     """
 
-    def __init__(self, client: Any, hash: str, every: float = 1.0,
-                 clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        client: Any,
+        hash: str,
+        every: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         self.client, self.hash = client, hash
         self._copy = _Copy(every, clock)
 
@@ -86,8 +91,13 @@ class SharedLists:
 class AsyncSharedLists:
     """`SharedLists` on a `redis.asyncio` client, awaited."""
 
-    def __init__(self, client: Any, hash: str, every: float = 1.0,
-                 clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        client: Any,
+        hash: str,
+        every: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         self.client, self.hash = client, hash
         self._copy = _Copy(every, clock)
 

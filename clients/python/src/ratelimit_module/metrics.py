@@ -34,12 +34,19 @@ class PrometheusMetrics:
         registry = REGISTRY if registry is None else registry
         if id(registry) not in _MADE:
             _MADE[id(registry)] = (
-                Counter("ratelimit_decisions_total",
-                        "Rate-limiting decisions, by policy and outcome.",
-                        ["policy", "outcome"], registry=registry),
-                Histogram("ratelimit_server_call_duration_seconds",
-                          "The latency of each call to the rate limiter's server.",
-                          buckets=BUCKETS, registry=registry))
+                Counter(
+                    "ratelimit_decisions_total",
+                    "Rate-limiting decisions, by policy and outcome.",
+                    ["policy", "outcome"],
+                    registry=registry,
+                ),
+                Histogram(
+                    "ratelimit_server_call_duration_seconds",
+                    "The latency of each call to the rate limiter's server.",
+                    buckets=BUCKETS,
+                    registry=registry,
+                ),
+            )
         self.decisions, self.latency = _MADE[id(registry)]
 
     def decision(self, policy: str, outcome: str) -> None:

@@ -78,8 +78,14 @@ class Quota:
     """Leases of `limiters` (one call's worth: they are taken all or nothing) through a
     `RateLimiter`, `batch` units at a time, each held at most `hold` seconds. Thread-safe."""
 
-    def __init__(self, limiter: RateLimiter, limiters: Sequence[Limiter], batch: int = 1,
-                 hold: float = 1.0, clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        limiter: RateLimiter,
+        limiters: Sequence[Limiter],
+        batch: int = 1,
+        hold: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         self.limiter, self.limiters = limiter, list(limiters)
         self.ledger = _Ledger(batch, hold, clock)
         self._lock = threading.Lock()
@@ -94,8 +100,7 @@ class Quota:
             if self.ledger.spend(quantity):
                 self.limiter.decisions.count(policy_name(self.limiters), "quota")
                 return True
-            result = self.limiter.check(self.limiters, self.ledger.wanted(quantity),
-                                        at_most=True)
+            result = self.limiter.check(self.limiters, self.ledger.wanted(quantity), at_most=True)
             if result.failed:  # decided by on_error; nothing taken
                 self.ledger.granted(0)
                 return result.allowed
@@ -133,8 +138,14 @@ class Quota:
 class AsyncQuota:
     """`Quota` through an `AsyncRateLimiter`, for one event loop."""
 
-    def __init__(self, limiter: AsyncRateLimiter, limiters: Sequence[Limiter], batch: int = 1,
-                 hold: float = 1.0, clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        limiter: AsyncRateLimiter,
+        limiters: Sequence[Limiter],
+        batch: int = 1,
+        hold: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         self.limiter, self.limiters = limiter, list(limiters)
         self.ledger = _Ledger(batch, hold, clock)
         self._lock = asyncio.Lock()
@@ -147,8 +158,9 @@ class AsyncQuota:
             if self.ledger.spend(quantity):
                 self.limiter.decisions.count(policy_name(self.limiters), "quota")
                 return True
-            result = await self.limiter.check(self.limiters, self.ledger.wanted(quantity),
-                                              at_most=True)
+            result = await self.limiter.check(
+                self.limiters, self.ledger.wanted(quantity), at_most=True
+            )
             if result.failed:
                 self.ledger.granted(0)
                 return result.allowed
@@ -171,7 +183,8 @@ class AsyncQuota:
         delay = self.ledger.delay()
         if delay is not None and self._timer is None:
             self._timer = asyncio.get_running_loop().call_later(
-                delay, lambda: asyncio.ensure_future(self._expire()))
+                delay, lambda: asyncio.ensure_future(self._expire())
+            )
 
     async def _expire(self) -> None:
         async with self._lock:

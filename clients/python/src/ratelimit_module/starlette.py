@@ -37,6 +37,7 @@ def _refusal(result: RateLimit, limiters: Sequence[Limiter], legacy: bool) -> tu
         return 503, {"Retry-After": str(max(1, seconds(result.retry_after or 0)))}
     return 429, headers(result, limiters, legacy=legacy)
 
+
 LimitersFor = Callable[[Request], Union[Sequence[Limiter], Awaitable[Sequence[Limiter]]]]
 
 
@@ -51,8 +52,14 @@ class RateLimitMiddleware:
     """Limits every HTTP request by the limiters `limiters_for(request)` names (all or
     nothing, one call); a request they refuse gets 429 without reaching the app."""
 
-    def __init__(self, app: ASGIApp, limiter: AsyncRateLimiter, limiters_for: LimitersFor,
-                 legacy: bool = False, shadow: Optional[bool] = None) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        limiter: AsyncRateLimiter,
+        limiters_for: LimitersFor,
+        legacy: bool = False,
+        shadow: Optional[bool] = None,
+    ) -> None:
         self.app = app
         self.limiter = limiter
         self.limiters_for = limiters_for
@@ -80,16 +87,21 @@ class RateLimitMiddleware:
         async def send_with_fields(message: Message) -> None:
             if message["type"] == "http.response.start":
                 message.setdefault("headers", [])
-                message["headers"] = [*message["headers"], *(
-                    (name.lower().encode(), value.encode()) for name, value in fields.items())]
+                message["headers"] = [
+                    *message["headers"],
+                    *((name.lower().encode(), value.encode()) for name, value in fields.items()),
+                ]
             await send(message)
 
         await self.app(scope, receive, send_with_fields)
 
 
-def rate_limit(limiter: AsyncRateLimiter, limiters_for: LimitersFor,
-               legacy: bool = False,
-               shadow: Optional[bool] = None) -> Callable[..., Awaitable[RateLimit]]:
+def rate_limit(
+    limiter: AsyncRateLimiter,
+    limiters_for: LimitersFor,
+    legacy: bool = False,
+    shadow: Optional[bool] = None,
+) -> Callable[..., Awaitable[RateLimit]]:
     """A FastAPI dependency: `Depends(rate_limit(limiter, limiters_for))` on a route, or in
     its `dependencies`; raises 429 (with the fields) when refused, adds the fields to the
     response otherwise, and gives the route the result."""

@@ -9,6 +9,7 @@ import os
 
 import redis.asyncio
 from fastapi import Depends, FastAPI, Request, Response
+from prometheus_client import make_asgi_app
 from slowapi import Limiter, _rate_limit_exceeded_handler
 from slowapi.errors import RateLimitExceeded
 from slowapi.util import get_remote_address
@@ -17,7 +18,6 @@ from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
 import ratelimit_module.limits_storage  # noqa: F401  (registers ratelimit://)
-from prometheus_client import make_asgi_app
 from ratelimit_module import AsyncRateLimiter, Log
 from ratelimit_module.metrics import PrometheusMetrics
 from ratelimit_module.starlette import RateLimitMiddleware, rate_limit
@@ -28,12 +28,17 @@ REDIS_URL = os.environ["REDIS_URL"]
 SWALLOW = bool(os.environ.get("SWALLOW"))
 # The decisions of every limiter below and of slowapi's storage, served on /metrics.
 METRICS = PrometheusMetrics()
-limiter = Limiter(key_func=get_remote_address,
-                  storage_uri=REDIS_URL.replace("redis://", "ratelimit://", 1),
-                  strategy=os.environ.get("STRATEGY", "moving-window"), headers_enabled=True,
-                  swallow_errors=SWALLOW,
-                  storage_options={"metrics": METRICS, **(
-                      {"socket_timeout": 0.2, "socket_connect_timeout": 0.2} if SWALLOW else {})})
+limiter = Limiter(
+    key_func=get_remote_address,
+    storage_uri=REDIS_URL.replace("redis://", "ratelimit://", 1),
+    strategy=os.environ.get("STRATEGY", "moving-window"),
+    headers_enabled=True,
+    swallow_errors=SWALLOW,
+    storage_options={
+        "metrics": METRICS,
+        **({"socket_timeout": 0.2, "socket_connect_timeout": 0.2} if SWALLOW else {}),
+    },
+)
 app = FastAPI()
 app.mount("/metrics", make_asgi_app())
 app.state.limiter = limiter
@@ -72,14 +77,32 @@ async def dependency_route() -> dict:
 metered = AsyncRateLimiter(redis.asyncio.Redis.from_url(REDIS_URL), metrics=METRICS)
 
 
-@app.get("/metered", dependencies=[Depends(rate_limit(metered, lambda request: [
-    Log(f"metered:{request.client.host}", 2, 60, "metered")]))])
+@app.get(
+    "/metered",
+    dependencies=[
+        Depends(
+            rate_limit(
+                metered, lambda request: [Log(f"metered:{request.client.host}", 2, 60, "metered")]
+            )
+        )
+    ],
+)
 async def metered_route() -> dict:
     return {"ok": True}
 
 
-@app.get("/shadowed", dependencies=[Depends(rate_limit(metered, lambda request: [
-    Log(f"shadowed:{request.client.host}", 1, 60, "shadowed")], shadow=True))])
+@app.get(
+    "/shadowed",
+    dependencies=[
+        Depends(
+            rate_limit(
+                metered,
+                lambda request: [Log(f"shadowed:{request.client.host}", 1, 60, "shadowed")],
+                shadow=True,
+            )
+        )
+    ],
+)
 async def shadowed_route() -> dict:
     return {"ok": True}
 
@@ -108,10 +131,14 @@ async def hello(request: Request) -> PlainTextResponse:
 
 middleware_app = Starlette(routes=[Route("/", hello)])
 middleware_app.add_middleware(
-    RateLimitMiddleware, limiter=ours,
-    limiters_for=lambda request: [Log(f"middleware:{request.client.host}", 5, 60, "minute")])
+    RateLimitMiddleware,
+    limiter=ours,
+    limiters_for=lambda request: [Log(f"middleware:{request.client.host}", 5, 60, "minute")],
+)
 
 deny_middleware_app = Starlette(routes=[Route("/", hello)])
 deny_middleware_app.add_middleware(
-    RateLimitMiddleware, limiter=denying,
-    limiters_for=lambda request: [Log(f"middleware:{request.client.host}", 1000, 60, "minute")])
+    RateLimitMiddleware,
+    limiter=denying,
+    limiters_for=lambda request: [Log(f"middleware:{request.client.host}", 1000, 60, "minute")],
+)

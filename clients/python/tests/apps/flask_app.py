@@ -18,12 +18,18 @@ from ratelimit_module.metrics import PrometheusMetrics
 app = Flask(__name__)
 METRICS = PrometheusMetrics()
 SWALLOW = bool(os.environ.get("SWALLOW"))
-limiter = Limiter(get_remote_address, app=app,
-                  storage_uri=os.environ["REDIS_URL"].replace("redis://", "ratelimit://", 1),
-                  strategy=os.environ.get("STRATEGY", "moving-window"), headers_enabled=True,
-                  swallow_errors=SWALLOW,
-                  storage_options={"metrics": METRICS, **(
-                      {"socket_timeout": 0.2, "socket_connect_timeout": 0.2} if SWALLOW else {})})
+limiter = Limiter(
+    get_remote_address,
+    app=app,
+    storage_uri=os.environ["REDIS_URL"].replace("redis://", "ratelimit://", 1),
+    strategy=os.environ.get("STRATEGY", "moving-window"),
+    headers_enabled=True,
+    swallow_errors=SWALLOW,
+    storage_options={
+        "metrics": METRICS,
+        **({"socket_timeout": 0.2, "socket_connect_timeout": 0.2} if SWALLOW else {}),
+    },
+)
 
 
 @app.route("/limited")

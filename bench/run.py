@@ -173,6 +173,8 @@ class Workload:
     target: float | None = None  # the ratio to SET ... PX it must stay within
     # The plain call an option's workload is judged against (within OPTION_TARGET).
     plain: str | None = None
+    # RL.TOP's size during the workload (CONFIG SET ratelimit.top-keys); 0, the default, is off.
+    top_keys: int = 0
     results: dict = field(default_factory=dict)
 
 
@@ -192,9 +194,12 @@ WORKLOADS = [
              ["RL.ALL", "2", "all:__rand_int__", "allw:__rand_int__", "THROTTLE", "15", "1", "3600",
               "WINDOW", "100", LONG, "FIXED"], target=2.2),
     Workload("RL.ACQUIRE", "module", ["RL.ACQUIRE", "lease:__rand_int__", "100", "3600"]),
-    # Refused: nothing is written; the key is counted for RL.TOP.
+    # Refused: nothing is written; with RL.TOP on, the key is counted (100,000 keys through a
+    # summary of 128: each refusal a new key, the costliest case).
     Workload("RL.LOG, every call refused", "module",
              ["RL.LOG", "refused:__rand_int__", "1", "86400", "2"]),
+    Workload("RL.LOG, every call refused, RL.TOP on", "module",
+             ["RL.LOG", "refused:__rand_int__", "1", "86400", "2"], top_keys=128),
     # The options a request that does not fit may take, against the plain call with as many
     # arguments (the server makes an object of each before the command runs): on the path
     # where the request fits (what most calls take), and where it does not.
@@ -380,11 +385,16 @@ class Server:
         row = output.strip().splitlines()[-1].replace('"', "").split(",")
         return {"rps": float(row[-7]), "p50": float(row[-4]), "p99": float(row[-2])}
 
-    def prepare(self, workload: Workload) -> None:
-        """An empty database, then the workload's warm-up."""
+    def prepare(self, workload: Workload) -> bool:
+        """An empty database, RL.TOP as the workload has it, then the workload's warm-up;
+        False for a build without RL.TOP when the workload needs it (a baseline)."""
         self.client.call("FLUSHALL", "SYNC")
+        configured = self.client.call("CONFIG", "SET", "ratelimit.top-keys", str(workload.top_keys))
+        if workload.top_keys and isinstance(configured, RuntimeError):
+            return False
         if workload.warm_up:
             self.benchmark(workload, workload.warm_up)
+        return True
 
     def cpu_seconds(self) -> float:
         info = self.client.info("cpu")
@@ -450,7 +460,8 @@ def measure_instructions(setup: Setup, workloads: list[Workload], requests: int,
             # A build without the command, or without one of its options (a baseline).
             if isinstance(probe, RuntimeError):
                 continue
-            server.prepare(workload)
+            if not server.prepare(workload):
+                continue
             subprocess.run(["callgrind_control", "-z", pid], check=True, capture_output=True)
             server.benchmark(workload, requests)
             before = set(out_dir.iterdir())

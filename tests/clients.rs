@@ -314,6 +314,11 @@ fn the_fastapi_dependency_and_the_starlette_middleware_hold_their_limit_exactly(
 #[test]
 fn both_packages_work_on_a_cluster() {
     let cluster = Cluster::start(3, 0);
+    // RL.TOP on, on every primary, as an operator turns it on: top() merges them.
+    for master in cluster.masters() {
+        let mut con = cluster.node(master.port).connect();
+        query::<String, _>(&mut con, &["CONFIG", "SET", "ratelimit.top-keys", "128"]);
+    }
     let node = &cluster.masters()[0];
     let url = format!("redis://127.0.0.1:{}", node.port);
     for (program, args) in [

@@ -1,12 +1,19 @@
-//! `RL.TOP`: the keys a server refused most, exactly for a stream that fits, only refusals
-//! counted (not admitted calls, peeks or dry runs), per server (a replica and the AOF see
-//! none of it), sized by the module argument and `CONFIG SET`, in fixed memory under a
-//! million distinct refused keys, and every mistake an error.
+//! `RL.TOP`: off until asked for; then the keys a server refused most, exactly for a stream
+//! that fits, only refusals counted (not admitted calls, peeks or dry runs), per server (a
+//! replica and the AOF see none of it), sized by the module argument and `CONFIG SET`, in
+//! fixed memory under a million distinct refused keys, and every mistake an error.
 
 mod support;
 
 use redis::Value;
 use support::{error, ints, query, Server};
+
+/// A server counting refused keys, as an operator turns it on: 128 keys a minute.
+fn counting() -> support::ServerBuilder {
+    Server::builder().module_arg("top-keys").module_arg("128")
+}
+
+const TURNED_OFF: &str = "ERR RL.TOP is off on this server: turn it on with CONFIG SET ratelimit.top-keys 128 (or the module argument top-keys 128)";
 
 /// `RL.TOP`'s reply as `(key, refusals, error)`.
 fn top(con: &mut redis::Connection, args: &[&str]) -> Vec<(String, i64, i64)> {
@@ -18,7 +25,7 @@ fn top(con: &mut redis::Connection, args: &[&str]) -> Vec<(String, i64, i64)> {
 
 #[test]
 fn the_most_refused_keys_come_first_and_only_refusals_count() {
-    let server = Server::start();
+    let server = counting().start();
     let mut con = server.connect();
     // Each key admits one a minute; then `n` more calls are refused.
     for (key, refused) in [("a", 5), ("b", 2), ("c", 9), ("d", 1)] {
@@ -119,10 +126,33 @@ fn a_summary_too_small_for_the_stream_bounds_its_error() {
     );
     assert_eq!(top(&mut con, &[]), []);
     assert!(error(&mut con, &["CONFIG", "SET", "ratelimit.top-keys", "-1"]).starts_with("ERR"));
-    // 0 turns it off: nothing is counted, nothing listed.
+    // 0 turns it off: nothing is counted, and RL.TOP says how to turn it on.
     query::<String, _>(&mut con, &["CONFIG", "SET", "ratelimit.top-keys", "0"]);
     ints(&mut con, &["RL.WINDOW", "hot", "1", "60", "2"]);
+    assert_eq!(error(&mut con, &["RL.TOP"]), TURNED_OFF);
+    query::<String, _>(&mut con, &["CONFIG", "SET", "ratelimit.top-keys", "16"]);
     assert_eq!(top(&mut con, &[]), []);
+}
+
+#[test]
+fn it_is_off_until_turned_on_at_run_time() {
+    let server = Server::start();
+    let mut con = server.connect();
+    assert_eq!(
+        query::<Vec<String>, _>(&mut con, &["CONFIG", "GET", "ratelimit.top-keys"]),
+        ["ratelimit.top-keys", "0"]
+    );
+    ints(&mut con, &["RL.WINDOW", "early", "1", "60", "2"]);
+    assert_eq!(error(&mut con, &["RL.TOP"]), TURNED_OFF);
+    assert_eq!(error(&mut con, &["RL.TOP", "5"]), TURNED_OFF);
+    assert_eq!(query::<String, _>(&mut con, &["RL.TOP", "RESET"]), "OK");
+    assert_eq!(
+        query::<String, _>(&mut con, &["CONFIG", "SET", "ratelimit.top-keys", "128"]),
+        "OK"
+    );
+    // Counted from then on: the refusal before is not.
+    ints(&mut con, &["RL.WINDOW", "late", "1", "60", "2"]);
+    assert_eq!(top(&mut con, &[]), [("late".to_owned(), 1, 0)]);
 }
 
 #[test]
@@ -145,8 +175,9 @@ fn a_bad_size_stops_the_load() {
 
 #[test]
 fn it_is_per_server_neither_replicated_nor_persisted() {
-    let master = Server::builder().aof().start();
-    let replica = Server::start_replica(&master);
+    let master = counting().aof().start();
+    let replica = counting().replica_of(&master).start();
+    replica.wait_for_replication_link();
     let mut con = master.connect();
     for _ in 0..3 {
         ints(&mut con, &["RL.LOG", "k", "1", "60"]);
@@ -156,12 +187,17 @@ fn it_is_per_server_neither_replicated_nor_persisted() {
     assert_eq!(top(&mut replica.connect(), &[]), []);
     assert!(!master.aof().to_lowercase().contains("rl.top"));
     let restarted = master.start_from_aof_copy();
-    assert_eq!(top(&mut restarted.connect(), &[]), []);
+    let mut restarted = restarted.connect();
+    query::<String, _>(
+        &mut restarted,
+        &["CONFIG", "SET", "ratelimit.top-keys", "128"],
+    );
+    assert_eq!(top(&mut restarted, &[]), []);
 }
 
 #[test]
 fn memory_stays_flat_under_a_million_distinct_refused_keys() {
-    let server = Server::start();
+    let server = counting().start();
     let mut con = server.connect();
     let refuse = |con: &mut redis::Connection, from: usize, to: usize| {
         for chunk_start in (from..to).step_by(10_000) {

@@ -15,6 +15,10 @@ use crate::redis::handler::{callback, Registered};
 use crate::redis::metadata::{Arg, ArgKind, CommandSpec, Keys, Mode};
 use crate::redis::top;
 
+/// `RL.TOP`'s answer while nothing is counted (`top-keys 0`, the default): an empty list
+/// would say that nobody is refused.
+const TURNED_OFF: &std::ffi::CStr = c"ERR RL.TOP is off on this server: turn it on with CONFIG SET ratelimit.top-keys 128 (or the module argument top-keys 128)";
+
 /// Keys listed when no count is given.
 const DEFAULT_COUNT: i64 = 10;
 
@@ -62,6 +66,9 @@ fn run(call: &Invocation, _: Mode) -> Result<Reply, CommandError> {
             ))?,
         _ => return Err(CommandError::WrongArity),
     };
+    if top::capacity() == 0 {
+        return Err(CommandError::Message(TURNED_OFF));
+    }
     Ok(Reply::Top(top::top(count as usize, clock::now())))
 }
 

@@ -23,14 +23,17 @@ use crate::core::time::Micros;
 
 /// The most bytes of a key kept: a longer key is counted under its first `MAX_KEY_LEN`.
 pub const MAX_KEY_LEN: usize = 256;
-/// Keys kept per minute unless the module is told otherwise.
-pub const DEFAULT_CAPACITY: usize = 128;
+/// Keys kept per minute unless the module is told otherwise: none, `RL.TOP` off, so that a
+/// refusal costs nothing more until an operator asks (as Redis' latency monitor is off until
+/// `latency-monitor-threshold` is set).
+pub const DEFAULT_CAPACITY: usize = 0;
 /// The most keys per minute the module may be told to keep.
 pub const MAX_CAPACITY: usize = 100_000;
 
 const MINUTE_US: i64 = 60_000_000;
 
-/// One kept key, or a free slot (count 0).
+/// One kept key, or a free slot (count 0). A slot stays where it is made; its place in the
+/// order by count is [`SpaceSaving::order`]'s business.
 #[derive(Clone, Debug, Default)]
 struct Slot {
     /// The key; a buffer the next key to take the slot reuses.
@@ -39,6 +42,17 @@ struct Slot {
     hash: u64,
     count: u64,
     error: u64,
+    /// Where the slot is in the order.
+    place: usize,
+    /// The group of slots with its count.
+    group: usize,
+}
+
+/// The places (in the order) of the slots that share one count: `first..=last`.
+#[derive(Clone, Copy, Debug, Default)]
+struct Group {
+    first: usize,
+    last: usize,
 }
 
 /// The hasher of maps whose keys are already spread (a keyed hash) or small integers (a
@@ -69,14 +83,22 @@ impl Hasher for Spread {
 type SpreadMap = HashMap<u64, usize, BuildHasherDefault<Spread>>;
 
 /// A Space-Saving summary of one minute's refusals.
+///
+/// Counting a refusal is O(1) with no map but the key's index touched: the slots are ordered
+/// by count through `order`, and each run of one count is a [`Group`], so a slot whose count
+/// grows swaps places with its group's last slot and moves into the next group (Metwally et
+/// al.'s Stream-Summary, in arrays).
 #[derive(Clone, Debug)]
 pub struct SpaceSaving {
-    /// Sorted by count, smallest first; free slots (count 0) first of all.
+    /// The slots, made once.
     slots: Vec<Slot>,
-    /// Where each kept key is, by its hash.
+    /// The slots by count, smallest first; free slots (count 0) first of all.
+    order: Vec<usize>,
+    /// The groups, by number; those not in use are in `spare_groups`.
+    groups: Vec<Group>,
+    spare_groups: Vec<usize>,
+    /// Which slot holds each kept key, by its hash.
     index: SpreadMap,
-    /// For each count held, the last (rightmost) slot holding it.
-    last_of: SpreadMap,
     /// The hash of keys.
     hasher: KeyHash,
 }
@@ -130,35 +152,43 @@ impl SpaceSaving {
         let capacity = capacity.max(1);
         let mut summary = SpaceSaving {
             slots: vec![Slot::default(); capacity],
+            order: (0..capacity).collect(),
+            groups: vec![Group::default(); capacity],
+            spare_groups: Vec::with_capacity(capacity),
             index: SpreadMap::with_capacity_and_hasher(capacity, Default::default()),
-            last_of: SpreadMap::with_capacity_and_hasher(capacity, Default::default()),
             hasher: KeyHash::new(),
         };
         summary.clear();
         summary
     }
 
-    /// Forgets every key, keeping the slots.
+    /// Forgets every key, keeping the slots: every slot free, in one group.
     pub fn clear(&mut self) {
-        for slot in &mut self.slots {
+        for (at, slot) in self.slots.iter_mut().enumerate() {
             slot.key.clear();
-            (slot.count, slot.error) = (0, 0);
+            (slot.count, slot.error, slot.place, slot.group) = (0, 0, at, 0);
+            self.order[at] = at;
         }
+        self.groups[0] = Group {
+            first: 0,
+            last: self.slots.len() - 1,
+        };
+        self.spare_groups.clear();
+        self.spare_groups.extend((1..self.groups.len()).rev());
         self.index.clear();
-        self.last_of.clear();
-        self.last_of.insert(0, self.slots.len() - 1);
     }
 
     /// Counts one refusal of `key`.
     pub fn record(&mut self, key: &[u8]) {
         let key = &key[..key.len().min(MAX_KEY_LEN)];
         let hash = self.hasher.hash(key);
-        let at = match self.index.get(&hash) {
-            Some(&at) => at,
+        let held = match self.index.get(&hash) {
+            Some(&held) => held,
             None => {
                 // The smallest slot: free, or the key refused least, which it replaces, its
                 // count becoming the newcomer's error.
-                let slot = &mut self.slots[0];
+                let held = self.order[0];
+                let slot = &mut self.slots[held];
                 if slot.count > 0 {
                     self.index.remove(&slot.hash);
                 }
@@ -166,54 +196,49 @@ impl SpaceSaving {
                 slot.key.extend_from_slice(key);
                 slot.hash = hash;
                 slot.error = slot.count;
-                self.index.insert(hash, 0);
-                0
+                self.index.insert(hash, held);
+                held
             }
         };
-        self.increment(at);
+        self.increment(held);
     }
 
-    /// Adds one to the count of the slot at `at`, keeping the slots sorted.
-    fn increment(&mut self, at: usize) {
-        let count = self.slots[at].count;
-        let last = self.last_of[&count];
-        if last != at {
-            self.slots.swap(at, last);
-            // The slot moved back holds a key, or is free (count 0) and indexed nowhere.
-            if count > 0 {
-                self.point(at);
-            }
-            self.point(last);
+    /// Adds one to the count of slot `held`, keeping the order: it trades places with the
+    /// last of its group, leaves the group and joins the next count's.
+    fn increment(&mut self, held: usize) {
+        let Slot { place, group, .. } = self.slots[held];
+        let Group { first, last } = self.groups[group];
+        if place != last {
+            let other = self.order[last];
+            self.order.swap(place, last);
+            self.slots[other].place = place;
+            self.slots[held].place = last;
         }
-        // `last` leaves its count's group, the group's last slot now the one before it.
-        if last > 0 && self.slots[last - 1].count == count {
-            self.last_of.insert(count, last - 1);
+        if first == last {
+            self.spare_groups.push(group);
         } else {
-            self.last_of.remove(&count);
+            self.groups[group].last = last - 1;
         }
-        self.slots[last].count = count + 1;
-        // It joins the next count's group as its first slot: that group's last slot stays,
-        // unless it starts the group.
-        let joins = self
-            .slots
-            .get(last + 1)
-            .is_some_and(|next| next.count == count + 1);
-        if !joins {
-            self.last_of.insert(count + 1, last);
-        }
-    }
-
-    /// Points the index at the slot `at` for the key it holds (no allocation: the key is
-    /// indexed already).
-    fn point(&mut self, at: usize) {
-        if let Some(place) = self.index.get_mut(&self.slots[at].hash) {
-            *place = at;
-        }
+        let count = self.slots[held].count + 1;
+        self.slots[held].count = count;
+        let next = self.order.get(last + 1).map(|&next| &self.slots[next]);
+        self.slots[held].group = match next {
+            Some(next) if next.count == count => {
+                self.groups[next.group].first = last;
+                next.group
+            }
+            _ => {
+                // There is a spare: at most one group a slot, and this slot's left one.
+                let joined = self.spare_groups.pop().unwrap_or(group);
+                self.groups[joined] = Group { first: last, last };
+                joined
+            }
+        };
     }
 
     /// The most a key not kept may have been refused.
     pub fn floor(&self) -> u64 {
-        self.slots[0].count
+        self.slots[self.order[0]].count
     }
 
     /// `key`'s count and error, if kept.
@@ -225,9 +250,10 @@ impl SpaceSaving {
 
     /// The kept keys, most refused first.
     pub fn kept(&self) -> impl Iterator<Item = &[u8]> {
-        self.slots
+        self.order
             .iter()
             .rev()
+            .map(|&held| &self.slots[held])
             .take_while(|slot| slot.count > 0)
             .map(|slot| slot.key.as_slice())
     }
@@ -245,6 +271,8 @@ pub struct TopKeys {
     previous: SpaceSaving,
     /// The current minute, numbered from the epoch.
     minute: i64,
+    /// When the next minute starts (µs since the epoch): before it, nothing rolls.
+    next_minute: i64,
 }
 
 impl TopKeys {
@@ -254,6 +282,7 @@ impl TopKeys {
             current: SpaceSaving::new(capacity),
             previous: SpaceSaving::new(capacity),
             minute: i64::MIN,
+            next_minute: i64::MIN,
         }
     }
 
@@ -277,18 +306,20 @@ impl TopKeys {
     /// Moves on to `now`'s minute: the current minute becomes the previous one, or both are
     /// forgotten after a minute without refusals.
     fn roll(&mut self, now: Micros) {
-        let minute = now.0.div_euclid(MINUTE_US);
-        if minute == self.minute {
+        // The current minute, or a clock that went back: it keeps counting in the minute it
+        // knows. One comparison, which a refusal pays.
+        if now.0 < self.next_minute {
             return;
         }
+        let minute = now.0.div_euclid(MINUTE_US);
         if minute == self.minute.saturating_add(1) {
             std::mem::swap(&mut self.current, &mut self.previous);
             self.current.clear();
-        } else if minute > self.minute {
+        } else {
             self.reset();
         }
-        // A clock that went back keeps counting in the minute it knows.
-        self.minute = self.minute.max(minute);
+        self.minute = minute;
+        self.next_minute = minute.saturating_add(1).saturating_mul(MINUTE_US);
     }
 
     /// The `count` keys refused most over the current and the previous minute at `now`, most
@@ -328,11 +359,30 @@ mod tests {
     use proptest::prelude::*;
     use std::collections::BTreeMap;
 
+    /// The order is by count, each slot knows its place, and each slot's group spans
+    /// exactly the places of its count.
     fn sorted(summary: &SpaceSaving) -> bool {
-        summary
-            .slots
-            .windows(2)
-            .all(|pair| pair[0].count <= pair[1].count)
+        let counts: Vec<u64> = summary
+            .order
+            .iter()
+            .map(|&held| summary.slots[held].count)
+            .collect();
+        let ordered = counts.windows(2).all(|pair| pair[0] <= pair[1]);
+        let placed = summary
+            .order
+            .iter()
+            .enumerate()
+            .all(|(place, &held)| summary.slots[held].place == place);
+        let grouped = summary.slots.iter().all(|slot| {
+            let Group { first, last } = summary.groups[slot.group];
+            (first..=last).contains(&slot.place)
+                && counts[first..=last]
+                    .iter()
+                    .all(|&count| count == slot.count)
+                && (first == 0 || counts[first - 1] < slot.count)
+                && counts.get(last + 1).is_none_or(|&count| count > slot.count)
+        });
+        ordered && placed && grouped
     }
 
     #[test]

@@ -16,7 +16,8 @@ use crate::core::top::{Estimate, TopKeys, DEFAULT_CAPACITY, MAX_CAPACITY};
 /// The summary, made at its first use. Only the server's main thread runs commands and
 /// config callbacks, so the lock is never contended; it keeps the global sound regardless.
 static TOP: Mutex<Option<TopKeys>> = Mutex::new(None);
-/// Keys kept per minute: the module argument, then the config; 0 turns `RL.TOP` off.
+/// Keys kept per minute: the module argument, then the config; 0 (the default) turns `RL.TOP`
+/// off.
 static CAPACITY: Mutex<usize> = Mutex::new(DEFAULT_CAPACITY);
 /// Whether refusals are counted (a size above 0): read without the lock on every refusal.
 static COUNTING: AtomicBool = AtomicBool::new(true);
@@ -28,9 +29,7 @@ fn with_top<R>(f: impl FnOnce(&mut TopKeys) -> R) -> R {
     // A panic elsewhere cannot have left the summary half-updated in a way that matters to
     // an observational count: recover it.
     let mut top = TOP.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-    let capacity = capacity();
-    let top = top.get_or_insert_with(|| TopKeys::new(capacity));
-    f(top)
+    f(top.get_or_insert_with(|| TopKeys::new(capacity())))
 }
 
 /// Keys kept per minute.
@@ -40,8 +39,8 @@ pub fn capacity() -> usize {
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-/// Sets the keys kept per minute (0: none, `RL.TOP` answers nothing and refusals cost
-/// nothing more), starting the summary afresh if it changes.
+/// Sets the keys kept per minute (0: none, `RL.TOP` is off and refusals cost nothing more),
+/// starting the summary afresh if it changes.
 pub fn set_capacity(capacity: usize) {
     let capacity = capacity.min(MAX_CAPACITY);
     *CAPACITY

@@ -141,6 +141,24 @@ for (const [name, client] of [
   });
 }
 
+test("top() says when the server counts nothing, then lists refused keys", async () => {
+  const limiter = new RateLimiter(io);
+  await io.config("SET", "ratelimit.top-keys", "0");
+  await assert.rejects(limiter.top(), /RL.TOP is off on this server/);
+  await io.config("SET", "ratelimit.top-keys", "128");
+  try {
+    const key = `${prefix}:top`;
+    for (let i = 0; i < 3; i++) await limiter.check([log(key, 1, 60)]);
+    const rows = (await limiter.top(128)).map((row) => [row.key, row.refusals, row.error]);
+    assert.deepEqual(
+      rows.find(([name]) => name === key),
+      [key, 2, 0],
+    );
+  } finally {
+    await io.config("SET", "ratelimit.top-keys", "0");
+  }
+});
+
 test("onError decides when the server is gone, at once within the cool-down", async () => {
   const gone = new Redis({ port: 1, retryStrategy: () => 1000, maxRetriesPerRequest: null });
   gone.on("error", () => {});

@@ -111,6 +111,20 @@ class SyncClientTest(unittest.TestCase):
         self.assertTrue(self.limiter.release_lease(key, lease.id))
         self.assertFalse(self.limiter.release_lease(key, lease.id))
 
+    def test_top_says_when_the_server_counts_nothing_then_lists_refused_keys(self) -> None:
+        self.client.config_set("ratelimit.top-keys", 0)
+        with self.assertRaisesRegex(redis.ResponseError, "RL.TOP is off on this server"):
+            self.limiter.top()
+        self.client.config_set("ratelimit.top-keys", 128)
+        try:
+            refused = Log(f"{self.prefix}:top", 1, 60)
+            for _ in range(3):
+                self.limiter.check([refused])
+            rows = [(row.key, row.refusals, row.error) for row in self.limiter.top(128)]
+            self.assertIn((refused.key, 2, 0), rows)
+        finally:
+            self.client.config_set("ratelimit.top-keys", 0)
+
     def test_counts_of_a_window_and_a_log(self) -> None:
         fixed = Window(f"{self.prefix}:fixed", 10, 60, "FIXED")
         sliding = Window(f"{self.prefix}:sliding", 10, 60)

@@ -6,7 +6,8 @@
 #   make dist   the release tarball, dist/redis-ratelimit-<version>-<os>-<arch>.tar.gz
 #   make test-servers  the integration tests against the newest Redis 8.0, Redis 8, Valkey 8
 #               and Valkey 9, built from Debian's source packages (cached under target/servers/)
-#   make lint   rustfmt check and clippy with warnings as errors
+#   make lint   rustfmt check, clippy with warnings as errors, luacheck, and ruff, eslint and
+#               prettier on the client packages
 #   make stress longer fuzzing, differential and soak runs (minutes)
 #   make bench  the module against INCR, SET ... PX and Lua scripts, in three setups (a replica
 #               attached, alone, an AOF): tables printed, and target/bench/BENCHMARKS.md

@@ -126,7 +126,9 @@ class SyncClientTest(unittest.TestCase):
             self.client.config_set("ratelimit.top-keys", 0)
 
     def test_counts_of_a_window_and_a_log(self) -> None:
-        fixed = Window(f"{self.prefix}:fixed", 10, 60, "FIXED")
+        # An hour's clock-aligned window: a minute's would end between the calls once in a
+        # while, and the count would move to the previous window.
+        fixed = Window(f"{self.prefix}:fixed", 10, 3600, "FIXED")
         sliding = Window(f"{self.prefix}:sliding", 10, 60)
         exact = Log(f"{self.prefix}:exact", 10, 60)
         for limiter in (fixed, sliding, exact):
@@ -135,7 +137,7 @@ class SyncClientTest(unittest.TestCase):
         self.assertEqual(
             (fixed_counts.previous, fixed_counts.previous_ends_in, fixed_counts.current), (0, 0, 3)
         )
-        self.assertTrue(0 < fixed_counts.current_ends_in <= 60)
+        self.assertTrue(0 < fixed_counts.current_ends_in <= 3600)
         sliding_counts = self.limiter.counts(sliding)
         self.assertEqual((sliding_counts.previous, sliding_counts.current), (0, 3))
         self.assertTrue(60 <= sliding_counts.current_ends_in <= 120)

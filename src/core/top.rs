@@ -271,8 +271,6 @@ pub struct TopKeys {
     previous: SpaceSaving,
     /// The current minute, numbered from the epoch.
     minute: i64,
-    /// When the next minute starts (µs since the epoch): before it, nothing rolls.
-    next_minute: i64,
 }
 
 impl TopKeys {
@@ -282,7 +280,6 @@ impl TopKeys {
             current: SpaceSaving::new(capacity),
             previous: SpaceSaving::new(capacity),
             minute: i64::MIN,
-            next_minute: i64::MIN,
         }
     }
 
@@ -306,20 +303,18 @@ impl TopKeys {
     /// Moves on to `now`'s minute: the current minute becomes the previous one, or both are
     /// forgotten after a minute without refusals.
     fn roll(&mut self, now: Micros) {
-        // The current minute, or a clock that went back: it keeps counting in the minute it
-        // knows. One comparison, which a refusal pays.
-        if now.0 < self.next_minute {
+        let minute = now.0.div_euclid(MINUTE_US);
+        if minute == self.minute {
             return;
         }
-        let minute = now.0.div_euclid(MINUTE_US);
         if minute == self.minute.saturating_add(1) {
             std::mem::swap(&mut self.current, &mut self.previous);
             self.current.clear();
-        } else {
+        } else if minute > self.minute {
             self.reset();
         }
-        self.minute = minute;
-        self.next_minute = minute.saturating_add(1).saturating_mul(MINUTE_US);
+        // A clock that went back keeps counting in the minute it knows.
+        self.minute = self.minute.max(minute);
     }
 
     /// The `count` keys refused most over the current and the previous minute at `now`, most

@@ -155,23 +155,6 @@ impl Drop for Argv {
 pub fn propagate(call: &Invocation, key: KeyName, effect: &Effect, stored: Option<&OwnedString>) {
     let mut scratch = Packed::default();
     let encoded = effect.encode(&mut scratch);
-    if let [Arg::Bytes(fields)] = encoded.args() {
-        // One field of bytes (a log's or a lease's change): the server makes its object
-        // itself from the buffer (`b`), with no string of the module's to make and free.
-        // SAFETY: the running command's context and one of its keys; the bytes outlive
-        // the call, which copies them.
-        unsafe {
-            raw::RedisModule_Replicate.unwrap()(
-                call.ctx(),
-                encoded.command.as_ptr(),
-                c"sb".as_ptr(),
-                key.0,
-                fields.as_ptr(),
-                fields.len(),
-            );
-        }
-        return;
-    }
     let argv = Argv::new(encoded.args(), stored);
     let (ctx, command, [a, b, c]) = (call.ctx(), encoded.command.as_ptr(), argv.strings);
     // SAFETY: the running command's context and one of its keys; `argv` holds `len` live

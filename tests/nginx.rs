@@ -392,6 +392,117 @@ fn combine_is_all_or_nothing_in_one_call() {
     assert!(calls.contains("cmdstat_rl.all:calls=5,"), "{calls}");
 }
 
+/// lua-resty-limit-traffic keeps each limiter's keys in its shared dict; here they share the
+/// server's keys, and `prefix` is the dict. Its own combine example calls a `req` and a
+/// `conn` with one key: without prefixes the call names one key twice, which `RL.ALL` refuses;
+/// with them, each limiter holds its own key and one `RL.ALL` decides.
+#[test]
+fn a_prefix_keeps_limiters_called_with_one_key_apart() {
+    let server = Server::start();
+    let combine = |path: &str, req_options: &str, conn_options: &str| {
+        format!(
+            "        location {path} {{
+            access_by_lua_block {{
+                local lim1 = assert(require(\"resty.ratelimit_module.req\").new({req_options}, 300, 200))
+                local lim2 = assert(require(\"resty.ratelimit_module.req\").new({req_options}, 200, 100))
+                local lim3 = assert(require(\"resty.ratelimit_module.conn\").new({conn_options}, 10, 0, 0.5))
+                local client = ngx.var.arg_k
+                local states = {{}}
+                local delay, err = require(\"resty.ratelimit_module.traffic\").combine(
+                    {{ lim1, lim2, lim3 }}, {{ \"site\", client, client }}, states)
+                if not delay then
+                    ngx.header[\"X-Error\"] = err
+                    return ngx.exit(err == \"rejected\" and 503 or 500)
+                end
+                ngx.header[\"X-State\"] = states[3]
+            }}
+            content_by_lua_block {{ ngx.say(\"ok\") }}
+        }}
+"
+        )
+    };
+    let (req, conn) = (
+        redis_options(server.port(), ", prefix = \"my_req_store:\""),
+        redis_options(server.port(), ", prefix = \"my_conn_store:\", lease = 30"),
+    );
+    let bare = redis_options(server.port(), ", lease = 30");
+    let nginx = Nginx::start(&http(
+        &bare,
+        &(combine("/prefixed", &req, &conn) + &combine("/bare", &bare, &bare)),
+    ));
+    let mut con = server.connect();
+    // Each request holds its slot (no log phase frees it): the conn counts them.
+    for held in 1..=3 {
+        let response = nginx.get("/prefixed?k=203.0.113.7");
+        assert_eq!(response.status, 200, "{response:?}\n{}", nginx.log());
+        assert_eq!(response.header("X-State"), Some(held.to_string().as_str()));
+    }
+    let mut keys: Vec<String> = query(&mut con, &["KEYS", "*"]);
+    keys.sort();
+    assert_eq!(
+        keys,
+        [
+            "my_conn_store:203.0.113.7",
+            "my_req_store:203.0.113.7",
+            "my_req_store:site"
+        ]
+    );
+    assert_eq!(
+        ints(
+            &mut con,
+            &[
+                "RL.ACQUIRE_RO",
+                "my_conn_store:203.0.113.7",
+                "10",
+                "30",
+                "0"
+            ]
+        )[2],
+        7
+    );
+    // Without them, the second req and the conn name one key, and nothing is charged.
+    let response = nginx.get("/bare?k=198.51.100.1");
+    assert_eq!(response.status, 500, "{response:?}");
+    assert!(
+        response
+            .header("X-Error")
+            .is_some_and(|error| error == "ERR RL.ALL names the same key twice"),
+        "{response:?}"
+    );
+    let exists: i64 = query(&mut con, &["EXISTS", "site", "198.51.100.1"]);
+    assert_eq!(exists, 0);
+}
+
+/// A constructor given options it cannot use returns nil and says which, as the original
+/// does for a missing shared dict.
+#[test]
+fn new_refuses_options_it_cannot_use_and_says_which() {
+    let nginx = Nginx::start(&http(
+        "{}",
+        "        location /new {
+            content_by_lua_block {
+                local req = require \"resty.ratelimit_module.req\"
+                for _, options in ipairs({ { on_error = \"open\" }, { prefix = 7 },
+                        { deny_cache = \"nowhere\" }, { metrics = \"nowhere\" } }) do
+                    local lim, err = req.new(options, 10, 5)
+                    ngx.say(tostring(lim), \": \", err)
+                end
+                ngx.say(tostring(select(2, req.new(\"my_req_store\", 10, 5))))
+            }
+        }
+",
+    ));
+    let response = nginx.get("/new");
+    assert_eq!(
+        response.body,
+        "nil: on_error is \"allow\", \"deny\" or unset\n\
+         nil: prefix is a string or unset\n\
+         nil: deny_cache: shared dict not found\n\
+         nil: metrics: shared dict not found\n\
+         the first argument is a table of Redis options\n"
+    );
+}
+
 /// Requests within `timeout` plus a margin, answered as the policy says.
 fn answered_within(nginx: &Nginx, path: &str, bound: Duration) -> (u16, Duration) {
     let start = Instant::now();
@@ -782,7 +893,11 @@ fn every_configuration_in_the_docs_runs() {
         "{} nginx blocks in docs/nginx.md",
         configs.len()
     );
+    let mut con = server.connect();
     for config in configs {
+        // Each block stands alone: what an earlier one left (its keys, of other types) must
+        // not reach it.
+        let _: () = query(&mut con, &["FLUSHALL", "SYNC"]);
         let http = config
             .replace("listen 8080;", "listen {listen};")
             .replace("port = 6379", &format!("port = {}", server.port()));

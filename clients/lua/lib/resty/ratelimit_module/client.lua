@@ -23,6 +23,8 @@
 --                         (marked in the metrics and in the log)
 --   name                  the policy's name in metrics and HTTP fields (the limiter's kind)
 --   lease                 conn only: how long a connection's slot is held at most, in s (60)
+--   prefix                put before every key this limiter is given (""): what the original's
+--                         shared dict was, a namespace, for limiters called with one key
 local bit = require "bit"
 
 -- lua-resty-redis: `resty.redis` upstream, `nginx.redis` in Debian's lua-nginx-redis.
@@ -95,6 +97,9 @@ end
 function _M.get(opts)
     if type(opts) ~= "table" then
         return nil, "the first argument is a table of Redis options"
+    end
+    if opts.prefix ~= nil and type(opts.prefix) ~= "string" then
+        return nil, "prefix is a string or unset"
     end
     if opts.on_error ~= nil and opts.on_error ~= "allow" and opts.on_error ~= "deny" then
         return nil, 'on_error is "allow", "deny" or unset'

@@ -29,6 +29,7 @@ function _M.new(redis, max, burst, default_conn_delay)
     return setmetatable({
         client = c,
         name = redis.name or "conn",
+        prefix = redis.prefix or "",
         max = max + 0,
         burst = burst,
         unit_delay = default_conn_delay,
@@ -88,6 +89,7 @@ end
 --- slot until `leaving` (or `uncommit`), or at most `lease` seconds.
 function _M.incoming(self, key, commit)
     local c, name = self.client, self.name
+    key = self.prefix .. key
     self.committed = false
     local limit = limit_of(self)
     local reply, err, failed = c:call(key, self:command(key, commit))
@@ -141,6 +143,7 @@ end
 --- last saw them.
 function _M.leaving(self, key, req_latency)
     assert(key)
+    key = self.prefix .. key
     local mine = leases(self)
     local lease = mine[key]
     if not lease then
@@ -161,6 +164,7 @@ end
 --- the connections held after it, as this request last saw them.
 function _M.uncommit(self, key)
     assert(key)
+    key = self.prefix .. key
     local mine = leases(self)
     local lease = mine[key]
     if not lease then

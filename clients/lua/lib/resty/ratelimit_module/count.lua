@@ -22,8 +22,8 @@ function _M.new(redis, limit, window)
         return nil, err
     end
     assert(limit > 0 and window > 0)
-    return setmetatable({ client = c, name = redis.name or "count", limit = floor(limit),
-        window_us = floor(window * 1e6 + 0.5), window = window }, mt)
+    return setmetatable({ client = c, name = redis.name or "count", prefix = redis.prefix or "",
+        limit = floor(limit), window_us = floor(window * 1e6 + 0.5), window = window }, mt)
 end
 
 --- Notes a decision (its reply) for the HTTP fields.
@@ -44,6 +44,7 @@ end
 --- "rejected". With `commit` false, nothing is recorded.
 function _M.incoming(self, key, commit)
     local c, name = self.client, self.name
+    key = self.prefix .. key
     local id = c.deny_cache and ("count|" .. key .. "|" .. self.limit .. "|" .. self.window_us)
     local denied = c:denied(id)
     if denied then
@@ -80,6 +81,7 @@ end
 
 --- Gives back one request of `key`'s window: the requests remaining after.
 function _M.uncommit(self, key)
+    key = self.prefix .. key
     local reply, err = self.client:call(key, {
         "rl.window", key, self.limit, self.window_us, 1, "ANCHORED", "US", "REFUND",
     })

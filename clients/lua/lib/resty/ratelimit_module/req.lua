@@ -26,7 +26,8 @@ function _M.new(redis, rate, burst)
         return nil, err
     end
     assert(rate > 0 and burst >= 0)
-    local self = setmetatable({ client = c, name = redis.name or "req" }, mt)
+    local self = setmetatable({ client = c, name = redis.name or "req",
+        prefix = redis.prefix or "" }, mt)
     self:set_rate(rate)
     self:set_burst(burst)
     return self
@@ -75,6 +76,7 @@ end
 --- With `commit` false, nothing is recorded.
 function _M.incoming(self, key, commit)
     local c, name = self.client, self.name
+    key = self.prefix .. key
     local id = c.deny_cache and ("req|" .. key .. "|" .. self.count .. "|" .. self.burst)
     local denied = c:denied(id)
     if denied then
@@ -114,6 +116,7 @@ end
 --- Gives back the request last committed for `key` (as the original, which lowers the
 --- excess by one request).
 function _M.uncommit(self, key)
+    key = self.prefix .. key
     local reply, err = self.client:call(key, {
         "cl.throttle", key, 0, self.count, PERIOD_US, 1, "US", "REFUND",
     })

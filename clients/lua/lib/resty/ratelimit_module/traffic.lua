@@ -6,8 +6,9 @@
 --
 --   local delay, err = traffic.combine({ lim_req, lim_conn }, { key1, key2 }, states)
 --
--- The limiters share one table of Redis options (one server); on a Redis Cluster their keys
--- must share a hash slot: give them one {hash tag}, as "{client:42}:req".
+-- The limiters share one server (one table of Redis options, but for `name`, `lease` and
+-- `prefix`); on a Redis Cluster their keys must share a hash slot: give them one {hash tag},
+-- as "{client:42}:req". Each limiter's `prefix` goes before its key, as in `incoming`.
 local tonumber, type, max, concat = tonumber, type, math.max, table.concat
 
 local _M = { _VERSION = "0.3.0" }
@@ -18,7 +19,7 @@ function _M.command(limiters, keys)
     local n = #limiters
     local args, readers = { "rl.all", n }, {}
     for i = 1, n do
-        args[#args + 1] = keys[i]
+        args[#args + 1] = limiters[i].prefix .. keys[i]
     end
     for i = 1, n do
         local words, reader = limiters[i]:combined()
@@ -42,7 +43,8 @@ function _M.combine(limiters, keys, states)
     local names = {}
     for i = 1, n do
         if limiters[i].client ~= c then
-            return nil, "the limiters of one combine must share their Redis options"
+            return nil, "the limiters of one combine must share one server: their options may "
+                .. "differ only in name, lease and prefix"
         end
         names[i] = limiters[i].name
     end
@@ -57,7 +59,7 @@ function _M.combine(limiters, keys, states)
         end
         return 0
     end
-    local reply, err, failed = c:call(keys[1], args)
+    local reply, err, failed = c:call(args[3], args)
     if not reply then
         if failed then
             local admit = c:on_failure(policy)
@@ -77,14 +79,14 @@ function _M.combine(limiters, keys, states)
     end
     if tonumber(reply[1]) == 1 then
         c:deny(id, reply[4] >= 0 and reply[4] / 1e6 or nil)
-        if c:refused(policy, keys[1]) then
+        if c:refused(policy, args[3]) then
             return 0
         end
         return nil, "rejected"
     end
     local max_delay = 0
     for i = 1, n do
-        local delay, state = readers[i](reply[first + i - 1], lease_id, keys[i])
+        local delay, state = readers[i](reply[first + i - 1], lease_id, args[2 + i])
         if states then
             states[i] = state
         end

@@ -26,18 +26,30 @@ cleanup() {
     rm -rf "$work"
 }
 trap cleanup EXIT
+# Waits up to 60 s for `$1` to hold (valgrind starts a server slowly), or prints `$2` and fails.
+wait_for() {
+    tries=0
+    until sh -c "$1" >/dev/null 2>&1; do
+        tries=$((tries + 1))
+        if [ "$tries" -gt 300 ]; then
+            echo "gave up waiting for: $1" >&2
+            tail -n 20 "$2" >&2
+            exit 1
+        fi
+        sleep 0.2
+    done
+}
 valgrind --tool=callgrind --callgrind-out-file="$work/callgrind.out" \
     redis-server --port "$master" --save "" --dir "$work" --logfile "$work/master.log" \
     --repl-diskless-sync-delay 0 --loadmodule "$module" >"$work/valgrind.log" 2>&1 &
-until redis-cli -p "$master" ping >/dev/null 2>&1; do sleep 0.2; done
+wait_for "redis-cli -p $master ping | grep -q PONG" "$work/master.log"
 setup="a replica attached"
 if [ "$with_replica" != 0 ]; then
     redis-server --port "$replica" --save "" --dir "$work" --dbfilename replica.rdb \
         --logfile "$work/replica.log" --replicaof 127.0.0.1 "$master" --loadmodule "$module" \
         --daemonize yes
-    until redis-cli -p "$replica" info replication | grep -q "master_link_status:up"; do
-        sleep 0.2
-    done
+    wait_for "redis-cli -p $replica info replication | grep -q master_link_status:up" \
+        "$work/replica.log"
 else
     setup="no replica"
 fi

@@ -20,12 +20,7 @@ static TOP: Mutex<Option<TopKeys>> = Mutex::new(None);
 /// off.
 static CAPACITY: Mutex<usize> = Mutex::new(DEFAULT_CAPACITY);
 /// Whether refusals are counted (a size above 0): read without the lock on every refusal.
-/// Not until a size is set, as `DEFAULT_CAPACITY` says.
-static COUNTING: AtomicBool = AtomicBool::new(false);
-const _: () = assert!(
-    DEFAULT_CAPACITY == 0,
-    "COUNTING starts as the default size says"
-);
+static COUNTING: AtomicBool = AtomicBool::new(DEFAULT_CAPACITY != 0);
 
 /// The config's name, after the module's prefix (`ratelimit.top-keys`).
 const CONFIG_NAME: &std::ffi::CStr = c"top-keys";

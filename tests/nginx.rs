@@ -415,8 +415,14 @@ fn a_prefix_keeps_limiters_called_with_one_key_apart() {
                     return ngx.exit(err == \"rejected\" and 503 or 500)
                 end
                 ngx.header[\"X-State\"] = states[3]
+                if ngx.var.arg_release then
+                    ngx.ctx.conn, ngx.ctx.key = lim3, client
+                end
             }}
             content_by_lua_block {{ ngx.say(\"ok\") }}
+            log_by_lua_block {{
+                if ngx.ctx.conn then ngx.ctx.conn:leaving(ngx.ctx.key, 0.1) end
+            }}
         }}
 "
         )
@@ -431,7 +437,20 @@ fn a_prefix_keeps_limiters_called_with_one_key_apart() {
         &(combine("/prefixed", &req, &conn) + &combine("/bare", &bare, &bare)),
     ));
     let mut con = server.connect();
-    // Each request holds its slot (no log phase frees it): the conn counts them.
+    let holding = |con: &mut redis::Connection| {
+        let remaining = ints(
+            con,
+            &[
+                "RL.ACQUIRE_RO",
+                "my_conn_store:203.0.113.7",
+                "10",
+                "30",
+                "0",
+            ],
+        )[2];
+        10 - remaining
+    };
+    // Each request holds its slot (none is released): the conn counts them.
     for held in 1..=3 {
         let response = nginx.get("/prefixed?k=203.0.113.7");
         assert_eq!(response.status, 200, "{response:?}\n{}", nginx.log());
@@ -447,18 +466,14 @@ fn a_prefix_keeps_limiters_called_with_one_key_apart() {
             "my_req_store:site"
         ]
     );
-    assert_eq!(
-        ints(
-            &mut con,
-            &[
-                "RL.ACQUIRE_RO",
-                "my_conn_store:203.0.113.7",
-                "10",
-                "30",
-                "0"
-            ]
-        )[2],
-        7
+    assert_eq!(holding(&mut con), 3);
+    // `leaving` is given the key as `combine` was, and frees the prefixed key's slot.
+    let response = nginx.get("/prefixed?k=203.0.113.7&release=1");
+    assert_eq!(response.header("X-State"), Some("4"));
+    assert!(
+        support::wait_until(Duration::from_secs(5), || holding(&mut con) == 3),
+        "the slot was not released: {}",
+        nginx.log()
     );
     // Without them, the second req and the conn name one key, and nothing is charged.
     let response = nginx.get("/bare?k=198.51.100.1");

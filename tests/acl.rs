@@ -139,3 +139,41 @@ fn categories_grant_the_commands_where_the_server_has_them() {
     let refused = error(&mut con, &["GET", "k"]);
     assert!(refused.starts_with("NOPERM"), "{refused}");
 }
+
+/// `RL.TOP` is read by whoever may read (`+@read`, `+@ratelimit`, or the command by name),
+/// but wiping it (`RL.TOP.RESET`) needs admin rights on every server: on Redis 7.0, where
+/// module commands have no categories, `-@admin` alone would not keep a user from it, so the
+/// command asks whether the caller may run `SLOWLOG RESET`.
+#[test]
+fn only_an_admin_resets_rl_top_and_a_reader_still_reads_it() {
+    let server = Server::builder()
+        .module_arg("top-keys")
+        .module_arg("16")
+        .start();
+    let release = ServerRelease::of(&mut server.connect());
+    let denied = |con: &mut Connection| {
+        let refused = error(con, &["RL.TOP.RESET"]);
+        assert!(refused.starts_with("NOPERM"), "{refused}");
+    };
+    // Every user that may read the summary, by the rules each server knows.
+    let mut readers = vec![connect_as(&server, "named", &["+rl.top"])];
+    readers.push(connect_as(
+        &server,
+        "named-both",
+        &["+rl.top", "+rl.top.reset"],
+    ));
+    readers.push(connect_as(&server, "not-admin", &["+@all", "-@admin"]));
+    if release.has_module_command_categories() {
+        readers.push(connect_as(&server, "reader", &["+@read"]));
+    }
+    if release.has_module_acl_categories() {
+        readers.push(connect_as(&server, "limiter", &["+@ratelimit"]));
+    }
+    for reader in &mut readers {
+        assert_eq!(query::<Vec<Value>, _>(reader, &["RL.TOP"]), []);
+        denied(reader);
+    }
+    let mut admin = connect_as(&server, "admin", &["+@all"]);
+    assert_eq!(query::<String, _>(&mut admin, &["RL.TOP.RESET"]), "OK");
+    assert_eq!(query::<String, _>(&mut server.connect(), &["RL.TOP.RESET"]), "OK");
+}

@@ -523,12 +523,16 @@ fn command_docs_describe_every_argument() {
         (
             "rl.top",
             "The keys this server refused most over the current and the previous minute",
-            "O(N log N) where N is the number of keys kept (the module argument top-keys)",
+            "O(count)",
             "0.3.0",
-            vec![optional(one_of(
-                "what",
-                vec![arg("count", "integer"), token("RESET")],
-            ))],
+            vec![optional(arg("count", "integer"))],
+        ),
+        (
+            "rl.top.reset",
+            "Forgets the refusals RL.TOP counted on this server (admin only)",
+            "O(N) where N is the number of keys kept (the module argument top-keys)",
+            "0.4.0",
+            vec![],
         ),
     ];
     for (name, summary, complexity, since, arguments) in commands.into_iter().chain(leases) {

@@ -67,16 +67,20 @@ fn the_most_refused_keys_come_first_and_only_refusals_count() {
     );
     assert_eq!(top(&mut con, &["2"]), expected(&[("c", 9), ("a", 5)]));
     assert_eq!(top(&mut con, &["0"]), expected(&[]));
-    assert_eq!(query::<String, _>(&mut con, &["RL.TOP", "RESET"]), "OK");
+    assert_eq!(query::<String, _>(&mut con, &["RL.TOP.RESET"]), "OK");
     assert_eq!(top(&mut con, &[]), expected(&[]));
     for (args, message) in [
         (
             &["x"][..],
-            "ERR count must be a non-negative integer. Usage: RL.TOP [count | RESET]",
+            "ERR count must be a non-negative integer. Usage: RL.TOP [count]",
         ),
         (
             &["-1"],
-            "ERR count must be a non-negative integer. Usage: RL.TOP [count | RESET]",
+            "ERR count must be a non-negative integer. Usage: RL.TOP [count]",
+        ),
+        (
+            &["RESET"],
+            "ERR RL.TOP RESET is RL.TOP.RESET, an admin command (as SLOWLOG RESET is)",
         ),
         (
             &["1", "2"],
@@ -145,7 +149,7 @@ fn it_is_off_until_turned_on_at_run_time() {
     ints(&mut con, &["RL.WINDOW", "early", "1", "60", "2"]);
     assert_eq!(error(&mut con, &["RL.TOP"]), TURNED_OFF);
     assert_eq!(error(&mut con, &["RL.TOP", "5"]), TURNED_OFF);
-    assert_eq!(query::<String, _>(&mut con, &["RL.TOP", "RESET"]), "OK");
+    assert_eq!(query::<String, _>(&mut con, &["RL.TOP.RESET"]), "OK");
     assert_eq!(
         query::<String, _>(&mut con, &["CONFIG", "SET", "ratelimit.top-keys", "128"]),
         "OK"

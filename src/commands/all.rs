@@ -25,32 +25,24 @@ use crate::core::verdict::Verdict;
 use crate::error::CommandError;
 use crate::redis::call::{Details, Invocation, LimiterReply, Reply};
 use crate::redis::clock;
-use crate::redis::handler::{callback, Registered};
-use crate::redis::metadata::{Arg, ArgKind, CommandSpec, Mode};
-use crate::redis::stats::{CommandStats, Outcome};
+use crate::redis::metadata::{Arg, ArgKind, Mode};
+use crate::redis::stats::Outcome;
 use crate::redis::store;
 
 use super::top;
 use super::window::{algorithm_keyword, ALGORITHM_ARG};
 use super::{
-    limiter_spec, log, outcome, request, sixth_field, throttle, window, without_refund, BLOCK_ARG,
+    log, outcome, request, sixth_field, throttle, window, BLOCK_ARG,
     QUANTITY_ARG, REFUND_ARG, SHORTFALL_ARG, UNIT_ARG,
 };
 
-const NAME: &CStr = c"rl.all";
-const NAME_RO: &CStr = c"rl.all_ro";
-
-/// `RL.ALL`'s counters, for `INFO`.
-pub static STATS: CommandStats = CommandStats::new(NAME);
-/// `RL.ALL_RO`'s counters.
-pub static STATS_RO: CommandStats = CommandStats::new(NAME_RO);
 
 /// The command's name, `numkeys`, a key and its limiter (of at least 3 arguments).
-const REQUIRED_ARGUMENTS: c_int = 6;
+pub(super) const REQUIRED_ARGUMENTS: c_int = 6;
 
-const COMPLEXITY: &CStr = c"O(N) for N limiters (as each limiter's own command)";
+pub(super) const COMPLEXITY: &CStr = c"O(N) for N limiters (as each limiter's own command)";
 
-const ARGS: &[Arg] = &[
+pub(super) const ARGS: &[Arg] = &[
     Arg::new(c"numkeys", ArgKind::Integer),
     Arg::new(c"key", ArgKind::Key).multiple(),
     Arg::one_of(
@@ -102,50 +94,6 @@ const ARGS: &[Arg] = &[
     REFUND_ARG,
 ];
 
-/// `RL.ALL`.
-pub struct All;
-
-impl Registered for All {
-    const SPEC: &'static CommandSpec = &SPEC;
-}
-
-/// `RL.ALL_RO`.
-pub struct AllRo;
-
-impl Registered for AllRo {
-    const SPEC: &'static CommandSpec = &SPEC_RO;
-}
-
-/// `RL.ALL`'s registration.
-pub static SPEC: CommandSpec = limiter_spec(
-    NAME,
-    callback::<All>,
-    run,
-    Mode::Write,
-    -REQUIRED_ARGUMENTS,
-    c"Checks a request against several limiters at once: charged to all if all admit it, to none otherwise",
-    COMPLEXITY,
-    c"0.2.0",
-    true,
-    ARGS,
-    &STATS,
-);
-
-/// `RL.ALL_RO`'s registration.
-pub static SPEC_RO: CommandSpec = limiter_spec(
-    NAME_RO,
-    callback::<AllRo>,
-    run,
-    Mode::ReadOnly,
-    -REQUIRED_ARGUMENTS,
-    c"The reply RL.ALL would give, without writing anything",
-    COMPLEXITY,
-    c"0.2.0",
-    true,
-    without_refund(ARGS),
-    &STATS_RO,
-);
-
 pub(super) const USAGE: CommandError = CommandError::Message(
     c"ERR syntax error. Usage: RL.ALL numkeys key [key ...] THROTTLE max_burst count period [WARMUP period] | WINDOW limit window [FIXED|SLIDING|BUCKETS n|ANCHORED] | LOG limit window | LEASE limit lease [...] [quantity] [S|MS|US] [BLOCK duration] [DELAY max_wait|AT_MOST|FORCE] [DETAILS] [REFUND]",
 );
@@ -181,7 +129,7 @@ struct Parsed<const N: usize> {
     details: bool,
 }
 
-fn run(call: &Invocation, mode: Mode) -> Result<Reply, CommandError> {
+pub(super) fn run(call: &Invocation, mode: Mode) -> Result<Reply, CommandError> {
     let keys = numkeys(call.args.get(1).copied())?;
     match keys {
         1 => run_sized::<1>(call, keys, mode),

@@ -23,188 +23,27 @@ use crate::core::time::{Rounding, Unit};
 use crate::core::verdict::Verdict;
 use crate::error::CommandError;
 use crate::redis::call::{Integers, Invocation, Reply};
-use crate::redis::handler::{callback, Registered};
-use crate::redis::metadata::{
-    Arg, ArgKind, Body, CommandSpec, Handler, Keys, Mode, KEY_INSERT, KEY_READ_WRITE,
-};
+use crate::redis::metadata::{Arg, ArgKind, Mode};
 use crate::redis::store::{self, RedisStore};
 
 use super::internal_only;
 
 /// The keyspace event of a log's writes.
-const LOG_EVENT: &CStr = c"rl.log";
+pub(super) const LOG_EVENT: &CStr = c"rl.log";
 /// The keyspace event of a lease set's writes.
-const LEASE_EVENT: &CStr = c"rl.acquire";
-
-/// `RL.LOG.APPLY`.
-pub struct LogApply;
-
-impl Registered for LogApply {
-    const SPEC: &'static CommandSpec = &LOG_APPLY_SPEC;
-}
-
-/// `RL.LEASE.APPLY`.
-pub struct LeaseApply;
-
-impl Registered for LeaseApply {
-    const SPEC: &'static CommandSpec = &LEASE_APPLY_SPEC;
-}
-
-/// `RL.LOG.LOADCHUNK`.
-pub struct LogLoadChunk;
-
-impl Registered for LogLoadChunk {
-    const SPEC: &'static CommandSpec = &LOG_LOAD_CHUNK_SPEC;
-}
-
-/// `RL.LEASE.LOADCHUNK`.
-pub struct LeaseLoadChunk;
-
-impl Registered for LeaseLoadChunk {
-    const SPEC: &'static CommandSpec = &LEASE_LOAD_CHUNK_SPEC;
-}
-
-/// `RL.LOG.REPLAY`.
-pub struct LogReplay;
-
-impl Registered for LogReplay {
-    const SPEC: &'static CommandSpec = &LOG_REPLAY_SPEC;
-}
-
-/// The registration of an internal command.
-#[allow(clippy::too_many_arguments)] // One per field of the registration that differs.
-const fn internal_spec(
-    name: &'static CStr,
-    handler: Handler,
-    body: Body,
-    arity: std::ffi::c_int,
-    summary: &'static CStr,
-    complexity: &'static CStr,
-    since: &'static CStr,
-    key_flags: u32,
-    args: &'static [Arg],
-    event: &'static CStr,
-) -> CommandSpec {
-    CommandSpec {
-        name,
-        handler,
-        body,
-        mode: Mode::Write,
-        flags: c"write fast",
-        arity,
-        summary,
-        complexity,
-        since,
-        acl_categories: c"write fast",
-        in_module_category: false,
-        keys: Keys::One(key_flags),
-        args,
-        event,
-        stats: None,
-    }
-}
+pub(super) const LEASE_EVENT: &CStr = c"rl.acquire";
 
 /// The key, then the fields packed in one argument.
-const PACKED_ARGS: &[Arg] = &[
+pub(super) const PACKED_ARGS: &[Arg] = &[
     Arg::new(c"key", ArgKind::Key),
     Arg::new(c"fields", ArgKind::String),
 ];
 
 /// The key, then the fields: packed in one argument since 0.2.
-const FIELDS_ARGS: &[Arg] = &[
+pub(super) const FIELDS_ARGS: &[Arg] = &[
     Arg::new(c"key", ArgKind::Key),
     Arg::new(c"fields", ArgKind::String).multiple(),
 ];
-
-/// `RL.LOG.APPLY`'s registration.
-pub static LOG_APPLY_SPEC: CommandSpec = internal_spec(
-    c"rl.log.apply",
-    callback::<LogApply>,
-    log_apply,
-    3,
-    c"Internal: applies a log's change as the master decided it (replication and AOF only)",
-    c"O(1) amortised",
-    c"0.3.0",
-    KEY_READ_WRITE,
-    PACKED_ARGS,
-    LOG_EVENT,
-);
-
-/// `RL.LEASE.APPLY`'s registration.
-pub static LEASE_APPLY_SPEC: CommandSpec = internal_spec(
-    c"rl.lease.apply",
-    callback::<LeaseApply>,
-    lease_apply,
-    -3,
-    c"Internal: applies a lease change with the master's time and id (replication and AOF only)",
-    c"O(1) amortised when leases share a duration, O(N) for N leases held otherwise",
-    c"0.2.0",
-    KEY_READ_WRITE,
-    FIELDS_ARGS,
-    LEASE_EVENT,
-);
-
-/// `RL.LOG.LOADCHUNK`'s registration: not `fast`, a chunk holds up to 1,024 entries.
-pub static LOG_LOAD_CHUNK_SPEC: CommandSpec = CommandSpec {
-    flags: c"write",
-    acl_categories: c"write slow",
-    ..internal_spec(
-        c"rl.log.loadchunk",
-        callback::<LogLoadChunk>,
-        log_load_chunk,
-        -3,
-        c"Internal: appends serialized entries to a log (AOF rewrite only)",
-        c"O(N) for N entries",
-        c"0.1.0",
-        KEY_INSERT,
-        &[
-            Arg::new(c"key", ArgKind::Key),
-            Arg::new(c"entries", ArgKind::String),
-            Arg::new(c"until_us", ArgKind::Integer)
-                .after_token(c"BLOCKED")
-                .optional(),
-        ],
-        LOG_EVENT,
-    )
-};
-
-/// `RL.LEASE.LOADCHUNK`'s registration.
-pub static LEASE_LOAD_CHUNK_SPEC: CommandSpec = CommandSpec {
-    flags: c"write",
-    acl_categories: c"write slow",
-    ..internal_spec(
-        c"rl.lease.loadchunk",
-        callback::<LeaseLoadChunk>,
-        lease_load_chunk,
-        4,
-        c"Internal: appends serialized leases to a lease set (AOF rewrite only)",
-        c"O(N) for N leases",
-        c"0.2.0",
-        KEY_INSERT,
-        &[
-            Arg::new(c"key", ArgKind::Key),
-            Arg::new(c"next_id", ArgKind::Integer),
-            Arg::new(c"leases", ArgKind::String),
-        ],
-        LEASE_EVENT,
-    )
-};
-
-/// `RL.LOG.REPLAY`'s registration.
-pub static LOG_REPLAY_SPEC: CommandSpec = internal_spec(
-    c"rl.log.replay",
-    callback::<LogReplay>,
-    log_replay,
-    -3,
-    c"Internal: an RL.LOG call with the master's time, as releases before 0.3 propagated it (replication and AOF only)",
-    c"O(1) amortised",
-    c"0.1.0",
-    KEY_READ_WRITE,
-    // `limit,window_us,quantity,now_us[,option]` packed in one argument (0.2), or the same
-    // fields as separate arguments (0.1).
-    FIELDS_ARGS,
-    LOG_EVENT,
-);
 
 /// Applies the effect `command` carries to the call's key; the reply says what it did.
 fn apply(call: &Invocation, command: &CStr) -> Result<Applied, CommandError> {
@@ -218,11 +57,11 @@ fn apply(call: &Invocation, command: &CStr) -> Result<Applied, CommandError> {
     Ok(applied.unwrap_or(Applied::Chunk(true)))
 }
 
-fn log_apply(call: &Invocation, _: Mode) -> Result<Reply, CommandError> {
+pub(super) fn log_apply(call: &Invocation, _: Mode) -> Result<Reply, CommandError> {
     apply(call, LOG_APPLY).map(|_| Reply::Ok)
 }
 
-fn lease_apply(call: &Invocation, _: Mode) -> Result<Reply, CommandError> {
+pub(super) fn lease_apply(call: &Invocation, _: Mode) -> Result<Reply, CommandError> {
     apply(call, LEASE_APPLY).map(|_| Reply::Ok)
 }
 
@@ -234,18 +73,18 @@ fn loaded(applied: Applied, invalid: &'static CStr) -> Result<Reply, CommandErro
     }
 }
 
-fn log_load_chunk(call: &Invocation, _: Mode) -> Result<Reply, CommandError> {
+pub(super) fn log_load_chunk(call: &Invocation, _: Mode) -> Result<Reply, CommandError> {
     let invalid = c"ERR RL.LOG.LOADCHUNK: not a whole number of ordered entries";
     loaded(apply(call, LOG_LOAD_CHUNK)?, invalid)
 }
 
-fn lease_load_chunk(call: &Invocation, _: Mode) -> Result<Reply, CommandError> {
+pub(super) fn lease_load_chunk(call: &Invocation, _: Mode) -> Result<Reply, CommandError> {
     let invalid = c"ERR RL.LEASE.LOADCHUNK: not a whole number of ordered leases";
     loaded(apply(call, LEASE_LOAD_CHUNK)?, invalid)
 }
 
 /// `RL.LOG.REPLAY`: the call decided again, with the master's time.
-fn log_replay(call: &Invocation, _: Mode) -> Result<Reply, CommandError> {
+pub(super) fn log_replay(call: &Invocation, _: Mode) -> Result<Reply, CommandError> {
     internal_only(call)?;
     let replay = LegacyLogReplay::decode(&call.args[2..])
         .map_err(|error| CommandError::Message(error.message()))?;

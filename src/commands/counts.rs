@@ -10,8 +10,6 @@
 //!
 //! Times are in the call's unit, rounded up; a missing key counts nothing (all zeros).
 
-use std::ffi::{c_int, CStr};
-
 use crate::args::{integer_argument, parse_options, CommonOptions, Keyword};
 use crate::core::codec::split_blocked;
 use crate::core::engine::{Key, Store};
@@ -22,90 +20,8 @@ use crate::core::windows::{Algorithm, WindowLimiter};
 use crate::error::CommandError;
 use crate::redis::call::{Integers, Invocation, Reply};
 use crate::redis::clock;
-use crate::redis::handler::{callback, Registered};
-use crate::redis::metadata::{Arg, ArgKind, CommandSpec, Keys, Mode, KEY_READ_ONLY};
+use crate::redis::metadata::Mode;
 use crate::redis::store::RedisStore;
-
-use super::UNIT_ARG;
-
-/// `RL.WINDOW.COUNTS`.
-pub struct WindowCountsCommand;
-
-impl Registered for WindowCountsCommand {
-    const SPEC: &'static CommandSpec = &WINDOW_COUNTS_SPEC;
-}
-
-/// `RL.LOG.COUNTS`.
-pub struct LogCountsCommand;
-
-impl Registered for LogCountsCommand {
-    const SPEC: &'static CommandSpec = &LOG_COUNTS_SPEC;
-}
-
-/// A read-only command of one key, in the module's category.
-const fn counts_spec(
-    name: &'static CStr,
-    handler: crate::redis::metadata::Handler,
-    body: crate::redis::metadata::Body,
-    arity: c_int,
-    summary: &'static CStr,
-    args: &'static [Arg],
-) -> CommandSpec {
-    CommandSpec {
-        name,
-        handler,
-        body,
-        mode: Mode::ReadOnly,
-        flags: c"readonly fast",
-        arity,
-        summary,
-        complexity: c"O(1)",
-        since: c"0.3.0",
-        acl_categories: c"read fast",
-        in_module_category: true,
-        keys: Keys::One(KEY_READ_ONLY),
-        args,
-        event: name,
-        stats: None,
-    }
-}
-
-/// `RL.WINDOW.COUNTS`' registration.
-pub static WINDOW_COUNTS_SPEC: CommandSpec = counts_spec(
-    c"rl.window.counts",
-    callback::<WindowCountsCommand>,
-    window_counts,
-    -3,
-    c"The counts of a FIXED, SLIDING or ANCHORED window and how long they last, without writing",
-    &[
-        Arg::new(c"key", ArgKind::Key),
-        Arg::new(c"window", ArgKind::Integer),
-        Arg::one_of(
-            c"algorithm",
-            &[
-                Arg::token(c"FIXED"),
-                Arg::token(c"SLIDING"),
-                Arg::token(c"ANCHORED"),
-            ],
-        )
-        .optional(),
-        UNIT_ARG,
-    ],
-);
-
-/// `RL.LOG.COUNTS`' registration.
-pub static LOG_COUNTS_SPEC: CommandSpec = counts_spec(
-    c"rl.log.counts",
-    callback::<LogCountsCommand>,
-    log_counts,
-    -3,
-    c"The units an RL.LOG key counts and when its oldest and newest entries leave, without writing",
-    &[
-        Arg::new(c"key", ArgKind::Key),
-        Arg::new(c"window", ArgKind::Integer),
-        UNIT_ARG,
-    ],
-);
 
 pub(super) const WINDOW_USAGE: CommandError = CommandError::Message(
     c"ERR syntax error. Usage: RL.WINDOW.COUNTS key window [FIXED|SLIDING|ANCHORED] [S|MS|US]",
@@ -132,7 +48,7 @@ fn until(at: Micros, now: Micros, unit: Unit) -> i64 {
     (at - now).ticks().in_units(unit, Rounding::Up)
 }
 
-fn window_counts(call: &Invocation, _: Mode) -> Result<Reply, CommandError> {
+pub(super) fn window_counts(call: &Invocation, _: Mode) -> Result<Reply, CommandError> {
     let [window, tail @ ..] = &call.args[2..] else {
         return Err(CommandError::WrongArity);
     };
@@ -172,7 +88,7 @@ fn window_counts(call: &Invocation, _: Mode) -> Result<Reply, CommandError> {
     ])))
 }
 
-fn log_counts(call: &Invocation, _: Mode) -> Result<Reply, CommandError> {
+pub(super) fn log_counts(call: &Invocation, _: Mode) -> Result<Reply, CommandError> {
     let [window, tail @ ..] = &call.args[2..] else {
         return Err(CommandError::WrongArity);
     };

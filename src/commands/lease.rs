@@ -24,28 +24,14 @@ use crate::core::time::{Rounding, Unit};
 use crate::error::CommandError;
 use crate::redis::call::{Invocation, Reply};
 use crate::redis::clock;
-use crate::redis::handler::{callback, Registered};
-use crate::redis::metadata::{Arg, ArgKind, CommandSpec, Mode};
-use crate::redis::stats::CommandStats;
+use crate::redis::metadata::{Arg, ArgKind, Mode};
 use crate::redis::store::RedisStore;
 
-use super::{limiter_spec, single, QUANTITY_ARG, UNIT_ARG};
+use super::{single, QUANTITY_ARG, UNIT_ARG};
 
-const ACQUIRE: &CStr = c"rl.acquire";
-const ACQUIRE_RO: &CStr = c"rl.acquire_ro";
-const RELEASE: &CStr = c"rl.release";
-const RENEW: &CStr = c"rl.renew";
 
-/// `RL.ACQUIRE`'s counters, for `INFO`.
-pub static ACQUIRE_STATS: CommandStats = CommandStats::new(ACQUIRE);
-/// `RL.ACQUIRE_RO`'s counters.
-pub static ACQUIRE_RO_STATS: CommandStats = CommandStats::new(ACQUIRE_RO);
-/// `RL.RELEASE`'s counters: `allowed` counts replies of 1, `limited` replies of 0.
-pub static RELEASE_STATS: CommandStats = CommandStats::new(RELEASE);
-/// `RL.RENEW`'s counters, as `RL.RELEASE`'s.
-pub static RENEW_STATS: CommandStats = CommandStats::new(RENEW);
 
-const ACQUIRE_ARGS: &[Arg] = &[
+pub(super) const ACQUIRE_ARGS: &[Arg] = &[
     Arg::new(c"key", ArgKind::Key),
     Arg::new(c"limit", ArgKind::Integer),
     Arg::new(c"lease", ArgKind::Integer),
@@ -53,104 +39,8 @@ const ACQUIRE_ARGS: &[Arg] = &[
     UNIT_ARG,
 ];
 
-const ACQUIRE_COMPLEXITY: &CStr =
+pub(super) const ACQUIRE_COMPLEXITY: &CStr =
     c"O(1) amortised when leases share a duration, O(N) for N leases held otherwise";
-
-/// `RL.ACQUIRE`.
-pub struct Acquire;
-
-impl Registered for Acquire {
-    const SPEC: &'static CommandSpec = &ACQUIRE_SPEC;
-}
-
-/// `RL.ACQUIRE_RO`.
-pub struct AcquireRo;
-
-impl Registered for AcquireRo {
-    const SPEC: &'static CommandSpec = &ACQUIRE_RO_SPEC;
-}
-
-/// `RL.RELEASE`.
-pub struct Release;
-
-impl Registered for Release {
-    const SPEC: &'static CommandSpec = &RELEASE_SPEC;
-}
-
-/// `RL.RENEW`.
-pub struct Renew;
-
-impl Registered for Renew {
-    const SPEC: &'static CommandSpec = &RENEW_SPEC;
-}
-
-/// `RL.ACQUIRE`'s registration.
-pub static ACQUIRE_SPEC: CommandSpec = limiter_spec(
-    ACQUIRE,
-    callback::<Acquire>,
-    run_acquire,
-    Mode::Write,
-    -4,
-    c"Takes slots of a concurrency limit for a lease that ends on its own",
-    ACQUIRE_COMPLEXITY,
-    c"0.2.0",
-    false,
-    ACQUIRE_ARGS,
-    &ACQUIRE_STATS,
-);
-
-/// `RL.ACQUIRE_RO`'s registration.
-pub static ACQUIRE_RO_SPEC: CommandSpec = limiter_spec(
-    ACQUIRE_RO,
-    callback::<AcquireRo>,
-    run_acquire,
-    Mode::ReadOnly,
-    -4,
-    c"The reply RL.ACQUIRE would give, without writing anything",
-    ACQUIRE_COMPLEXITY,
-    c"0.2.0",
-    false,
-    ACQUIRE_ARGS,
-    &ACQUIRE_RO_STATS,
-);
-
-/// `RL.RELEASE`'s registration.
-pub static RELEASE_SPEC: CommandSpec = limiter_spec(
-    RELEASE,
-    callback::<Release>,
-    release,
-    Mode::Write,
-    3,
-    c"Frees a lease taken by RL.ACQUIRE at once",
-    c"O(N) for N leases held",
-    c"0.2.0",
-    false,
-    &[
-        Arg::new(c"key", ArgKind::Key),
-        Arg::new(c"id", ArgKind::Integer),
-    ],
-    &RELEASE_STATS,
-);
-
-/// `RL.RENEW`'s registration.
-pub static RENEW_SPEC: CommandSpec = limiter_spec(
-    RENEW,
-    callback::<Renew>,
-    renew,
-    Mode::Write,
-    -4,
-    c"Extends a lease taken by RL.ACQUIRE to a new duration from now",
-    c"O(N) for N leases held",
-    c"0.2.0",
-    false,
-    &[
-        Arg::new(c"key", ArgKind::Key),
-        Arg::new(c"id", ArgKind::Integer),
-        Arg::new(c"lease", ArgKind::Integer),
-        UNIT_ARG,
-    ],
-    &RENEW_STATS,
-);
 
 pub(super) const ACQUIRE_USAGE: CommandError = CommandError::Message(
     c"ERR syntax error. Usage: RL.ACQUIRE key limit lease [quantity] [S|MS|US]",
@@ -173,7 +63,7 @@ fn lease_id(arg: &[u8]) -> Result<u64, CommandError> {
         .ok_or(CommandError::Message(c"ERR id must be positive"))
 }
 
-fn run_acquire(call: &Invocation, mode: Mode) -> Result<Reply, CommandError> {
+pub(super) fn run_acquire(call: &Invocation, mode: Mode) -> Result<Reply, CommandError> {
     let [limit, lease, tail @ ..] = &call.args[2..] else {
         return Err(CommandError::WrongArity);
     };
@@ -192,12 +82,12 @@ fn run_acquire(call: &Invocation, mode: Mode) -> Result<Reply, CommandError> {
     single(call, limiter, &options, mode, Rounding::Up)
 }
 
-fn release(call: &Invocation, _: Mode) -> Result<Reply, CommandError> {
+pub(super) fn release(call: &Invocation, _: Mode) -> Result<Reply, CommandError> {
     let id = lease_id(call.args[2])?;
     change(call, LeaseChange::Release { id })
 }
 
-fn renew(call: &Invocation, _: Mode) -> Result<Reply, CommandError> {
+pub(super) fn renew(call: &Invocation, _: Mode) -> Result<Reply, CommandError> {
     let [id, lease, tail @ ..] = &call.args[2..] else {
         return Err(CommandError::WrongArity);
     };

@@ -3,7 +3,7 @@
 //! type; and `RL.LOG_RO`, the same decision without writing. What a change sends to
 //! replicas and the AOF is `RL.LOG.APPLY` (see `commands::apply`).
 
-use std::ffi::{c_int, CStr};
+use std::ffi::c_int;
 
 use crate::args::{integer_argument, parse_options, CommonOptions};
 use crate::core::limiter::Limiter;
@@ -11,27 +11,18 @@ use crate::core::log::LogLimiter;
 use crate::core::time::{Rounding, Unit};
 use crate::error::CommandError;
 use crate::redis::call::{Invocation, Reply};
-use crate::redis::handler::{callback, Registered};
-use crate::redis::metadata::{Arg, ArgKind, CommandSpec, Mode};
-use crate::redis::stats::CommandStats;
+use crate::redis::metadata::{Arg, ArgKind, Mode};
 
 use super::{
-    limiter_spec, single, without_refund, BLOCK_ARG, QUANTITY_ARG, REFUND_ARG, SHORTFALL_ARG,
+    single, BLOCK_ARG, QUANTITY_ARG, REFUND_ARG, SHORTFALL_ARG,
     UNIT_ARG,
 };
 
-const NAME: &CStr = c"rl.log";
-const NAME_RO: &CStr = c"rl.log_ro";
-
-/// `RL.LOG`'s counters, for `INFO`.
-pub static STATS: CommandStats = CommandStats::new(NAME);
-/// `RL.LOG_RO`'s counters.
-pub static STATS_RO: CommandStats = CommandStats::new(NAME_RO);
 
 /// The command's name and its three required arguments.
-const REQUIRED_ARGUMENTS: c_int = 4;
+pub(super) const REQUIRED_ARGUMENTS: c_int = 4;
 
-const ARGS: &[Arg] = &[
+pub(super) const ARGS: &[Arg] = &[
     Arg::new(c"key", ArgKind::Key),
     Arg::new(c"limit", ArgKind::Integer),
     Arg::new(c"window", ArgKind::Integer),
@@ -42,55 +33,11 @@ const ARGS: &[Arg] = &[
     REFUND_ARG,
 ];
 
-/// `RL.LOG`.
-pub struct Log;
-
-impl Registered for Log {
-    const SPEC: &'static CommandSpec = &SPEC;
-}
-
-/// `RL.LOG_RO`.
-pub struct LogRo;
-
-impl Registered for LogRo {
-    const SPEC: &'static CommandSpec = &SPEC_RO;
-}
-
-/// `RL.LOG`'s registration.
-pub static SPEC: CommandSpec = limiter_spec(
-    NAME,
-    callback::<Log>,
-    run,
-    Mode::Write,
-    -REQUIRED_ARGUMENTS,
-    c"Rate-limits a key with an exact sliding log of the requests it admitted",
-    c"O(1) amortised",
-    c"0.1.0",
-    false,
-    ARGS,
-    &STATS,
-);
-
-/// `RL.LOG_RO`'s registration.
-pub static SPEC_RO: CommandSpec = limiter_spec(
-    NAME_RO,
-    callback::<LogRo>,
-    run,
-    Mode::ReadOnly,
-    -REQUIRED_ARGUMENTS,
-    c"The reply RL.LOG would give, without writing anything",
-    c"O(1) amortised",
-    c"0.2.0",
-    false,
-    without_refund(ARGS),
-    &STATS_RO,
-);
-
 pub(super) const USAGE: CommandError = CommandError::Message(
     c"ERR syntax error. Usage: RL.LOG key limit window [quantity] [S|MS|US] [BLOCK duration] [DELAY max_wait|AT_MOST|FORCE] [REFUND]",
 );
 
-fn run(call: &Invocation, mode: Mode) -> Result<Reply, CommandError> {
+pub(super) fn run(call: &Invocation, mode: Mode) -> Result<Reply, CommandError> {
     let (params, options) = parse(&call.args[2..])?;
     let limiter = params.limiter(options.unit)?;
     single(call, limiter, &options, mode, Rounding::Up)

@@ -15,7 +15,7 @@ pub mod throttle;
 pub mod top;
 pub mod window;
 
-use std::ffi::{c_int, CStr};
+use std::ffi::CStr;
 
 use crate::args::CommonOptions;
 use crate::core::engine::{Call, Settled};
@@ -27,100 +27,230 @@ use crate::core::verdict::Verdict;
 use crate::error::CommandError;
 use crate::redis::call::{Invocation, LimiterReply, Reply};
 use crate::redis::clock;
-use crate::redis::metadata::{
-    Arg, ArgKind, Body, CommandSpec, Handler, Keys, Mode, KEY_READ_ONLY, KEY_READ_WRITE,
-};
-use crate::redis::stats::{CommandStats, Outcome};
+use crate::redis::handler::Table;
+use crate::redis::metadata::{Arg, ArgKind, Command, Mode, KEY_INSERT};
+use crate::redis::stats::Outcome;
 use crate::redis::store;
 
-/// Every command the module registers.
-pub static ALL: [&CommandSpec; 20] = [
-    &throttle::SPEC,
-    &throttle::SPEC_RO,
-    &window::SPEC,
-    &window::SPEC_RO,
-    &log::SPEC,
-    &log::SPEC_RO,
-    &all::SPEC,
-    &all::SPEC_RO,
-    &lease::ACQUIRE_SPEC,
-    &lease::ACQUIRE_RO_SPEC,
-    &lease::RELEASE_SPEC,
-    &lease::RENEW_SPEC,
-    &counts::WINDOW_COUNTS_SPEC,
-    &counts::LOG_COUNTS_SPEC,
-    &apply::LOG_APPLY_SPEC,
-    &apply::LEASE_APPLY_SPEC,
-    &apply::LOG_LOAD_CHUNK_SPEC,
-    &apply::LEASE_LOAD_CHUNK_SPEC,
-    &apply::LOG_REPLAY_SPEC,
-    &top::SPEC,
-];
+/// The module's commands, for the FFI layer ([`Table`]).
+pub struct Commands;
 
-/// The counters `INFO ratelimit` shows, one per command clients call.
-pub static STATS: [&CommandStats; 12] = [
-    &throttle::STATS,
-    &throttle::STATS_RO,
-    &window::STATS,
-    &window::STATS_RO,
-    &log::STATS,
-    &log::STATS_RO,
-    &all::STATS,
-    &all::STATS_RO,
-    &lease::ACQUIRE_STATS,
-    &lease::ACQUIRE_RO_STATS,
-    &lease::RELEASE_STATS,
-    &lease::RENEW_STATS,
-];
-
-/// The description of a limiter command, writing or read-only: what differs between the
-/// two is derived from `mode`.
-#[allow(clippy::too_many_arguments)] // One per field of the registration.
-const fn limiter_spec(
-    name: &'static CStr,
-    handler: Handler,
-    body: Body,
-    mode: Mode,
-    arity: c_int,
-    summary: &'static CStr,
-    complexity: &'static CStr,
-    since: &'static CStr,
-    counted_keys: bool,
-    args: &'static [Arg],
-    stats: &'static CommandStats,
-) -> CommandSpec {
-    // Not `deny-oom`: the module refuses only the calls that would write (see
-    // `store::writable`), so that peeks answer over `maxmemory`. Counted keys are told to
-    // the server per call (`getkeys-api`): the key spec alone is not what Cluster routing
-    // and `CROSSSLOT` checks read.
-    let (flags, acl_categories, key_flags) = match (mode, counted_keys) {
-        (Mode::Write, false) => (c"write fast", c"write fast", KEY_READ_WRITE),
-        (Mode::Write, true) => (c"write fast getkeys-api", c"write fast", KEY_READ_WRITE),
-        (Mode::ReadOnly, false) => (c"readonly fast", c"read fast", KEY_READ_ONLY),
-        (Mode::ReadOnly, true) => (c"readonly fast getkeys-api", c"read fast", KEY_READ_ONLY),
-    };
-    CommandSpec {
-        name,
-        handler,
-        body,
-        mode,
-        flags,
-        arity,
-        summary,
-        complexity,
-        since,
-        acl_categories,
-        in_module_category: true,
-        keys: if counted_keys {
-            Keys::Counted(key_flags)
-        } else {
-            Keys::One(key_flags)
-        },
-        args,
-        event: name,
-        stats: Some(stats),
-    }
+impl Table for Commands {
+    const COMMANDS: &'static [Command] = &TABLE;
 }
+
+/// Every command the module registers, one entry each: its name, flags, ACL categories,
+/// arity, keys, arguments, documentation, body and whether `INFO` counts it (in this order,
+/// for the counted ones). Adding a command is an entry here and its body.
+pub static TABLE: [Command; 22] = [
+    Command::limiter(c"cl.throttle", Mode::Write, throttle::run)
+        .arity(-throttle::REQUIRED_ARGUMENTS)
+        .args(throttle::ARGS)
+        .docs(throttle::SUMMARY, c"O(1)", c"0.1.0")
+        .usage(throttle::USAGE),
+    Command::limiter(c"cl.throttle_ro", Mode::ReadOnly, throttle::run)
+        .arity(-throttle::REQUIRED_ARGUMENTS)
+        .args(without_refund(throttle::ARGS))
+        .docs(c"The reply CL.THROTTLE would give, without writing anything", c"O(1)", c"0.2.0"),
+    Command::limiter(c"rl.window", Mode::Write, window::run)
+        .arity(-window::REQUIRED_ARGUMENTS)
+        .args(window::ARGS)
+        .docs(
+            c"Rate-limits a key with a fixed window, a sliding-window counter or a rolling window of buckets",
+            window::COMPLEXITY,
+            c"0.1.0",
+        )
+        .usage(window::USAGE),
+    Command::limiter(c"rl.window_ro", Mode::ReadOnly, window::run)
+        .arity(-window::REQUIRED_ARGUMENTS)
+        .args(without_refund(window::ARGS))
+        .docs(c"The reply RL.WINDOW would give, without writing anything", window::COMPLEXITY, c"0.2.0"),
+    Command::limiter(c"rl.log", Mode::Write, log::run)
+        .arity(-log::REQUIRED_ARGUMENTS)
+        .args(log::ARGS)
+        .docs(
+            c"Rate-limits a key with an exact sliding log of the requests it admitted",
+            c"O(1) amortised",
+            c"0.1.0",
+        )
+        .usage(log::USAGE),
+    Command::limiter(c"rl.log_ro", Mode::ReadOnly, log::run)
+        .arity(-log::REQUIRED_ARGUMENTS)
+        .args(without_refund(log::ARGS))
+        .docs(c"The reply RL.LOG would give, without writing anything", c"O(1) amortised", c"0.2.0"),
+    Command::limiter(c"rl.all", Mode::Write, all::run)
+        .counted_keys()
+        .arity(-all::REQUIRED_ARGUMENTS)
+        .args(all::ARGS)
+        .docs(
+            c"Checks a request against several limiters at once: charged to all if all admit it, to none otherwise",
+            all::COMPLEXITY,
+            c"0.2.0",
+        )
+        .usage(all::USAGE),
+    Command::limiter(c"rl.all_ro", Mode::ReadOnly, all::run)
+        .counted_keys()
+        .arity(-all::REQUIRED_ARGUMENTS)
+        .args(without_refund(all::ARGS))
+        .docs(c"The reply RL.ALL would give, without writing anything", all::COMPLEXITY, c"0.2.0"),
+    Command::limiter(c"rl.acquire", Mode::Write, lease::run_acquire)
+        .arity(-4)
+        .args(lease::ACQUIRE_ARGS)
+        .docs(
+            c"Takes slots of a concurrency limit for a lease that ends on its own",
+            lease::ACQUIRE_COMPLEXITY,
+            c"0.2.0",
+        )
+        .usage(lease::ACQUIRE_USAGE),
+    Command::limiter(c"rl.acquire_ro", Mode::ReadOnly, lease::run_acquire)
+        .arity(-4)
+        .args(lease::ACQUIRE_ARGS)
+        .docs(c"The reply RL.ACQUIRE would give, without writing anything", lease::ACQUIRE_COMPLEXITY, c"0.2.0"),
+    // `allowed` counts replies of 1, `limited` replies of 0.
+    Command::limiter(c"rl.release", Mode::Write, lease::release)
+        .arity(3)
+        .args(&[
+            Arg::new(c"key", ArgKind::Key),
+            Arg::new(c"id", ArgKind::Integer),
+        ])
+        .docs(
+            c"Frees a lease taken by RL.ACQUIRE at once",
+            c"O(N) for N leases held",
+            c"0.2.0",
+        ),
+    Command::limiter(c"rl.renew", Mode::Write, lease::renew)
+        .arity(-4)
+        .args(&[
+            Arg::new(c"key", ArgKind::Key),
+            Arg::new(c"id", ArgKind::Integer),
+            Arg::new(c"lease", ArgKind::Integer),
+            UNIT_ARG,
+        ])
+        .docs(
+            c"Extends a lease taken by RL.ACQUIRE to a new duration from now",
+            c"O(N) for N leases held",
+            c"0.2.0",
+        )
+        .usage(lease::RENEW_USAGE),
+    Command::reader(c"rl.window.counts", counts::window_counts)
+        .arity(-3)
+        .args(&[
+            Arg::new(c"key", ArgKind::Key),
+            Arg::new(c"window", ArgKind::Integer),
+            Arg::one_of(
+                c"algorithm",
+                &[
+                    Arg::token(c"FIXED"),
+                    Arg::token(c"SLIDING"),
+                    Arg::token(c"ANCHORED"),
+                ],
+            )
+            .optional(),
+            UNIT_ARG,
+        ])
+        .docs(
+            c"The counts of a FIXED, SLIDING or ANCHORED window and how long they last, without writing",
+            c"O(1)",
+            c"0.3.0",
+        )
+        .usage(counts::WINDOW_USAGE),
+    Command::reader(c"rl.log.counts", counts::log_counts)
+        .arity(-3)
+        .args(&[
+            Arg::new(c"key", ArgKind::Key),
+            Arg::new(c"window", ArgKind::Integer),
+            UNIT_ARG,
+        ])
+        .docs(
+            c"The units an RL.LOG key counts and when its oldest and newest entries leave, without writing",
+            c"O(1)",
+            c"0.3.0",
+        )
+        .usage(counts::LOG_USAGE),
+    Command::reader(c"rl.top", top::run)
+        .no_keys()
+        .flags(c"readonly", c"read slow")
+        .arity(-1)
+        .args(&[Arg::new(c"count", ArgKind::Integer).optional()])
+        .docs(
+            c"The keys this server refused most over the current and the previous minute",
+            c"O(count)",
+            c"0.3.0",
+        ),
+    Command::admin(c"rl.top.reset", top::reset)
+        .arity(1)
+        .docs(
+            c"Forgets the refusals RL.TOP counted on this server (admin only)",
+            c"O(N) where N is the number of keys kept (the module argument top-keys)",
+            c"0.4.0",
+        ),
+    Command::internal(c"rl.log.apply", apply::log_apply, apply::LOG_EVENT)
+        .arity(3)
+        .args(apply::PACKED_ARGS)
+        .docs(
+            c"Internal: applies a log's change as the master decided it (replication and AOF only)",
+            c"O(1) amortised",
+            c"0.3.0",
+        ),
+    Command::internal(c"rl.lease.apply", apply::lease_apply, apply::LEASE_EVENT)
+        .arity(-3)
+        .args(apply::FIELDS_ARGS)
+        .docs(
+            c"Internal: applies a lease change with the master's time and id (replication and AOF only)",
+            lease::ACQUIRE_COMPLEXITY,
+            c"0.2.0",
+        ),
+    // Not `fast`: a chunk holds up to 1,024 entries.
+    Command::internal(c"rl.log.loadchunk", apply::log_load_chunk, apply::LOG_EVENT)
+        .flags(c"write", c"write slow")
+        .key_flags(KEY_INSERT)
+        .arity(-3)
+        .args(&[
+            Arg::new(c"key", ArgKind::Key),
+            Arg::new(c"entries", ArgKind::String),
+            Arg::new(c"until_us", ArgKind::Integer)
+                .after_token(c"BLOCKED")
+                .optional(),
+        ])
+        .docs(
+            c"Internal: appends serialized entries to a log (AOF rewrite only)",
+            c"O(N) for N entries",
+            c"0.1.0",
+        ),
+    Command::internal(c"rl.lease.loadchunk", apply::lease_load_chunk, apply::LEASE_EVENT)
+        .flags(c"write", c"write slow")
+        .key_flags(KEY_INSERT)
+        .arity(4)
+        .args(&[
+            Arg::new(c"key", ArgKind::Key),
+            Arg::new(c"next_id", ArgKind::Integer),
+            Arg::new(c"leases", ArgKind::String),
+        ])
+        .docs(
+            c"Internal: appends serialized leases to a lease set (AOF rewrite only)",
+            c"O(N) for N leases",
+            c"0.2.0",
+        ),
+    // `limit,window_us,quantity,now_us[,option]` packed in one argument (0.2), or the same
+    // fields as separate arguments (0.1).
+    Command::internal(c"rl.log.replay", apply::log_replay, apply::LOG_EVENT)
+        .arity(-3)
+        .args(apply::FIELDS_ARGS)
+        .docs(
+            c"Internal: an RL.LOG call with the master's time, as releases before 0.3 propagated it (replication and AOF only)",
+            c"O(1) amortised",
+            c"0.1.0",
+        ),
+    Command::reader(c"rl.debug.panic", debug::panic_holding_the_key)
+        .debug()
+        .arity(2)
+        .args(&[Arg::new(c"key", ArgKind::Key)])
+        .docs(
+            c"Panics inside the module (fault injection for tests)",
+            c"O(1)",
+            c"0.1.0",
+        ),
+];
 
 /// `quantity`, for `COMMAND DOCS`.
 const QUANTITY_ARG: Arg = Arg::new(c"quantity", ArgKind::Integer).optional();
@@ -137,8 +267,6 @@ const BLOCK_ARG: Arg = Arg::new(c"duration", ArgKind::Integer)
     .after_token(c"BLOCK")
     .optional();
 
-/// `REFUND`: last in every argument list, so that a read-only variant's list is the same
-/// without it.
 /// What a take that does not fit now does instead of being refused.
 const SHORTFALL_ARG: Arg = Arg::one_of(
     c"shortfall",
@@ -150,6 +278,8 @@ const SHORTFALL_ARG: Arg = Arg::one_of(
 )
 .optional();
 
+/// `REFUND`: last in every argument list, so that a read-only variant's list is the same
+/// without it.
 const REFUND_ARG: Arg = Arg::token(c"REFUND").optional();
 
 /// A writing command's arguments, without `REFUND`: its read-only variant's.
@@ -357,20 +487,33 @@ mod usage_tests {
 
     #[test]
     fn each_usage_is_its_arguments() {
-        let cases: [(CommandError, &CommandSpec); 8] = [
-            (throttle::USAGE, &throttle::SPEC),
-            (window::USAGE, &window::SPEC),
-            (log::USAGE, &log::SPEC),
-            (all::USAGE, &all::SPEC),
-            (lease::ACQUIRE_USAGE, &lease::ACQUIRE_SPEC),
-            (lease::RENEW_USAGE, &lease::RENEW_SPEC),
-            (counts::WINDOW_USAGE, &counts::WINDOW_COUNTS_SPEC),
-            (counts::LOG_USAGE, &counts::LOG_COUNTS_SPEC),
-        ];
-        for (error, spec) in cases {
-            let name = spec.name.to_str().unwrap().to_uppercase();
-            let rendered = format!("{name} {}", render(spec.args));
+        let mut checked = 0;
+        for command in TABLE.iter() {
+            let Some(error) = command.usage else {
+                continue;
+            };
+            let name = command.name.to_str().unwrap().to_uppercase();
+            let rendered = format!("{name} {}", render(command.args));
             assert_eq!(usage(error), rendered, "{name}");
+            checked += 1;
+        }
+        assert_eq!(checked, 8, "every writing command with options names its usage");
+    }
+
+    #[test]
+    fn names_are_unique_and_counted_commands_are_the_ones_clients_call() {
+        let mut names: Vec<&str> = TABLE.iter().map(|c| c.name.to_str().unwrap()).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), TABLE.len());
+        for command in &TABLE {
+            let name = command.name.to_str().unwrap();
+            let internal = name.contains(".apply")
+                || name.contains("loadchunk")
+                || name.contains(".replay")
+                || name.contains(".debug.");
+            assert!(!(internal && command.in_module_category), "{name}");
+            assert!(!(internal && command.counted), "{name}");
         }
     }
 }

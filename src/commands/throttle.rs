@@ -11,29 +11,17 @@ use crate::core::params;
 use crate::core::time::{Rounding, Unit};
 use crate::error::CommandError;
 use crate::redis::call::{Invocation, Reply};
-use crate::redis::handler::{callback, Registered};
-use crate::redis::metadata::{Arg, ArgKind, CommandSpec, Mode};
-use crate::redis::stats::CommandStats;
+use crate::redis::metadata::{Arg, ArgKind, Mode};
 
-use super::{
-    limiter_spec, single, without_refund, BLOCK_ARG, QUANTITY_ARG, REFUND_ARG, SHORTFALL_ARG,
-    UNIT_ARG,
-};
-
-const NAME: &CStr = c"cl.throttle";
-const NAME_RO: &CStr = c"cl.throttle_ro";
-
-/// `CL.THROTTLE`'s counters, for `INFO`.
-pub static STATS: CommandStats = CommandStats::new(NAME);
-/// `CL.THROTTLE_RO`'s counters.
-pub static STATS_RO: CommandStats = CommandStats::new(NAME_RO);
+use super::{single, BLOCK_ARG, QUANTITY_ARG, REFUND_ARG, SHORTFALL_ARG, UNIT_ARG};
 
 /// The command's name and its four required arguments.
-const REQUIRED_ARGUMENTS: c_int = 5;
+pub(super) const REQUIRED_ARGUMENTS: c_int = 5;
 
-const SUMMARY: &CStr = c"Rate-limits a key with GCRA (a leaky bucket), compatible with redis-cell";
+pub(super) const SUMMARY: &CStr =
+    c"Rate-limits a key with GCRA (a leaky bucket), compatible with redis-cell";
 
-const ARGS: &[Arg] = &[
+pub(super) const ARGS: &[Arg] = &[
     Arg::new(c"key", ArgKind::Key),
     Arg::new(c"max_burst", ArgKind::Integer),
     Arg::new(c"count", ArgKind::Integer),
@@ -51,55 +39,11 @@ pub const WARMUP_ARG: Arg = Arg::new(c"period", ArgKind::Integer)
     .after_token(c"WARMUP")
     .optional();
 
-/// `CL.THROTTLE`.
-pub struct Throttle;
-
-impl Registered for Throttle {
-    const SPEC: &'static CommandSpec = &SPEC;
-}
-
-/// `CL.THROTTLE_RO`.
-pub struct ThrottleRo;
-
-impl Registered for ThrottleRo {
-    const SPEC: &'static CommandSpec = &SPEC_RO;
-}
-
-/// `CL.THROTTLE`'s registration.
-pub static SPEC: CommandSpec = limiter_spec(
-    NAME,
-    callback::<Throttle>,
-    run,
-    Mode::Write,
-    -REQUIRED_ARGUMENTS,
-    SUMMARY,
-    c"O(1)",
-    c"0.1.0",
-    false,
-    ARGS,
-    &STATS,
-);
-
-/// `CL.THROTTLE_RO`'s registration.
-pub static SPEC_RO: CommandSpec = limiter_spec(
-    NAME_RO,
-    callback::<ThrottleRo>,
-    run,
-    Mode::ReadOnly,
-    -REQUIRED_ARGUMENTS,
-    c"The reply CL.THROTTLE would give, without writing anything",
-    c"O(1)",
-    c"0.2.0",
-    false,
-    without_refund(ARGS),
-    &STATS_RO,
-);
-
 pub(super) const USAGE: CommandError = CommandError::Message(
     c"ERR syntax error. Usage: CL.THROTTLE key max_burst count period [quantity] [S|MS|US] [WARMUP period] [BLOCK duration] [DELAY max_wait|AT_MOST|FORCE] [REFUND]",
 );
 
-fn run(call: &Invocation, mode: Mode) -> Result<Reply, CommandError> {
+pub(super) fn run(call: &Invocation, mode: Mode) -> Result<Reply, CommandError> {
     let (params, options) = parse(&call.args[2..])?;
     let limiter = params.limiter(options.unit)?;
     single(call, limiter, &options, mode, rounding(options.unit))

@@ -11,27 +11,18 @@ use crate::core::time::{Rounding, Unit};
 use crate::core::windows::{Algorithm, WindowLimiter};
 use crate::error::CommandError;
 use crate::redis::call::{Invocation, Reply};
-use crate::redis::handler::{callback, Registered};
-use crate::redis::metadata::{Arg, ArgKind, CommandSpec, Mode};
-use crate::redis::stats::CommandStats;
+use crate::redis::metadata::{Arg, ArgKind, Mode};
 
 use super::{
-    limiter_spec, single, without_refund, BLOCK_ARG, QUANTITY_ARG, REFUND_ARG, SHORTFALL_ARG,
+    single, BLOCK_ARG, QUANTITY_ARG, REFUND_ARG, SHORTFALL_ARG,
     UNIT_ARG,
 };
 
-const NAME: &CStr = c"rl.window";
-const NAME_RO: &CStr = c"rl.window_ro";
-
-/// `RL.WINDOW`'s counters, for `INFO`.
-pub static STATS: CommandStats = CommandStats::new(NAME);
-/// `RL.WINDOW_RO`'s counters.
-pub static STATS_RO: CommandStats = CommandStats::new(NAME_RO);
 
 /// The command's name and its three required arguments.
-const REQUIRED_ARGUMENTS: c_int = 4;
+pub(super) const REQUIRED_ARGUMENTS: c_int = 4;
 
-const COMPLEXITY: &CStr = c"O(1) for FIXED, SLIDING and ANCHORED, O(N) for BUCKETS N";
+pub(super) const COMPLEXITY: &CStr = c"O(1) for FIXED, SLIDING and ANCHORED, O(N) for BUCKETS N";
 
 /// The algorithm keyword, for `COMMAND DOCS`.
 pub const ALGORITHM_ARG: Arg = Arg::one_of(
@@ -45,7 +36,7 @@ pub const ALGORITHM_ARG: Arg = Arg::one_of(
 )
 .optional();
 
-const ARGS: &[Arg] = &[
+pub(super) const ARGS: &[Arg] = &[
     Arg::new(c"key", ArgKind::Key),
     Arg::new(c"limit", ArgKind::Integer),
     Arg::new(c"window", ArgKind::Integer),
@@ -57,55 +48,11 @@ const ARGS: &[Arg] = &[
     REFUND_ARG,
 ];
 
-/// `RL.WINDOW`.
-pub struct Window;
-
-impl Registered for Window {
-    const SPEC: &'static CommandSpec = &SPEC;
-}
-
-/// `RL.WINDOW_RO`.
-pub struct WindowRo;
-
-impl Registered for WindowRo {
-    const SPEC: &'static CommandSpec = &SPEC_RO;
-}
-
-/// `RL.WINDOW`'s registration.
-pub static SPEC: CommandSpec = limiter_spec(
-    NAME,
-    callback::<Window>,
-    run,
-    Mode::Write,
-    -REQUIRED_ARGUMENTS,
-    c"Rate-limits a key with a fixed window, a sliding-window counter or a rolling window of buckets",
-    COMPLEXITY,
-    c"0.1.0",
-    false,
-    ARGS,
-    &STATS,
-);
-
-/// `RL.WINDOW_RO`'s registration.
-pub static SPEC_RO: CommandSpec = limiter_spec(
-    NAME_RO,
-    callback::<WindowRo>,
-    run,
-    Mode::ReadOnly,
-    -REQUIRED_ARGUMENTS,
-    c"The reply RL.WINDOW would give, without writing anything",
-    COMPLEXITY,
-    c"0.2.0",
-    false,
-    without_refund(ARGS),
-    &STATS_RO,
-);
-
 pub(super) const USAGE: CommandError = CommandError::Message(
     c"ERR syntax error. Usage: RL.WINDOW key limit window [quantity] [FIXED|SLIDING|BUCKETS n|ANCHORED] [S|MS|US] [BLOCK duration] [DELAY max_wait|AT_MOST|FORCE] [REFUND]",
 );
 
-fn run(call: &Invocation, mode: Mode) -> Result<Reply, CommandError> {
+pub(super) fn run(call: &Invocation, mode: Mode) -> Result<Reply, CommandError> {
     let (params, options) = parse(&call.args[2..])?;
     let limiter = params.limiter(options.unit)?;
     single(call, limiter, &options, mode, Rounding::Up)

@@ -248,11 +248,13 @@ impl SpaceSaving {
         Some((self.slots[at].count, self.slots[at].error))
     }
 
-    /// The kept keys, most refused first.
-    pub fn kept(&self) -> impl Iterator<Item = &[u8]> {
+    /// The `n` keys refused most, most first (fewer while fewer are kept): `O(n)`, a walk
+    /// down the order by count from its top.
+    pub fn most(&self, n: usize) -> impl Iterator<Item = &[u8]> {
         self.order
             .iter()
             .rev()
+            .take(n)
             .map(|&held| &self.slots[held])
             .take_while(|slot| slot.count > 0)
             .map(|slot| slot.key.as_slice())
@@ -317,24 +319,58 @@ impl TopKeys {
         self.minute = self.minute.max(minute);
     }
 
+    /// The summaries of the minute of `now` and of the one before, as `top` reads them
+    /// without moving on: `None` for a minute without a summary (never counted, or more
+    /// than a minute ago). A clock that went back reads the minutes it knows.
+    fn minutes_at(&self, now: Micros) -> (Option<&SpaceSaving>, Option<&SpaceSaving>) {
+        let minute = now.0.div_euclid(MINUTE_US);
+        if minute <= self.minute {
+            (Some(&self.current), Some(&self.previous))
+        } else if minute == self.minute + 1 {
+            (None, Some(&self.current))
+        } else {
+            (None, None)
+        }
+    }
+
+    /// The keys `top` weighs for `count`: each minute's [`candidates_per_minute`] most
+    /// refused, each once.
+    fn candidates(&self, count: usize, now: Micros) -> Vec<&[u8]> {
+        let per_minute = candidates_per_minute(count);
+        let (current, previous) = self.minutes_at(now);
+        let mut keys: Vec<&[u8]> = current
+            .into_iter()
+            .chain(previous)
+            .flat_map(|summary| summary.most(per_minute))
+            .collect();
+        keys.sort_unstable();
+        keys.dedup();
+        keys
+    }
+
     /// The `count` keys refused most over the current and the previous minute at `now`, most
     /// first (ties by key): a key not kept in a full minute's summary may have been refused
     /// as often as its smallest count, which the estimate and its error both carry.
-    pub fn top(&mut self, count: usize, now: Micros) -> Vec<Estimate> {
-        self.roll(now);
-        let mut keys: Vec<&[u8]> = self.current.kept().chain(self.previous.kept()).collect();
-        keys.sort_unstable();
-        keys.dedup();
-        let part = |summary: &SpaceSaving, key: &[u8]| {
-            summary
-                .get(key)
-                .unwrap_or_else(|| (summary.floor(), summary.floor()))
+    ///
+    /// The work is bounded by `count`, whatever the summaries' size: the candidates are each
+    /// minute's `2 * count + 8` most refused keys ([`candidates_per_minute`]), each looked up
+    /// in the other minute. A key outside both minutes' candidates is not listed even if its
+    /// sum over the two would rank it; its own estimate and error stay true.
+    pub fn top(&self, count: usize, now: Micros) -> Vec<Estimate> {
+        let (current, previous) = self.minutes_at(now);
+        let part = |summary: Option<&SpaceSaving>, key: &[u8]| {
+            summary.map_or((0, 0), |summary| {
+                summary
+                    .get(key)
+                    .unwrap_or_else(|| (summary.floor(), summary.floor()))
+            })
         };
-        let mut estimates: Vec<Estimate> = keys
+        let mut estimates: Vec<Estimate> = self
+            .candidates(count, now)
             .into_iter()
             .map(|key| {
-                let (now_count, now_error) = part(&self.current, key);
-                let (then_count, then_error) = part(&self.previous, key);
+                let (now_count, now_error) = part(current, key);
+                let (then_count, then_error) = part(previous, key);
                 Estimate {
                     key: key.to_vec(),
                     count: now_count + then_count,
@@ -346,6 +382,13 @@ impl TopKeys {
         estimates.truncate(count);
         estimates
     }
+}
+
+/// How many of each minute's most refused keys `top(count)` weighs: twice the keys asked
+/// for and a few more, so that a key ranked by its sum over the two minutes is among them
+/// unless the minutes disagree widely.
+pub fn candidates_per_minute(count: usize) -> usize {
+    count.saturating_mul(2).saturating_add(8)
 }
 
 #[cfg(test)]
@@ -415,6 +458,31 @@ mod tests {
     }
 
     #[test]
+    fn listing_a_few_weighs_a_few_of_a_hundred_thousand_kept_keys() {
+        let now = Micros(60 * MINUTE_US);
+        let mut top = TopKeys::new(MAX_CAPACITY);
+        for key in 0..MAX_CAPACITY {
+            top.record(format!("cold:{key}").as_bytes(), now);
+        }
+        for (key, times) in [(&b"hot"[..], 30), (b"warm", 20)] {
+            for _ in 0..times {
+                top.record(key, now);
+            }
+        }
+        assert_eq!(top.current.index.len(), MAX_CAPACITY, "every slot kept");
+        // The work is the candidates: each minute's 2 * count + 8 most refused.
+        assert_eq!(top.candidates(10, now).len(), candidates_per_minute(10));
+        // Each took the slot of a cold key refused once: an overcount of at most 1.
+        let listed = top.top(2, now);
+        let got: Vec<(&[u8], u64, u64)> = listed
+            .iter()
+            .map(|e| (&e.key[..], e.count, e.error))
+            .collect();
+        assert_eq!(got, [(&b"hot"[..], 31, 1), (b"warm", 21, 1)]);
+        assert_eq!(top.top(10, now).len(), 10);
+    }
+
+    #[test]
     fn a_long_key_is_counted_under_its_first_bytes() {
         let mut summary = SpaceSaving::new(2);
         let long = vec![b'x'; MAX_KEY_LEN + 10];
@@ -423,7 +491,60 @@ mod tests {
         assert_eq!(summary.get(&long), Some((2, 0)));
     }
 
+    /// Every key of both minutes, merged and sorted: what `top` gives when nothing bounds
+    /// its candidates.
+    fn merged_in_full(top: &TopKeys, now: Micros) -> Vec<Estimate> {
+        let (current, previous) = top.minutes_at(now);
+        let mut keys: Vec<&[u8]> = current
+            .into_iter()
+            .chain(previous)
+            .flat_map(|summary| summary.most(usize::MAX))
+            .collect();
+        keys.sort_unstable();
+        keys.dedup();
+        let part = |summary: Option<&SpaceSaving>, key: &[u8]| {
+            summary.map_or((0, 0), |s| s.get(key).unwrap_or((s.floor(), s.floor())))
+        };
+        let mut all: Vec<Estimate> = keys
+            .into_iter()
+            .map(|key| {
+                let (a, ae) = part(current, key);
+                let (b, be) = part(previous, key);
+                Estimate {
+                    key: key.to_vec(),
+                    count: a + b,
+                    error: ae + be,
+                }
+            })
+            .collect();
+        all.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.key.cmp(&b.key)));
+        all
+    }
+
     proptest! {
+        /// While each minute keeps no more keys than the candidates of `count`, the bounded
+        /// listing is the full merge's first `count`.
+        #[test]
+        fn a_bounded_listing_is_the_full_merge_while_the_candidates_cover_it(
+            count in 0usize..6,
+            first in prop::collection::vec(0u32..12, 0..80),
+            second in prop::collection::vec(0u32..12, 0..80),
+        ) {
+            let mut top = TopKeys::new(candidates_per_minute(count));
+            let minute = |m: i64| Micros(m * MINUTE_US);
+            for key in first {
+                top.record(format!("k{key}").as_bytes(), minute(3));
+            }
+            for key in second {
+                top.record(format!("k{key}").as_bytes(), minute(4));
+            }
+            for at in [minute(4), minute(5), minute(7)] {
+                let mut full = merged_in_full(&top, at);
+                full.truncate(count);
+                prop_assert_eq!(top.top(count, at), full);
+            }
+        }
+
         /// Against an exact count, on skewed random streams: every kept key's count is an
         /// upper bound and `count - error` a lower one; a key not kept was refused at most
         /// the smallest count; every key refused more than total / capacity times is kept.

@@ -8,11 +8,11 @@ use redis_module::raw;
 
 use crate::core::engine::MAX_LIMITERS;
 use crate::core::top::Estimate;
+use crate::redis::api::{self, Ctx, ServerStr};
 use crate::redis::stats::Outcome;
 
 /// A key named by a call: one of its arguments, as the server passed it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct KeyName(pub(crate) *mut raw::RedisModuleString);
+pub type KeyName<'a> = ServerStr<'a>;
 
 /// The context flags of a call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -47,28 +47,44 @@ impl ContextFlags {
 /// One call of a command.
 pub struct Invocation<'a> {
     /// The server's context of the call.
-    pub(crate) ctx: *mut raw::RedisModuleCtx,
+    ctx: Ctx<'a>,
     /// The keyspace event its writes fire: the name of the command clients call.
     pub event: &'static CStr,
     /// The arguments as the server's strings, the command's name first.
-    pub(crate) argv: &'a [*mut raw::RedisModuleString],
+    argv: &'a [ServerStr<'a>],
     /// The same arguments as bytes; the command's name, and the key of a single-key
     /// command, are left empty: they are only ever used as the server's strings.
     pub args: &'a [&'a [u8]],
     /// The context flags, once read.
-    pub(crate) flags: Cell<Option<ContextFlags>>,
+    flags: Cell<Option<ContextFlags>>,
 }
 
-impl Invocation<'_> {
+impl<'a> Invocation<'a> {
+    /// The call the server made in `ctx` with `argv`, also read as `args`, whose writes fire
+    /// `event`.
+    pub fn new(
+        ctx: Ctx<'a>,
+        event: &'static CStr,
+        argv: &'a [ServerStr<'a>],
+        args: &'a [&'a [u8]],
+    ) -> Invocation<'a> {
+        Invocation {
+            ctx,
+            event,
+            argv,
+            args,
+            flags: Cell::new(None),
+        }
+    }
+
     /// Argument `index` (0 is the command's name) as a key name.
-    pub fn key(&self, index: usize) -> KeyName {
-        KeyName(self.argv[index])
+    pub fn key(&self, index: usize) -> KeyName<'a> {
+        self.argv[index]
     }
 
     /// Argument `index` as bytes, the key `args` leaves empty included.
-    pub fn arg_bytes(&self, index: usize) -> &[u8] {
-        // SAFETY: the server's argument strings live as long as the call.
-        unsafe { crate::redis::handler::string_bytes(self.argv[index]) }
+    pub fn arg_bytes(&self, index: usize) -> &'a [u8] {
+        self.argv[index].bytes()
     }
 
     /// The call's context flags, read once however many keys the call opens: they do not
@@ -77,15 +93,22 @@ impl Invocation<'_> {
         if let Some(flags) = self.flags.get() {
             return flags;
         }
-        // SAFETY: the running command's context.
-        let flags = unsafe { raw::RedisModule_GetContextFlags.unwrap()(self.ctx) };
-        let flags = ContextFlags(flags as u32);
+        let flags = ContextFlags(api::context_flags(self.ctx));
         self.flags.set(Some(flags));
         flags
     }
 
+    /// Whether the user running the call may run `argv` (a command and its arguments), by
+    /// the server's ACL. A call with no user (from a master, the AOF) may.
+    pub fn caller_may_run(&self, argv: &[&[u8]]) -> bool {
+        if self.context_flags().is_from_master_or_aof() {
+            return true;
+        }
+        api::CallerUser::of(self.ctx).is_some_and(|user| user.may_run(argv))
+    }
+
     /// The server's context of the call, for the rest of the FFI layer.
-    pub(crate) fn ctx(&self) -> *mut raw::RedisModuleCtx {
+    pub(crate) fn ctx(&self) -> Ctx<'a> {
         self.ctx
     }
 
@@ -93,8 +116,7 @@ impl Invocation<'_> {
     /// deterministic sends on, and what a write whose effect nothing would receive sends to
     /// count the change (the server drops it at once, but counts it for `save` points).
     pub fn replicate_verbatim(&self) {
-        // SAFETY: the running command's context.
-        unsafe { raw::RedisModule_ReplicateVerbatim.unwrap()(self.ctx) };
+        api::replicate_verbatim(self.ctx);
     }
 }
 
@@ -159,53 +181,39 @@ impl Reply {
     }
 
     /// Sends the reply, in the running command's context `ctx`.
-    pub(crate) fn send(self, ctx: *mut raw::RedisModuleCtx) {
-        // SAFETY: the running command's context; every function was checked at load.
-        unsafe {
-            let array = raw::RedisModule_ReplyWithArray.unwrap();
-            let integer = raw::RedisModule_ReplyWithLongLong.unwrap();
-            match self {
-                Reply::Limiter(reply) => {
-                    let extra = usize::from(reply.extra.is_some());
-                    let details = reply.details.as_ref().map_or(0, |details| details.len);
-                    array(ctx, (5 + extra + details) as _);
-                    for value in reply.fields.into_iter().chain(reply.extra) {
-                        integer(ctx, value);
-                    }
-                    if let Some(details) = &reply.details {
-                        for fields in &details.fields[..details.len] {
-                            array(ctx, 5);
-                            for value in fields {
-                                integer(ctx, *value);
-                            }
-                        }
+    pub(crate) fn send(self, ctx: Ctx<'_>) {
+        let integers = |values: &[i64]| {
+            for value in values {
+                api::reply_with_long_long(ctx, *value);
+            }
+        };
+        match self {
+            Reply::Limiter(reply) => {
+                let extra = usize::from(reply.extra.is_some());
+                let details = reply.details.as_ref().map_or(0, |details| details.len);
+                api::reply_with_array(ctx, 5 + extra + details);
+                integers(&reply.fields);
+                integers(reply.extra.as_slice());
+                if let Some(details) = &reply.details {
+                    for fields in &details.fields[..details.len] {
+                        api::reply_with_array(ctx, 5);
+                        integers(fields);
                     }
                 }
-                Reply::Held(held) => {
-                    integer(ctx, i64::from(held));
-                }
-                Reply::Integers(integers) => {
-                    let values = &integers.values[..integers.len];
-                    array(ctx, values.len() as _);
-                    for value in values {
-                        integer(ctx, *value);
-                    }
-                }
-                Reply::Ok => {
-                    raw::RedisModule_ReplyWithSimpleString.unwrap()(ctx, c"OK".as_ptr());
-                }
-                Reply::Top(estimates) => {
-                    array(ctx, estimates.len() as _);
-                    for estimate in &estimates {
-                        array(ctx, 3);
-                        raw::RedisModule_ReplyWithStringBuffer.unwrap()(
-                            ctx,
-                            estimate.key.as_ptr().cast(),
-                            estimate.key.len(),
-                        );
-                        integer(ctx, estimate.count as i64);
-                        integer(ctx, estimate.error as i64);
-                    }
+            }
+            Reply::Held(held) => api::reply_with_long_long(ctx, i64::from(held)),
+            Reply::Integers(values) => {
+                let values = &values.values[..values.len];
+                api::reply_with_array(ctx, values.len());
+                integers(values);
+            }
+            Reply::Ok => api::reply_with_simple_string(ctx, c"OK"),
+            Reply::Top(estimates) => {
+                api::reply_with_array(ctx, estimates.len());
+                for estimate in &estimates {
+                    api::reply_with_array(ctx, 3);
+                    api::reply_with_string_buffer(ctx, &estimate.key);
+                    integers(&[estimate.count as i64, estimate.error as i64]);
                 }
             }
         }

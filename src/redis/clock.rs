@@ -1,24 +1,18 @@
 //! The server's clock, read once per command, on the master only: replicas and AOF replays
 //! apply the master's absolute times and never read a clock of their own.
 
-use redis_module::raw;
-
 use crate::core::time::Micros;
+use crate::redis::api;
 
 /// Microseconds since the epoch at which readings are capped (2^63 - 1 ns, in 2262), so that
 /// every instant a limiter derives from the clock stays representable.
-const LATEST_MICROS: i64 = i64::MAX / 1_000;
+pub const LATEST_MICROS: i64 = i64::MAX / 1_000;
 
 /// The current time since the Unix epoch. On Redis 7.2+ and Valkey this is the server's
 /// cached command time, the instant the server itself uses for expiry, constant through a
 /// command, a MULTI/EXEC or a script; on 7.0 it is the real-time clock.
 pub fn now() -> Micros {
-    // SAFETY: a function pointer the server filled in at load, when present, only read.
-    let micros = match unsafe { raw::RedisModule_CachedMicroseconds } {
-        // SAFETY: as above; it reads the server's clock.
-        Some(cached_micros) => unsafe { cached_micros() },
-        None => realtime_micros(),
-    };
+    let micros = api::cached_microseconds().unwrap_or_else(realtime_micros);
     Micros(micros.clamp(0, LATEST_MICROS))
 }
 

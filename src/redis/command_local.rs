@@ -14,8 +14,10 @@ pub struct CommandLocal<T> {
 }
 
 // SAFETY: Redis serialises command calls (main thread, or the global lock), and `with`
-// refuses nested use, so no two `&mut T` ever exist at once.
-unsafe impl<T> Sync for CommandLocal<T> {}
+// refuses nested use, so no two `&mut T` ever exist at once; a command may run on another
+// thread than the last (holding the lock), so the value must be one that may move between
+// threads (`T: Send`).
+unsafe impl<T: Send> Sync for CommandLocal<T> {}
 
 impl<T> CommandLocal<T> {
     /// Holds `value`.

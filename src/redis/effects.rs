@@ -9,44 +9,47 @@
 //! most recent), and a value just stored as a new object is sent as that object: neither is
 //! formatted nor allocated again.
 
-use std::ffi::CStr;
-use std::sync::atomic::{AtomicPtr, Ordering};
-
-use redis_module::raw;
+use std::sync::OnceLock;
 
 use crate::core::effect::{Arg, Effect};
 use crate::core::packed::{Decimal, Packed};
 use crate::core::time::Millis;
+use crate::redis::api::{self, Io, OwnedString, ServerStr};
 use crate::redis::call::{Invocation, KeyName};
 use crate::redis::command_local::CommandLocal;
-use crate::redis::string::OwnedString;
 
 /// The keywords effects carry, made once: every `SET` sends `PXAT`.
-static PXAT: AtomicPtr<raw::RedisModuleString> = AtomicPtr::new(std::ptr::null_mut());
-static BLOCKED: AtomicPtr<raw::RedisModuleString> = AtomicPtr::new(std::ptr::null_mut());
-
-/// Makes the strings effects share, from OnLoad; they live as long as the module.
-pub fn make_shared_strings() {
-    for (word, shared) in [(c"PXAT", &PXAT), (c"BLOCKED", &BLOCKED)] {
-        let bytes = word.to_bytes();
-        // SAFETY: no context: the string is the module's until freed, which it never is.
-        let string = unsafe {
-            raw::RedisModule_CreateString.unwrap()(
-                std::ptr::null_mut(),
-                bytes.as_ptr().cast(),
-                bytes.len(),
-            )
-        };
-        shared.store(string, Ordering::Relaxed);
-    }
+struct SharedWords {
+    pxat: OwnedString,
+    blocked: OwnedString,
 }
 
-/// The shared string of a keyword effects carry; null for another word (then made anew).
-fn shared_word(word: &CStr) -> *mut raw::RedisModuleString {
-    match word.to_bytes() {
-        b"PXAT" => PXAT.load(Ordering::Relaxed),
-        b"BLOCKED" => BLOCKED.load(Ordering::Relaxed),
-        _ => std::ptr::null_mut(),
+static SHARED_WORDS: OnceLock<SharedWords> = OnceLock::new();
+
+// SAFETY: see `OwnedString`'s `Send`: the module touches server strings only while the
+// server runs it, one call at a time; the words are never changed once made.
+unsafe impl Sync for SharedWords {}
+
+/// The strings effects share, made at load ([`make_shared_strings`]) or at their first use;
+/// they live as long as the module.
+fn shared() -> &'static SharedWords {
+    SHARED_WORDS.get_or_init(|| SharedWords {
+        pxat: OwnedString::new(b"PXAT"),
+        blocked: OwnedString::new(b"BLOCKED"),
+    })
+}
+
+/// Makes the strings effects share, from OnLoad.
+pub fn make_shared_strings() {
+    shared();
+}
+
+/// The shared string of a keyword effects carry; `None` for another word (then made anew).
+fn shared_word(word: &[u8]) -> Option<ServerStr<'static>> {
+    match word {
+        b"PXAT" => Some(shared().pxat.as_str()),
+        b"BLOCKED" => Some(shared().blocked.as_str()),
+        _ => None,
     }
 }
 
@@ -54,99 +57,97 @@ fn shared_word(word: &CStr) -> *mut raw::RedisModuleString {
 /// the replication stream and the AOF. Two, so that a call over two limiters (`RL.ALL`)
 /// keeps the one that repeats.
 struct LastExpiries {
-    millis: [i64; 2],
-    /// Null until used; the module's own references (propagated copies hold theirs).
-    strings: [*mut raw::RedisModuleString; 2],
+    /// Each expiry, and its string: the module's own reference (propagated copies hold
+    /// theirs).
+    strings: [Option<(i64, OwnedString)>; 2],
     /// The one used last.
     newest: usize,
 }
 
 static LAST_EXPIRIES: CommandLocal<LastExpiries> = CommandLocal::new(LastExpiries {
-    millis: [0; 2],
-    strings: [std::ptr::null_mut(); 2],
+    strings: [None, None],
     newest: 0,
 });
 
-/// `expire_at` in decimal as a server string, valid until the second next call.
-fn expiry_string(expire_at: Millis) -> *mut raw::RedisModuleString {
+/// Runs `send` with `expire_at` in decimal as a server string, made only when it is not one
+/// of the two kept.
+fn with_expiry_string<R>(expire_at: Millis, send: impl FnOnce(ServerStr<'_>) -> R) -> R {
     LAST_EXPIRIES.with(|last| {
-        let found = (0..2).find(|&i| last.millis[i] == expire_at.0 && !last.strings[i].is_null());
-        let slot = found.unwrap_or_else(|| {
-            let slot = 1 - last.newest;
-            let decimal = Decimal::new(expire_at.0);
-            if !last.strings[slot].is_null() {
-                // SAFETY: the module's own reference, freed once; propagated copies hold
-                // references of their own.
-                unsafe {
-                    raw::RedisModule_FreeString.unwrap()(std::ptr::null_mut(), last.strings[slot])
-                };
-            }
-            last.strings[slot] = new_string(decimal.as_bytes());
-            last.millis[slot] = expire_at.0;
-            slot
-        });
+        let kept = |i: usize| matches!(&last.strings[i], Some((at, _)) if *at == expire_at.0);
+        let slot = (0..2).find(|&i| kept(i)).unwrap_or(1 - last.newest);
         last.newest = slot;
-        last.strings[slot]
+        let (_, string) = last.strings[slot]
+            .take()
+            .filter(|(at, _)| *at == expire_at.0)
+            .unwrap_or_else(|| (expire_at.0, OwnedString::new(Decimal::new(expire_at.0).as_bytes())));
+        let sent = send(string.as_str());
+        last.strings[slot] = Some((expire_at.0, string));
+        sent
     })
 }
 
-/// A new string object holding `bytes`, the module's until freed.
-fn new_string(bytes: &[u8]) -> *mut raw::RedisModuleString {
-    // SAFETY: no context; the server copies the bytes.
-    unsafe {
-        raw::RedisModule_CreateString.unwrap()(
-            std::ptr::null_mut(),
-            bytes.as_ptr().cast(),
-            bytes.len(),
-        )
-    }
+/// The string object an effect's argument travels as.
+enum ArgString<'s> {
+    /// One that lives on: a shared keyword, or the object the key's new value was stored as.
+    Kept(ServerStr<'s>),
+    /// One made for this effect, freed after it (the server holds references of its own to
+    /// what it sends).
+    Made(OwnedString),
+    /// The expiry, one of the two kept ([`with_expiry_string`]).
+    Expiry,
 }
 
-/// An effect's arguments after the key, as string objects. Objects made for the call are
-/// freed when it is dropped (the server holds references of its own to what it sends).
-struct Argv {
-    strings: [*mut raw::RedisModuleString; 3],
-    made: [bool; 3],
-    len: usize,
-}
-
-impl Argv {
-    /// `args`; `stored`, when given, is the object the key's new value was stored as (sent
-    /// for [`Arg::Value`]).
-    fn new(args: &[Arg], stored: Option<&OwnedString>) -> Argv {
-        let mut argv = Argv {
-            strings: [std::ptr::null_mut(); 3],
-            made: [false; 3],
-            len: args.len(),
-        };
-        for (at, arg) in args.iter().enumerate() {
-            argv.strings[at] = match (arg, stored) {
-                (Arg::Value(_), Some(stored)) => stored.as_ptr(),
-                (Arg::Expiry(expire_at), _) => expiry_string(*expire_at),
-                (Arg::Word(word), _) if !shared_word(word).is_null() => shared_word(word),
-                (Arg::Word(word), _) => {
-                    argv.made[at] = true;
-                    new_string(word.to_bytes())
-                }
-                (Arg::Value(bytes) | Arg::Bytes(bytes), _) => {
-                    argv.made[at] = true;
-                    new_string(bytes)
-                }
-            };
-        }
-        argv
-    }
-}
-
-impl Drop for Argv {
-    fn drop(&mut self) {
-        for (string, made) in self.strings.iter().zip(self.made) {
-            if made {
-                // SAFETY: made by `Argv::new` and freed once; the server holds its own
-                // references to what it propagated.
-                unsafe { raw::RedisModule_FreeString.unwrap()(std::ptr::null_mut(), *string) };
+impl ArgString<'_> {
+    fn of<'s>(arg: &Arg, stored: Option<&'s OwnedString>) -> ArgString<'s> {
+        match (arg, stored) {
+            (Arg::Value(_), Some(stored)) => ArgString::Kept(stored.as_str()),
+            (Arg::Expiry(_), _) => ArgString::Expiry,
+            (Arg::Word(word), _) => shared_word(word.to_bytes()).map_or_else(
+                || ArgString::Made(OwnedString::new(word.to_bytes())),
+                ArgString::Kept,
+            ),
+            (Arg::Value(bytes) | Arg::Bytes(bytes), _) => {
+                ArgString::Made(OwnedString::new(bytes))
             }
         }
+    }
+
+    fn get<'a>(&'a self, expiry: ServerStr<'a>) -> ServerStr<'a> {
+        match self {
+            ArgString::Kept(string) => *string,
+            ArgString::Made(string) => string.as_str(),
+            ArgString::Expiry => expiry,
+        }
+    }
+}
+
+/// Runs `send` with an effect's arguments after the key (at most three) as string objects;
+/// `stored`, when given, is the object the key's new value was stored as (sent for
+/// [`Arg::Value`]): neither it nor the expiry is made again.
+fn with_args<R>(
+    args: &[Arg],
+    stored: Option<&OwnedString>,
+    send: impl FnOnce(&[ServerStr<'_>]) -> R,
+) -> R {
+    let strings: [Option<ArgString<'_>>; 3] =
+        std::array::from_fn(|at| args.get(at).map(|arg| ArgString::of(arg, stored)));
+    let send_with = |expiry: ServerStr<'_>| {
+        let get = |at: usize| strings[at].as_ref().map_or(expiry, |string| string.get(expiry));
+        match args.len() {
+            0 => send(&[]),
+            1 => send(&[get(0)]),
+            2 => send(&[get(0), get(1)]),
+            _ => send(&[get(0), get(1), get(2)]),
+        }
+    };
+    let expiry = args.iter().find_map(|arg| match arg {
+        Arg::Expiry(expire_at) => Some(*expire_at),
+        _ => None,
+    });
+    match expiry {
+        Some(expire_at) => with_expiry_string(expire_at, send_with),
+        // No argument is the expiry: any string stands in for it, unread.
+        None => send_with(shared().pxat.as_str()),
     }
 }
 
@@ -155,45 +156,16 @@ impl Drop for Argv {
 pub fn propagate(call: &Invocation, key: KeyName, effect: &Effect, stored: Option<&OwnedString>) {
     let mut scratch = Packed::default();
     let encoded = effect.encode(&mut scratch);
-    let argv = Argv::new(encoded.args(), stored);
-    let (ctx, command, [a, b, c]) = (call.ctx(), encoded.command.as_ptr(), argv.strings);
-    // SAFETY: the running command's context and one of its keys; `argv` holds `len` live
-    // string objects, to which the server takes references of its own. One format of
-    // string objects per count (a vector, `v`, costs the server a reallocation per call).
-    unsafe {
-        let replicate = raw::RedisModule_Replicate.unwrap();
-        match argv.len {
-            0 => replicate(ctx, command, c"s".as_ptr(), key.0),
-            1 => replicate(ctx, command, c"ss".as_ptr(), key.0, a),
-            2 => replicate(ctx, command, c"sss".as_ptr(), key.0, a, b),
-            _ => replicate(ctx, command, c"ssss".as_ptr(), key.0, a, b, c),
-        };
-    }
+    with_args(encoded.args(), stored, |args| {
+        api::replicate(call.ctx(), encoded.command, key, args)
+    });
 }
 
 /// Writes `effect` on `key` to an AOF being rewritten (`aof_rewrite`'s `io`).
-///
-/// # Safety
-/// `aof` and `key` must be the server's arguments to the type's `aof_rewrite` callback.
-pub unsafe fn emit_aof(
-    aof: *mut raw::RedisModuleIO,
-    key: *mut raw::RedisModuleString,
-    effect: &Effect,
-) {
+pub fn emit_aof(aof: Io<'_>, key: ServerStr<'_>, effect: &Effect) {
     let mut scratch = Packed::default();
     let encoded = effect.encode(&mut scratch);
-    let argv = Argv::new(encoded.args(), None);
-    let (command, [a, b, c]) = (encoded.command.as_ptr(), argv.strings);
-    // SAFETY: per the caller; `argv` holds `len` live string objects, which the server
-    // copies into the AOF (the key, which it may keep on its stack, through `s`, which copies
-    // such a key).
-    unsafe {
-        let emit = raw::RedisModule_EmitAOF.unwrap();
-        match argv.len {
-            0 => emit(aof, command, c"s".as_ptr(), key),
-            1 => emit(aof, command, c"ss".as_ptr(), key, a),
-            2 => emit(aof, command, c"sss".as_ptr(), key, a, b),
-            _ => emit(aof, command, c"ssss".as_ptr(), key, a, b, c),
-        };
-    }
+    with_args(encoded.args(), None, |args| {
+        api::emit_aof(aof, encoded.command, key, args)
+    });
 }

@@ -3,10 +3,11 @@
 //! and the reply written only once the body has finished, so a reply is never left
 //! half-built.
 //!
-//! A command is a [`Registered`] type whose [`CommandSpec`] names its body, a plain Rust
-//! function of an [`Invocation`]; the server calls [`callback`] for it.
+//! The commands are one [`Table`] of [`Command`]s, given by the crate's root. The server
+//! calls [`callback`] for entry `I` of it, one function per entry ([`callbacks`]): Redis
+//! passes a command callback no data of its own, so the entry is known by which function it
+//! called.
 
-use std::cell::Cell;
 use std::ffi::{c_int, CString};
 use std::mem::MaybeUninit;
 use std::panic::{self, AssertUnwindSafe};
@@ -15,63 +16,71 @@ use redis_module::raw;
 
 use crate::core::engine::MAX_LIMITERS;
 use crate::error::CommandError;
+use crate::redis::api::{self, CommandFunc, Ctx, ServerStr};
 use crate::redis::call::{Invocation, Reply};
-use crate::redis::metadata::{CommandSpec, Keys};
-use crate::redis::stats::Outcome;
+use crate::redis::metadata::{Command, Keys};
+use crate::redis::stats::{self, Outcome};
 
 /// The most arguments any command accepts, counting its name; more is a wrong arity.
 /// `RL.ALL` with 16 limiters of the longest form and every option takes about 110.
 const MAX_ARGUMENTS: usize = 128;
 
-/// A command the module registers, known by its description.
-pub trait Registered {
-    /// The command's description, with its body.
-    const SPEC: &'static CommandSpec;
+/// The most commands a table may hold: one callback function is made for each.
+pub const MAX_COMMANDS: usize = 32;
+
+/// Every command the module registers, in one table (the crate's root gives it).
+pub trait Table: 'static {
+    /// The commands, at most [`MAX_COMMANDS`].
+    const COMMANDS: &'static [Command];
 }
 
-/// The C function the server calls for `R`'s command.
+/// The C function the server calls for entry `I` of `T`'s commands.
 ///
 /// # Safety
 /// Only the server calls it, as a command callback, with its context and arguments.
-pub unsafe extern "C" fn callback<R: Registered>(
+pub unsafe extern "C" fn callback<T: Table, const I: usize>(
     ctx: *mut raw::RedisModuleCtx,
     argv: *mut *mut raw::RedisModuleString,
     argc: c_int,
 ) -> c_int {
-    // SAFETY: the server's own arguments to a command callback, passed on unchanged.
-    unsafe { run(ctx, argv, argc, R::SPEC) }
+    // SAFETY: the server's own arguments to a command callback, alive while it runs.
+    let (ctx, argv) = unsafe {
+        let count = usize::try_from(argc).unwrap_or(0);
+        (Ctx::from_raw(ctx), ServerStr::slice(argv, count))
+    };
+    run(ctx, argv, I, &T::COMMANDS[I]);
+    raw::Status::Ok as c_int
 }
 
-/// Runs `spec`'s body for a call with `argc` arguments, counts the call in the command's
-/// counters, and replies.
-///
-/// # Safety
-/// `ctx`, `argv` and `argc` must come from the server's command callback.
-unsafe fn run(
-    ctx: *mut raw::RedisModuleCtx,
-    argv: *mut *mut raw::RedisModuleString,
-    argc: c_int,
-    spec: &'static CommandSpec,
-) -> c_int {
-    if let Keys::Counted(flags) = spec.keys {
-        // SAFETY: the running command's context.
-        if unsafe { raw::RedisModule_IsKeysPositionRequest.unwrap()(ctx) } != 0 {
-            // SAFETY: as for this function, during a keys-position request.
-            let _ = panic::catch_unwind(|| unsafe { report_counted_keys(ctx, argv, argc, flags) });
-            return raw::Status::Ok as c_int;
+/// One callback per possible entry of `T`'s table: entry `i` is registered with the `i`th.
+pub fn callbacks<T: Table>() -> [CommandFunc; MAX_COMMANDS] {
+    macro_rules! each {
+        ($($index:literal)*) => {
+            [$(callback::<T, $index> as CommandFunc),*]
+        };
+    }
+    const _: () = assert!(MAX_COMMANDS == 32);
+    each!(0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31)
+}
+
+/// Runs `command`'s body (entry `index` of the table) for a call with arguments `argv`,
+/// counts the call in the command's counters, and replies.
+fn run(ctx: Ctx<'_>, argv: &[ServerStr<'_>], index: usize, command: &'static Command) {
+    if let Keys::Counted(flags) = command.keys {
+        if api::is_keys_position_request(ctx) {
+            let _ = panic::catch_unwind(|| report_counted_keys(ctx, argv, flags));
+            return;
         }
     }
     let result = panic::catch_unwind(AssertUnwindSafe(|| {
-        let count = usize::try_from(argc).unwrap_or(0);
-        if argv.is_null() || count < spec.min_arguments() || count > MAX_ARGUMENTS {
+        let count = argv.len();
+        if count < command.min_arguments() || count > MAX_ARGUMENTS {
             return Err(CommandError::WrongArity);
         }
-        // SAFETY: the server passes `argc` valid strings in `argv`.
-        let argv = unsafe { std::slice::from_raw_parts(argv, count) };
         // Only the arguments given are filled: no zeroing of the whole array per call. The
         // command's name, and a single key, are never read as bytes: they stay empty.
         let mut bytes = [MaybeUninit::<&[u8]>::uninit(); MAX_ARGUMENTS];
-        let first_read = match spec.keys {
+        let first_read = match command.keys {
             Keys::One(_) => 2,
             Keys::None | Keys::Counted(_) => 1,
         }
@@ -79,101 +88,37 @@ unsafe fn run(
         for slot in &mut bytes[..first_read] {
             slot.write(&[]);
         }
-        for (slot, &arg) in bytes[first_read..count].iter_mut().zip(&argv[first_read..]) {
-            // SAFETY: one of the call's arguments, alive for the call.
-            slot.write(unsafe { string_bytes(arg) });
+        for (slot, arg) in bytes[first_read..count].iter_mut().zip(&argv[first_read..]) {
+            slot.write(arg.bytes());
         }
         // SAFETY: the first `count` elements were just written.
         let args = unsafe { std::slice::from_raw_parts(bytes.as_ptr().cast::<&[u8]>(), count) };
-        let call = Invocation {
-            ctx,
-            event: spec.event,
-            argv,
-            args,
-            flags: Cell::new(None),
-        };
-        (spec.body)(&call, spec.mode)
+        let call = Invocation::new(ctx, command.event, argv, args);
+        (command.body)(&call, command.mode)
     }));
     let result = result.unwrap_or(Err(CommandError::INTERNAL));
-    if let Some(stats) = spec.stats {
-        stats.record(result.as_ref().map_or(Outcome::Error, Reply::outcome));
+    if command.counted {
+        stats::record(index, result.as_ref().map_or(Outcome::Error, Reply::outcome));
     }
     match result {
         Ok(reply) => reply.send(ctx),
-        // SAFETY: the running command's context.
-        Err(error) => unsafe { reply_error(ctx, error) },
+        Err(CommandError::WrongArity) => api::wrong_arity(ctx),
+        Err(CommandError::Message(message)) => api::reply_with_error(ctx, message),
     }
-    raw::Status::Ok as c_int
 }
 
 /// Tells the server where the keys of a `numkeys key [key ...]` call are (for Cluster
 /// routing, `CROSSSLOT`, ACL and `COMMAND GETKEYS`): none when `numkeys` is not a count of
 /// keys the call has, in which case the command itself replies with the error.
-///
-/// # Safety
-/// As for [`run`], during a keys-position request.
-unsafe fn report_counted_keys(
-    ctx: *mut raw::RedisModuleCtx,
-    argv: *mut *mut raw::RedisModuleString,
-    argc: c_int,
-    flags: u32,
-) {
-    let count = usize::try_from(argc).unwrap_or(0);
-    if argv.is_null() || count < 2 {
-        return;
-    }
-    // SAFETY: the server passes `argc` valid strings in `argv`.
-    let argv = unsafe { std::slice::from_raw_parts(argv, count) };
-    // SAFETY: an argument of the call.
-    let numkeys = crate::args::parse_integer(unsafe { string_bytes(argv[1]) });
-    let Some(keys) = numkeys
-        .and_then(|keys| usize::try_from(keys).ok())
-        .filter(|keys| (1..=MAX_LIMITERS).contains(keys) && 2 + keys <= count)
-    else {
+fn report_counted_keys(ctx: Ctx<'_>, argv: &[ServerStr<'_>], flags: u32) {
+    let Some(numkeys) = argv.get(1) else {
         return;
     };
-    for position in 2..2 + keys {
-        // SAFETY: the running command's context, during its keys-position request.
-        unsafe {
-            match raw::RedisModule_KeyAtPosWithFlags {
-                Some(key_at) => key_at(ctx, position as c_int, flags as c_int),
-                None => raw::RedisModule_KeyAtPos.unwrap()(ctx, position as c_int),
-            }
-        }
-    }
-}
-
-/// The bytes of a server string, borrowed.
-///
-/// # Safety
-/// `string` must be a live server string; the slice must not outlive it.
-pub unsafe fn string_bytes<'a>(string: *mut raw::RedisModuleString) -> &'a [u8] {
-    let mut len = 0;
-    // SAFETY: a live string, per the caller.
-    let ptr = unsafe { raw::RedisModule_StringPtrLen.unwrap()(string, &mut len) };
-    if ptr.is_null() || len == 0 {
-        &[]
-    } else {
-        // SAFETY: the server gives `len` readable bytes, alive as long as the string.
-        unsafe { std::slice::from_raw_parts(ptr.cast(), len) }
-    }
-}
-
-/// Replies with `error`.
-///
-/// # Safety
-/// `ctx` must be the running command's context.
-unsafe fn reply_error(ctx: *mut raw::RedisModuleCtx, error: CommandError) {
-    // SAFETY: per the caller; the messages are C strings.
-    unsafe {
-        match error {
-            CommandError::WrongArity => {
-                raw::RedisModule_WrongArity.unwrap()(ctx);
-            }
-            CommandError::Message(message) => {
-                raw::RedisModule_ReplyWithError.unwrap()(ctx, message.as_ptr());
-            }
-        }
+    let keys = crate::core::packed::parse_integer(numkeys.bytes())
+        .and_then(|keys| usize::try_from(keys).ok())
+        .filter(|keys| (1..=MAX_LIMITERS).contains(keys) && 2 + keys <= argv.len());
+    for position in (2..).take(keys.unwrap_or(0)) {
+        api::key_at_pos(ctx, position as c_int, flags);
     }
 }
 
@@ -183,17 +128,6 @@ pub fn log_panics_to_redis() {
     panic::set_hook(Box::new(|info| {
         let message = CString::new(format!("ratelimit module panic: {info}").replace('\0', " "))
             .unwrap_or_default();
-        // SAFETY: a function pointer the server filled in at load; both strings are C strings.
-        if let Some(log) = unsafe { raw::RedisModule_Log } {
-            // SAFETY: as above; a null context logs under no module, which the server allows.
-            unsafe {
-                log(
-                    std::ptr::null_mut(),
-                    c"warning".as_ptr(),
-                    c"%s".as_ptr(),
-                    message.as_ptr(),
-                )
-            };
-        }
+        api::log(None, c"warning", &message);
     }));
 }

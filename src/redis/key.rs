@@ -4,16 +4,16 @@
 //! makes of them is [`super::store`]'s.
 
 use std::cell::Cell;
-use std::ffi::{c_int, CStr};
+use std::ffi::CStr;
 use std::ptr;
-
-use redis_module::raw;
 
 use crate::core::ring::{kind_of, Native};
 use crate::core::time::Millis;
+use crate::redis::api::{self, Ctx, KeyHandle, KeyType};
 use crate::redis::call::{Invocation, KeyName};
 use crate::redis::native_type::{native_type, Borrowed, View};
-use crate::redis::string::OwnedString;
+
+pub use crate::redis::api::EventClass;
 
 /// What a key holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -28,21 +28,12 @@ pub enum Held {
     Other,
 }
 
-/// The keyspace-event class of a write: the class of the key's type.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum EventClass {
-    /// `$`: a string.
-    String,
-    /// `d`: a module type.
-    Module,
-}
-
 /// An open key. Closed when dropped.
-pub struct OpenKey {
-    ctx: *mut raw::RedisModuleCtx,
-    name: KeyName,
-    /// Null when opened for reading and the key does not exist.
-    key: *mut raw::RedisModuleKey,
+pub struct OpenKey<'a> {
+    ctx: Ctx<'a>,
+    name: KeyName<'a>,
+    /// `None` when opened for reading and the key does not exist.
+    key: Option<KeyHandle<'a>>,
     writable: bool,
     /// What the key holds: read when it is opened, kept up to date by every change made
     /// through this handle (a call reads it to decide, then again to change it).
@@ -52,20 +43,14 @@ pub struct OpenKey {
     native: Cell<*mut u64>,
 }
 
-impl OpenKey {
+impl<'a> OpenKey<'a> {
     /// Opens `name` for the running `call`, for writing when `writable`. Opening does not
     /// create the key, and opening for writing signals nothing until something is written.
     /// `None` when the server gives no key to write (Valkey's forkless operations hold a
     /// key they are saving).
-    pub fn open(call: &Invocation, name: KeyName, writable: bool) -> Option<OpenKey> {
-        let mode = if writable {
-            raw::REDISMODULE_READ | raw::REDISMODULE_WRITE
-        } else {
-            raw::REDISMODULE_READ
-        };
-        // SAFETY: the running command's context and one of its arguments.
-        let key = unsafe { raw::RedisModule_OpenKey.unwrap()(call.ctx(), name.0, mode as c_int) };
-        if key.is_null() && writable {
+    pub fn open(call: &Invocation<'a>, name: KeyName<'a>, writable: bool) -> Option<OpenKey<'a>> {
+        let key = api::open_key(call.ctx(), name, writable);
+        if key.is_none() && writable {
             return None;
         }
         let mut open = OpenKey {
@@ -81,7 +66,7 @@ impl OpenKey {
     }
 
     /// The key's name.
-    pub fn name(&self) -> KeyName {
+    pub fn name(&self) -> KeyName<'a> {
         self.name
     }
 
@@ -95,18 +80,21 @@ impl OpenKey {
         self.held
     }
 
+    /// The key, open for writing.
+    fn for_writing(&mut self) -> Option<&mut KeyHandle<'a>> {
+        self.key.as_mut().filter(|_| self.writable)
+    }
+
     /// What the key holds, asked of the server.
     fn read_held(&self) -> Held {
-        // SAFETY: an open key, or null, which KeyType accepts.
-        let key_type = unsafe { raw::RedisModule_KeyType.unwrap()(self.key) } as isize;
-        match key_type {
-            raw::REDISMODULE_KEYTYPE_EMPTY => Held::Nothing,
-            raw::REDISMODULE_KEYTYPE_STRING => {
-                // SAFETY: an open key holding a string.
-                Held::String(unsafe { raw::RedisModule_ValueLength.unwrap()(self.key) })
-            }
-            raw::REDISMODULE_KEYTYPE_MODULE if self.holds_module_type() => Held::Native,
-            _ => Held::Other,
+        let Some(key) = &self.key else {
+            return Held::Nothing;
+        };
+        match key.key_type() {
+            KeyType::Empty => Held::Nothing,
+            KeyType::String => Held::String(key.value_length()),
+            KeyType::Module if key.module_type() == native_type() => Held::Native,
+            KeyType::Module | KeyType::Other => Held::Other,
         }
     }
 
@@ -114,37 +102,24 @@ impl OpenKey {
     /// an integer-encoded value to a raw one (the same bytes), which is why callers check
     /// the length ([`OpenKey::held`]) first.
     pub fn string(&self) -> Option<&[u8]> {
-        let mut len = 0;
-        // SAFETY: an open key (a string, per the callers' check); the mode reads.
-        let ptr = unsafe {
-            raw::RedisModule_StringDMA.unwrap()(self.key, &mut len, raw::REDISMODULE_READ as c_int)
-        };
-        // SAFETY: the server gives `len` readable bytes, valid until the key changes, which
-        // takes `&mut self`.
-        (!ptr.is_null()).then(|| unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), len) })
+        self.key.as_ref()?.string_dma()
     }
 
     /// The key's string to write in place, when it holds one of exactly `len` bytes.
     pub fn string_mut(&mut self, len: usize) -> Option<&mut [u8]> {
-        if !self.writable || self.held() != Held::String(len) {
+        if self.held() != Held::String(len) {
             return None;
         }
-        let mut dma_len = 0;
-        let write = raw::REDISMODULE_WRITE as c_int;
-        // SAFETY: a key open for writing, holding a string.
-        let ptr = unsafe { raw::RedisModule_StringDMA.unwrap()(self.key, &mut dma_len, write) };
-        // SAFETY: the server gives `dma_len` writable bytes, valid until the key changes,
-        // which this borrow of `self` prevents.
-        (!ptr.is_null() && dma_len == len)
-            .then(|| unsafe { std::slice::from_raw_parts_mut(ptr.cast::<u8>(), len) })
+        self.for_writing()?
+            .string_dma_mut()
+            .filter(|bytes| bytes.len() == len)
     }
 
     /// Grows or shrinks the key's string to `len` bytes; false if the server refuses.
     pub fn resize_string(&mut self, len: usize) -> bool {
-        // SAFETY: a key open for writing (the server refuses otherwise).
-        let resized = self.writable
-            && unsafe { raw::RedisModule_StringTruncate.unwrap()(self.key, len) }
-                == raw::Status::Ok as c_int;
+        let resized = self
+            .for_writing()
+            .is_some_and(|key| key.string_truncate(len));
         if resized {
             self.held = Held::String(len);
         }
@@ -154,19 +129,10 @@ impl OpenKey {
     /// Stores `bytes` as a new string, replacing the key's value (and its expiry); returns
     /// the string object, which is what a propagated `SET` can send without a copy. `None`
     /// if the server refuses.
-    pub fn set_string(&mut self, bytes: &[u8]) -> Option<OwnedString> {
-        if !self.writable {
-            return None;
-        }
-        // SAFETY: the running command's context; the server copies the bytes.
-        let created = unsafe {
-            raw::RedisModule_CreateString.unwrap()(self.ctx, bytes.as_ptr().cast(), bytes.len())
-        };
-        // SAFETY: just created in this context, and owned by nothing else.
-        let string = unsafe { OwnedString::new(self.ctx, created) };
-        // SAFETY: a key open for writing; the server takes its own reference to the string.
-        let stored = unsafe { raw::RedisModule_StringSet.unwrap()(self.key, string.as_ptr()) };
-        if stored != raw::Status::Ok as c_int {
+    pub fn set_string(&mut self, bytes: &[u8]) -> Option<api::OwnedString> {
+        let key = self.for_writing()?;
+        let string = api::OwnedString::new(bytes);
+        if !key.string_set(&string) {
             return None;
         }
         self.held = Held::String(bytes.len());
@@ -176,28 +142,18 @@ impl OpenKey {
 
     /// Sets the key's absolute expiry; false if the server refuses.
     pub fn set_expiry(&mut self, expire_at: Millis) -> bool {
-        // SAFETY: an open key holding a value (the server refuses otherwise).
-        self.writable
-            && unsafe { raw::RedisModule_SetAbsExpire.unwrap()(self.key, expire_at.0) }
-                == raw::Status::Ok as c_int
+        self.for_writing()
+            .is_some_and(|key| key.set_abs_expire(expire_at.0))
     }
 
     /// Deletes the key; false if the server refuses.
     pub fn delete(&mut self) -> bool {
-        // SAFETY: an open key; deleting a missing key is a no-op the server accepts.
-        let deleted = self.writable
-            && unsafe { raw::RedisModule_DeleteKey.unwrap()(self.key) } == raw::Status::Ok as c_int;
+        let deleted = self.for_writing().is_some_and(KeyHandle::delete);
         if deleted {
             self.held = Held::Nothing;
             self.native.set(ptr::null_mut());
         }
         deleted
-    }
-
-    /// Whether the key's module value is of this module's type.
-    fn holds_module_type(&self) -> bool {
-        // SAFETY: an open key holding a module value.
-        unsafe { raw::RedisModule_ModuleTypeGetType.unwrap()(self.key) == native_type() }
     }
 
     /// The key's value of the module's type, if it holds one of kind `T`, read in place.
@@ -216,35 +172,31 @@ impl OpenKey {
     }
 
     /// The key's value of kind `T`, to change: it goes back to the key when the borrow ends.
-    pub fn native_mut<T: Native>(&mut self) -> Option<Borrowed<'_, T>> {
-        if !self.writable {
-            return None;
-        }
+    pub fn native_mut<T: Native>(&mut self) -> Option<Borrowed<'_, 'a, T>> {
         let raw = self.native_raw()?;
-        // SAFETY: the kind is checked first; the key stays open for writing while the
-        // borrow (which holds it mutably) lives.
+        // SAFETY: the key's own value, alive while the key is open.
         if kind_of(unsafe { *raw }) != T::KIND {
             return None;
         }
         // The change may move the value: it is looked up again next time.
         self.native.set(ptr::null_mut());
-        // SAFETY: as above.
-        Some(unsafe { Borrowed::new(self.key, raw) })
+        let key = self.for_writing()?;
+        // SAFETY: the key's value, of the module's type and kind `T`; the key stays open
+        // for writing while the borrow (which holds it mutably) lives.
+        Some(unsafe { Borrowed::new(key, raw) })
     }
 
     /// Stores `value` in the key, which must be empty and open for writing; the server owns
     /// it from then on and frees it with the type's `free` callback. False (and `value`
     /// freed) if the server refuses.
     pub fn set_native<T: Native>(&mut self, value: T) -> bool {
-        if !self.writable {
+        let Some(key) = self.for_writing() else {
             return false;
-        }
-        let raw = crate::redis::native_type::hand_over(value);
-        // SAFETY: a key open for writing; on failure the value is still ours to free.
-        let status = unsafe {
-            raw::RedisModule_ModuleTypeSetValue.unwrap()(self.key, native_type(), raw.cast())
         };
-        if status != raw::Status::Ok as c_int {
+        let raw = crate::redis::native_type::hand_over(value);
+        // SAFETY: a value of the module's type, which its `free` callback frees; on failure
+        // it is still ours.
+        if !unsafe { key.set_module_value(native_type(), raw.cast()) } {
             // SAFETY: the allocation just handed over and refused, taken back once.
             drop(unsafe { crate::redis::native_type::take_back::<T>(raw) });
             return false;
@@ -260,9 +212,7 @@ impl OpenKey {
             return None;
         }
         if self.native.get().is_null() {
-            // SAFETY: an open key holding a value of the module's type.
-            let value = unsafe { raw::RedisModule_ModuleTypeGetValue.unwrap()(self.key) };
-            self.native.set(value.cast());
+            self.native.set(self.key.as_ref()?.module_value().cast());
         }
         Some(self.native.get())
     }
@@ -271,28 +221,7 @@ impl OpenKey {
     /// the event `event` (the command's name), in `class`. With notifications off, the
     /// server returns at its first check.
     pub fn signal_modified(&self, event: &CStr, class: EventClass) {
-        let class = match class {
-            EventClass::String => raw::REDISMODULE_NOTIFY_STRING,
-            EventClass::Module => raw::REDISMODULE_NOTIFY_MODULE,
-        };
-        // SAFETY: the running command's context and one of its arguments; the event is a C
-        // string.
-        unsafe {
-            raw::RedisModule_SignalModifiedKey.unwrap()(self.ctx, self.name.0);
-            raw::RedisModule_NotifyKeyspaceEvent.unwrap()(
-                self.ctx,
-                class as c_int,
-                event.as_ptr(),
-                self.name.0,
-            );
-        }
-    }
-}
-
-impl Drop for OpenKey {
-    fn drop(&mut self) {
-        // SAFETY: CloseKey accepts null, and the key is closed once.
-        unsafe { raw::RedisModule_CloseKey.unwrap()(self.key) };
-        self.key = ptr::null_mut();
+        api::signal_modified_key(self.ctx, self.name);
+        api::notify_keyspace_event(self.ctx, class, event, self.name);
     }
 }

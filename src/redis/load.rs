@@ -9,23 +9,12 @@ use std::panic::{self, AssertUnwindSafe};
 use redis_module::raw;
 
 use crate::core::top::{DEFAULT_CAPACITY, MAX_CAPACITY};
-use crate::redis::metadata::CommandSpec;
-use crate::redis::stats::CommandStats;
-use crate::redis::{effects, handler, metadata, native_type, propagation, settings, stats, top};
+use crate::redis::api::{self, Ctx, InitError, ServerStr};
+use crate::redis::handler::{self, Table, MAX_COMMANDS};
+use crate::redis::{effects, metadata, native_type, propagation, settings, stats, top};
 
-/// What the module registers, given by the crate's root (the FFI layer knows no command):
-/// every command, their counters, and the debug commands with the argument that enables
-/// them.
-pub struct Commands {
-    /// Every command, registered at every load.
-    pub all: &'static [&'static CommandSpec],
-    /// The counters `INFO ratelimit` shows.
-    pub stats: &'static [&'static CommandStats],
-    /// The fault-injection commands, registered only with `debug_argument`.
-    pub debug: &'static [&'static CommandSpec],
-    /// The module argument that registers `debug`.
-    pub debug_argument: &'static str,
-}
+/// The module argument that registers the debug commands (fault injection for the tests).
+pub const DEBUG_ARGUMENT: &str = "debug-commands";
 
 /// The module's name: `MODULE LIST`, the log's `<ratelimit>` prefix, `MODULE UNLOAD`.
 const MODULE_NAME: &CStr = c"ratelimit";
@@ -61,9 +50,10 @@ const OK: c_int = raw::Status::Ok as c_int;
 const ERR: c_int = raw::Status::Err as c_int;
 
 /// Exports `RedisModule_OnLoad`, the function Redis calls when it loads the module, for the
-/// crate's root to register `$commands` (a [`Commands`]): the FFI layer imports no command.
+/// crate's root to register the commands of `$table` (a [`Table`]): the FFI layer imports no
+/// command.
 macro_rules! export_on_load {
-    ($commands:expr) => {
+    ($table:ty) => {
         /// Called by Redis when it loads the module (`loadmodule`, `--loadmodule`,
         /// `MODULE LOAD`).
         ///
@@ -75,61 +65,53 @@ macro_rules! export_on_load {
             argv: *mut *mut redis_module::raw::RedisModuleString,
             argc: std::ffi::c_int,
         ) -> std::ffi::c_int {
-            static COMMANDS: $crate::redis::load::Commands = $commands;
             // SAFETY: the server's own arguments to OnLoad, passed on unchanged.
-            unsafe { $crate::redis::load::on_load(ctx, argv, argc, &COMMANDS) }
+            unsafe { $crate::redis::load::on_load::<$table>(ctx, argv, argc) }
         }
     };
 }
 pub(crate) use export_on_load;
 
 /// What `RedisModule_OnLoad` ([`export_on_load`]) does when Redis loads the module
-/// (`loadmodule`, `--loadmodule`, `MODULE LOAD`): registers `commands`.
+/// (`loadmodule`, `--loadmodule`, `MODULE LOAD`): registers `T`'s commands.
 ///
 /// # Safety
 /// Only `RedisModule_OnLoad` calls it, once per load, with the server's context and the
 /// module arguments.
-pub unsafe fn on_load(
+pub unsafe fn on_load<T: Table>(
     ctx: *mut raw::RedisModuleCtx,
     argv: *mut *mut raw::RedisModuleString,
     argc: c_int,
-    commands: &Commands,
 ) -> c_int {
-    // Nothing may allocate before this: the global allocator is the server's own.
-    // SAFETY: the server's context for this load, given to fill in the API's pointers.
-    unsafe { raw::Export_RedisModule_InitAPI(ctx) };
-    // A second load of the same library shares this one's statics: check before touching any.
-    // SAFETY: a function pointer just filled in, only read.
-    let is_busy = unsafe { raw::RedisModule_IsModuleNameBusy };
-    // SAFETY: a C string; the server only reads it.
-    let busy = is_busy.is_some_and(|is_busy| unsafe { is_busy(MODULE_NAME.as_ptr()) } != 0);
-    if busy {
-        log_c_warning(
-            ctx,
-            c"ratelimit is already loaded (see MODULE LIST): a module is loaded once per server",
-        );
-        return ERR;
-    }
-    // SAFETY: the server's context for this load; the name is a C string it copies.
-    let initialized = unsafe {
-        raw::Export_RedisModule_Init(
-            ctx,
-            MODULE_NAME.as_ptr(),
-            MODULE_VERSION,
-            raw::REDISMODULE_APIVER_1 as c_int,
+    // SAFETY: OnLoad's context and arguments, alive while it runs.
+    let (ctx, args) = unsafe {
+        (
+            Ctx::from_raw(ctx),
+            ServerStr::slice(argv, usize::try_from(argc).unwrap_or(0)),
         )
     };
-    if initialized != OK {
-        log_c_warning(ctx, c"the server refused to initialize the module API");
-        return ERR;
+    // Nothing may allocate before this: the global allocator is the server's own.
+    // SAFETY: called once per load, from OnLoad, with its context.
+    match unsafe { api::init(ctx, MODULE_NAME, MODULE_VERSION) } {
+        Ok(()) => {}
+        Err(InitError::Busy) => {
+            api::log(
+                Some(ctx),
+                c"warning",
+                c"ratelimit is already loaded (see MODULE LIST): a module is loaded once per server",
+            );
+            return ERR;
+        }
+        Err(InitError::Refused) => {
+            api::log(Some(ctx), c"warning", c"the server refused to initialize the module API");
+            return ERR;
+        }
+        Err(InitError::Missing(function)) => {
+            log_warning(ctx, &format!("this server lacks the module API function {function} the commands need: Redis 7.0 or newer, or Valkey, is required"));
+            return ERR;
+        }
     }
-    let args = if argv.is_null() || argc <= 0 {
-        &[][..]
-    } else {
-        // SAFETY: Redis passes `argc` module arguments.
-        unsafe { std::slice::from_raw_parts(argv, argc as usize) }
-    };
-    let loaded = panic::catch_unwind(AssertUnwindSafe(|| initialize(ctx, args, commands)))
+    let loaded = panic::catch_unwind(AssertUnwindSafe(|| initialize::<T>(ctx, args)))
         .unwrap_or_else(|_| Err("a panic while loading (see the log above)".to_owned()));
     match loaded {
         Ok(()) => OK,
@@ -141,15 +123,9 @@ pub unsafe fn on_load(
 }
 
 /// Everything after the API is ready: arguments, the data type, the commands, `INFO`.
-fn initialize(
-    ctx: *mut raw::RedisModuleCtx,
-    args: &[*mut raw::RedisModuleString],
-    commands: &Commands,
-) -> Result<(), String> {
-    if !server_api_complete() {
-        return Err("this server lacks module API functions the commands need: Redis 7.0 or newer, or Valkey, is required".to_owned());
-    }
-    let arguments = parse_arguments(args, commands.debug_argument)?;
+fn initialize<T: Table>(ctx: Ctx<'_>, args: &[ServerStr<'_>]) -> Result<(), String> {
+    const { assert!(T::COMMANDS.len() <= MAX_COMMANDS) };
+    let arguments = parse_arguments(args)?;
     handler::log_panics_to_redis();
     set_module_options(ctx);
     effects::make_shared_strings();
@@ -158,18 +134,17 @@ fn initialize(
     settings::watch(ctx);
     let module_category = metadata::add_module_acl_category(ctx);
     top::register_config(ctx, arguments.top_keys)?;
-    let debug_specs = if arguments.debug_commands {
-        commands.debug
-    } else {
-        &[]
-    };
-    for spec in commands.all.iter().chain(debug_specs) {
-        metadata::register(ctx, spec)?;
-        if let Err(reason) = metadata::describe(ctx, spec, module_category) {
+    let callbacks = handler::callbacks::<T>();
+    for (command, callback) in T::COMMANDS.iter().zip(callbacks) {
+        if command.debug && !arguments.debug_commands {
+            continue;
+        }
+        metadata::register(ctx, command, callback)?;
+        if let Err(reason) = metadata::describe(ctx, command, module_category) {
             log_warning(ctx, reason);
         }
     }
-    if let Err(reason) = stats::register_info(ctx, commands.stats) {
+    if let Err(reason) = stats::register_info(ctx, T::COMMANDS) {
         log_warning(ctx, reason);
     }
     Ok(())
@@ -187,20 +162,15 @@ struct Arguments {
 const TOP_KEYS_ARGUMENT: &str = "top-keys";
 
 /// Reads the module arguments: `top-keys <n>` (0 to `MAX_CAPACITY`), and whether the debug
-/// commands are wanted (`debug_argument`). Any other argument stops the load, named in the
+/// commands are wanted ([`DEBUG_ARGUMENT`]). Any other argument stops the load, named in the
 /// log, so a typo in a `loadmodule` line is never ignored.
-fn parse_arguments(
-    args: &[*mut raw::RedisModuleString],
-    debug_argument: &str,
-) -> Result<Arguments, String> {
+fn parse_arguments(args: &[ServerStr<'_>]) -> Result<Arguments, String> {
+    let debug_argument = DEBUG_ARGUMENT;
     let mut arguments = Arguments {
         debug_commands: false,
         top_keys: DEFAULT_CAPACITY,
     };
-    // SAFETY: module arguments Redis passed, alive during OnLoad.
-    let mut words = args
-        .iter()
-        .map(|&arg| unsafe { handler::string_bytes(arg) });
+    let mut words = args.iter().map(|arg| arg.bytes());
     while let Some(word) = words.next() {
         if word.eq_ignore_ascii_case(debug_argument.as_bytes()) {
             arguments.debug_commands = true;
@@ -269,15 +239,14 @@ fn printable(bytes: &[u8]) -> String {
 /// changes nothing ([`crate::redis::key`]). But no released Valkey has the option, so its
 /// bit is not fixed by a released header, and no server the tests run can exercise it: it
 /// is declared once a release carries it and the tests run a forkless save.
-fn set_module_options(ctx: *mut raw::RedisModuleCtx) {
+fn set_module_options(ctx: Ctx<'_>) {
     let mut options = raw::REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED
         | raw::REDISMODULE_OPTIONS_HANDLE_IO_ERRORS
         | raw::REDISMODULE_OPTIONS_HANDLE_REPL_ASYNC_LOAD;
     if valkey_major(ctx).is_some_and(|major| major >= 9) {
         options |= VALKEY_HANDLE_ATOMIC_SLOT_MIGRATION;
     }
-    // SAFETY: called from OnLoad with its context.
-    unsafe { raw::RedisModule_SetModuleOptions.unwrap()(ctx, options as c_int) };
+    api::set_module_options(ctx, options);
 }
 
 /// `VALKEYMODULE_OPTIONS_HANDLE_ATOMIC_SLOT_MIGRATION`, in Valkey 9's `valkeymodule.h`.
@@ -285,102 +254,20 @@ const VALKEY_HANDLE_ATOMIC_SLOT_MIGRATION: u32 = 1 << 5;
 
 /// Valkey's major release, from `INFO server` (`server_name:valkey`, `valkey_version`);
 /// `None` on Redis, or when the section cannot be read.
-fn valkey_major(ctx: *mut raw::RedisModuleCtx) -> Option<u32> {
-    // SAFETY: function pointers Redis filled in at load; the info is freed once, after its
-    // fields were copied.
-    unsafe {
-        let (Some(get), Some(text), Some(free)) = (
-            raw::RedisModule_GetServerInfo,
-            raw::RedisModule_ServerInfoGetFieldC,
-            raw::RedisModule_FreeServerInfo,
-        ) else {
-            return None;
-        };
-        let info = get(ctx, c"server".as_ptr());
-        if info.is_null() {
-            return None;
-        }
-        let field = |name: &CStr| {
-            let value = text(info, name.as_ptr());
-            (!value.is_null()).then(|| CStr::from_ptr(value).to_bytes().to_vec())
-        };
-        let name = field(c"server_name");
-        let version = field(c"valkey_version");
-        free(ctx, info);
-        if name.as_deref() != Some(b"valkey") {
-            return None;
-        }
-        let version = version?;
-        let major = version.split(|&byte| byte == b'.').next()?;
-        std::str::from_utf8(major).ok()?.parse().ok()
+fn valkey_major(ctx: Ctx<'_>) -> Option<u32> {
+    let info = api::ServerInfo::read(ctx, c"server")?;
+    if info.text(c"server_name")?.as_slice() != b"valkey" {
+        return None;
     }
-}
-
-/// Whether the server provides every API function the commands call. Redis 7.0 and newer,
-/// and Valkey, do.
-fn server_api_complete() -> bool {
-    macro_rules! all_present {
-        ($($function:ident),* $(,)?) => {
-            // SAFETY: copies of function pointers Redis filled in at load.
-            true $(&& unsafe { raw::$function }.is_some())*
-        };
-    }
-    all_present!(
-        RedisModule_CreateCommand,
-        RedisModule_SetModuleOptions,
-        RedisModule_CreateDataType,
-        RedisModule_StringPtrLen,
-        RedisModule_OpenKey,
-        RedisModule_CloseKey,
-        RedisModule_KeyType,
-        RedisModule_ValueLength,
-        RedisModule_StringDMA,
-        RedisModule_StringSet,
-        RedisModule_StringTruncate,
-        RedisModule_CreateString,
-        RedisModule_FreeString,
-        RedisModule_DeleteKey,
-        RedisModule_SetAbsExpire,
-        RedisModule_Replicate,
-        RedisModule_SignalModifiedKey,
-        RedisModule_NotifyKeyspaceEvent,
-        RedisModule_IsKeysPositionRequest,
-        RedisModule_KeyAtPos,
-        RedisModule_ReplyWithArray,
-        RedisModule_ReplyWithLongLong,
-        RedisModule_ReplyWithError,
-        RedisModule_WrongArity,
-        RedisModule_ReplyWithSimpleString,
-        RedisModule_GetContextFlags,
-        RedisModule_ReplicateVerbatim,
-        RedisModule_ModuleTypeGetType,
-        RedisModule_ModuleTypeGetValue,
-        RedisModule_ModuleTypeSetValue,
-        RedisModule_SaveUnsigned,
-        RedisModule_LoadUnsigned,
-        RedisModule_SaveStringBuffer,
-        RedisModule_LoadStringBuffer,
-        RedisModule_IsIOError,
-        RedisModule_Free,
-        RedisModule_EmitAOF,
-        RedisModule_DigestAddStringBuffer,
-        RedisModule_DigestEndSequence,
-    )
+    let version = info.text(c"valkey_version")?;
+    let major = version.split(|&byte| byte == b'.').next()?;
+    std::str::from_utf8(major).ok()?.parse().ok()
 }
 
 /// Logs `message` at warning level, as data, never as a format string.
-pub fn log_warning(ctx: *mut raw::RedisModuleCtx, message: &str) {
+pub fn log_warning(ctx: Ctx<'_>, message: &str) {
     let message = CString::new(message.replace('\0', " ")).unwrap_or_default();
-    log_c_warning(ctx, &message);
-}
-
-/// [`log_warning`] for a C string: allocates nothing, so it may run before the API is ready.
-fn log_c_warning(ctx: *mut raw::RedisModuleCtx, message: &CStr) {
-    // SAFETY: a function pointer Redis filled in; both strings are NUL-terminated.
-    if let Some(log) = unsafe { raw::RedisModule_Log } {
-        // SAFETY: the load's context; the message goes as data to a "%s" format.
-        unsafe { log(ctx, c"warning".as_ptr(), c"%s".as_ptr(), message.as_ptr()) };
-    }
+    api::log(Some(ctx), c"warning", &message);
 }
 
 #[cfg(test)]

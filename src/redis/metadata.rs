@@ -1,7 +1,8 @@
-//! Command registration: the command itself, then everything `COMMAND INFO` and
-//! `COMMAND DOCS` show (arity, key specs, summary, arguments for redis-cli's hints) where
-//! the server supports it (Redis 7.0+), and ACL categories (Redis 7.2+, and the module's
-//! own `@ratelimit` category on 7.4+). Older servers get the command without what they lack.
+//! Command registration: every command from one description ([`Command`], one entry of the
+//! crate's command table), then everything `COMMAND INFO` and `COMMAND DOCS` show (arity, key
+//! specs, summary, arguments for redis-cli's hints) where the server supports it (Redis
+//! 7.0+), and ACL categories (Redis 7.2+, and the module's own `@ratelimit` category on
+//! 7.4+). Older servers get the command without what they lack.
 
 use std::ffi::{c_int, CStr, CString};
 use std::mem::size_of;
@@ -10,15 +11,8 @@ use std::ptr;
 use redis_module::raw;
 
 use crate::error::CommandError;
+use crate::redis::api::{self, CommandArg, CommandFunc, CommandInfo, CommandKeySpec, Ctx};
 use crate::redis::call::{Invocation, Reply};
-use crate::redis::stats::CommandStats;
-
-/// The C signature of a command callback ([`crate::redis::handler::callback`]).
-pub type Handler = unsafe extern "C" fn(
-    *mut raw::RedisModuleCtx,
-    *mut *mut raw::RedisModuleString,
-    c_int,
-) -> c_int;
 
 /// A command's body: what it replies to a call in a mode, or the error.
 pub type Body = fn(&Invocation, Mode) -> Result<Reply, CommandError>;
@@ -42,44 +36,207 @@ pub const KEY_READ_ONLY: u32 = raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CM
 /// The key-spec flags of a key a command fills (the AOF's chunks).
 pub const KEY_INSERT: u32 = raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_INSERT;
 
-/// Everything the server is told about one command.
-pub struct CommandSpec {
+/// Everything the server is told about one command, and what runs it: one entry of the
+/// command table. Made by one of the constructors ([`Command::limiter`],
+/// [`Command::reader`], [`Command::internal`], [`Command::admin`]) and refined by the
+/// builder methods, all `const`, so that the table is a `static`.
+#[derive(Clone, Copy)]
+pub struct Command {
     /// The command's name.
     pub name: &'static CStr,
-    /// Its callback.
-    pub handler: Handler,
     /// What it runs.
     pub body: Body,
     /// Whether it may write.
     pub mode: Mode,
     /// Its flags, as `RedisModule_CreateCommand` takes them.
     pub flags: &'static CStr,
+    /// ACL categories (`COMMAND INFO`, `ACL CAT`) as `RedisModule_SetCommandACLCategories`
+    /// takes them, without the module's own category.
+    pub acl_categories: &'static CStr,
+    /// Whether the command belongs to the module's `@ratelimit` ACL category: the commands
+    /// limiter clients call do, the internal, admin and debug ones do not.
+    pub in_module_category: bool,
     /// Redis' arity: `-N` for at least N arguments, counting the name.
     pub arity: c_int,
+    /// Where its keys are, and how it uses them.
+    pub keys: Keys,
+    /// The arguments after the name, for `COMMAND DOCS` and redis-cli's hints.
+    pub args: &'static [Arg],
     /// One line for `COMMAND DOCS`.
     pub summary: &'static CStr,
     /// Time complexity for `COMMAND DOCS`.
     pub complexity: &'static CStr,
     /// The module version that introduced the command.
     pub since: &'static CStr,
-    /// ACL categories (`COMMAND INFO`, `ACL CAT`) as `RedisModule_SetCommandACLCategories`
-    /// takes them, without the module's own category.
-    pub acl_categories: &'static CStr,
-    /// Whether the command belongs to the module's `@ratelimit` ACL category: the commands
-    /// users call do, the internal and debug ones do not.
-    pub in_module_category: bool,
-    /// Where its keys are, and how it uses them.
-    pub keys: Keys,
-    /// The arguments after the name, for `COMMAND DOCS` and redis-cli's hints.
-    pub args: &'static [Arg],
+    /// The syntax error a malformed call gets, which names the usage; tested against `args`.
+    pub usage: Option<CommandError>,
     /// The keyspace event its writes fire (`notify-keyspace-events`): the name of the
     /// command clients call, also for the internal commands that carry its effect.
     pub event: &'static CStr,
-    /// Its counters in `INFO`, for the commands clients call.
-    pub stats: Option<&'static CommandStats>,
+    /// Whether `INFO ratelimit` counts its calls (the commands limiter clients call).
+    pub counted: bool,
+    /// Whether it is registered only with the module argument `debug-commands` (fault
+    /// injection for the tests).
+    pub debug: bool,
 }
 
-impl CommandSpec {
+impl Command {
+    /// The fields every constructor fills the same way.
+    const fn base(name: &'static CStr, body: Body, mode: Mode) -> Command {
+        Command {
+            name,
+            body,
+            mode,
+            flags: c"write fast",
+            acl_categories: c"write fast",
+            in_module_category: false,
+            arity: -2,
+            keys: Keys::One(KEY_READ_WRITE),
+            args: &[],
+            summary: c"",
+            complexity: c"O(1)",
+            since: c"0.1.0",
+            usage: None,
+            event: name,
+            counted: false,
+            debug: false,
+        }
+    }
+
+    /// A limiter command clients call, writing or its read-only `_RO` variant, on one key,
+    /// counted in `INFO` and in the `@ratelimit` category.
+    ///
+    /// Not `deny-oom`: the module refuses only the calls that would write (see
+    /// `store::writable`), so that peeks answer over `maxmemory`.
+    pub const fn limiter(name: &'static CStr, mode: Mode, body: Body) -> Command {
+        let (flags, acl_categories, key_flags) = match mode {
+            Mode::Write => (c"write fast", c"write fast", KEY_READ_WRITE),
+            Mode::ReadOnly => (c"readonly fast", c"read fast", KEY_READ_ONLY),
+        };
+        Command {
+            flags,
+            acl_categories,
+            in_module_category: true,
+            keys: Keys::One(key_flags),
+            counted: true,
+            ..Command::base(name, body, mode)
+        }
+    }
+
+    /// A command clients call that reads one key and writes nothing, not counted.
+    pub const fn reader(name: &'static CStr, body: Body) -> Command {
+        Command {
+            flags: c"readonly fast",
+            acl_categories: c"read fast",
+            in_module_category: true,
+            keys: Keys::One(KEY_READ_ONLY),
+            ..Command::base(name, body, Mode::ReadOnly)
+        }
+    }
+
+    /// An internal command that carries a write's effect to one key, from a master or the
+    /// AOF only; its writes fire `event`, the keyspace event of the command clients call.
+    pub const fn internal(name: &'static CStr, body: Body, event: &'static CStr) -> Command {
+        Command {
+            event,
+            ..Command::base(name, body, Mode::Write)
+        }
+    }
+
+    /// A command for operators only: `admin` (and so in `@admin` and `@dangerous`), no
+    /// keys, never in `@ratelimit`.
+    pub const fn admin(name: &'static CStr, body: Body) -> Command {
+        Command {
+            flags: c"admin",
+            acl_categories: c"admin dangerous slow",
+            keys: Keys::None,
+            ..Command::base(name, body, Mode::Write)
+        }
+    }
+
+    /// The same command with `numkeys key [key ...]` keys, told to the server per call
+    /// (`getkeys-api`): the key spec alone is not what Cluster routing and `CROSSSLOT`
+    /// checks read.
+    pub const fn counted_keys(self) -> Command {
+        let (flags, key_flags) = match self.mode {
+            Mode::Write => (c"write fast getkeys-api", KEY_READ_WRITE),
+            Mode::ReadOnly => (c"readonly fast getkeys-api", KEY_READ_ONLY),
+        };
+        Command {
+            flags,
+            keys: Keys::Counted(key_flags),
+            ..self
+        }
+    }
+
+    /// The same command with other flags and ACL categories.
+    pub const fn flags(self, flags: &'static CStr, acl_categories: &'static CStr) -> Command {
+        Command {
+            flags,
+            acl_categories,
+            ..self
+        }
+    }
+
+    /// The same command with no keys (it reads the module's own state).
+    pub const fn no_keys(self) -> Command {
+        Command {
+            keys: Keys::None,
+            ..self
+        }
+    }
+
+    /// The same command with its one key's flags.
+    pub const fn key_flags(self, flags: u32) -> Command {
+        Command {
+            keys: Keys::One(flags),
+            ..self
+        }
+    }
+
+    /// The same command, with Redis' arity: `-N` for at least N arguments, counting the name.
+    pub const fn arity(self, arity: c_int) -> Command {
+        Command { arity, ..self }
+    }
+
+    /// The same command, with its arguments for `COMMAND DOCS`.
+    pub const fn args(self, args: &'static [Arg]) -> Command {
+        Command { args, ..self }
+    }
+
+    /// The same command, with its documentation: one line, its complexity, the version
+    /// that introduced it.
+    pub const fn docs(
+        self,
+        summary: &'static CStr,
+        complexity: &'static CStr,
+        since: &'static CStr,
+    ) -> Command {
+        Command {
+            summary,
+            complexity,
+            since,
+            ..self
+        }
+    }
+
+    /// The same command, whose syntax error is `usage`.
+    pub const fn usage(self, usage: CommandError) -> Command {
+        Command {
+            usage: Some(usage),
+            ..self
+        }
+    }
+
+    /// The same command, registered only with the module argument `debug-commands`.
+    pub const fn debug(self) -> Command {
+        Command {
+            debug: true,
+            in_module_category: false,
+            ..self
+        }
+    }
+
     /// The fewest arguments a call has, counting the name: Redis' arity, positive when exact,
     /// negative for "at least".
     pub fn min_arguments(&self) -> usize {
@@ -199,8 +356,8 @@ pub enum ArgKind {
 static INFO_VERSION: raw::RedisModuleCommandInfoVersion = raw::RedisModuleCommandInfoVersion {
     version: 1,
     sizeof_historyentry: size_of::<raw::RedisModuleCommandHistoryEntry>(),
-    sizeof_keyspec: size_of::<raw::RedisModuleCommandKeySpec>(),
-    sizeof_arg: size_of::<raw::RedisModuleCommandArg>(),
+    sizeof_keyspec: size_of::<CommandKeySpec>(),
+    sizeof_arg: size_of::<CommandArg>(),
 };
 
 /// The ACL category the module adds for its commands (`+@ratelimit`), on servers that let
@@ -209,38 +366,21 @@ pub const MODULE_ACL_CATEGORY: &CStr = c"ratelimit";
 
 /// Adds [`MODULE_ACL_CATEGORY`] to the server's ACL categories; false when the server cannot
 /// (before Redis 7.4) or refuses.
-pub fn add_module_acl_category(ctx: *mut raw::RedisModuleCtx) -> bool {
-    // SAFETY: a function pointer Redis filled in at load, called from OnLoad.
-    unsafe { raw::RedisModule_AddACLCategory }.is_some_and(|add| {
-        // SAFETY: called from OnLoad with its context; the name is a C string it copies.
-        let added = unsafe { add(ctx, MODULE_ACL_CATEGORY.as_ptr()) };
-        added == raw::Status::Ok as c_int
-    })
+pub fn add_module_acl_category(ctx: Ctx<'_>) -> bool {
+    api::add_acl_category(ctx, MODULE_ACL_CATEGORY)
 }
 
-/// Registers `spec`'s command: a single key at positions 1 1 1; counted keys are declared
-/// by their key spec only (Redis then finds them per call, as for `EVAL`).
-pub fn register(ctx: *mut raw::RedisModuleCtx, spec: &CommandSpec) -> Result<(), String> {
-    let (first, last, step) = match spec.keys {
+/// Registers `command`, run by `handler`: a single key at positions 1 1 1; counted keys are
+/// declared by their key spec only (Redis then finds them per call, as for `EVAL`).
+pub fn register(ctx: Ctx<'_>, command: &Command, handler: CommandFunc) -> Result<(), String> {
+    let keys = match command.keys {
         Keys::One(_) => (1, 1, 1),
         Keys::None | Keys::Counted(_) => (0, 0, 0),
     };
-    // SAFETY: called from OnLoad with its context; the strings are static C strings.
-    let created = unsafe {
-        raw::RedisModule_CreateCommand.unwrap()(
-            ctx,
-            spec.name.as_ptr(),
-            Some(spec.handler),
-            spec.flags.as_ptr(),
-            first,
-            last,
-            step,
-        )
-    };
-    if created != raw::Status::Ok as c_int {
+    if !api::create_command(ctx, command.name, handler, command.flags, keys) {
         return Err(format!(
             "the server refused to create the command {} (is another module using the name?)",
-            spec.name.to_string_lossy()
+            command.name.to_string_lossy()
         ));
     }
     Ok(())
@@ -249,22 +389,13 @@ pub fn register(ctx: *mut raw::RedisModuleCtx, spec: &CommandSpec) -> Result<(),
 /// Gives a registered command its metadata: arity, key spec, documentation, and ACL
 /// categories (with the module's own when `module_category` says the server has it).
 /// Servers before Redis 7.0 have no API for it and keep the bare command.
-pub fn describe(
-    ctx: *mut raw::RedisModuleCtx,
-    spec: &CommandSpec,
-    module_category: bool,
-) -> Result<(), &'static str> {
-    // SAFETY: function pointers the server filled in at load, only read.
-    let (get_command, set_info) =
-        unsafe { (raw::RedisModule_GetCommand, raw::RedisModule_SetCommandInfo) };
-    let (Some(get_command), Some(set_info)) = (get_command, set_info) else {
+pub fn describe(ctx: Ctx<'_>, spec: &Command, module_category: bool) -> Result<(), &'static str> {
+    if !api::can_describe_commands() {
         return Ok(());
-    };
-    // SAFETY: looks up a command this module registered, from OnLoad.
-    let command = unsafe { get_command(ctx, spec.name.as_ptr()) };
-    if command.is_null() {
-        return Err("a registered command could not be found to describe it");
     }
+    let Some(command) = api::get_command(ctx, spec.name) else {
+        return Err("a registered command could not be found to describe it");
+    };
     set_acl_categories(command, spec, module_category)?;
     // SAFETY: an all-zero key spec (null pointers, zero flags) is the terminator the server
     // looks for.
@@ -275,7 +406,7 @@ pub fn describe(
         terminator,
     ];
     let mut args = c_args(spec.args);
-    let info = raw::RedisModuleCommandInfo {
+    let info = CommandInfo {
         version: &INFO_VERSION,
         summary: spec.summary.as_ptr(),
         complexity: spec.complexity.as_ptr(),
@@ -286,8 +417,9 @@ pub fn describe(
         key_specs: key_specs.as_mut_ptr(),
         args: args.args.as_mut_ptr(),
     };
-    // SAFETY: the server copies everything it keeps before returning.
-    if unsafe { set_info(command, &info) } != raw::Status::Ok as c_int {
+    // SAFETY: every pointer in `info` is a static C string or a terminated array alive for
+    // the call; the server copies everything it keeps before returning.
+    if !unsafe { api::set_command_info(command, &info) } {
         return Err(
             "the server refused a command's metadata (COMMAND INFO and COMMAND DOCS will lack it)",
         );
@@ -298,30 +430,25 @@ pub fn describe(
 /// Puts the command in its ACL categories, on servers that have them for module commands
 /// (Redis 7.2+; before, module commands belong to no category but `@all`).
 fn set_acl_categories(
-    command: *mut raw::RedisModuleCommand,
-    spec: &CommandSpec,
+    command: api::CommandHandle<'_>,
+    spec: &Command,
     module_category: bool,
 ) -> Result<(), &'static str> {
-    // SAFETY: a function pointer Redis filled in at load.
-    let Some(set_categories) = (unsafe { raw::RedisModule_SetCommandACLCategories }) else {
-        return Ok(());
-    };
     let mut categories = spec.acl_categories.to_bytes().to_vec();
     if module_category && spec.in_module_category {
         categories.push(b' ');
         categories.extend_from_slice(MODULE_ACL_CATEGORY.to_bytes());
     }
     let categories = CString::new(categories).expect("category names hold no NUL");
-    // SAFETY: called from OnLoad; the server parses the string before returning.
-    if unsafe { set_categories(command, categories.as_ptr()) } != raw::Status::Ok as c_int {
-        return Err("the server refused a command's ACL categories");
+    match api::set_command_acl_categories(command, &categories) {
+        Some(false) => Err("the server refused a command's ACL categories"),
+        Some(true) | None => Ok(()),
     }
-    Ok(())
 }
 
 /// The key spec: a single key found at index 1, a range of one; or counted keys, whose
 /// number is at index 1 and which follow it (like `EVAL`'s); none for a command without keys.
-fn key_spec(keys: Keys) -> Option<raw::RedisModuleCommandKeySpec> {
+fn key_spec(keys: Keys) -> Option<CommandKeySpec> {
     let (flags, find_keys_type, fk) = match keys {
         Keys::None => return None,
         Keys::One(flags) => (
@@ -347,7 +474,7 @@ fn key_spec(keys: Keys) -> Option<raw::RedisModuleCommandKeySpec> {
             },
         ),
     };
-    Some(raw::RedisModuleCommandKeySpec {
+    Some(CommandKeySpec {
         notes: ptr::null(),
         flags: u64::from(flags),
         begin_search_type: raw::RedisModuleKeySpecBeginSearchType_REDISMODULE_KSPEC_BS_INDEX,
@@ -361,7 +488,7 @@ fn key_spec(keys: Keys) -> Option<raw::RedisModuleCommandKeySpec> {
 
 /// A zero-terminated C argument array, with the arrays its subarguments point into.
 struct CArgs {
-    args: Vec<raw::RedisModuleCommandArg>,
+    args: Vec<CommandArg>,
     _nested: Vec<CArgs>,
 }
 
@@ -378,7 +505,7 @@ fn c_args(args: &[Arg]) -> CArgs {
             nested.push(subargs); // Moves the Vec, not the elements `first` points to.
             first
         };
-        converted.push(raw::RedisModuleCommandArg {
+        converted.push(CommandArg {
             name: arg.name.as_ptr(),
             type_: match arg.kind {
                 ArgKind::Key => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_KEY,

@@ -1,8 +1,9 @@
-//! The FFI layer: every call into the server's module API, behind a small safe API the
-//! commands use (the call and its replies in [`handler`], keys in [`key`], what writes send
-//! to replicas in [`effects`], the engine's store in [`store`]), with a `SAFETY` comment on
-//! every `unsafe` block.
+//! The FFI layer: every call into the server's module API goes through [`api`], one typed
+//! function per API; around it, a small safe API the commands use (the call and its replies
+//! in [`call`] and [`handler`], keys in [`key`], what writes send to replicas in [`effects`],
+//! the engine's store in [`store`]), with a `SAFETY` comment on every `unsafe` block.
 
+pub mod api;
 pub mod call;
 pub mod clock;
 pub mod command_local;
@@ -16,5 +17,4 @@ pub mod propagation;
 pub mod settings;
 pub mod stats;
 pub mod store;
-pub mod string;
 pub mod top;

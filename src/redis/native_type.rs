@@ -31,6 +31,7 @@ use crate::core::lease::{LeaseSet, LEASE_KIND, LEASE_LEN};
 use crate::core::log::{SlidingLog, ENTRY_LEN, LOG_KIND};
 use crate::core::ring::{kind_of, Native};
 use crate::core::time::Micros;
+use crate::redis::api::{self, Ctx, DefragCtx, Digest, Io, KeyHandle, ServerStr, TypeMethods};
 use crate::redis::effects;
 
 /// The RDB encoding version this build writes; it reads this one and every earlier one.
@@ -79,8 +80,8 @@ unsafe fn value<'a>(value: *const c_void) -> Option<Value<'a>> {
 }
 
 /// Creates the data type, from OnLoad.
-pub fn create(ctx: *mut raw::RedisModuleCtx) -> Result<(), String> {
-    let mut methods = raw::RedisModuleTypeMethods {
+pub fn create(ctx: Ctx<'_>) -> Result<(), String> {
+    let mut methods = TypeMethods {
         version: raw::REDISMODULE_TYPE_METHOD_VERSION as u64,
         rdb_load: Some(rdb_load),
         rdb_save: Some(rdb_save),
@@ -95,27 +96,18 @@ pub fn create(ctx: *mut raw::RedisModuleCtx) -> Result<(), String> {
         unlink: None,
         copy: Some(copy),
         // Servers without RedisModule_DefragAlloc never call it.
-        // SAFETY: a function pointer the server filled in at load, only read.
-        defrag: unsafe { raw::RedisModule_DefragAlloc }.map(|_| defrag as _),
+        defrag: api::can_defrag().then_some(defrag as _),
         mem_usage2: None,
         free_effort2: None,
         unlink2: None,
         copy2: None,
         aux_save2: None,
     };
-    // SAFETY: called from OnLoad; the server copies the methods.
-    let created = unsafe {
-        raw::RedisModule_CreateDataType.unwrap()(
-            ctx,
-            TYPE_NAME.as_ptr(),
-            ENCODING_VERSION,
-            &mut methods,
-        )
-    };
-    if created.is_null() {
+    let Some(created) = api::create_data_type(ctx, TYPE_NAME, ENCODING_VERSION, &mut methods)
+    else {
         return Err("the server refused to create the data type 'ratelimit' (is another module using the name?)".to_owned());
-    }
-    NATIVE_TYPE.store(created, Ordering::Relaxed);
+    };
+    NATIVE_TYPE.store(created.as_ptr(), Ordering::Relaxed);
     Ok(())
 }
 
@@ -155,61 +147,51 @@ impl<T: Native> Deref for View<'_, T> {
 /// A native value taken out of an open key to be changed. When dropped (after the change,
 /// or during a panic's unwinding) the key gets the value back, at its new address if the
 /// change moved it, so the server never holds a freed allocation.
-pub struct Borrowed<'a, T: Native> {
-    key: *mut raw::RedisModuleKey,
+pub struct Borrowed<'k, 'a, T: Native> {
+    key: &'k mut KeyHandle<'a>,
     raw: *mut u64,
     value: ManuallyDrop<T>,
-    _key: PhantomData<&'a mut ()>,
 }
 
-impl<T: Native> Borrowed<'_, T> {
-    /// The value of the key `key` (open for writing), whose raw value is `raw` of kind `T`.
+impl<'k, 'a, T: Native> Borrowed<'k, 'a, T> {
+    /// The value of `key` (open for writing), whose raw value is `raw` of kind `T`.
     ///
     /// # Safety
-    /// `raw` must be the key's module value, of this type and kind `T`, and the key must
-    /// stay open for writing while this lives.
-    pub unsafe fn new(key: *mut raw::RedisModuleKey, raw: *mut u64) -> Self {
+    /// `raw` must be the key's module value, of this type and kind `T`, and the key must be
+    /// open for writing.
+    pub unsafe fn new(key: &'k mut KeyHandle<'a>, raw: *mut u64) -> Self {
         Borrowed {
             key,
             raw,
             // SAFETY: per the caller.
             value: ManuallyDrop::new(unsafe { take_back(raw) }),
-            _key: PhantomData,
         }
     }
 }
 
-impl<T: Native> Deref for Borrowed<'_, T> {
+impl<T: Native> Deref for Borrowed<'_, '_, T> {
     type Target = T;
     fn deref(&self) -> &T {
         &self.value
     }
 }
 
-impl<T: Native> DerefMut for Borrowed<'_, T> {
+impl<T: Native> DerefMut for Borrowed<'_, '_, T> {
     fn deref_mut(&mut self) -> &mut T {
         &mut self.value
     }
 }
 
-impl<T: Native> Drop for Borrowed<'_, T> {
+impl<T: Native> Drop for Borrowed<'_, '_, T> {
     fn drop(&mut self) {
         // SAFETY: taken once, here.
         let words = unsafe { ManuallyDrop::take(&mut self.value) }.into_words();
         let moved = Box::into_raw(words).cast::<u64>();
         if moved != self.raw {
-            let mut old = ptr::null_mut();
             // SAFETY: the key is open for writing and holds this type; the old allocation
             // was freed by the change that moved it, so the server must not free it: the
             // replaced pointer it hands back is ignored.
-            unsafe {
-                raw::RedisModule_ModuleTypeReplaceValue.unwrap()(
-                    self.key,
-                    native_type(),
-                    moved.cast(),
-                    &mut old,
-                )
-            };
+            unsafe { self.key.replace_module_value(native_type(), moved.cast()) };
         }
     }
 }
@@ -238,111 +220,88 @@ fn serialized_leases(set: &LeaseSet, first: usize, count: usize) -> Vec<u8> {
     bytes
 }
 
-/// Reads a string buffer from the RDB and hands it to `read`, then frees it.
-///
-/// # Safety
-/// `io` must be Redis' loading context.
-unsafe fn load_buffer(
-    io: *mut raw::RedisModuleIO,
-    read: impl FnOnce(&[u8]) -> Option<()>,
-) -> Option<()> {
-    // SAFETY: the server's loading context, per the caller; the buffer is freed once.
-    unsafe {
-        let mut len = 0;
-        let buffer = raw::RedisModule_LoadStringBuffer.unwrap()(io, &mut len);
-        if raw::RedisModule_IsIOError.unwrap()(io) != 0 || buffer.is_null() {
-            return None;
-        }
-        let loaded = read(std::slice::from_raw_parts(buffer.cast::<u8>(), len));
-        raw::RedisModule_Free.unwrap()(buffer.cast());
-        loaded
-    }
+/// Reads a string buffer from the RDB and hands it to `read`; the buffer is freed after,
+/// and on a read error too.
+fn load_buffer(io: Io<'_>, read: impl FnOnce(&[u8]) -> Option<()>) -> Option<()> {
+    read(api::load_string_buffer(io)?.bytes())
+}
+
+/// Reads an unsigned integer from the RDB; `None` on a read error.
+fn load_unsigned(io: Io<'_>) -> Option<u64> {
+    let value = api::load_unsigned(io);
+    (!api::is_io_error(io)).then_some(value)
 }
 
 /// Reads a log's entries: an entry count, then a string of that many entries.
-///
-/// # Safety
-/// `io` must be Redis' loading context.
-unsafe fn load_log_entries(io: *mut raw::RedisModuleIO, log: &mut SlidingLog) -> Option<()> {
-    // SAFETY: the server's loading context, per the caller.
-    unsafe {
-        let entries = raw::RedisModule_LoadUnsigned.unwrap()(io);
-        load_buffer(io, |bytes| {
-            (entries.checked_mul(ENTRY_LEN as u64) == Some(bytes.len() as u64)).then_some(())?;
-            log.append_serialized(bytes)
-        })
-    }
+fn load_log_entries(io: Io<'_>, log: &mut SlidingLog) -> Option<()> {
+    let entries = load_unsigned(io)?;
+    load_buffer(io, |bytes| {
+        (entries.checked_mul(ENTRY_LEN as u64) == Some(bytes.len() as u64)).then_some(())?;
+        log.append_serialized(bytes)
+    })
 }
 
 /// Reads a lease set after its kind: the next id, the lease count, then the leases.
-///
-/// # Safety
-/// `io` must be Redis' loading context.
-unsafe fn load_leases(io: *mut raw::RedisModuleIO) -> Option<LeaseSet> {
-    // SAFETY: the server's loading context, per the caller.
-    unsafe {
-        let load_unsigned = raw::RedisModule_LoadUnsigned.unwrap();
-        let next_id = load_unsigned(io);
-        let leases = load_unsigned(io);
-        let mut set = LeaseSet::default();
-        load_buffer(io, |bytes| {
-            (leases.checked_mul(LEASE_LEN as u64) == Some(bytes.len() as u64)).then_some(())?;
-            set.append_serialized(next_id, bytes)
-        })?;
-        Some(set)
+fn load_leases(io: Io<'_>) -> Option<LeaseSet> {
+    let next_id = load_unsigned(io)?;
+    let leases = load_unsigned(io)?;
+    let mut set = LeaseSet::default();
+    load_buffer(io, |bytes| {
+        (leases.checked_mul(LEASE_LEN as u64) == Some(bytes.len() as u64)).then_some(())?;
+        set.append_serialized(next_id, bytes)
+    })?;
+    Some(set)
+}
+
+/// Reads a value of encoding version `encver`; `None` on a read error or a malformed value.
+fn load(io: Io<'_>, encver: c_int) -> Option<*mut u64> {
+    match encver {
+        1 => {
+            let mut log = SlidingLog::default();
+            load_log_entries(io, &mut log).map(|()| hand_over(log))
+        }
+        2 => match u8::try_from(load_unsigned(io)?) {
+            Ok(LOG_KIND) => {
+                let blocked_until = i64::try_from(load_unsigned(io)?).ok()?;
+                let mut log = SlidingLog::default();
+                log.set_blocked_until(Micros(blocked_until));
+                load_log_entries(io, &mut log).map(|()| hand_over(log))
+            }
+            Ok(LEASE_KIND) => load_leases(io).map(hand_over),
+            _ => None,
+        },
+        _ => None,
     }
 }
 
 unsafe extern "C" fn rdb_load(io: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
-    // SAFETY: the server calls it with its loading context, for a value of this type.
-    guarded(ptr::null_mut(), || unsafe {
-        let load_unsigned = raw::RedisModule_LoadUnsigned.unwrap();
-        let is_error = || raw::RedisModule_IsIOError.unwrap()(io) != 0;
-        let loaded = match encver {
-            1 => {
-                let mut log = SlidingLog::default();
-                load_log_entries(io, &mut log).map(|()| hand_over(log))
-            }
-            2 => match u8::try_from(load_unsigned(io)) {
-                Ok(LOG_KIND) => {
-                    let blocked_until = load_unsigned(io);
-                    if is_error() || blocked_until > i64::MAX as u64 {
-                        return ptr::null_mut();
-                    }
-                    let mut log = SlidingLog::default();
-                    log.set_blocked_until(Micros(blocked_until as i64));
-                    load_log_entries(io, &mut log).map(|()| hand_over(log))
-                }
-                Ok(LEASE_KIND) => load_leases(io).map(hand_over),
-                _ => None,
-            },
-            _ => None,
-        };
-        loaded.map_or(ptr::null_mut(), |raw| raw.cast())
+    // SAFETY: the server calls it with its loading context, alive during the call.
+    let Some(io) = (unsafe { Io::from_raw(io) }) else {
+        return ptr::null_mut();
+    };
+    guarded(ptr::null_mut(), || {
+        load(io, encver).map_or(ptr::null_mut(), |raw| raw.cast())
     })
 }
 
 unsafe extern "C" fn rdb_save(io: *mut raw::RedisModuleIO, value: *mut c_void) {
     // SAFETY: the server calls it with its saving context and a live value of this type.
-    guarded((), || unsafe {
-        let save_unsigned = raw::RedisModule_SaveUnsigned.unwrap();
-        let save_buffer = raw::RedisModule_SaveStringBuffer.unwrap();
-        match self::value(value) {
-            Some(Value::Log(log)) => {
-                save_unsigned(io, u64::from(LOG_KIND));
-                save_unsigned(io, log.blocked_until().0 as u64);
-                let bytes = serialized(&log, 0, log.len());
-                save_unsigned(io, log.len() as u64);
-                save_buffer(io, bytes.as_ptr().cast(), bytes.len());
-            }
-            Some(Value::Leases(set)) => {
-                save_unsigned(io, u64::from(LEASE_KIND));
-                save_unsigned(io, set.next_id());
-                let bytes = serialized_leases(&set, 0, set.len());
-                save_unsigned(io, set.len() as u64);
-                save_buffer(io, bytes.as_ptr().cast(), bytes.len());
-            }
-            None => {}
+    let (Some(io), Some(value)) = (unsafe { Io::from_raw(io) }, unsafe { self::value(value) })
+    else {
+        return;
+    };
+    guarded((), || match value {
+        Value::Log(log) => {
+            api::save_unsigned(io, u64::from(LOG_KIND));
+            api::save_unsigned(io, log.blocked_until().0 as u64);
+            api::save_unsigned(io, log.len() as u64);
+            api::save_string_buffer(io, &serialized(&log, 0, log.len()));
+        }
+        Value::Leases(set) => {
+            api::save_unsigned(io, u64::from(LEASE_KIND));
+            api::save_unsigned(io, set.next_id());
+            api::save_unsigned(io, set.len() as u64);
+            api::save_string_buffer(io, &serialized_leases(&set, 0, set.len()));
         }
     })
 }
@@ -353,9 +312,16 @@ unsafe extern "C" fn aof_rewrite(
     value: *mut c_void,
 ) {
     // SAFETY: the server calls it with its rewriting context, a key and its live value.
-    guarded((), || unsafe {
-        match self::value(value) {
-            Some(Value::Log(log)) => {
+    let (Some(aof), Some(key), Some(value)) = (
+        unsafe { Io::from_raw(aof) },
+        unsafe { ServerStr::from_raw(key) },
+        unsafe { self::value(value) },
+    ) else {
+        return;
+    };
+    guarded((), || {
+        match value {
+            Value::Log(log) => {
                 // At least one command, so that a log holding only a block is rebuilt too.
                 let chunks = log.len().div_ceil(ENTRIES_PER_AOF_COMMAND).max(1);
                 for chunk in 0..chunks {
@@ -371,7 +337,7 @@ unsafe extern "C" fn aof_rewrite(
                     effects::emit_aof(aof, key, &chunk);
                 }
             }
-            Some(Value::Leases(set)) => {
+            Value::Leases(set) => {
                 for first in (0..set.len().max(1)).step_by(ENTRIES_PER_AOF_COMMAND) {
                     let leases = serialized_leases(&set, first, ENTRIES_PER_AOF_COMMAND);
                     let chunk = Effect::LeaseChunk {
@@ -381,7 +347,6 @@ unsafe extern "C" fn aof_rewrite(
                     effects::emit_aof(aof, key, &chunk);
                 }
             }
-            None => {}
         }
     })
 }
@@ -399,22 +364,25 @@ unsafe extern "C" fn mem_usage(value: *const c_void) -> usize {
 
 unsafe extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
     // SAFETY: the server calls it with its digest context and a live value of this type.
-    guarded((), || unsafe {
-        let bytes = match self::value(value) {
-            Some(Value::Log(log)) => {
+    let (Some(md), Some(value)) = (unsafe { Digest::from_raw(md) }, unsafe { self::value(value) })
+    else {
+        return;
+    };
+    guarded((), || {
+        let bytes = match value {
+            Value::Log(log) => {
                 let mut bytes = serialized(&log, 0, log.len());
                 bytes.extend_from_slice(&log.blocked_until().0.to_le_bytes());
                 bytes
             }
-            Some(Value::Leases(set)) => {
+            Value::Leases(set) => {
                 let mut bytes = serialized_leases(&set, 0, set.len());
                 bytes.extend_from_slice(&set.next_id().to_le_bytes());
                 bytes
             }
-            None => return,
         };
-        raw::RedisModule_DigestAddStringBuffer.unwrap()(md, bytes.as_ptr().cast(), bytes.len());
-        raw::RedisModule_DigestEndSequence.unwrap()(md);
+        api::digest_add_string_buffer(md, &bytes);
+        api::digest_end_sequence(md);
     })
 }
 
@@ -462,10 +430,14 @@ unsafe extern "C" fn defrag(
 ) -> c_int {
     // SAFETY: the server calls it with its defrag context and a pointer to a live value
     // of this type, which it lets the module replace.
-    guarded(0, || unsafe {
-        if let Some(defrag_alloc) = raw::RedisModule_DefragAlloc {
-            let moved = defrag_alloc(ctx, *value);
-            if !moved.is_null() {
+    let Some(ctx) = (unsafe { DefragCtx::from_raw(ctx) }) else {
+        return 0;
+    };
+    guarded(0, || {
+        // SAFETY: the value is one allocation of the server's allocator, replaced here by
+        // the one it moved to.
+        unsafe {
+            if let Some(moved) = api::defrag_alloc(ctx, *value) {
                 *value = moved;
             }
         }

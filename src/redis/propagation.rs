@@ -16,11 +16,12 @@
 //! replication` showing any. A cluster node is a listener from the start: a slot migration
 //! streams its writes like a replication link.
 
-use std::ffi::{c_int, c_void, CStr};
+use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use redis_module::raw;
 
+use crate::redis::api::{self, Ctx, FilterCtx, ServerEvent, ServerInfo};
 use crate::redis::settings;
 
 /// Whether this server may feed replicas, now or later, from a backlog.
@@ -53,95 +54,47 @@ pub fn effects_known() -> Option<bool> {
 /// any time (Valkey 9's `CLUSTER MIGRATESLOTS`, Redis 8.4's `CLUSTER MIGRATION`), and the
 /// server then sends the slot's writes to the target as it sends them to replicas, even with
 /// no replica attached: they must be effects, never the commands themselves.
-pub fn watch(ctx: *mut raw::RedisModuleCtx) {
-    // SAFETY: a function pointer Redis filled in at load, called from OnLoad.
-    let flags = unsafe { raw::RedisModule_GetContextFlags.unwrap()(ctx) } as u32;
-    let cluster = flags & raw::REDISMODULE_CTX_FLAGS_CLUSTER != 0;
+pub fn watch(ctx: Ctx<'_>) {
+    let cluster = api::context_flags(ctx) & raw::REDISMODULE_CTX_FLAGS_CLUSTER != 0;
     if cluster || !(filter_registered(ctx) && role_changes_watched(ctx) && no_replication_yet(ctx))
     {
         REPLICATION_SEEN.store(true, Ordering::Relaxed);
     }
 }
 
-fn filter_registered(ctx: *mut raw::RedisModuleCtx) -> bool {
-    // SAFETY: a function pointer Redis filled in at load, called from OnLoad.
-    let Some(register) = (unsafe { raw::RedisModule_RegisterCommandFilter }) else {
-        return false;
-    };
-    // SAFETY: called from OnLoad with its context; `on_command` is a filter callback.
-    let filter = unsafe {
-        register(
-            ctx,
-            Some(on_command),
-            raw::REDISMODULE_CMDFILTER_NOSELF as c_int,
-        )
-    };
-    // SAFETY: function pointers the server filled in at load, only read.
-    let (arg_get, args_count) = unsafe {
-        (
-            raw::RedisModule_CommandFilterArgGet,
-            raw::RedisModule_CommandFilterArgsCount,
-        )
-    };
-    !filter.is_null() && arg_get.is_some() && args_count.is_some()
+fn filter_registered(ctx: Ctx<'_>) -> bool {
+    api::register_command_filter(ctx, on_command)
 }
 
-fn role_changes_watched(ctx: *mut raw::RedisModuleCtx) -> bool {
-    // SAFETY: as above.
-    let Some(subscribe) = (unsafe { raw::RedisModule_SubscribeToServerEvent }) else {
-        return false;
-    };
-    let event = raw::RedisModuleEvent {
-        id: raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED,
-        dataver: 1,
-    };
-    // SAFETY: called from OnLoad with its context; `on_role_change` is an event callback.
-    unsafe { subscribe(ctx, event, Some(on_role_change)) == raw::Status::Ok as c_int }
+fn role_changes_watched(ctx: Ctx<'_>) -> bool {
+    let event = raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED;
+    api::subscribe_to_server_event(ctx, event, on_role_change)
 }
 
 /// When the module loads into a running server: whether it has neither replicas nor a
 /// backlog, and is a master.
-fn no_replication_yet(ctx: *mut raw::RedisModuleCtx) -> bool {
-    // SAFETY: function pointers Redis filled in at load; the info is freed once.
-    unsafe {
-        let (Some(get), Some(signed), Some(text), Some(free)) = (
-            raw::RedisModule_GetServerInfo,
-            raw::RedisModule_ServerInfoGetFieldSigned,
-            raw::RedisModule_ServerInfoGetFieldC,
-            raw::RedisModule_FreeServerInfo,
-        ) else {
-            return false;
-        };
-        let info = get(ctx, c"replication".as_ptr());
-        if info.is_null() {
-            return false;
-        }
-        let mut error = 0;
-        let replicas = signed(info, c"connected_slaves".as_ptr(), &mut error);
-        let replicas_known = error == 0;
-        let backlog = signed(info, c"repl_backlog_active".as_ptr(), &mut error);
-        let backlog_known = error == 0;
-        let role = text(info, c"role".as_ptr());
-        let master = !role.is_null() && CStr::from_ptr(role) == c"master";
-        free(ctx, info);
-        replicas_known && backlog_known && replicas == 0 && backlog == 0 && master
-    }
+fn no_replication_yet(ctx: Ctx<'_>) -> bool {
+    let Some(info) = ServerInfo::read(ctx, c"replication") else {
+        return false;
+    };
+    let replicas = info.signed(c"connected_slaves");
+    let backlog = info.signed(c"repl_backlog_active");
+    let master = info.text(c"role").as_deref() == Some(b"master");
+    replicas == Some(0) && backlog == Some(0) && master
 }
 
 /// A command filter: notes a replica asking for the replication stream.
 unsafe extern "C" fn on_command(filter: *mut raw::RedisModuleCommandFilterCtx) {
-    // SAFETY: Redis' filter context, during the callback; the name is read, not kept.
-    let _ = std::panic::catch_unwind(|| unsafe {
-        if raw::RedisModule_CommandFilterArgsCount.unwrap()(filter) < 1 {
+    // SAFETY: the server's filter context, alive during the callback.
+    let Some(filter) = (unsafe { FilterCtx::from_raw(filter) }) else {
+        return;
+    };
+    let _ = std::panic::catch_unwind(|| {
+        let Some(name) = api::filter_arg_get(filter, 0).filter(|_| api::filter_args_count(filter) > 0)
+        else {
             return;
-        }
-        let name = raw::RedisModule_CommandFilterArgGet.unwrap()(filter, 0);
-        let mut len = 0;
-        let ptr = raw::RedisModule_StringPtrLen.unwrap()(name, &mut len);
-        if ptr.is_null() || !(4..=5).contains(&len) {
-            return;
-        }
-        let name = std::slice::from_raw_parts(ptr.cast::<u8>(), len);
+        };
+        let name = name.bytes();
         if name.eq_ignore_ascii_case(b"psync") || name.eq_ignore_ascii_case(b"sync") {
             REPLICATION_SEEN.store(true, Ordering::Relaxed);
         }
@@ -151,7 +104,7 @@ unsafe extern "C" fn on_command(filter: *mut raw::RedisModuleCommandFilterCtx) {
 /// A server event: this server became a replica or a master.
 unsafe extern "C" fn on_role_change(
     _ctx: *mut raw::RedisModuleCtx,
-    _event: raw::RedisModuleEvent,
+    _event: ServerEvent,
     _subevent: u64,
     _data: *mut c_void,
 ) {

@@ -12,6 +12,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use redis_module::raw;
 
+use crate::redis::api::{self, ConfigChange, Ctx, ServerEvent, ServerInfo};
+
 /// Whether the settings below are followed; false until they are read at load.
 static FOLLOWED: AtomicBool = AtomicBool::new(false);
 /// Whether `maxmemory` may be set.
@@ -38,28 +40,18 @@ pub fn aof_on() -> bool {
 /// How much of `maxmemory` the server uses (1 or more: at or over the limit); 1 when the
 /// server cannot tell.
 pub fn used_memory_ratio() -> f32 {
-    // SAFETY: a function pointer the server filled in at load (6.0+), called on its thread.
-    unsafe { raw::RedisModule_GetUsedMemoryRatio.map_or(1.0, |ratio| ratio()) }
+    api::used_memory_ratio()
 }
 
 /// Reads the settings and follows their changes, from OnLoad.
-pub fn watch(ctx: *mut raw::RedisModuleCtx) {
-    // SAFETY: a function pointer Redis filled in at load, called from OnLoad.
-    let Some(subscribe) = (unsafe { raw::RedisModule_SubscribeToServerEvent }) else {
-        return;
-    };
-    let event = raw::RedisModuleEvent {
-        id: raw::REDISMODULE_EVENT_CONFIG,
-        dataver: 1,
-    };
-    // SAFETY: called from OnLoad with its context; `on_config_change` is an event callback.
-    if unsafe { subscribe(ctx, event, Some(on_config_change)) } == raw::Status::Ok as i32 {
+pub fn watch(ctx: Ctx<'_>) {
+    if api::subscribe_to_server_event(ctx, raw::REDISMODULE_EVENT_CONFIG, on_config_change) {
         refresh(ctx);
     }
 }
 
 /// Reads both settings; when either cannot be read, writes ask Redis from then on.
-fn refresh(ctx: *mut raw::RedisModuleCtx) {
+fn refresh(ctx: Ctx<'_>) {
     let maxmemory = unsigned_field(ctx, c"memory", c"maxmemory");
     let aof = unsigned_field(ctx, c"persistence", c"aof_enabled");
     let (Some(maxmemory), Some(aof)) = (maxmemory, aof) else {
@@ -76,40 +68,25 @@ fn refresh(ctx: *mut raw::RedisModuleCtx) {
 }
 
 /// An unsigned field of an `INFO` section.
-fn unsigned_field(ctx: *mut raw::RedisModuleCtx, section: &CStr, field: &CStr) -> Option<u64> {
-    // SAFETY: function pointers Redis filled in at load; the info is freed once.
-    unsafe {
-        let (Some(get), Some(unsigned), Some(free)) = (
-            raw::RedisModule_GetServerInfo,
-            raw::RedisModule_ServerInfoGetFieldUnsigned,
-            raw::RedisModule_FreeServerInfo,
-        ) else {
-            return None;
-        };
-        let info = get(ctx, section.as_ptr());
-        if info.is_null() {
-            return None;
-        }
-        let mut error = 0;
-        let value = unsigned(info, field.as_ptr(), &mut error);
-        free(ctx, info);
-        (error == 0).then_some(value)
-    }
+fn unsigned_field(ctx: Ctx<'_>, section: &CStr, field: &CStr) -> Option<u64> {
+    ServerInfo::read(ctx, section)?.unsigned(field)
 }
 
 /// A server event: settings changed (`CONFIG SET`). Either followed one named: read both
 /// again.
 unsafe extern "C" fn on_config_change(
     ctx: *mut raw::RedisModuleCtx,
-    _event: raw::RedisModuleEvent,
+    _event: ServerEvent,
     _subevent: u64,
     data: *mut c_void,
 ) {
+    // SAFETY: the event's context, alive during the callback.
+    let ctx = unsafe { Ctx::from_raw(ctx) };
     let _ = std::panic::catch_unwind(|| {
         // SAFETY: for this event Redis passes a RedisModuleConfigChange, valid during the
         // callback, naming each changed setting.
         let followed_changed = unsafe {
-            let change = data.cast::<raw::RedisModuleConfigChange>();
+            let change = data.cast::<ConfigChange>();
             if change.is_null() || (*change).config_names.is_null() {
                 // Nothing to read the names from.
                 true

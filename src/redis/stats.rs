@@ -11,8 +11,13 @@
 
 use std::ffi::{c_int, CStr};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
 
 use redis_module::raw;
+
+use crate::redis::api::{self, Ctx, InfoCtx};
+use crate::redis::handler::MAX_COMMANDS;
+use crate::redis::metadata::Command;
 
 /// How a call ended, for the counters.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -60,8 +65,6 @@ impl Counter {
 
 /// The counters of one command, since the module loaded.
 pub struct CommandStats {
-    /// The command's name, as `INFO` shows it.
-    name: &'static CStr,
     calls: Counter,
     allowed: Counter,
     limited: Counter,
@@ -74,10 +77,9 @@ pub struct CommandStats {
 }
 
 impl CommandStats {
-    /// Zeroed counters for the command `name`.
-    pub const fn new(name: &'static CStr) -> CommandStats {
+    /// Zeroed counters.
+    pub const fn new() -> CommandStats {
         CommandStats {
-            name,
             calls: Counter::new(),
             allowed: Counter::new(),
             limited: Counter::new(),
@@ -123,41 +125,46 @@ impl CommandStats {
     }
 }
 
-/// The commands `INFO` reports, set once at load.
-static REPORTED: std::sync::OnceLock<&'static [&'static CommandStats]> = std::sync::OnceLock::new();
+/// The counters of each command of the table, by its place in it.
+static STATS: [CommandStats; MAX_COMMANDS] = [const { CommandStats::new() }; MAX_COMMANDS];
 
-/// Registers the `INFO` section for the counters of `commands`. It takes the place of the
-/// SDK's default callback, which only added a backtrace to crash reports.
-pub fn register_info(
-    ctx: *mut raw::RedisModuleCtx,
-    commands: &'static [&'static CommandStats],
-) -> Result<(), &'static str> {
+/// Counts a call of command `index` of the table that ended with `outcome`.
+pub fn record(index: usize, outcome: Outcome) {
+    if let Some(stats) = STATS.get(index) {
+        stats.record(outcome);
+    }
+}
+
+/// The command table, whose counted commands `INFO` reports, set once at load.
+static REPORTED: OnceLock<&'static [Command]> = OnceLock::new();
+
+/// Registers the `INFO` section for the counters of the counted commands of `commands`. It
+/// takes the place of the SDK's default callback, which only added a backtrace to crash
+/// reports.
+pub fn register_info(ctx: Ctx<'_>, commands: &'static [Command]) -> Result<(), &'static str> {
     let _ = REPORTED.set(commands);
-    // SAFETY: a function pointer Redis filled in at load, called from OnLoad.
-    let registered = unsafe { raw::RedisModule_RegisterInfoFunc }.is_some_and(
-        |register| unsafe { register(ctx, Some(add_info)) } == raw::Status::Ok as c_int,
-    );
-    if registered {
+    if api::register_info_func(ctx, add_info) {
         Ok(())
     } else {
         Err("the INFO section could not be registered")
     }
 }
 
-/// Redis' callback for `INFO`: one section, one line per command.
-extern "C" fn add_info(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_int) {
+/// Redis' callback for `INFO`: one section, one line per counted command.
+unsafe extern "C" fn add_info(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_int) {
+    // SAFETY: the server's INFO context, alive during its callback.
+    let Some(ctx) = (unsafe { InfoCtx::from_raw(ctx) }) else {
+        return;
+    };
     let _ = std::panic::catch_unwind(|| {
         let commands = REPORTED.get().copied().unwrap_or_default();
-        // SAFETY: Redis' INFO context, during its callback; the names are C strings.
-        unsafe {
-            raw::RedisModule_InfoAddSection.unwrap()(ctx, c"commands".as_ptr());
-            for command in commands {
-                raw::RedisModule_InfoBeginDictField.unwrap()(ctx, command.name.as_ptr());
-                for (name, value) in command.fields() {
-                    raw::RedisModule_InfoAddFieldULongLong.unwrap()(ctx, name.as_ptr(), value);
-                }
-                raw::RedisModule_InfoEndDictField.unwrap()(ctx);
+        api::info_add_section(ctx, c"commands");
+        for (command, stats) in commands.iter().zip(&STATS).filter(|(command, _)| command.counted) {
+            api::info_begin_dict_field(ctx, command.name);
+            for (name, value) in stats.fields() {
+                api::info_add_field_ulonglong(ctx, name, value);
             }
+            api::info_end_dict_field(ctx);
         }
     });
 }
@@ -168,7 +175,7 @@ mod tests {
 
     #[test]
     fn every_call_counts_once_under_its_outcome() {
-        let stats = CommandStats::new(c"cl.throttle");
+        let stats = CommandStats::new();
         for outcome in [
             Outcome::Allowed,
             Outcome::Allowed,

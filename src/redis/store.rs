@@ -18,7 +18,7 @@ use crate::redis::command_local::CommandLocal;
 use crate::redis::effects;
 use crate::redis::key::{EventClass, Held, OpenKey};
 use crate::redis::native_type::View;
-use crate::redis::string::OwnedString;
+use crate::redis::api::OwnedString;
 use crate::redis::{propagation, settings};
 
 /// The engine's working memory: commands run one at a time, so one set, kept warm, serves
@@ -136,7 +136,7 @@ fn writable(call: &Invocation) -> Result<bool, CommandError> {
 /// An open key holding (or about to hold) a limiter's state.
 pub struct LimiterKey<'c> {
     call: &'c Invocation<'c>,
-    key: OpenKey,
+    key: OpenKey<'c>,
     /// Whether a write must build its effect: an AOF or a replica may receive it (see
     /// [`propagation`]); false when opened for reading.
     effects: bool,

@@ -10,6 +10,8 @@ use std::sync::Mutex;
 
 use redis_module::raw;
 
+use crate::redis::api::{self, Ctx};
+
 use crate::core::time::Micros;
 use crate::core::top::{Estimate, TopKeys, DEFAULT_CAPACITY, MAX_CAPACITY};
 
@@ -75,51 +77,23 @@ pub fn reset() {
 
 /// Registers `ratelimit.top-keys` (on a server with module configs) and loads its value from
 /// the server's configuration; `initial` is its default (the module argument, if given).
-pub fn register_config(ctx: *mut raw::RedisModuleCtx, initial: usize) -> Result<(), String> {
+pub fn register_config(ctx: Ctx<'_>, initial: usize) -> Result<(), String> {
     set_capacity(initial);
-    // SAFETY: function pointers Redis filled in at load (absent on servers without configs).
-    let (register, load) = unsafe {
-        (
-            raw::RedisModule_RegisterNumericConfig,
-            raw::RedisModule_LoadConfigs,
-        )
-    };
-    let (Some(register), Some(load)) = (register, load) else {
-        return Ok(());
-    };
-    // SAFETY: called from OnLoad with its context; the name is a static C string; the
-    // callbacks match the API's signatures and use no private data.
-    let registered = unsafe {
-        register(
-            ctx,
-            CONFIG_NAME.as_ptr(),
-            initial as c_longlong,
-            raw::REDISMODULE_CONFIG_DEFAULT,
-            0,
-            MAX_CAPACITY as c_longlong,
-            Some(get_config),
-            Some(set_config),
-            None,
-            std::ptr::null_mut(),
-        )
-    };
-    if registered != raw::Status::Ok as c_int {
-        return Err("the server refused the config ratelimit.top-keys".to_owned());
+    let range = (0, MAX_CAPACITY as i64);
+    let callbacks = (get_config as api::ConfigGet, set_config as api::ConfigSet);
+    match api::register_numeric_config(ctx, CONFIG_NAME, initial as i64, range, callbacks) {
+        None | Some(Ok(())) => Ok(()),
+        Some(Err(why)) => Err(format!("the config ratelimit.top-keys was {why} by the server")),
     }
-    // SAFETY: called from OnLoad, after the module's configs are registered.
-    if unsafe { load(ctx) } != raw::Status::Ok as c_int {
-        return Err("the server could not load the config ratelimit.top-keys".to_owned());
-    }
-    Ok(())
 }
 
 /// `CONFIG GET ratelimit.top-keys`.
-extern "C" fn get_config(_name: *const c_char, _privdata: *mut c_void) -> c_longlong {
+unsafe extern "C" fn get_config(_name: *const c_char, _privdata: *mut c_void) -> c_longlong {
     capacity() as c_longlong
 }
 
 /// `CONFIG SET ratelimit.top-keys <n>`: the server has checked it is within 0 and the most.
-extern "C" fn set_config(
+unsafe extern "C" fn set_config(
     _name: *const c_char,
     value: c_longlong,
     _privdata: *mut c_void,

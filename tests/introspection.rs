@@ -531,7 +531,7 @@ fn command_docs_describe_every_argument() {
             "rl.top.reset",
             "Forgets the refusals RL.TOP counted on this server (admin only)",
             "O(N) where N is the number of keys kept (the module argument top-keys)",
-            "0.4.0",
+            "0.3.0",
             vec![],
         ),
     ];

@@ -182,7 +182,7 @@ pub static TABLE: [Command; 22] = [
         .docs(
             c"Forgets the refusals RL.TOP counted on this server (admin only)",
             c"O(N) where N is the number of keys kept (the module argument top-keys)",
-            c"0.4.0",
+            c"0.3.0",
         ),
     Command::internal(c"rl.log.apply", apply::log_apply, apply::LOG_EVENT)
         .arity(3)

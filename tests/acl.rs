@@ -175,5 +175,8 @@ fn only_an_admin_resets_rl_top_and_a_reader_still_reads_it() {
     }
     let mut admin = connect_as(&server, "admin", &["+@all"]);
     assert_eq!(query::<String, _>(&mut admin, &["RL.TOP.RESET"]), "OK");
-    assert_eq!(query::<String, _>(&mut server.connect(), &["RL.TOP.RESET"]), "OK");
+    assert_eq!(
+        query::<String, _>(&mut server.connect(), &["RL.TOP.RESET"]),
+        "OK"
+    );
 }

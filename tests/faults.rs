@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
-use support::{error, ints, query, Server};
+use support::{error, ints, query, wait_for_replicas, Server};
 
 const OOM: &str = "OOM command not allowed when used memory > 'maxmemory'.";
 
@@ -171,4 +171,80 @@ fn a_server_killed_under_load_keeps_every_acknowledged_admission() {
         "{}",
         server.log()
     );
+}
+
+/// A write the server refuses after the value was changed in place (its expiry, or the
+/// deletion of a key whose last entry went) is undone by deleting the key on the master and
+/// on its replicas alike: the master never holds what its replicas do not. Every native
+/// value's change (a log's take, a lease's grant, release and renewal) and every string
+/// state's write is tried, with the expiry or the deletion failing once (`RL.DEBUG.FAIL`).
+#[test]
+fn a_write_the_server_refuses_leaves_the_master_and_its_replica_alike() {
+    let master = Server::builder().module_arg("debug-commands").start();
+    let replica = Server::start_replica(&master);
+    let mut con = master.connect();
+    let mut copy = replica.connect();
+    // Each key exists first (its setup admits), so that the failing call changes a value
+    // in place; `{id}` is the setup's lease id.
+    let cases: [(&str, &[&str], &[&str]); 6] = [
+        (
+            "EXPIRE",
+            &["RL.LOG", "f:log", "5", "60"],
+            &["RL.LOG", "f:log", "5", "60"],
+        ),
+        (
+            "EXPIRE",
+            &["RL.ACQUIRE", "f:lease", "5", "60"],
+            &["RL.ACQUIRE", "f:lease", "5", "60"],
+        ),
+        (
+            "EXPIRE",
+            &["RL.ACQUIRE", "f:renewed", "5", "60"],
+            &["RL.RENEW", "f:renewed", "{id}", "120"],
+        ),
+        (
+            "EXPIRE",
+            &["CL.THROTTLE", "f:gcra", "5", "1", "60"],
+            &["CL.THROTTLE", "f:gcra", "5", "1", "60"],
+        ),
+        // The last lease released: the set goes, and its deletion fails.
+        (
+            "DELETE",
+            &["RL.ACQUIRE", "f:released", "5", "60"],
+            &["RL.RELEASE", "f:released", "{id}"],
+        ),
+        // A refund of the only entry: the log goes.
+        (
+            "DELETE",
+            &["RL.LOG", "f:refunded", "5", "60"],
+            &["RL.LOG", "f:refunded", "5", "60", "1", "REFUND"],
+        ),
+    ];
+    for (fail, setup, failing) in cases {
+        let key = setup[1];
+        let first = ints(&mut con, setup);
+        assert_eq!(first[0], 0, "{setup:?}");
+        let id = first.get(5).map(i64::to_string).unwrap_or_default();
+        let failing: Vec<&str> = failing
+            .iter()
+            .map(|word| if *word == "{id}" { id.as_str() } else { word })
+            .collect();
+        assert_eq!(query::<String, _>(&mut con, &["RL.DEBUG.FAIL", fail]), "OK");
+        let refused = error(&mut con, &failing);
+        assert!(
+            refused.starts_with("ERR internal error"),
+            "{failing:?}: {refused}"
+        );
+        wait_for_replicas(&mut con, 1);
+        assert_eq!(
+            dump(&mut con, key),
+            None,
+            "{failing:?}: the key goes on the master"
+        );
+        assert_eq!(
+            dump(&mut copy, key),
+            None,
+            "{failing:?}: and on the replica"
+        );
+    }
 }

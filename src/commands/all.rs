@@ -32,10 +32,9 @@ use crate::redis::store;
 use super::top;
 use super::window::{algorithm_keyword, ALGORITHM_ARG};
 use super::{
-    log, outcome, request, sixth_field, throttle, window, BLOCK_ARG,
-    QUANTITY_ARG, REFUND_ARG, SHORTFALL_ARG, UNIT_ARG,
+    log, outcome, request, sixth_field, throttle, window, BLOCK_ARG, QUANTITY_ARG, REFUND_ARG,
+    SHORTFALL_ARG, UNIT_ARG,
 };
-
 
 /// The command's name, `numkeys`, a key and its limiter (of at least 3 arguments).
 pub(super) const REQUIRED_ARGUMENTS: c_int = 6;

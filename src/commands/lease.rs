@@ -29,8 +29,6 @@ use crate::redis::store::RedisStore;
 
 use super::{single, QUANTITY_ARG, UNIT_ARG};
 
-
-
 pub(super) const ACQUIRE_ARGS: &[Arg] = &[
     Arg::new(c"key", ArgKind::Key),
     Arg::new(c"limit", ArgKind::Integer),

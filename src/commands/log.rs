@@ -13,11 +13,7 @@ use crate::error::CommandError;
 use crate::redis::call::{Invocation, Reply};
 use crate::redis::metadata::{Arg, ArgKind, Mode};
 
-use super::{
-    single, BLOCK_ARG, QUANTITY_ARG, REFUND_ARG, SHORTFALL_ARG,
-    UNIT_ARG,
-};
-
+use super::{single, BLOCK_ARG, QUANTITY_ARG, REFUND_ARG, SHORTFALL_ARG, UNIT_ARG};
 
 /// The command's name and its three required arguments.
 pub(super) const REQUIRED_ARGUMENTS: c_int = 4;

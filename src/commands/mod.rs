@@ -42,7 +42,7 @@ impl Table for Commands {
 /// Every command the module registers, one entry each: its name, flags, ACL categories,
 /// arity, keys, arguments, documentation, body and whether `INFO` counts it (in this order,
 /// for the counted ones). Adding a command is an entry here and its body.
-pub static TABLE: [Command; 22] = [
+pub static TABLE: [Command; 23] = [
     Command::limiter(c"cl.throttle", Mode::Write, throttle::run)
         .arity(-throttle::REQUIRED_ARGUMENTS)
         .args(throttle::ARGS)
@@ -250,6 +250,18 @@ pub static TABLE: [Command; 22] = [
             c"O(1)",
             c"0.1.0",
         ),
+    Command::admin(c"rl.debug.fail", debug::fail_next)
+        .debug()
+        .arity(2)
+        .args(&[Arg::one_of(
+            c"write",
+            &[Arg::token(c"EXPIRE"), Arg::token(c"DELETE")],
+        )])
+        .docs(
+            c"Makes the next expiry set or deletion of a key fail (fault injection for tests)",
+            c"O(1)",
+            c"0.3.0",
+        ),
 ];
 
 /// `quantity`, for `COMMAND DOCS`.
@@ -292,9 +304,10 @@ const INTERNAL_ONLY: CommandError =
     CommandError::Message(c"ERR internal command: only a master or the AOF sends it");
 
 /// Refuses the internal commands from ordinary clients: they are accepted only from a
-/// master's replication stream (or a slot migration's) or while loading.
+/// master's replication stream (or a slot migration's) or while loading, and, for the
+/// tests' forged effects, from any client of a server loaded with `debug-commands`.
 fn internal_only(call: &Invocation) -> Result<(), CommandError> {
-    if call.context_flags().is_from_master_or_aof() {
+    if call.context_flags().is_from_master_or_aof() || crate::redis::load::debug_commands() {
         Ok(())
     } else {
         Err(INTERNAL_ONLY)
@@ -497,7 +510,10 @@ mod usage_tests {
             assert_eq!(usage(error), rendered, "{name}");
             checked += 1;
         }
-        assert_eq!(checked, 8, "every writing command with options names its usage");
+        assert_eq!(
+            checked, 8,
+            "every writing command with options names its usage"
+        );
     }
 
     #[test]

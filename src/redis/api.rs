@@ -250,11 +250,7 @@ impl OwnedString {
     pub fn new(bytes: &[u8]) -> OwnedString {
         // SAFETY: no context; the server copies the bytes.
         let raw = unsafe {
-            required!(RedisModule_CreateString)(
-                ptr::null_mut(),
-                bytes.as_ptr().cast(),
-                bytes.len(),
-            )
+            required!(RedisModule_CreateString)(ptr::null_mut(), bytes.as_ptr().cast(), bytes.len())
         };
         OwnedString {
             raw: NonNull::new(raw).expect("the server's allocator aborts rather than fail"),
@@ -609,7 +605,8 @@ pub fn log(ctx: Option<Ctx<'_>>, level: &CStr, message: &CStr) {
 
 /// The user running a call, as ACL sees it: freed when dropped.
 pub struct CallerUser {
-    name: OwnedString,
+    /// The user's name, kept until the user is freed.
+    _name: OwnedString,
     user: NonNull<raw::RedisModuleUser>,
 }
 
@@ -627,7 +624,7 @@ impl CallerUser {
         let name = OwnedString { raw: name };
         // SAFETY: a live string; the user is the module's until freed.
         let user = NonNull::new(unsafe { from_name(name.raw.as_ptr()) })?;
-        Some(CallerUser { name, user })
+        Some(CallerUser { _name: name, user })
     }
 
     /// Whether ACL lets this user run `argv` (a command and its arguments), as the server
@@ -732,7 +729,8 @@ pub fn set_command_acl_categories(command: CommandHandle<'_>, categories: &CStr)
 /// server cannot or refuses.
 pub fn add_acl_category(ctx: Ctx<'_>, name: &CStr) -> bool {
     // SAFETY: OnLoad's context and a C string it copies.
-    optional!(RedisModule_AddACLCategory).is_some_and(|add| unsafe { add(ctx.raw, name.as_ptr()) } == OK)
+    optional!(RedisModule_AddACLCategory)
+        .is_some_and(|add| unsafe { add(ctx.raw, name.as_ptr()) } == OK)
 }
 
 /// Sets the module's options (`RedisModule_SetModuleOptions`).
@@ -791,7 +789,9 @@ pub fn register_command_filter(ctx: Ctx<'_>, callback: FilterFunc) -> bool {
     let flags = raw::REDISMODULE_CMDFILTER_NOSELF as c_int;
     // SAFETY: OnLoad's context; the callback matches the API's signature.
     let filter = optional!(RedisModule_RegisterCommandFilter)
-        .map_or(ptr::null_mut(), |register| unsafe { register(ctx.raw, Some(callback), flags) });
+        .map_or(ptr::null_mut(), |register| unsafe {
+            register(ctx.raw, Some(callback), flags)
+        });
     !filter.is_null()
         && optional!(RedisModule_CommandFilterArgGet).is_some()
         && optional!(RedisModule_CommandFilterArgsCount).is_some()
@@ -970,7 +970,9 @@ pub fn save_unsigned(io: Io<'_>, value: u64) {
 /// Writes `bytes` to the RDB as one string (`RedisModule_SaveStringBuffer`).
 pub fn save_string_buffer(io: Io<'_>, bytes: &[u8]) {
     // SAFETY: a saving context; the server copies the bytes.
-    unsafe { required!(RedisModule_SaveStringBuffer)(io.as_ptr(), bytes.as_ptr().cast(), bytes.len()) };
+    unsafe {
+        required!(RedisModule_SaveStringBuffer)(io.as_ptr(), bytes.as_ptr().cast(), bytes.len())
+    };
 }
 
 /// Reads an unsigned integer from the RDB (`RedisModule_LoadUnsigned`); check
@@ -1099,8 +1101,9 @@ pub fn info_end_dict_field(info: InfoCtx<'_>) {
 /// (`RedisModule_CommandFilterArgsCount`).
 pub fn filter_args_count(filter: FilterCtx<'_>) -> usize {
     // SAFETY: a filter's context; `register_command_filter` checked the function is there.
-    optional!(RedisModule_CommandFilterArgsCount)
-        .map_or(0, |count| usize::try_from(unsafe { count(filter.as_ptr()) }).unwrap_or(0))
+    optional!(RedisModule_CommandFilterArgsCount).map_or(0, |count| {
+        usize::try_from(unsafe { count(filter.as_ptr()) }).unwrap_or(0)
+    })
 }
 
 /// Argument `position` of the filtered command (`RedisModule_CommandFilterArgGet`).

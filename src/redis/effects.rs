@@ -79,7 +79,12 @@ fn with_expiry_string<R>(expire_at: Millis, send: impl FnOnce(ServerStr<'_>) -> 
         let (_, string) = last.strings[slot]
             .take()
             .filter(|(at, _)| *at == expire_at.0)
-            .unwrap_or_else(|| (expire_at.0, OwnedString::new(Decimal::new(expire_at.0).as_bytes())));
+            .unwrap_or_else(|| {
+                (
+                    expire_at.0,
+                    OwnedString::new(Decimal::new(expire_at.0).as_bytes()),
+                )
+            });
         let sent = send(string.as_str());
         last.strings[slot] = Some((expire_at.0, string));
         sent
@@ -106,9 +111,7 @@ impl ArgString<'_> {
                 || ArgString::Made(OwnedString::new(word.to_bytes())),
                 ArgString::Kept,
             ),
-            (Arg::Value(bytes) | Arg::Bytes(bytes), _) => {
-                ArgString::Made(OwnedString::new(bytes))
-            }
+            (Arg::Value(bytes) | Arg::Bytes(bytes), _) => ArgString::Made(OwnedString::new(bytes)),
         }
     }
 
@@ -132,7 +135,11 @@ fn with_args<R>(
     let strings: [Option<ArgString<'_>>; 3] =
         std::array::from_fn(|at| args.get(at).map(|arg| ArgString::of(arg, stored)));
     let send_with = |expiry: ServerStr<'_>| {
-        let get = |at: usize| strings[at].as_ref().map_or(expiry, |string| string.get(expiry));
+        let get = |at: usize| {
+            strings[at]
+                .as_ref()
+                .map_or(expiry, |string| string.get(expiry))
+        };
         match args.len() {
             0 => send(&[]),
             1 => send(&[get(0)]),

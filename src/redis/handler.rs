@@ -98,7 +98,10 @@ fn run(ctx: Ctx<'_>, argv: &[ServerStr<'_>], index: usize, command: &'static Com
     }));
     let result = result.unwrap_or(Err(CommandError::INTERNAL));
     if command.counted {
-        stats::record(index, result.as_ref().map_or(Outcome::Error, Reply::outcome));
+        stats::record(
+            index,
+            result.as_ref().map_or(Outcome::Error, Reply::outcome),
+        );
     }
     match result {
         Ok(reply) => reply.send(ctx),

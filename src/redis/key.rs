@@ -6,6 +6,7 @@
 use std::cell::Cell;
 use std::ffi::CStr;
 use std::ptr;
+use std::sync::atomic::{AtomicU8, Ordering};
 
 use crate::core::ring::{kind_of, Native};
 use crate::core::time::Millis;
@@ -14,6 +15,35 @@ use crate::redis::call::{Invocation, KeyName};
 use crate::redis::native_type::{native_type, Borrowed, View};
 
 pub use crate::redis::api::EventClass;
+
+/// A write of a key the tests make fail once (`RL.DEBUG.FAIL`), to show that a failed write
+/// leaves master and replicas alike.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum FailNext {
+    /// Nothing fails.
+    Nothing = 0,
+    /// The next expiry set.
+    Expiry = 1,
+    /// The next deletion.
+    Delete = 2,
+}
+
+/// The write the tests make fail next: only `RL.DEBUG.FAIL` sets it.
+static FAIL_NEXT: AtomicU8 = AtomicU8::new(FailNext::Nothing as u8);
+
+/// Makes the next write of kind `fail` fail, as if the server refused it.
+pub fn fail_next(fail: FailNext) {
+    FAIL_NEXT.store(fail as u8, Ordering::Relaxed);
+}
+
+/// Whether a write of kind `fail` is to fail now (once).
+fn fails(fail: FailNext) -> bool {
+    FAIL_NEXT.load(Ordering::Relaxed) == fail as u8 && {
+        FAIL_NEXT.store(FailNext::Nothing as u8, Ordering::Relaxed);
+        true
+    }
+}
 
 /// What a key holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -142,12 +172,18 @@ impl<'a> OpenKey<'a> {
 
     /// Sets the key's absolute expiry; false if the server refuses.
     pub fn set_expiry(&mut self, expire_at: Millis) -> bool {
+        if fails(FailNext::Expiry) {
+            return false;
+        }
         self.for_writing()
             .is_some_and(|key| key.set_abs_expire(expire_at.0))
     }
 
     /// Deletes the key; false if the server refuses.
     pub fn delete(&mut self) -> bool {
+        if fails(FailNext::Delete) {
+            return false;
+        }
         let deleted = self.for_writing().is_some_and(KeyHandle::delete);
         if deleted {
             self.held = Held::Nothing;

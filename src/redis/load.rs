@@ -5,6 +5,7 @@
 
 use std::ffi::{c_int, CStr, CString};
 use std::panic::{self, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use redis_module::raw;
 
@@ -13,8 +14,17 @@ use crate::redis::api::{self, Ctx, InitError, ServerStr};
 use crate::redis::handler::{self, Table, MAX_COMMANDS};
 use crate::redis::{effects, metadata, native_type, propagation, settings, stats, top};
 
-/// The module argument that registers the debug commands (fault injection for the tests).
+/// The module argument that registers the debug commands (fault injection for the tests),
+/// and lets any client send the internal commands (the tests' forged effects).
 pub const DEBUG_ARGUMENT: &str = "debug-commands";
+
+/// Whether the module was loaded with [`DEBUG_ARGUMENT`].
+static DEBUG_COMMANDS: AtomicBool = AtomicBool::new(false);
+
+/// Whether the module was loaded with [`DEBUG_ARGUMENT`]: never on a server users run.
+pub fn debug_commands() -> bool {
+    DEBUG_COMMANDS.load(Ordering::Relaxed)
+}
 
 /// The module's name: `MODULE LIST`, the log's `<ratelimit>` prefix, `MODULE UNLOAD`.
 const MODULE_NAME: &CStr = c"ratelimit";
@@ -103,7 +113,11 @@ pub unsafe fn on_load<T: Table>(
             return ERR;
         }
         Err(InitError::Refused) => {
-            api::log(Some(ctx), c"warning", c"the server refused to initialize the module API");
+            api::log(
+                Some(ctx),
+                c"warning",
+                c"the server refused to initialize the module API",
+            );
             return ERR;
         }
         Err(InitError::Missing(function)) => {
@@ -126,6 +140,7 @@ pub unsafe fn on_load<T: Table>(
 fn initialize<T: Table>(ctx: Ctx<'_>, args: &[ServerStr<'_>]) -> Result<(), String> {
     const { assert!(T::COMMANDS.len() <= MAX_COMMANDS) };
     let arguments = parse_arguments(args)?;
+    DEBUG_COMMANDS.store(arguments.debug_commands, Ordering::Relaxed);
     handler::log_panics_to_redis();
     set_module_options(ctx);
     effects::make_shared_strings();

@@ -364,8 +364,9 @@ unsafe extern "C" fn mem_usage(value: *const c_void) -> usize {
 
 unsafe extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
     // SAFETY: the server calls it with its digest context and a live value of this type.
-    let (Some(md), Some(value)) = (unsafe { Digest::from_raw(md) }, unsafe { self::value(value) })
-    else {
+    let (Some(md), Some(value)) = (unsafe { Digest::from_raw(md) }, unsafe {
+        self::value(value)
+    }) else {
         return;
     };
     guarded((), || {

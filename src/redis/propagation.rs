@@ -90,7 +90,8 @@ unsafe extern "C" fn on_command(filter: *mut raw::RedisModuleCommandFilterCtx) {
         return;
     };
     let _ = std::panic::catch_unwind(|| {
-        let Some(name) = api::filter_arg_get(filter, 0).filter(|_| api::filter_args_count(filter) > 0)
+        let Some(name) =
+            api::filter_arg_get(filter, 0).filter(|_| api::filter_args_count(filter) > 0)
         else {
             return;
         };

@@ -159,7 +159,11 @@ unsafe extern "C" fn add_info(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_repo
     let _ = std::panic::catch_unwind(|| {
         let commands = REPORTED.get().copied().unwrap_or_default();
         api::info_add_section(ctx, c"commands");
-        for (command, stats) in commands.iter().zip(&STATS).filter(|(command, _)| command.counted) {
+        for (command, stats) in commands
+            .iter()
+            .zip(&STATS)
+            .filter(|(command, _)| command.counted)
+        {
             api::info_begin_dict_field(ctx, command.name);
             for (name, value) in stats.fields() {
                 api::info_add_field_ulonglong(ctx, name, value);

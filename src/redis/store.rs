@@ -13,12 +13,12 @@ use crate::core::time::Millis;
 use crate::core::verdict::Verdict;
 use crate::core::windows::StateError;
 use crate::error::CommandError;
+use crate::redis::api::OwnedString;
 use crate::redis::call::Invocation;
 use crate::redis::command_local::CommandLocal;
 use crate::redis::effects;
 use crate::redis::key::{EventClass, Held, OpenKey};
 use crate::redis::native_type::View;
-use crate::redis::api::OwnedString;
 use crate::redis::{propagation, settings};
 
 /// The engine's working memory: commands run one at a time, so one set, kept warm, serves
@@ -341,7 +341,9 @@ impl Key for LimiterKey<'_> {
             After::Goes => self.key.delete(),
         };
         if !done {
-            return Err(CommandError::INTERNAL);
+            // The value changed in place, but its key could not be finished: it goes, on
+            // the master and its copies alike, as a string state's does.
+            return Err(self.undo());
         }
         self.signal(EventClass::Module);
         let (call, name, verbatim) = (self.call, self.key.name(), self.verbatim);

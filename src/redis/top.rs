@@ -83,7 +83,9 @@ pub fn register_config(ctx: Ctx<'_>, initial: usize) -> Result<(), String> {
     let callbacks = (get_config as api::ConfigGet, set_config as api::ConfigSet);
     match api::register_numeric_config(ctx, CONFIG_NAME, initial as i64, range, callbacks) {
         None | Some(Ok(())) => Ok(()),
-        Some(Err(why)) => Err(format!("the config ratelimit.top-keys was {why} by the server")),
+        Some(Err(why)) => Err(format!(
+            "the config ratelimit.top-keys was {why} by the server"
+        )),
     }
 }
 

@@ -134,15 +134,17 @@ stress: deps-server build
 	FUZZ_INVOCATIONS=2000000 FUZZ_SEED=$$(date +%s) RATELIMIT_MODULE=$(MODULE) $(CARGO) test --release --test fuzz
 	DIFF_CALLS=200000 DIFF_SEED=$$(date +%s) RATELIMIT_MODULE=$(MODULE) $(CARGO) test --release --test differential
 	SOAK_KEYS=10000000 RATELIMIT_MODULE=$(MODULE) $(CARGO) test --release --test soak
+	FORGED_ROUNDS=1000000 FORGED_SEED=$$(date +%s) RATELIMIT_MODULE=$(MODULE) $(CARGO) test --release --test forged
 
 # Every server the integration tests start runs under memcheck; a test fails on any invalid
 # access, uninitialised read or definite leak in the module. Shorter fuzzing, differential
 # runs, soak and refusals through RL.TOP, and not the Cluster, the clients and the examples
 # (the same module code, many more servers). CI runs it (.ci/run).
-VALGRIND_TESTS := acl all atomicity differential faults fuzz guard introspection leases loading log notifications options persistence propagation replication shortfall soak throttle top window
+VALGRIND_TESTS := acl all atomicity differential faults forged fuzz guard introspection leases loading log notifications options persistence propagation replication shortfall soak throttle top window
 valgrind: deps-server build
 	@command -v valgrind >/dev/null 2>&1 || { missing=" valgrind"; $(install_missing); }
 	RATELIMIT_VALGRIND=1 FUZZ_INVOCATIONS=20000 DIFF_CALLS=2000 SOAK_KEYS=20000 TOP_REFUSALS=20000 \
+	  FORGED_ROUNDS=3000 \
 	  RATELIMIT_MODULE=$(MODULE) $(CARGO) test --release --no-fail-fast \
 	  $(addprefix --test ,$(VALGRIND_TESTS))
 

@@ -480,14 +480,14 @@ mod tests {
         let options = common(&[b"2", b"refund", b"MS"]).unwrap();
         assert_eq!(options.request(), Request::refund(2));
         let options = common(&[b"Block", b"900", b"ms"]).unwrap();
-        assert_eq!(options.block, Some(Micros(900_000)));
+        assert_eq!(options.block, Some(Micros::saturating(900_000)));
         assert_eq!(
             common(&[b"BLOCK", b"2"]).unwrap().block,
-            Some(Micros(2_000_000))
+            Some(Micros::saturating(2_000_000))
         );
         assert_eq!(
             common(&[b"US", b"BLOCK", b"7"]).unwrap().block,
-            Some(Micros(7))
+            Some(Micros::saturating(7))
         );
     }
 

@@ -34,7 +34,10 @@ fn slots_are_held_until_released_and_refusals_say_when_they_free() {
     assert_eq!(reply, [0, 2, 1, -1, 30]);
     let (reply, second) = acquire(&mut con, &["pool", "2", "30"]);
     assert_eq!(reply, [0, 2, 0, -1, 30]);
-    assert!(first > 0 && second > first, "{first} {second}");
+    assert!(
+        first > 0 && second > 0 && second != first,
+        "{first} {second}"
+    );
     // Full: at most 30 s until the first lease ends (a release may come sooner).
     assert_eq!(
         acquire(&mut con, &["pool", "2", "30"]),
@@ -104,7 +107,7 @@ fn a_worker_that_never_releases_gives_its_slot_back_when_the_lease_ends() {
     let (reply, next) = acquire(&mut con, &["w", "1", "200", "MS"]);
     assert_eq!(reply[..3], [0, 1, 0]);
     assert!(
-        next > id,
+        next > 0 && next != id,
         "ids of a key are never given twice: {id} then {next}"
     );
 }
@@ -196,7 +199,7 @@ fn replicas_the_aof_and_copies_hold_the_same_leases() {
     for key in ["restored", "copied"] {
         let (reply, next) = acquire(&mut con, &[key, "3", "3600"]);
         assert_eq!(reply[..3], [0, 3, 1], "{key}");
-        assert!(next > id, "{key}");
+        assert!(next > 0 && next != id, "{key}");
         assert_eq!(
             integer(&mut con, &["RL.RELEASE", key, &id.to_string()]),
             1,
@@ -375,4 +378,53 @@ fn every_error_is_named_and_changes_nothing() {
     let after: Vec<_> = keys.iter().map(|key| state(&mut con, key)).collect();
     assert_eq!(after, before);
     assert_eq!(changes(&mut con), writes);
+}
+
+/// Lease ids are drawn at random by the master: a key deleted and made again in the same
+/// instant (one `MULTI`, one cached time), or by a clock that stepped back, gives no id
+/// twice, and one holder's id says nothing of the next (they are no sequence, no time).
+#[test]
+fn ids_are_never_given_twice_and_cannot_be_guessed() {
+    let server = Server::start();
+    let mut con = server.connect();
+    let mut ids = Vec::new();
+    for _ in 0..200 {
+        let mut pipe = redis::pipe();
+        pipe.atomic()
+            .cmd("RL.ACQUIRE")
+            .arg("g")
+            .arg(5)
+            .arg(60)
+            .cmd("DEL")
+            .arg("g")
+            .cmd("RL.ACQUIRE")
+            .arg("g")
+            .arg(5)
+            .arg(60)
+            .cmd("DEL")
+            .arg("g");
+        let (first, _, second, _): (Vec<i64>, i64, Vec<i64>, i64) = pipe.query(&mut con).unwrap();
+        ids.extend([first[5], second[5]]);
+    }
+    assert!(ids.iter().all(|&id| id > 0 && id < 1 << 54), "{ids:?}");
+    let mut distinct = ids.clone();
+    distinct.sort_unstable();
+    distinct.dedup();
+    assert_eq!(distinct.len(), ids.len(), "an id given twice");
+    // Not a sequence: consecutive ids a key gives are not a step apart, nor ordered.
+    let steps = ids
+        .windows(2)
+        .filter(|pair| (pair[1] - pair[0]).abs() < 1_000_000)
+        .count();
+    assert!(
+        steps < 4,
+        "{steps} of {} consecutive ids close together",
+        ids.len()
+    );
+    let rising = ids.windows(2).filter(|pair| pair[1] > pair[0]).count();
+    assert!(
+        (100..300).contains(&rising),
+        "{rising} of {} rising",
+        ids.len() - 1
+    );
 }

@@ -32,8 +32,8 @@ use crate::redis::store;
 use super::top;
 use super::window::{algorithm_keyword, ALGORITHM_ARG};
 use super::{
-    log, outcome, request, sixth_field, throttle, window, BLOCK_ARG, QUANTITY_ARG, REFUND_ARG,
-    SHORTFALL_ARG, UNIT_ARG,
+    lease_seed, log, outcome, request, sixth_field, throttle, window, BLOCK_ARG, QUANTITY_ARG,
+    REFUND_ARG, SHORTFALL_ARG, UNIT_ARG,
 };
 
 /// The command's name, `numkeys`, a key and its limiter (of at least 3 arguments).
@@ -164,6 +164,7 @@ fn run_sized<const N: usize>(
         request,
         now: clock::now(),
         write: mode == Mode::Write,
+        lease_seed: lease_seed(&limiters[..keys]),
     };
     let mut verdicts = [Verdict::default(); N];
     let verdicts = &mut verdicts[..keys];

@@ -376,7 +376,7 @@ fn outcome(request: &Request, limited: bool, settled: &Settled) -> Outcome {
         (Action::Take, 0, _) => Outcome::Peek,
         (Action::Take, _, true) => Outcome::Limited,
         (Action::Take, quantity, false) => match request.shortfall {
-            Shortfall::Delay(_) if settled.wait > Micros(0) => Outcome::Delayed,
+            Shortfall::Delay(_) if settled.wait > Micros::ZERO => Outcome::Delayed,
             Shortfall::AtMost if settled.granted < quantity => Outcome::AtMost,
             Shortfall::Force if settled.forced => Outcome::Forced,
             _ => Outcome::Allowed,
@@ -408,6 +408,20 @@ fn sixth_field(
     }
 }
 
+/// The seed a call's lease id is drawn from: a value no client can predict when the call
+/// names a lease (the server's keyed generator, [`crate::redis::random`]), 0 otherwise (no
+/// draw for the rest).
+fn lease_seed(limiters: &[Limiter]) -> u64 {
+    if limiters
+        .iter()
+        .any(|limiter| matches!(limiter, Limiter::Lease(_)))
+    {
+        crate::redis::random::next()
+    } else {
+        0
+    }
+}
+
 /// Runs a single-limiter command: `limiter` on the call's key, replied with `rounding`.
 fn single(
     call: &Invocation,
@@ -422,6 +436,7 @@ fn single(
         request,
         now: clock::now(),
         write: mode == Mode::Write,
+        lease_seed: lease_seed(std::slice::from_ref(&limiter)),
     };
     let mut verdict = [Verdict::default()];
     let settled = store::run::<1>(call, 1, &engine_call, &mut verdict)?;

@@ -37,7 +37,7 @@ pub struct Decision {
     pub write: Write,
 }
 
-/// The block in force at `now` for a key blocked until `blocked_until` (`Micros(0)` for
+/// The block in force at `now` for a key blocked until `blocked_until` (`Micros::ZERO` for
 /// none): its end, when that is later than `now`.
 pub fn in_force(blocked_until: Micros, now: Micros) -> Option<Micros> {
     (blocked_until > now).then_some(blocked_until)
@@ -62,7 +62,7 @@ pub fn blocked_verdict(verdict: Verdict, until: Micros, now: Micros) -> Verdict 
 }
 
 /// Applies the block rules to `verdict`, what the algorithm alone decided for `request` at
-/// `now` on a key blocked until `blocked_until` (`Micros(0)`: none); `changes` says whether
+/// `now` on a key blocked until `blocked_until` (`Micros::ZERO`: none); `changes` says whether
 /// the algorithm's state would change (an admitted take, or a refund that gives something
 /// back).
 #[inline(always)]
@@ -115,27 +115,29 @@ pub fn decide(
 #[cfg(test)]
 mod tests {
     use super::*;
-    const NOW: Micros = Micros(1_700_000_000_000_000);
+    const NOW: Micros = Micros::saturating(1_700_000_000_000_000);
 
     fn verdict(limited: bool, remaining: i64, retry: Option<i64>, reset: i64) -> Verdict {
         Verdict {
             limited,
             limit: 5,
             remaining,
-            retry_after: retry.map(|micros| Micros(micros).ticks()).into(),
-            reset_after: Micros(reset).ticks(),
+            retry_after: retry
+                .map(|micros| Micros::saturating(micros).ticks())
+                .into(),
+            reset_after: Micros::saturating(reset).ticks(),
         }
     }
 
     fn request(action: Action, quantity: u64, block: Option<i64>) -> Request {
         Request {
-            block: block.map(Micros),
+            block: block.map(Micros::saturating),
             ..Request::take(quantity).with_action(action)
         }
     }
 
     fn micros(micros: i64) -> Micros {
-        NOW + Micros(micros)
+        NOW + Micros::saturating(micros)
     }
 
     #[test]
@@ -143,7 +145,7 @@ mod tests {
         let refused = verdict(true, 0, Some(300), 900);
         let decision = decide(
             &request(Action::Take, 1, Some(1_000)),
-            Micros(0),
+            Micros::ZERO,
             NOW,
             refused,
             false,
@@ -153,7 +155,7 @@ mod tests {
         // The algorithm's own wait, when longer, is kept.
         let decision = decide(
             &request(Action::Take, 1, Some(100)),
-            Micros(0),
+            Micros::ZERO,
             NOW,
             refused,
             false,
@@ -166,7 +168,7 @@ mod tests {
         let over = verdict(true, 0, Some(300), 900);
         let decision = decide(
             &request(Action::Take, 0, Some(1_000)),
-            Micros(0),
+            Micros::ZERO,
             NOW,
             over,
             false,
@@ -185,7 +187,7 @@ mod tests {
         let never = verdict(true, 5, None, 0);
         let decision = decide(
             &request(Action::Take, 9, Some(1_000)),
-            Micros(0),
+            Micros::ZERO,
             NOW,
             never,
             false,
@@ -200,7 +202,7 @@ mod tests {
         let refused = verdict(true, 0, Some(300), 900);
         let decision = decide(
             &request(Action::Take, 1, None),
-            Micros(0),
+            Micros::ZERO,
             NOW,
             refused,
             false,
@@ -233,7 +235,7 @@ mod tests {
             let retry = algorithm
                 .retry_after
                 .get()
-                .map_or(700, |own| own.ceil_micros().0)
+                .map_or(700, |own| own.ceil_micros().get())
                 .max(700);
             assert_eq!(decision.verdict, verdict(true, 0, Some(retry), 700));
         }
@@ -267,7 +269,7 @@ mod tests {
         assert_eq!(decision.verdict, verdict(true, 0, Some(50), 50));
         let decision = decide(
             &request(Action::Refund, 1, None),
-            Micros(0),
+            Micros::ZERO,
             NOW,
             after,
             false,

@@ -79,7 +79,7 @@ pub const BLOCKED_TAG: u8 = 0xFF;
 /// Bytes before the limiter's own state in a blocked value.
 pub const BLOCKED_HEADER_LEN: usize = 8;
 
-/// Splits a stored value into the end of its block (`Micros(0)` when it has none) and the
+/// Splits a stored value into the end of its block (`Micros::ZERO` when it has none) and the
 /// limiter's own state (`None` when a blocked value holds none).
 pub fn split_blocked(value: &[u8]) -> (Micros, Option<&[u8]>) {
     match value.split_first() {
@@ -88,19 +88,19 @@ pub fn split_blocked(value: &[u8]) -> (Micros, Option<&[u8]>) {
             until[..BLOCKED_HEADER_LEN - 1].copy_from_slice(&rest[..BLOCKED_HEADER_LEN - 1]);
             let state = &rest[BLOCKED_HEADER_LEN - 1..];
             (
-                Micros(i64::from_le_bytes(until)),
+                Micros::saturating(i64::from_le_bytes(until)),
                 (!state.is_empty()).then_some(state),
             )
         }
-        _ => (Micros(0), Some(value)),
+        _ => (Micros::ZERO, Some(value)),
     }
 }
 
 /// Appends the header of a value blocked until `until`; the limiter's state follows it.
 pub fn push_blocked_header(until: Micros, value: &mut Vec<u8>) {
-    debug_assert!((0..1 << 56).contains(&until.0));
+    debug_assert!((0..1 << 56).contains(&until.get()));
     value.push(BLOCKED_TAG);
-    value.extend_from_slice(&until.0.to_le_bytes()[..BLOCKED_HEADER_LEN - 1]);
+    value.extend_from_slice(&until.get().to_le_bytes()[..BLOCKED_HEADER_LEN - 1]);
 }
 
 /// Whether a string of `len` bytes may hold a state whose own lengths `is_own_length`
@@ -119,22 +119,22 @@ pub fn is_gcra_length(len: usize) -> bool {
 /// Encodes a `CL.THROTTLE` state. `tat` must lie in `0..=Ticks::LATEST`, which every TAT
 /// the core produces does.
 pub fn encode_gcra(tat: Ticks) -> [u8; GCRA_LEN] {
-    debug_assert!((0..=Ticks::LATEST.0).contains(&tat.0));
+    debug_assert!((0..=Ticks::LATEST.get()).contains(&tat.get()));
     let mut value = [0; GCRA_LEN];
     value[0] = GCRA_TAG;
-    value[1..].copy_from_slice(&tat.0.to_le_bytes()[..GCRA_LEN - 1]);
+    value[1..].copy_from_slice(&tat.get().to_le_bytes()[..GCRA_LEN - 1]);
     value
 }
 
 /// Encodes a `CL.THROTTLE ... WARMUP` state: the TAT, and the coldness at the TAT (both in
 /// `0..=Ticks::LATEST`).
 pub fn encode_warm_gcra(state: GcraState) -> [u8; WARM_GCRA_LEN] {
-    debug_assert!((0..=Ticks::LATEST.0).contains(&state.tat.0));
-    debug_assert!((0..=Ticks::LATEST.0).contains(&state.cold.0));
+    debug_assert!((0..=Ticks::LATEST.get()).contains(&state.tat.get()));
+    debug_assert!((0..=Ticks::LATEST.get()).contains(&state.cold.get()));
     let mut value = [0; WARM_GCRA_LEN];
     value[0] = WARM_GCRA_TAG;
-    value[1..GCRA_LEN].copy_from_slice(&state.tat.0.to_le_bytes()[..GCRA_LEN - 1]);
-    value[GCRA_LEN..].copy_from_slice(&state.cold.0.to_le_bytes()[..GCRA_LEN - 1]);
+    value[1..GCRA_LEN].copy_from_slice(&state.tat.get().to_le_bytes()[..GCRA_LEN - 1]);
+    value[GCRA_LEN..].copy_from_slice(&state.cold.get().to_le_bytes()[..GCRA_LEN - 1]);
     value
 }
 
@@ -144,7 +144,7 @@ pub fn decode_gcra_state(value: &[u8]) -> Option<GcraState> {
     if value.len() != WARM_GCRA_LEN {
         return decode_gcra(value).map(|tat| GcraState {
             tat,
-            cold: Ticks(0),
+            cold: Ticks::ZERO,
         });
     }
     let (&tag, rest) = value.split_first()?;
@@ -155,7 +155,7 @@ pub fn decode_gcra_state(value: &[u8]) -> Option<GcraState> {
     let read = |bytes: &[u8]| {
         let mut word = [0; 16];
         word[..GCRA_LEN - 1].copy_from_slice(bytes);
-        Ticks(i128::from_le_bytes(word))
+        Ticks::saturating(i128::from_le_bytes(word))
     };
     Some(GcraState {
         tat: read(tat),
@@ -169,7 +169,9 @@ pub fn decode_gcra_state(value: &[u8]) -> Option<GcraState> {
 pub fn decode_gcra(value: &[u8]) -> Option<Ticks> {
     if value.len() == REDIS_CELL_LEN && value.iter().all(u8::is_ascii_digit) {
         let nanos: u64 = std::str::from_utf8(value).ok()?.parse().ok()?;
-        return Some(Ticks(i128::from(nanos) * Ticks::NANOSECOND.0));
+        return Some(Ticks::saturating(
+            i128::from(nanos) * Ticks::NANOSECOND.get(),
+        ));
     }
     let (&tag, tat) = value.split_first()?;
     if tag != GCRA_TAG || tat.len() != GCRA_LEN - 1 {
@@ -177,7 +179,7 @@ pub fn decode_gcra(value: &[u8]) -> Option<Ticks> {
     }
     let mut bytes = [0; 16];
     bytes[..GCRA_LEN - 1].copy_from_slice(tat);
-    Some(Ticks(i128::from_le_bytes(bytes)))
+    Some(Ticks::saturating(i128::from_le_bytes(bytes)))
 }
 
 #[cfg(test)]
@@ -188,14 +190,14 @@ mod tests {
 
     #[test]
     fn layout_is_the_tag_then_little_endian_ticks() {
-        let value = encode_gcra(Ticks(0x0102_0304));
+        let value = encode_gcra(Ticks::saturating(0x0102_0304));
         assert_eq!(value, [0xF8, 4, 3, 2, 1, 0, 0, 0, 0, 0, 0, 0]);
         assert_eq!(encode_gcra(Ticks::LATEST)[1..], [0xFF; 11]);
     }
 
     #[test]
     fn other_values_are_not_mistaken_for_state() {
-        let valid = encode_gcra(Micros(1_700_000_000_000_000).ticks());
+        let valid = encode_gcra(Micros::saturating(1_700_000_000_000_000).ticks());
         assert!(decode_gcra(&valid).is_some());
         assert_eq!(decode_gcra(b""), None);
         assert_eq!(decode_gcra(b"hello world!"), None);
@@ -213,7 +215,10 @@ mod tests {
     fn redis_cell_states_are_read_as_nanoseconds() {
         let nanos = 1_795_282_310_692_123_456_u64;
         let tat = decode_gcra(nanos.to_string().as_bytes()).unwrap();
-        assert_eq!(tat, Ticks(i128::from(nanos) * Ticks::NANOSECOND.0));
+        assert_eq!(
+            tat,
+            Ticks::saturating(i128::from(nanos) * Ticks::NANOSECOND.get())
+        );
         assert!(is_gcra_length(19) && is_gcra_length(12) && !is_gcra_length(18));
         assert_eq!(decode_gcra(b"179528231069212345x"), None);
         assert_eq!(decode_gcra(b"-79528231069212345"), None);
@@ -223,21 +228,24 @@ mod tests {
 
     #[test]
     fn a_blocked_value_wraps_any_state() {
-        let state = encode_gcra(Ticks(5));
+        let state = encode_gcra(Ticks::saturating(5));
         let mut value = Vec::new();
-        push_blocked_header(Micros(0x0001_0203_0405_0607), &mut value);
+        push_blocked_header(Micros::saturating(0x0001_0203_0405_0607), &mut value);
         value.extend_from_slice(&state);
         assert_eq!(&value[..8], [0xFF, 7, 6, 5, 4, 3, 2, 1]);
         assert_eq!(
             split_blocked(&value),
-            (Micros(0x0001_0203_0405_0607), Some(&state[..]))
+            (Micros::saturating(0x0001_0203_0405_0607), Some(&state[..]))
         );
         assert_eq!(
             split_blocked(&value[..8]),
-            (Micros(0x0001_0203_0405_0607), None)
+            (Micros::saturating(0x0001_0203_0405_0607), None)
         );
-        assert_eq!(split_blocked(&state), (Micros(0), Some(&state[..])));
-        assert_eq!(split_blocked(&[0xFF, 1]), (Micros(0), Some(&[0xFF, 1][..])));
+        assert_eq!(split_blocked(&state), (Micros::ZERO, Some(&state[..])));
+        assert_eq!(
+            split_blocked(&[0xFF, 1]),
+            (Micros::ZERO, Some(&[0xFF, 1][..]))
+        );
         assert!(is_state_length(is_gcra_length, 12) && is_state_length(is_gcra_length, 20));
         assert!(is_state_length(is_gcra_length, 27) && is_state_length(is_gcra_length, 8));
         assert!(!is_state_length(is_gcra_length, 13) && !is_state_length(is_gcra_length, 7));
@@ -245,8 +253,8 @@ mod tests {
 
     proptest! {
         #[test]
-        fn round_trips(tat in 0..=Ticks::LATEST.0) {
-            prop_assert_eq!(decode_gcra(&encode_gcra(Ticks(tat))), Some(Ticks(tat)));
+        fn round_trips(tat in 0..=Ticks::LATEST.get()) {
+            prop_assert_eq!(decode_gcra(&encode_gcra(Ticks::saturating(tat))), Some(Ticks::saturating(tat)));
         }
 
         #[test]

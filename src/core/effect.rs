@@ -106,7 +106,7 @@ impl Arg<'_> {
     pub fn bytes(&self) -> Vec<u8> {
         match self {
             Arg::Value(bytes) | Arg::Bytes(bytes) => bytes.to_vec(),
-            Arg::Expiry(expire_at) => packed::Decimal::new(expire_at.0).as_bytes().to_vec(),
+            Arg::Expiry(expire_at) => packed::Decimal::new(expire_at.get()).as_bytes().to_vec(),
             Arg::Word(word) => word.to_bytes().to_vec(),
         }
     }
@@ -149,6 +149,9 @@ pub enum EffectError {
     Lease,
     /// An integer field that is not one.
     NotAnInteger,
+    /// A time field out of range: an instant before the epoch or after the year 2262, or a
+    /// span longer than that.
+    Time,
     /// A limiter's parameters out of range.
     Param(ParamError),
 }
@@ -167,6 +170,9 @@ impl EffectError {
             EffectError::Log => c"ERR RL.LOG.APPLY: not a change this module propagates",
             EffectError::Lease => c"ERR RL.LEASE.APPLY: not a change this module propagates",
             EffectError::NotAnInteger => c"ERR an effect's field is not an integer",
+            EffectError::Time => {
+                c"ERR an effect's time is out of range (an instant from the epoch to 2262, a span as long)"
+            }
             EffectError::Param(error) => error.message(),
         }
     }
@@ -213,7 +219,7 @@ impl<'a> Effect<'a> {
                 entries,
                 blocked_until: Some(until),
             } => {
-                scratch.int(until.0);
+                scratch.int(until.get());
                 Encoded::new(
                     LOG_LOAD_CHUNK,
                     &[
@@ -246,7 +252,7 @@ impl<'a> Effect<'a> {
             }
             Ok(Effect::Set {
                 value,
-                expire_at: Millis(integer(expire_at)?),
+                expire_at: Millis::new(integer(expire_at)?).ok_or(EffectError::Time)?,
             })
         } else if is(c"SETRANGE") {
             let [offset, bytes] = args else {
@@ -258,7 +264,9 @@ impl<'a> Effect<'a> {
             let [expire_at] = args else {
                 return Err(EffectError::Unknown);
             };
-            Ok(Effect::ExpireAt(Millis(integer(expire_at)?)))
+            Ok(Effect::ExpireAt(
+                Millis::new(integer(expire_at)?).ok_or(EffectError::Time)?,
+            ))
         } else if is(c"DEL") {
             args.is_empty()
                 .then_some(Effect::Delete)
@@ -282,7 +290,7 @@ impl<'a> Effect<'a> {
                 [entries, keyword, until] if keyword.eq_ignore_ascii_case(b"BLOCKED") => {
                     Ok(Effect::LogChunk {
                         entries,
-                        blocked_until: Some(Micros(integer(until)?.max(0))),
+                        blocked_until: Some(instant(until)?),
                     })
                 }
                 _ => Err(EffectError::Unknown),
@@ -302,6 +310,24 @@ impl<'a> Effect<'a> {
 /// A decimal integer field.
 fn integer(field: &[u8]) -> Result<i64, EffectError> {
     packed::parse_integer(field).ok_or(EffectError::NotAnInteger)
+}
+
+/// An instant field, in microseconds since the epoch: the master's clock, which never reads
+/// before the epoch nor after [`Micros::LATEST`].
+fn instant(field: &[u8]) -> Result<Micros, EffectError> {
+    Micros::instant(integer(field)?).ok_or(EffectError::Time)
+}
+
+/// A span field in microseconds, not negative.
+fn span(field: &[u8]) -> Result<Micros, EffectError> {
+    Micros::instant(integer(field)?).ok_or(EffectError::Time)
+}
+
+/// A lease id: from 1 to [`lease::MAX_ID`].
+fn lease_id(field: &[u8]) -> Result<u64, EffectError> {
+    Some(positive(field)?)
+        .filter(|&id| id <= lease::MAX_ID)
+        .ok_or(EffectError::Lease)
 }
 
 /// A positive integer field.
@@ -404,7 +430,7 @@ impl LogEffect {
         match self.change {
             LogChange::Take { quantity, at } => {
                 if block.is_none() {
-                    log.set_blocked_until(Micros(0));
+                    log.set_blocked_until(Micros::ZERO);
                 }
                 let live = limiter.survey(Some(log), at);
                 limiter.log_surveyed(log, live, at, quantity);
@@ -430,7 +456,7 @@ impl LogEffect {
             }
             LogChange::Force { quantity } => {
                 if block.is_none() {
-                    log.set_blocked_until(Micros(0));
+                    log.set_blocked_until(Micros::ZERO);
                 }
                 reply = Some(super::limiter::force_log(limiter, log, now, quantity));
             }
@@ -453,20 +479,20 @@ impl LogEffect {
     fn pack(&self, packed: &mut Packed) {
         packed
             .int(self.limiter.limit() as i64)
-            .int(self.limiter.window().0)
-            .int(self.now.0);
+            .int(self.limiter.window().get())
+            .int(self.now.get());
         match self.change {
             LogChange::Take { quantity, at } => {
                 packed.word("TAKE").int(quantity as i64);
                 if at != self.now {
-                    packed.int(at.0);
+                    packed.int(at.get());
                 }
             }
             LogChange::Refund { quantity } => {
                 packed.word("REFUND").int(quantity as i64);
             }
             LogChange::Block { until } => {
-                packed.word("BLOCK").int(until.0);
+                packed.word("BLOCK").int(until.get());
             }
             LogChange::Force { quantity } => {
                 packed.word("FORCE").int(quantity as i64);
@@ -482,7 +508,7 @@ impl LogEffect {
             return Err(EffectError::Log);
         };
         let limiter = LogLimiter::new(integer(limit)?, integer(window)?, Unit::Microseconds)?;
-        let now = Micros(integer(now)?);
+        let now = instant(now)?;
         let change = match (&change.to_ascii_uppercase()[..], rest) {
             (b"TAKE", [quantity]) => LogChange::Take {
                 quantity: positive(quantity)?,
@@ -490,13 +516,13 @@ impl LogEffect {
             },
             (b"TAKE", [quantity, at]) => LogChange::Take {
                 quantity: positive(quantity)?,
-                at: Micros(integer(at)?).max(now),
+                at: instant(at)?.max(now),
             },
             (b"REFUND", [quantity]) => LogChange::Refund {
                 quantity: positive(quantity)?,
             },
             (b"BLOCK", [until]) => LogChange::Block {
-                until: Micros(integer(until)?),
+                until: instant(until)?,
             },
             (b"FORCE", [quantity]) => {
                 let quantity = positive(quantity)?;
@@ -575,10 +601,10 @@ impl LeaseEffect {
                 id,
             } => {
                 // Admitted on the master: taken as it decided.
-                limiter.hold(set, self.now, quantity, id);
+                let done = limiter.hold(set, self.now, quantity, id);
                 return LeaseApplied {
-                    done: true,
-                    changed: true,
+                    done,
+                    changed: done || set.len() != before,
                 };
             }
             LeaseChange::Release { id } => lease::release(set, self.now, id),
@@ -601,21 +627,21 @@ impl LeaseEffect {
             } => {
                 packed
                     .word("ACQUIRE")
-                    .int(self.now.0)
+                    .int(self.now.get())
                     .int(limiter.limit() as i64)
-                    .int(limiter.lease().0)
+                    .int(limiter.lease().get())
                     .int(quantity as i64)
                     .int(id as i64);
             }
             LeaseChange::Release { id } => {
-                packed.word("RELEASE").int(self.now.0).int(id as i64);
+                packed.word("RELEASE").int(self.now.get()).int(id as i64);
             }
             LeaseChange::Renew { id, lease } => {
                 packed
                     .word("RENEW")
-                    .int(self.now.0)
+                    .int(self.now.get())
                     .int(id as i64)
-                    .int(lease.0);
+                    .int(lease.get());
             }
         }
     }
@@ -627,7 +653,7 @@ impl LeaseEffect {
         let [change, now, rest @ ..] = fields else {
             return Err(EffectError::Lease);
         };
-        let now = Micros(integer(now)?);
+        let now = instant(now)?;
         let change = match (&change.to_ascii_uppercase()[..], rest) {
             (b"ACQUIRE", [limit, lease, quantity, id]) => {
                 let limiter =
@@ -639,12 +665,12 @@ impl LeaseEffect {
                 LeaseChange::Acquire {
                     limiter,
                     quantity,
-                    id: positive(id)?,
+                    id: lease_id(id)?,
                 }
             }
-            (b"RELEASE", [id]) => LeaseChange::Release { id: positive(id)? },
+            (b"RELEASE", [id]) => LeaseChange::Release { id: lease_id(id)? },
             (b"RENEW", [id, lease]) => LeaseChange::Renew {
-                id: positive(id)?,
+                id: lease_id(id)?,
                 lease: params::lease(integer(lease)?, Unit::Microseconds)?,
             },
             _ => return Err(EffectError::Lease),
@@ -683,19 +709,23 @@ impl LegacyLogReplay {
             [] => take,
             [refund] if word(refund, "REFUND") => Request::refund(quantity),
             [block, duration] if word(block, "BLOCK") => Request {
-                block: Some(Micros(integer(duration)?.max(1))),
+                block: Some(span(duration)?.max(Micros::saturating(1))),
                 ..take
             },
-            [force] if word(force, "FORCE") => Request {
-                shortfall: Shortfall::Force,
-                ..take
-            },
+            [force] if word(force, "FORCE") => {
+                // As the command itself checks it: a debt of at most 16 limits.
+                params::force_quantity(quantity, limiter.limit())?;
+                Request {
+                    shortfall: Shortfall::Force,
+                    ..take
+                }
+            }
             [at_most] if word(at_most, "AT_MOST") => Request {
                 shortfall: Shortfall::AtMost,
                 ..take
             },
             [delay, max_wait] if word(delay, "DELAY") => Request {
-                shortfall: Shortfall::Delay(Micros(integer(max_wait)?.max(0))),
+                shortfall: Shortfall::Delay(span(max_wait)?),
                 ..take
             },
             _ => return Err(EffectError::Log),
@@ -703,7 +733,7 @@ impl LegacyLogReplay {
         Ok(LegacyLogReplay {
             limiter,
             request,
-            now: Micros(integer(now)?),
+            now: instant(now)?,
         })
     }
 }

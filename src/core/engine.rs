@@ -41,6 +41,9 @@ pub struct Call<'a> {
     pub now: Micros,
     /// Whether the call may write: false for the read-only variants.
     pub write: bool,
+    /// A value no client can predict, from which a lease the call takes draws its id
+    /// ([`lease::draw_id`]); any value where no lease is taken.
+    pub lease_seed: u64,
 }
 
 /// A call's working memory, kept from call to call so that a warm call allocates nothing.
@@ -127,7 +130,10 @@ pub fn run<S: Store, const N: usize>(
     );
     if settlement.admitted && request.action == Action::Take {
         settled.granted = request.quantity;
-        settled.lease_id = lease_id(&decisions[..count]).filter(|_| call.write);
+        let takes_lease = decisions[..count]
+            .iter()
+            .any(|decision| matches!(decision.plan, Plan::Lease(_, true)));
+        settled.lease_id = (takes_lease && call.write).then(|| lease::draw_id(call.lease_seed));
     }
     for index in 0..count {
         let (Some(key), decision) = (&mut keys[index], &decisions[index]) else {
@@ -154,18 +160,6 @@ pub fn run<S: Store, const N: usize>(
         }
     }
     Ok(settled)
-}
-
-/// The one id every lease of an admitted call takes: the highest any of its sets gives
-/// next, so that ids still only grow within each key, and one id releases them all.
-fn lease_id(decisions: &[Decision]) -> Option<u64> {
-    decisions
-        .iter()
-        .filter_map(|decision| match decision.plan {
-            Plan::Lease(_, next_id) => next_id,
-            _ => None,
-        })
-        .max()
 }
 
 /// Stores what a limiter decided on its open key (`value`: the new string state), and
@@ -214,7 +208,7 @@ fn commit<K: Key>(
                 }
             }
         }
-        Plan::Lease(limiter, Some(_)) => {
+        Plan::Lease(limiter, true) => {
             let Some(id) = lease_id else {
                 return Ok(());
             };
@@ -228,7 +222,7 @@ fn commit<K: Key>(
             };
             apply(key, &Effect::Lease(effect))?;
         }
-        Plan::Lease(_, None) => {}
+        Plan::Lease(_, false) => {}
     }
     Ok(())
 }

@@ -27,7 +27,7 @@ pub struct Gcra {
     tolerance: Ticks,
     /// `max_burst + 1`: the most admitted at once.
     limit: i64,
-    /// `WARMUP period`; `Ticks(0)` for none.
+    /// `WARMUP period`; `Ticks::ZERO` for none.
     warmup: Ticks,
 }
 
@@ -76,13 +76,13 @@ impl Gcra {
             interval,
             tolerance,
             limit,
-            warmup: Ticks(0),
+            warmup: Ticks::ZERO,
         })
     }
 
     /// The same limiter with a warm-up of `period` (positive, at most [`Ticks::MAX_SPAN`]).
     pub fn with_warmup(self, period: Ticks) -> Gcra {
-        debug_assert!(period.0 > 0 && period <= Ticks::MAX_SPAN);
+        debug_assert!(period.get() > 0 && period <= Ticks::MAX_SPAN);
         Gcra {
             warmup: period,
             ..self
@@ -91,14 +91,14 @@ impl Gcra {
 
     /// Whether it has a warm-up: its state then keeps how cold it is.
     pub fn warms_up(&self) -> bool {
-        self.warmup.0 > 0
+        self.warmup.get() > 0
     }
 
     /// When a stored state stops mattering: once the TAT has passed and, with a warm-up,
     /// the limiter has gone back to the coldest, it is the state of a missing key.
     pub fn state_end(&self, state: GcraState) -> Ticks {
         if self.warms_up() {
-            state.tat + Ticks((self.warmup.0 - state.cold.0).max(0))
+            state.tat + (self.warmup - state.cold).max(Ticks::ZERO)
         } else {
             state.tat
         }
@@ -108,11 +108,11 @@ impl Gcra {
     /// without a warm-up.
     fn cold_at(&self, stored: Option<GcraState>, now: Ticks) -> Ticks {
         if !self.warms_up() {
-            return Ticks(0);
+            return Ticks::ZERO;
         }
         stored.map_or(self.warmup, |state| {
-            let idle = Ticks((now - state.tat).0.max(0));
-            Ticks((state.cold.0 + idle.0).min(self.warmup.0))
+            let idle = (now - state.tat).max(Ticks::ZERO);
+            (state.cold + idle).min(self.warmup)
         })
     }
 
@@ -133,7 +133,7 @@ impl Gcra {
     /// [`Gcra::cost`] without the cap on one unit.
     fn uncapped_cost(&self, cold: Ticks, quantity: u64) -> Option<Ticks> {
         let base = self.interval.checked_times(quantity)?;
-        let above = cold.0 - self.warmup.0 / 2;
+        let above = cold.get() - self.warmup.get() / 2;
         if !self.warms_up() || above <= 0 {
             return Some(base);
         }
@@ -141,9 +141,11 @@ impl Gcra {
         // between the line's height before (2 * above / period) and after. Floating point
         // for the product of two spans of up to 2^87 ticks; rounded up, so that a cost is
         // never under its exact value.
-        let taken = base.0.min(above) as f64;
-        let extra = 2.0 * taken * (2.0 * above as f64 - taken) / self.warmup.0 as f64;
-        base.0.checked_add(extra.ceil() as i128).map(Ticks)
+        let taken = base.get().min(above) as f64;
+        let extra = 2.0 * taken * (2.0 * above as f64 - taken) / self.warmup.get() as f64;
+        base.get()
+            .checked_add(extra.ceil() as i128)
+            .and_then(Ticks::new)
     }
 
     /// A `FORCE` take of `quantity` (at most 16 times the limit) on a limiter that warms up:
@@ -164,7 +166,7 @@ impl Gcra {
             .unwrap_or(Ticks::MAX_SPAN)
             .min(Ticks::MAX_SPAN);
         let new_tat = (tat + cost).min(Ticks::LATEST);
-        let cold = Ticks((cold.0 - self.interval.0.saturating_mul(i128::from(quantity))).max(0));
+        let cold = (cold - self.interval.times(quantity)).max(Ticks::ZERO);
         let backlog = new_tat - now;
         GcraOutcome {
             verdict: Verdict {
@@ -224,7 +226,7 @@ impl Gcra {
             },
             new_state: (quantity > 0).then_some(GcraState {
                 tat: new_tat,
-                cold: Ticks(0),
+                cold: Ticks::ZERO,
             }),
         }
     }
@@ -258,7 +260,7 @@ impl Gcra {
             return refuse((fits.then(|| allow_at - now)).into());
         }
         let backlog = new_tat - now;
-        let cold = Ticks((cold.0 - self.interval.times(quantity).0).max(0));
+        let cold = (cold - self.interval.times(quantity)).max(Ticks::ZERO);
         GcraOutcome {
             verdict: Verdict {
                 limited: false,
@@ -291,7 +293,7 @@ impl Gcra {
     /// (the bucket can be over-full after its parameters were tightened).
     fn remaining(&self, backlog: Ticks) -> i64 {
         let room = self.tolerance - backlog;
-        if room.0 <= 0 {
+        if room.get() <= 0 {
             0
         } else {
             // room <= tolerance = interval * limit, so this is at most limit.
@@ -303,7 +305,7 @@ impl Gcra {
     /// fits, at most what fits warm.
     fn remaining_cold(&self, backlog: Ticks, cold: Ticks) -> i64 {
         let warm = self.remaining(backlog);
-        if cold.0 <= self.warmup.0 / 2 {
+        if cold.get() <= self.warmup.get() / 2 {
             return warm;
         }
         let room = self.tolerance - backlog;
@@ -331,8 +333,8 @@ impl Gcra {
 /// whole nanoseconds give an estimate, which a 128-bit multiplication confirms or moves by
 /// one; a 128-bit division (a routine, about four times the cost) only when that fails.
 fn whole_intervals(room: Ticks, interval: Ticks) -> i64 {
-    debug_assert!(room.0 > 0 && room.0 < 1 << 88 && interval.0 > 0);
-    let (room, interval) = (room.0 as u128, interval.0 as u128);
+    debug_assert!(room.get() > 0 && room.get() < 1 << 88 && interval.get() > 0);
+    let (room, interval) = (room.get() as u128, interval.get() as u128);
     if (room | interval) >> 64 == 0 {
         return (room as u64 / interval as u64) as i64;
     }
@@ -355,7 +357,7 @@ fn whole_intervals(room: Ticks, interval: Ticks) -> i64 {
 /// that is below one tick. Both arguments are positive.
 fn emission_interval(period: i64, count: i64, unit: Unit) -> Option<Ticks> {
     let (period, count) = (period as u64, count as u64);
-    let nanos_per_unit = (unit.ticks().0 / Ticks::NANOSECOND.0) as u64;
+    let nanos_per_unit = (unit.ticks().get() / Ticks::NANOSECOND.get()) as u64;
     // The usual case in 64-bit divisions: `period` in nanoseconds fits a u64, and `count`
     // is below 2^40, so the ticks left over after whole nanoseconds (under 2^24 of them per
     // unit of count) do too. A tick is 2^-24 ns: whole ns / count, then the remainder's
@@ -368,7 +370,7 @@ fn emission_interval(period: i64, count: i64, unit: Unit) -> Option<Ticks> {
         if whole == 0 && left_over << 24 < count {
             return None;
         }
-        return Some(Ticks(
+        return Some(Ticks::saturating(
             (i128::from(whole) << 24) + i128::from((left_over << 24).div_ceil(count)),
         ));
     }
@@ -378,9 +380,9 @@ fn emission_interval(period: i64, count: i64, unit: Unit) -> Option<Ticks> {
 /// [`emission_interval`] in 128-bit arithmetic, for any positive arguments: at most
 /// `i64::MAX` seconds in ticks, about 1.5e35, far inside i128.
 fn emission_interval_wide(period: u64, count: u64, unit: Unit) -> Option<Ticks> {
-    let period = i128::from(period) * unit.ticks().0;
+    let period = i128::from(period) * unit.ticks().get();
     let count = i128::from(count);
-    (period >= count).then(|| Ticks((period + count - 1) / count))
+    (period >= count).then(|| Ticks::saturating((period + count - 1) / count))
 }
 
 #[cfg(test)]
@@ -413,18 +415,18 @@ mod tests {
         }
     }
 
-    const START: Ticks = Micros(1_700_000_000_000_000).ticks();
+    const START: Ticks = Micros::saturating(1_700_000_000_000_000).ticks();
 
     /// A stored TAT, warm.
     fn warm(tat: Ticks) -> GcraState {
         GcraState {
             tat,
-            cold: Ticks(0),
+            cold: Ticks::ZERO,
         }
     }
 
     fn ms(millis: i64) -> Ticks {
-        Micros(millis * 1_000).ticks()
+        Micros::saturating(millis * 1_000).ticks()
     }
 
     /// redis-cell's own test table (src/cell/mod.rs, `it_rate_limits`), as replies.
@@ -476,7 +478,7 @@ mod tests {
     /// call here), as on a live server.
     #[test]
     fn matches_redis_cell_on_bursts() {
-        let step = Micros(10).ticks();
+        let step = Micros::saturating(10).ticks();
         let run = |bucket: &mut Bucket, calls: &[(u64, [i64; 5])]| {
             let mut now = START;
             for (quantity, expected) in calls {
@@ -581,7 +583,7 @@ mod tests {
         let gcra = Gcra::new(4, 1, 1, Unit::Seconds).unwrap();
         let outcome = gcra.apply(Some(warm(START - ms(500))), START, 6);
         assert_eq!(outcome.verdict.remaining, 5);
-        assert_eq!(outcome.verdict.reset_after, Ticks(0));
+        assert_eq!(outcome.verdict.reset_after, Ticks::ZERO);
     }
 
     #[test]
@@ -625,7 +627,10 @@ mod tests {
         // 3 per second: T is 333,333,333.33 ns; a million requests take a million thirds of a
         // second, not a nanosecond more or less than a tick apiece.
         let gcra = Gcra::new(0, 3, 1, Unit::Seconds).unwrap();
-        assert_eq!(gcra.interval, Ticks((Ticks::SECOND.0 + 2) / 3));
+        assert_eq!(
+            gcra.interval,
+            Ticks::saturating((Ticks::SECOND.get() + 2) / 3)
+        );
         let mut tat = START;
         for _ in 0..1_000_000 {
             // Each request arrives exactly at the TAT, so each is admitted.
@@ -636,14 +641,17 @@ mod tests {
                 .unwrap();
         }
         let elapsed = tat - START;
-        let exact = Ticks(1_000_000 * Ticks::SECOND.0 / 3);
+        let exact = Ticks::saturating(1_000_000 * Ticks::SECOND.get() / 3);
         assert!(
-            elapsed >= exact && (elapsed - exact).0 < 1_000_000,
+            elapsed >= exact && (elapsed - exact).get() < 1_000_000,
             "{elapsed:?} vs {exact:?}"
         );
         // Rates above one per nanosecond stay exact too.
         let fast = Gcra::new(0, 3_000_000_000, 1, Unit::Seconds).unwrap();
-        assert_eq!(fast.interval, Ticks((Ticks::NANOSECOND.0 + 2) / 3));
+        assert_eq!(
+            fast.interval,
+            Ticks::saturating((Ticks::NANOSECOND.get() + 2) / 3)
+        );
     }
 
     #[test]
@@ -691,7 +699,7 @@ mod tests {
         let mut tat = None;
         let mut now = START;
         for &(gap, quantity) in stream {
-            now = now + Micros(gap).ticks();
+            now = now + Micros::saturating(gap).ticks();
             let outcome = gcra.apply(tat, now, quantity);
             check(now, quantity, &outcome);
             tat = outcome.new_state.or(tat);
@@ -709,7 +717,7 @@ mod tests {
             (1_099_511_627_773, 920_291_232_446),
         ] {
             let interval = emission_interval(period, count, Unit::Microseconds).unwrap();
-            assert_eq!(interval.0 % Ticks::NANOSECOND.0, 0);
+            assert_eq!(interval.get() % Ticks::NANOSECOND.get(), 0);
             assert_eq!(
                 Some(interval),
                 emission_interval_wide(period as u64, count as u64, Unit::Microseconds)
@@ -756,7 +764,7 @@ mod tests {
         assert_eq!(gcra.apply(None, START, 0).verdict.remaining, 3);
         let warm = GcraState {
             tat: START,
-            cold: Ticks(0),
+            cold: Ticks::ZERO,
         };
         assert_eq!(gcra.apply(Some(warm), START, 0).verdict.remaining, 10);
         // Without a warm-up, a missing key is simply full.
@@ -851,7 +859,7 @@ mod tests {
             let room = quotient * interval + (offset * interval as f64) as i128;
             prop_assume!(room > 0 && room < 1 << 88);
             prop_assert_eq!(
-                whole_intervals(Ticks(room), Ticks(interval)) as i128,
+                whole_intervals(Ticks::saturating(room), Ticks::saturating(interval)) as i128,
                 room / interval
             );
         }
@@ -887,7 +895,7 @@ mod tests {
             replay(&gcra, &stream, |now, quantity, outcome| {
                 let verdict = outcome.verdict;
                 assert!(verdict.remaining >= 0 && verdict.remaining <= verdict.limit);
-                assert!(verdict.reset_after.0 >= 0 && verdict.reset_after <= gcra.tolerance);
+                assert!(verdict.reset_after.get() >= 0 && verdict.reset_after <= gcra.tolerance);
                 if !verdict.limited && quantity > 0 {
                     assert_eq!(outcome.new_state.map(|state| state.tat), Some(now + verdict.reset_after));
                     admitted.push((now, quantity));
@@ -899,7 +907,7 @@ mod tests {
                 let mut total = 0u64;
                 for &(at, quantity) in &admitted[i..] {
                     total += quantity;
-                    let bound = (at - admitted[i].0 + gcra.tolerance).0 / gcra.interval.0;
+                    let bound = (at - admitted[i].0 + gcra.tolerance).get() / gcra.interval.get();
                     prop_assert!(i128::from(total) <= bound);
                 }
             }
@@ -921,7 +929,7 @@ mod tests {
             if let Some(wait) = verdict.retry_after.get() {
                 prop_assert!(verdict.limited);
                 prop_assert!(!gcra.apply(tat, now + wait, quantity).verdict.limited);
-                prop_assert!(gcra.apply(tat, now + wait - Ticks(1), quantity).verdict.limited);
+                prop_assert!(gcra.apply(tat, now + wait - Ticks::saturating(1), quantity).verdict.limited);
             }
             let full = gcra.apply(tat, now + gcra.apply(tat, now, 0).verdict.reset_after, 0);
             prop_assert_eq!(full.verdict.remaining, gcra.limit());
@@ -934,17 +942,17 @@ mod tests {
             max_burst in 0i64..i64::MAX,
             count in 1i64..i64::MAX,
             period in 1i64..1_000_000,
-            stored in proptest::option::of(0..=Ticks::LATEST.0),
-            now in 0..=(i64::MAX as i128 * Ticks::NANOSECOND.0),
+            stored in proptest::option::of(0..=Ticks::LATEST.get()),
+            now in 0..=(i64::MAX as i128 * Ticks::NANOSECOND.get()),
             quantity in any::<u64>(),
         ) {
             if let Ok(gcra) = Gcra::new(max_burst, count, period, Unit::Milliseconds) {
-                let outcome = gcra.apply(stored.map(|tat| warm(Ticks(tat))), Ticks(now), quantity);
+                let outcome = gcra.apply(stored.map(|tat| warm(Ticks::saturating(tat))), Ticks::saturating(now), quantity);
                 let reply = outcome.verdict.to_reply(Unit::Microseconds, Rounding::Up);
                 prop_assert!(reply[2] >= 0 && reply[2] <= reply[1]);
                 prop_assert!(reply[3] >= -1 && reply[4] >= 0);
                 if let Some(tat) = outcome.new_state.map(|state| state.tat) {
-                    prop_assert!(tat <= Ticks(now) + gcra.tolerance);
+                    prop_assert!(tat <= Ticks::saturating(now) + gcra.tolerance);
                     prop_assert!(tat <= Ticks::LATEST);
                 }
             }

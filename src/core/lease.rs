@@ -37,7 +37,7 @@ const TIME_BITS: u32 = 54;
 const QUANTITY_PART_BITS: u32 = 10;
 const QUANTITY_PART_MASK: u64 = (1 << QUANTITY_PART_BITS) - 1;
 /// The largest id: 54 bits.
-const MAX_ID: u64 = (1 << TIME_BITS) - 1;
+pub const MAX_ID: u64 = (1 << TIME_BITS) - 1;
 
 /// One lease.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -54,14 +54,14 @@ impl Lease {
     fn encode(self) -> [u64; 2] {
         let quantity = self.quantity - 1;
         [
-            (self.ends.0 as u64) << QUANTITY_PART_BITS | quantity & QUANTITY_PART_MASK,
+            (self.ends.get() as u64) << QUANTITY_PART_BITS | quantity & QUANTITY_PART_MASK,
             self.id << QUANTITY_PART_BITS | quantity >> QUANTITY_PART_BITS,
         ]
     }
 
     fn decode([ends, id]: [u64; 2]) -> Lease {
         Lease {
-            ends: Micros((ends >> QUANTITY_PART_BITS) as i64),
+            ends: Micros::saturating((ends >> QUANTITY_PART_BITS) as i64),
             id: id >> QUANTITY_PART_BITS,
             quantity: ((id & QUANTITY_PART_MASK) << QUANTITY_PART_BITS | ends & QUANTITY_PART_MASK)
                 + 1,
@@ -173,7 +173,7 @@ impl LeaseSet {
         let mut last = self
             .leases()
             .next_back()
-            .map_or(Micros(i64::MIN), |lease| lease.ends);
+            .map_or(Micros::saturating(i64::MIN), |lease| lease.ends);
         let mut held = self.held();
         for lease in decoded.clone() {
             if lease.ends < last || lease.quantity > MAX_LEASE_LIMIT {
@@ -218,16 +218,16 @@ impl LeaseSet {
     }
 
     /// Adds `lease` in order of the ends (after any ending at the same time): at the back
-    /// when leases share a duration, O(1).
-    fn insert(&mut self, lease: Lease) {
+    /// when leases share a duration, O(1). `None` when the ring is full, which a set no
+    /// fuller than its limit never is: only a forged effect could ask it.
+    fn insert(&mut self, lease: Lease) -> Option<()> {
         let position = (0..self.len())
             .rev()
             .find(|&index| self.lease(index).ends <= lease.ends)
             .map_or(0, |index| index + 1);
-        self.ring
-            .insert(position, lease.encode())
-            .expect("a set holds at most its limit, below the ring's maximum");
-        self.set_held(self.held() + lease.quantity);
+        self.ring.insert(position, lease.encode())?;
+        self.set_held(self.held().saturating_add(lease.quantity));
+        Some(())
     }
 
     /// Removes the lease `id`, if kept, and returns it.
@@ -267,7 +267,7 @@ impl LeaseLimiter {
         }
         Ok(LeaseLimiter {
             limit,
-            lease: params::lease(lease, unit)?.0,
+            lease: params::lease(lease, unit)?.get(),
         })
     }
 
@@ -278,7 +278,7 @@ impl LeaseLimiter {
 
     /// The lease.
     pub fn lease(&self) -> Micros {
-        Micros(self.lease)
+        Micros::saturating(self.lease)
     }
 
     /// Decides an acquire of `quantity` slots at `now` without changing anything: what a
@@ -305,7 +305,7 @@ impl LeaseLimiter {
             } else {
                 RetryAfter::NONE
             },
-            reset_after: last_end.map_or(Ticks(0), |ends| (ends - now).ticks()),
+            reset_after: last_end.map_or(Ticks::ZERO, |ends| (ends - now).ticks()),
         }
     }
 
@@ -339,7 +339,8 @@ impl LeaseLimiter {
         if verdict.limited {
             return Acquired { verdict, id: None };
         }
-        let id = id.unwrap_or_else(|| next_id(Some(set), now));
+        // The model tests number their leases from 1; the engine draws them at random.
+        let id = id.unwrap_or_else(|| set.next_id().max(1));
         self.hold(set, now, quantity, id);
         Acquired {
             verdict,
@@ -349,15 +350,21 @@ impl LeaseLimiter {
 
     /// Takes a lease of `quantity` slots at `now` as `id`, for an acquire already admitted
     /// (the master decided it; a copy applies what it decided): leases that ended are
-    /// dropped, and the next id is past this one.
-    pub fn hold(&self, set: &mut LeaseSet, now: Micros, quantity: u64, id: u64) {
+    /// dropped, and the next id recorded is past this one. False, the lease not taken, only
+    /// for a set already full of leases (a forged effect's).
+    pub fn hold(&self, set: &mut LeaseSet, now: Micros, quantity: u64, id: u64) -> bool {
         set.drop_ended(now);
-        set.set_next_id((id + 1).min(MAX_ID).max(set.next_id()));
-        set.insert(Lease {
-            ends: now + self.lease(),
-            id,
-            quantity,
-        });
+        let taken = set
+            .insert(Lease {
+                ends: now + self.lease(),
+                id,
+                quantity,
+            })
+            .is_some();
+        if taken {
+            set.set_next_id((id + 1).min(MAX_ID).max(set.next_id()));
+        }
+        taken
     }
 }
 
@@ -373,25 +380,33 @@ pub fn release(set: &mut LeaseSet, now: Micros, id: u64) -> bool {
 /// Leases that ended are dropped first.
 pub fn renew(set: &mut LeaseSet, now: Micros, id: u64, lease: Micros) -> bool {
     let renewed = match set.take(id) {
-        Some(held) if held.holds_at(now) => {
-            set.insert(Lease {
+        // Back where it was taken from: there is room.
+        Some(held) if held.holds_at(now) => set
+            .insert(Lease {
                 ends: now.saturating_add(lease),
                 ..held
-            });
-            true
-        }
+            })
+            .is_some(),
         _ => false,
     };
     set.drop_ended(now);
     renewed
 }
 
-/// The id the next lease taken from `set` (`None`: a new set) at `now` gets: one more
-/// than the last, or the time in microseconds if that is later.
-pub fn next_id(set: Option<&LeaseSet>, now: Micros) -> u64 {
-    set.map_or(0, LeaseSet::next_id)
-        .max(now.0.max(1) as u64)
-        .min(MAX_ID)
+/// The id a lease taken with `seed` (a value no client can predict, drawn by the master)
+/// gets: one of the 2^54 - 1 ids from 1, at random. Ids are not a sequence, so another
+/// holder's id cannot be guessed from one's own, and a key deleted and made again, or a
+/// clock that stepped back, gives no id again as a time or a counter would: two leases
+/// draw the same id with a chance of 2^-54, and a release names a lease of the same key.
+pub fn draw_id(seed: u64) -> u64 {
+    // A seed whose id bits are all 0 takes its other bits instead: never id 0, which
+    // means "no lease".
+    let id = seed & MAX_ID;
+    if id == 0 {
+        (seed >> TIME_BITS).max(1)
+    } else {
+        id
+    }
 }
 
 /// When a key holding `set` should expire: when its last lease ends.

@@ -49,11 +49,11 @@ impl Limiter {
 
     /// When every request its stored string `state` counts may go ahead: a take goes no
     /// earlier (first come, first served). GCRA's state, the TAT, already holds its queue:
-    /// `Micros(0)`.
+    /// `Micros::ZERO`.
     fn queue_end(&self, state: &[u8]) -> Micros {
         match self {
             Limiter::Window(window) => window.queue_end(state),
-            Limiter::Throttle(_) | Limiter::Log(_) | Limiter::Lease(_) => Micros(0),
+            Limiter::Throttle(_) | Limiter::Log(_) | Limiter::Lease(_) => Micros::ZERO,
         }
     }
 
@@ -125,7 +125,7 @@ pub fn decide_string(
     scratch: &mut Scratch,
     value: &mut Vec<u8>,
 ) -> Result<StringDecision, StateError> {
-    let (blocked_until, own_state) = stored.map_or((Micros(0), None), split_blocked);
+    let (blocked_until, own_state) = stored.map_or((Micros::ZERO, None), split_blocked);
     // Only a value that is the algorithm's state alone can be patched in place.
     let patch =
         in_place && own_state.is_some() && own_state.map(<[u8]>::len) == stored.map(<[u8]>::len);
@@ -138,7 +138,7 @@ pub fn decide_string(
     }
     let queue_end = match (request.action, own_state) {
         (Action::Take, Some(state)) => limiter.queue_end(state),
-        _ => Micros(0),
+        _ => Micros::ZERO,
     };
     let mut own = if queue_end > now {
         queued(limiter, own_state, now, queue_end, request, scratch, value)?
@@ -238,7 +238,7 @@ pub fn force_string(
                     .retry_after
                     .get()
                     .ok_or(StateError::Foreign)?;
-                at = at.saturating_add(wait.ceil_micros().max(Micros(1)));
+                at = at.saturating_add(wait.ceil_micros().max(Micros::saturating(1)));
                 continue;
             }
             decision = decide_string(
@@ -286,7 +286,7 @@ fn force_warming(
     quantity: u64,
     value: &mut Vec<u8>,
 ) -> Result<StringDecision, StateError> {
-    let (blocked_until, own_state) = stored.map_or((Micros(0), None), split_blocked);
+    let (blocked_until, own_state) = stored.map_or((Micros::ZERO, None), split_blocked);
     let state = own_state
         .map(|state| decode_gcra_state(state).ok_or(StateError::Foreign))
         .transpose()?;
@@ -341,7 +341,7 @@ fn queued(
             retry_after: if never_fits {
                 RetryAfter::NONE
             } else {
-                RetryAfter::of(then.retry_after.or(Ticks(0)) + ahead)
+                RetryAfter::of(then.retry_after.or(Ticks::ZERO) + ahead)
             },
             reset_after: standing.reset_after + ahead,
             ..then
@@ -449,14 +449,14 @@ pub fn decide_log(
     now: Micros,
     request: &Request,
 ) -> (Verdict, LogWrite) {
-    let blocked_until = log.map_or(Micros(0), SlidingLog::blocked_until);
+    let blocked_until = log.map_or(Micros::ZERO, SlidingLog::blocked_until);
     let live = limiter.survey(log, now);
     let (quantity, changes) = match request.action {
         Action::Take => (request.quantity, request.may_write(limiter.limit())),
         Action::Refund => (0, request.quantity > 0 && live.used > 0),
     };
     // Requests scheduled ahead of a take (`DELAY`, `FORCE`) are logged at their time.
-    let queue_end = log.map_or(Micros(0), SlidingLog::newest);
+    let queue_end = log.map_or(Micros::ZERO, SlidingLog::newest);
     let mut verdict = if request.action == Action::Take && queue_end > now {
         queued_log(limiter, log, now, queue_end, quantity)
     } else {
@@ -520,7 +520,7 @@ fn queued_log(
         retry_after: if never_fits {
             RetryAfter::NONE
         } else {
-            RetryAfter::of(then.retry_after.or(Ticks(0)) + ahead)
+            RetryAfter::of(then.retry_after.or(Ticks::ZERO) + ahead)
         },
         reset_after: standing.reset_after + ahead,
         ..then

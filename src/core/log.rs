@@ -84,14 +84,15 @@ impl SlidingLog {
         self.ring.set_header(TOTAL_WORD, total);
     }
 
-    /// When the key's penalty block ends, or `Micros(0)` for none.
+    /// When the key's penalty block ends, or `Micros::ZERO` for none.
     pub fn blocked_until(&self) -> Micros {
-        Micros(self.ring.header(BLOCKED_WORD) as i64)
+        Micros::saturating(self.ring.header(BLOCKED_WORD) as i64)
     }
 
-    /// Sets the end of the key's penalty block (`Micros(0)`: none).
+    /// Sets the end of the key's penalty block (`Micros::ZERO`: none).
     pub fn set_blocked_until(&mut self, until: Micros) {
-        self.ring.set_header(BLOCKED_WORD, until.0.max(0) as u64);
+        self.ring
+            .set_header(BLOCKED_WORD, until.get().max(0) as u64);
     }
 
     /// The entries, oldest first.
@@ -145,10 +146,10 @@ impl SlidingLog {
         self.ring.back().map(|[entry]| entry_time(entry))
     }
 
-    /// When its newest entry counts from (`Micros(0)` for an empty log): a request logged
+    /// When its newest entry counts from (`Micros::ZERO` for an empty log): a request logged
     /// later counts no earlier.
     pub fn newest(&self) -> Micros {
-        Micros(self.newest_time().unwrap_or(0))
+        Micros::saturating(self.newest_time().unwrap_or(0))
     }
 
     /// Drops the `entries` oldest entries, giving memory back when the log is left mostly
@@ -287,7 +288,7 @@ impl LogLimiter {
         }
         Ok(LogLimiter {
             limit,
-            window: params::window(window, unit)?.0,
+            window: params::window(window, unit)?.get(),
         })
     }
 
@@ -298,12 +299,12 @@ impl LogLimiter {
 
     /// The window.
     pub fn window(&self) -> Micros {
-        Micros(self.window)
+        Micros::saturating(self.window)
     }
 
     /// What `log` holds at `now`.
     pub fn survey(&self, log: Option<&SlidingLog>, now: Micros) -> Live {
-        self.live(log, now.not_before_epoch().0)
+        self.live(log, now.not_before_epoch().get())
     }
 
     fn live(&self, log: Option<&SlidingLog>, now: i64) -> Live {
@@ -330,7 +331,7 @@ impl LogLimiter {
     #[cfg(test)]
     pub fn inspect(&self, log: Option<&SlidingLog>, now: Micros, quantity: u64) -> Verdict {
         let now = now.not_before_epoch();
-        self.verdict(log, &self.live(log, now.0), now.0, quantity)
+        self.verdict(log, &self.live(log, now.get()), now.get(), quantity)
     }
 
     /// [`LogLimiter::inspect`], given what the log holds at `now` ([`LogLimiter::survey`]).
@@ -341,7 +342,7 @@ impl LogLimiter {
         now: Micros,
         quantity: u64,
     ) -> Verdict {
-        self.verdict(log, live, now.not_before_epoch().0, quantity)
+        self.verdict(log, live, now.not_before_epoch().get(), quantity)
     }
 
     fn verdict(&self, log: Option<&SlidingLog>, live: &Live, now: i64, quantity: u64) -> Verdict {
@@ -358,11 +359,14 @@ impl LogLimiter {
             limit: self.limit as i64,
             remaining: self.limit.saturating_sub(live.used + charged) as i64,
             retry_after: if !admitted && quantity <= self.limit {
-                RetryAfter::of(Micros(self.retry_at(log, live, quantity) - now).ticks())
+                RetryAfter::of(Micros::saturating(self.retry_at(log, live, quantity) - now).ticks())
             } else {
                 RetryAfter::NONE
             },
-            reset_after: Micros(reset_at.map_or(0, |time| time + self.window - now).max(0)).ticks(),
+            reset_after: Micros::saturating(
+                reset_at.map_or(0, |time| time + self.window - now).max(0),
+            )
+            .ticks(),
         }
     }
 
@@ -389,7 +393,7 @@ impl LogLimiter {
     #[cfg(test)]
     pub fn apply(&self, log: &mut SlidingLog, now: Micros, quantity: u64) -> (Verdict, bool) {
         let (live, trimmed) = self.trim(log, self.survey(Some(log), now));
-        let verdict = self.verdict(Some(log), &live, now.not_before_epoch().0, quantity);
+        let verdict = self.verdict(Some(log), &live, now.not_before_epoch().get(), quantity);
         let logged = self.log_surveyed(log, live, now, quantity);
         (verdict, trimmed || logged)
     }
@@ -405,7 +409,7 @@ impl LogLimiter {
     ) -> bool {
         debug_assert!((1..=self.limit).contains(&quantity));
         debug_assert_eq!(live, self.survey(Some(log), now));
-        let now = now.not_before_epoch().0;
+        let now = now.not_before_epoch().get();
         let (live, trimmed) = self.trim(log, live);
         if live.used + quantity > self.limit {
             return trimmed;
@@ -426,12 +430,12 @@ impl LogLimiter {
         let oldest = log
             .entries()
             .nth(live.expired_entries)
-            .map_or(now.0, entry_time);
-        let newest = log.newest_time().unwrap_or(now.0);
+            .map_or(now.get(), entry_time);
+        let newest = log.newest_time().unwrap_or(now.get());
         (
             live.used,
-            Micros(oldest + self.window),
-            Micros(newest + self.window),
+            Micros::saturating(oldest + self.window),
+            Micros::saturating(newest + self.window),
         )
     }
 
@@ -447,7 +451,10 @@ impl LogLimiter {
     /// earliest times it fits, a limit's worth at a time, after everything logged before.
     /// Returns when the last part counts from.
     pub fn force(&self, log: &mut SlidingLog, now: Micros, quantity: u64) -> Micros {
-        let mut at = now.not_before_epoch().0.max(log.newest_time().unwrap_or(0));
+        let mut at = now
+            .not_before_epoch()
+            .get()
+            .max(log.newest_time().unwrap_or(0));
         let mut left = quantity;
         while left > 0 {
             let live = self.live(Some(log), at);
@@ -463,7 +470,7 @@ impl LogLimiter {
             log.push(at, part, MAX_LOG_LIMIT as usize);
             left -= part;
         }
-        Micros(at)
+        Micros::saturating(at)
     }
 
     /// A log holding more than `limit` units (the limit was lowered) drops its oldest units
@@ -486,7 +493,7 @@ impl LogLimiter {
     /// never more than it holds there (the expired ones go too). Returns the standing after,
     /// as a peek sees it, and whether the log changed.
     pub fn refund(&self, log: &mut SlidingLog, now: Micros, quantity: u64) -> (Verdict, bool) {
-        let now = now.not_before_epoch().0;
+        let now = now.not_before_epoch().get();
         let live = self.live(Some(log), now);
         let returned = quantity.min(live.used);
         if returned > 0 {
@@ -509,7 +516,7 @@ impl LogLimiter {
 
     /// When the key should expire: when its newest entry leaves the window.
     pub fn expire_at(&self, log: &SlidingLog) -> Millis {
-        Micros(log.newest_time().unwrap_or(0) + self.window).ceil_millis()
+        Micros::saturating(log.newest_time().unwrap_or(0) + self.window).ceil_millis()
     }
 }
 

@@ -26,6 +26,7 @@ pub mod params;
 pub mod request;
 pub mod ring;
 pub mod settle;
+pub mod siphash;
 pub mod time;
 pub mod top;
 pub mod verdict;

@@ -179,7 +179,10 @@ mod tests {
         assert_eq!(limit(1), Ok(1));
         assert_eq!(limit(0), Err(ParamError::NonPositiveLimit));
         assert_eq!(limit(-5), Err(ParamError::NonPositiveLimit));
-        assert_eq!(window(60, Unit::Seconds), Ok(Micros(60_000_000)));
+        assert_eq!(
+            window(60, Unit::Seconds),
+            Ok(Micros::saturating(60_000_000))
+        );
         assert_eq!(window(0, Unit::Seconds), Err(ParamError::NonPositiveWindow));
         assert_eq!(
             window(i64::MAX, Unit::Seconds),

@@ -73,7 +73,7 @@ pub fn combined(verdicts: &[Verdict]) -> Verdict {
         .map(|verdict| verdict.reset_after)
         .max()
         .unwrap_or_default();
-    let wait = |verdict: &Verdict| verdict.retry_after.or(Ticks(i128::MAX));
+    let wait = |verdict: &Verdict| verdict.retry_after.or(Ticks::saturating(i128::MAX));
     let refusing = verdicts.iter().filter(|verdict| verdict.limited);
     let binding = refusing.fold(None, |binding: Option<&Verdict>, verdict| match binding {
         Some(best) if wait(best) >= wait(verdict) => Some(best),

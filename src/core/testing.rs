@@ -12,7 +12,7 @@ use super::verdict::Verdict;
 use super::windows::{Algorithm, WindowLimiter};
 
 /// 2023-11-14T22:13:20Z: a multiple of every window used here.
-pub const T0: Micros = Micros(1_700_000_000_000_000);
+pub const T0: Micros = Micros::saturating(1_700_000_000_000_000);
 
 /// What a key holds: `None` when it does not exist.
 pub type Stored = Option<Entry>;
@@ -51,6 +51,7 @@ impl Key {
             request,
             now,
             write,
+            lease_seed: now.get() as u64,
         };
         self.memory
             .run(&[NAME], &call)
@@ -64,6 +65,7 @@ impl Key {
             request,
             now,
             write,
+            lease_seed: now.get() as u64,
         };
         let (verdicts, settled) = self
             .memory
@@ -112,7 +114,7 @@ pub fn at_most_blocking(quantity: u64, block_ms: i64) -> Request {
 }
 
 pub fn ms(millis: i64) -> Micros {
-    Micros(millis * 1_000)
+    Micros::saturating(millis * 1_000)
 }
 
 /// Every algorithm, 5 per second (GCRA: bursts of 5, one every 200 ms).

@@ -75,13 +75,13 @@ impl Subject {
     /// A request of `quantity` at `now`, made as the command makes it.
     fn call(&mut self, now: i64, quantity: u64) -> Call {
         let before = self.key.stored();
-        let verdict = self.key.call(Micros(now), take(quantity));
+        let verdict = self.key.call(Micros::saturating(now), take(quantity));
         let after = self.key.stored();
         Call {
             verdict,
             wrote: after
                 .filter(|entry| Some(entry) != before.as_ref())
-                .map(|entry| entry.expire_at.0),
+                .map(|entry| entry.expire_at.get()),
         }
     }
 
@@ -190,7 +190,7 @@ proptest! {
         }
         // Past any state's reset: the furthest of its expiry and the last call plus two
         // windows, then up to 200 years more.
-        let reset = subject.call(now, 0).verdict.reset_after.ceil_micros().0;
+        let reset = subject.call(now, 0).verdict.reset_after.ceil_micros().get();
         let later = now + reset + 2 * window + years * 365 * 86_400 * 1_000_000;
         let mut fresh = subject.fresh();
         let (call, expected) = (subject.call(later, quantity), fresh.call(later, quantity));

@@ -7,19 +7,28 @@
 //! nanoseconds. Counting in sub-nanosecond ticks keeps such intervals exact to within
 //! 2^-24 ns, so the long-run rate matches the configured one even above a billion per second.
 
+//!
+//! The fields are private: a value is made by a checked constructor (`new`, `None` out of
+//! range, for what is read from stored bytes or an effect), a clamping one (`saturating`,
+//! for what is computed), or arithmetic, which saturates at the bounds. Every value then
+//! lies within its type's bounds, so no arithmetic on times can overflow, whatever a key or
+//! an AOF holds.
+
 use std::ops::{Add, Sub};
 
-/// Microseconds: an instant since the Unix epoch, or a span.
+/// Microseconds: an instant since the Unix epoch, or a span; never beyond
+/// [`Micros::LATEST`] either way.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Micros(pub i64);
+pub struct Micros(i64);
 
-/// Milliseconds since the Unix epoch: when a key expires.
+/// Milliseconds since the Unix epoch: when a key expires. Never negative.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Millis(pub i64);
+pub struct Millis(i64);
 
-/// An instant since the Unix epoch, or a span, in ticks of 2^-24 ns.
+/// An instant since the Unix epoch, or a span, in ticks of 2^-24 ns; never beyond
+/// [`Ticks::LIMIT`] either way.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Ticks(pub i128);
+pub struct Ticks(i128);
 
 /// Ticks in one nanosecond.
 const PER_NANOSECOND: i128 = 1 << 24;
@@ -27,6 +36,39 @@ const PER_NANOSECOND: i128 = 1 << 24;
 const PER_MICROSECOND: i128 = 1_000 * PER_NANOSECOND;
 
 impl Ticks {
+    /// No time.
+    pub const ZERO: Ticks = Ticks(0);
+
+    /// The bound of every value, either way: 2^120 ticks, far beyond any instant or span a
+    /// limiter holds (2^88), so that a product of a span by a count that fits is still
+    /// representable, and a sum of two values never overflows.
+    pub const LIMIT: Ticks = Ticks(1 << 120);
+
+    /// `raw` ticks, when within [`Ticks::LIMIT`].
+    pub const fn new(raw: i128) -> Option<Ticks> {
+        if raw.unsigned_abs() <= Ticks::LIMIT.0 as u128 {
+            Some(Ticks(raw))
+        } else {
+            None
+        }
+    }
+
+    /// `raw` ticks, clamped to [`Ticks::LIMIT`] either way.
+    pub const fn saturating(raw: i128) -> Ticks {
+        if raw > Ticks::LIMIT.0 {
+            Ticks::LIMIT
+        } else if raw < -Ticks::LIMIT.0 {
+            Ticks(-Ticks::LIMIT.0)
+        } else {
+            Ticks(raw)
+        }
+    }
+
+    /// The ticks.
+    pub const fn get(self) -> i128 {
+        self.0
+    }
+
     /// One nanosecond.
     pub const NANOSECOND: Ticks = Ticks(PER_NANOSECOND);
     /// One microsecond.
@@ -45,21 +87,22 @@ impl Ticks {
     /// The latest instant a value may hold: 2^88 - 1 ticks, in the year 2554.
     pub const LATEST: Ticks = Ticks((1 << 88) - 1);
 
-    /// `n` times this span; `None` on overflow.
+    /// `n` times this span; `None` beyond [`Ticks::LIMIT`].
     pub fn checked_times(self, n: u64) -> Option<Ticks> {
-        self.0.checked_mul(i128::from(n)).map(Ticks)
+        self.0.checked_mul(i128::from(n)).and_then(Ticks::new)
     }
 
-    /// `n` times this span, for an `n` that cannot overflow (checked by the caller).
+    /// `n` times this span, clamped to [`Ticks::LIMIT`] (which a caller that checked its
+    /// `n` never reaches).
     pub fn times(self, n: u64) -> Ticks {
-        Ticks(self.0 * i128::from(n))
+        Ticks::saturating(self.0.saturating_mul(i128::from(n)))
     }
 
     /// The whole microseconds of a span, rounded up: how long to wait, in the clock's unit.
     pub fn ceil_micros(self) -> Micros {
         let micros = self.0.div_euclid(PER_MICROSECOND)
             + i128::from(self.0.rem_euclid(PER_MICROSECOND) != 0);
-        Micros(i64::try_from(micros).unwrap_or(i64::MAX))
+        Micros::saturating(micros.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64)
     }
 
     /// The first whole millisecond at or after this instant: where a key's expiry goes so
@@ -75,7 +118,7 @@ impl Ticks {
         }
         let per_milli = Ticks::MILLISECOND.0;
         let millis = self.0.div_euclid(per_milli) + i128::from(self.0.rem_euclid(per_milli) != 0);
-        Millis(i64::try_from(millis).expect("instants are bounded by Ticks::LATEST"))
+        Millis::saturating(millis.clamp(0, i128::from(i64::MAX)) as i64)
     }
 
     /// The whole nanoseconds of a value from 0 to 2^88 - 1, and the ticks left over.
@@ -131,21 +174,65 @@ impl Ticks {
     }
 }
 
+/// Saturates at [`Ticks::LIMIT`]: two values within it never overflow an `i128`.
 impl Add for Ticks {
     type Output = Ticks;
     fn add(self, other: Ticks) -> Ticks {
-        Ticks(self.0 + other.0)
+        Ticks::saturating(self.0 + other.0)
     }
 }
 
+/// Saturates at [`Ticks::LIMIT`], as `+`.
 impl Sub for Ticks {
     type Output = Ticks;
     fn sub(self, other: Ticks) -> Ticks {
-        Ticks(self.0 - other.0)
+        Ticks::saturating(self.0 - other.0)
     }
 }
 
 impl Micros {
+    /// No time.
+    pub const ZERO: Micros = Micros(0);
+
+    /// The latest instant, and the longest span either way: 2^63 - 1 ns in whole
+    /// microseconds (the year 2262), where the server's clock readings are capped, so that
+    /// every instant a limiter derives from one stays representable in its ticks.
+    pub const LATEST: Micros = Micros(i64::MAX / 1_000);
+
+    /// `micros`, when within [`Micros::LATEST`] either way.
+    pub const fn new(micros: i64) -> Option<Micros> {
+        if micros.unsigned_abs() <= Micros::LATEST.0 as u64 {
+            Some(Micros(micros))
+        } else {
+            None
+        }
+    }
+
+    /// `micros` as an instant: `None` before the epoch or after [`Micros::LATEST`].
+    pub const fn instant(micros: i64) -> Option<Micros> {
+        if micros >= 0 {
+            Micros::new(micros)
+        } else {
+            None
+        }
+    }
+
+    /// `micros`, clamped to [`Micros::LATEST`] either way.
+    pub const fn saturating(micros: i64) -> Micros {
+        if micros > Micros::LATEST.0 {
+            Micros::LATEST
+        } else if micros < -Micros::LATEST.0 {
+            Micros(-Micros::LATEST.0)
+        } else {
+            Micros(micros)
+        }
+    }
+
+    /// The microseconds.
+    pub const fn get(self) -> i64 {
+        self.0
+    }
+
     /// The same instant or span in ticks.
     pub const fn ticks(self) -> Ticks {
         Ticks(self.0 as i128 * PER_MICROSECOND)
@@ -153,12 +240,12 @@ impl Micros {
 
     /// The first whole millisecond at or after this instant.
     pub fn ceil_millis(self) -> Millis {
-        Millis(self.0.div_euclid(1_000) + i64::from(self.0.rem_euclid(1_000) != 0))
+        Millis::saturating(self.0.div_euclid(1_000) + i64::from(self.0.rem_euclid(1_000) != 0))
     }
 
-    /// `self + other`, at most `i64::MAX` µs.
+    /// `self + other`, at most [`Micros::LATEST`] (as `+`).
     pub fn saturating_add(self, other: Micros) -> Micros {
-        Micros(self.0.saturating_add(other.0))
+        self + other
     }
 
     /// The later of this instant and the epoch: what the cores compute with, whatever a
@@ -168,17 +255,44 @@ impl Micros {
     }
 }
 
+/// Saturates at [`Micros::LATEST`]: two values within it never overflow an `i64`.
 impl Add for Micros {
     type Output = Micros;
     fn add(self, other: Micros) -> Micros {
-        Micros(self.0 + other.0)
+        Micros::saturating(self.0 + other.0)
     }
 }
 
+/// Saturates at [`Micros::LATEST`], as `+`.
 impl Sub for Micros {
     type Output = Micros;
     fn sub(self, other: Micros) -> Micros {
-        Micros(self.0 - other.0)
+        Micros::saturating(self.0 - other.0)
+    }
+}
+
+impl Millis {
+    /// `millis` since the epoch, when not negative.
+    pub const fn new(millis: i64) -> Option<Millis> {
+        if millis >= 0 {
+            Some(Millis(millis))
+        } else {
+            None
+        }
+    }
+
+    /// `millis` since the epoch, or the epoch for a negative value.
+    pub const fn saturating(millis: i64) -> Millis {
+        if millis < 0 {
+            Millis(0)
+        } else {
+            Millis(millis)
+        }
+    }
+
+    /// The milliseconds.
+    pub const fn get(self) -> i64 {
+        self.0
     }
 }
 
@@ -218,7 +332,7 @@ impl Unit {
         amount
             .checked_mul(self.micros())
             .filter(|&micros| micros <= MAX_SPAN_MICROS)
-            .map(Micros)
+            .and_then(Micros::new)
     }
 }
 

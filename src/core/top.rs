@@ -305,7 +305,7 @@ impl TopKeys {
     /// Moves on to `now`'s minute: the current minute becomes the previous one, or both are
     /// forgotten after a minute without refusals.
     fn roll(&mut self, now: Micros) {
-        let minute = now.0.div_euclid(MINUTE_US);
+        let minute = now.get().div_euclid(MINUTE_US);
         if minute == self.minute {
             return;
         }
@@ -323,7 +323,7 @@ impl TopKeys {
     /// without moving on: `None` for a minute without a summary (never counted, or more
     /// than a minute ago). A clock that went back reads the minutes it knows.
     fn minutes_at(&self, now: Micros) -> (Option<&SpaceSaving>, Option<&SpaceSaving>) {
-        let minute = now.0.div_euclid(MINUTE_US);
+        let minute = now.get().div_euclid(MINUTE_US);
         if minute <= self.minute {
             (Some(&self.current), Some(&self.previous))
         } else if minute == self.minute + 1 {
@@ -426,7 +426,7 @@ mod tests {
     #[test]
     fn a_stream_with_a_clear_order_is_exact_while_it_fits() {
         let mut top = TopKeys::new(4);
-        let now = Micros(120 * MINUTE_US + 5);
+        let now = Micros::saturating(120 * MINUTE_US + 5);
         for (key, times) in [(&b"a"[..], 5), (b"b", 3), (b"c", 9), (b"d", 1)] {
             for _ in 0..times {
                 top.record(key, now);
@@ -443,7 +443,7 @@ mod tests {
     #[test]
     fn minutes_roll_and_a_quiet_minute_forgets() {
         let mut top = TopKeys::new(4);
-        let minute = |m: i64| Micros(m * MINUTE_US);
+        let minute = |m: i64| Micros::saturating(m * MINUTE_US);
         top.record(b"a", minute(10));
         top.record(b"a", minute(11));
         top.record(b"b", minute(11));
@@ -459,7 +459,7 @@ mod tests {
 
     #[test]
     fn listing_a_few_weighs_a_few_of_a_hundred_thousand_kept_keys() {
-        let now = Micros(60 * MINUTE_US);
+        let now = Micros::saturating(60 * MINUTE_US);
         let mut top = TopKeys::new(MAX_CAPACITY);
         for key in 0..MAX_CAPACITY {
             top.record(format!("cold:{key}").as_bytes(), now);
@@ -531,7 +531,7 @@ mod tests {
             second in prop::collection::vec(0u32..12, 0..80),
         ) {
             let mut top = TopKeys::new(candidates_per_minute(count));
-            let minute = |m: i64| Micros(m * MINUTE_US);
+            let minute = |m: i64| Micros::saturating(m * MINUTE_US);
             for key in first {
                 top.record(format!("k{key}").as_bytes(), minute(3));
             }
@@ -590,11 +590,11 @@ mod tests {
             for (minute, stream) in [(7, &first), (8, &second)] {
                 for key in stream {
                     let key = vec![b'k', *key];
-                    top.record(&key, Micros(minute * MINUTE_US));
+                    top.record(&key, Micros::saturating(minute * MINUTE_US));
                     *exact.entry(key).or_default() += 1;
                 }
             }
-            for estimate in top.top(usize::MAX, Micros(8 * MINUTE_US)) {
+            for estimate in top.top(usize::MAX, Micros::saturating(8 * MINUTE_US)) {
                 let truth = exact[&estimate.key];
                 prop_assert!(estimate.count >= truth);
                 prop_assert!(estimate.count - estimate.error <= truth);

@@ -18,21 +18,21 @@ pub struct RetryAfter(Ticks);
 
 impl RetryAfter {
     /// Nothing to wait for.
-    pub const NONE: RetryAfter = RetryAfter(Ticks(-1));
+    pub const NONE: RetryAfter = RetryAfter(Ticks::saturating(-1));
 
     /// A wait of `span` (a negative span is no wait at all).
     pub fn of(span: Ticks) -> RetryAfter {
-        RetryAfter(Ticks(span.0.max(0)))
+        RetryAfter(span.max(Ticks::ZERO))
     }
 
     /// The wait, if there is one.
     pub fn get(self) -> Option<Ticks> {
-        (self.0 .0 >= 0).then_some(self.0)
+        (self.0.get() >= 0).then_some(self.0)
     }
 
     /// The wait, or `otherwise` when there is none: arithmetic on it reads defined bytes.
     pub fn or(self, otherwise: Ticks) -> Ticks {
-        if self.0 .0 >= 0 {
+        if self.0.get() >= 0 {
             self.0
         } else {
             otherwise
@@ -41,7 +41,7 @@ impl RetryAfter {
 
     /// Whether there is a wait.
     pub fn is_some(self) -> bool {
-        self.0 .0 >= 0
+        self.0.get() >= 0
     }
 
     /// Whether there is none.
@@ -100,7 +100,7 @@ impl Verdict {
             self.limit,
             self.remaining,
             if self.retry_after.is_some() {
-                self.retry_after.or(Ticks(0)).in_units(unit, rounding)
+                self.retry_after.or(Ticks::ZERO).in_units(unit, rounding)
             } else {
                 -1
             },
@@ -121,7 +121,7 @@ mod tests {
             limit: 16,
             remaining: 15,
             retry_after: RetryAfter::NONE,
-            reset_after: Micros(2_000_000).ticks(),
+            reset_after: Micros::saturating(2_000_000).ticks(),
         };
         assert_eq!(
             verdict.to_reply(Unit::Seconds, Rounding::RedisCell),
@@ -139,8 +139,8 @@ mod tests {
             limited: true,
             limit: 5,
             remaining: 0,
-            retry_after: RetryAfter::of(Micros(990_000).ticks()),
-            reset_after: Micros(4_990_000).ticks(),
+            retry_after: RetryAfter::of(Micros::saturating(990_000).ticks()),
+            reset_after: Micros::saturating(4_990_000).ticks(),
         };
         assert_eq!(
             verdict.to_reply(Unit::Seconds, Rounding::RedisCell),

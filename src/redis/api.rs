@@ -1067,8 +1067,8 @@ pub fn digest_end_sequence(digest: Digest<'_>) {
 
 /// Adds a section to `INFO` (`RedisModule_InfoAddSection`).
 pub fn info_add_section(info: InfoCtx<'_>, name: &CStr) {
-    // SAFETY: an INFO context and a C string.
     if let Some(add) = optional!(RedisModule_InfoAddSection) {
+        // SAFETY: an INFO context and a C string.
         unsafe { add(info.as_ptr(), name.as_ptr()) };
     }
 }
@@ -1100,9 +1100,10 @@ pub fn info_end_dict_field(info: InfoCtx<'_>) {
 /// How many arguments the filtered command has, its name included
 /// (`RedisModule_CommandFilterArgsCount`).
 pub fn filter_args_count(filter: FilterCtx<'_>) -> usize {
-    // SAFETY: a filter's context; `register_command_filter` checked the function is there.
     optional!(RedisModule_CommandFilterArgsCount).map_or(0, |count| {
-        usize::try_from(unsafe { count(filter.as_ptr()) }).unwrap_or(0)
+        // SAFETY: a filter's context.
+        let count = unsafe { count(filter.as_ptr()) };
+        usize::try_from(count).unwrap_or(0)
     })
 }
 

@@ -13,7 +13,7 @@ pub const LATEST_MICROS: i64 = i64::MAX / 1_000;
 /// command, a MULTI/EXEC or a script; on 7.0 it is the real-time clock.
 pub fn now() -> Micros {
     let micros = api::cached_microseconds().unwrap_or_else(realtime_micros);
-    Micros(micros.clamp(0, LATEST_MICROS))
+    Micros::saturating(micros.clamp(0, LATEST_MICROS))
 }
 
 fn realtime_micros() -> i64 {

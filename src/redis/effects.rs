@@ -73,20 +73,20 @@ static LAST_EXPIRIES: CommandLocal<LastExpiries> = CommandLocal::new(LastExpirie
 /// of the two kept.
 fn with_expiry_string<R>(expire_at: Millis, send: impl FnOnce(ServerStr<'_>) -> R) -> R {
     LAST_EXPIRIES.with(|last| {
-        let kept = |i: usize| matches!(&last.strings[i], Some((at, _)) if *at == expire_at.0);
+        let kept = |i: usize| matches!(&last.strings[i], Some((at, _)) if *at == expire_at.get());
         let slot = (0..2).find(|&i| kept(i)).unwrap_or(1 - last.newest);
         last.newest = slot;
         let (_, string) = last.strings[slot]
             .take()
-            .filter(|(at, _)| *at == expire_at.0)
+            .filter(|(at, _)| *at == expire_at.get())
             .unwrap_or_else(|| {
                 (
-                    expire_at.0,
-                    OwnedString::new(Decimal::new(expire_at.0).as_bytes()),
+                    expire_at.get(),
+                    OwnedString::new(Decimal::new(expire_at.get()).as_bytes()),
                 )
             });
         let sent = send(string.as_str());
-        last.strings[slot] = Some((expire_at.0, string));
+        last.strings[slot] = Some((expire_at.get(), string));
         sent
     })
 }

@@ -176,7 +176,7 @@ impl<'a> OpenKey<'a> {
             return false;
         }
         self.for_writing()
-            .is_some_and(|key| key.set_abs_expire(expire_at.0))
+            .is_some_and(|key| key.set_abs_expire(expire_at.get()))
     }
 
     /// Deletes the key; false if the server refuses.

@@ -12,7 +12,7 @@ use redis_module::raw;
 use crate::core::top::{DEFAULT_CAPACITY, MAX_CAPACITY};
 use crate::redis::api::{self, Ctx, InitError, ServerStr};
 use crate::redis::handler::{self, Table, MAX_COMMANDS};
-use crate::redis::{effects, metadata, native_type, propagation, settings, stats, top};
+use crate::redis::{effects, metadata, native_type, propagation, random, settings, stats, top};
 
 /// The module argument that registers the debug commands (fault injection for the tests),
 /// and lets any client send the internal commands (the tests' forged effects).
@@ -144,6 +144,7 @@ fn initialize<T: Table>(ctx: Ctx<'_>, args: &[ServerStr<'_>]) -> Result<(), Stri
     handler::log_panics_to_redis();
     set_module_options(ctx);
     effects::make_shared_strings();
+    random::seed();
     native_type::create(ctx)?;
     propagation::watch(ctx);
     settings::watch(ctx);

@@ -68,7 +68,9 @@ pub struct Command {
     pub complexity: &'static CStr,
     /// The module version that introduced the command.
     pub since: &'static CStr,
-    /// The syntax error a malformed call gets, which names the usage; tested against `args`.
+    /// The syntax error a malformed call gets, which names the usage: the commands return it
+    /// themselves, and the usage test checks it against `args` (its only reader).
+    #[allow(dead_code)]
     pub usage: Option<CommandError>,
     /// The keyspace event its writes fire (`notify-keyspace-events`): the name of the
     /// command clients call, also for the internal commands that carry its effect.

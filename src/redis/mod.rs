@@ -14,6 +14,7 @@ pub mod load;
 pub mod metadata;
 pub mod native_type;
 pub mod propagation;
+pub mod random;
 pub mod settings;
 pub mod stats;
 pub mod store;

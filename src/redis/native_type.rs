@@ -264,7 +264,7 @@ fn load(io: Io<'_>, encver: c_int) -> Option<*mut u64> {
             Ok(LOG_KIND) => {
                 let blocked_until = i64::try_from(load_unsigned(io)?).ok()?;
                 let mut log = SlidingLog::default();
-                log.set_blocked_until(Micros(blocked_until));
+                log.set_blocked_until(Micros::saturating(blocked_until));
                 load_log_entries(io, &mut log).map(|()| hand_over(log))
             }
             Ok(LEASE_KIND) => load_leases(io).map(hand_over),
@@ -293,7 +293,7 @@ unsafe extern "C" fn rdb_save(io: *mut raw::RedisModuleIO, value: *mut c_void) {
     guarded((), || match value {
         Value::Log(log) => {
             api::save_unsigned(io, u64::from(LOG_KIND));
-            api::save_unsigned(io, log.blocked_until().0 as u64);
+            api::save_unsigned(io, log.blocked_until().get() as u64);
             api::save_unsigned(io, log.len() as u64);
             api::save_string_buffer(io, &serialized(&log, 0, log.len()));
         }
@@ -329,7 +329,7 @@ unsafe extern "C" fn aof_rewrite(
                     let entries = serialized(&log, first, ENTRIES_PER_AOF_COMMAND);
                     let last = chunk + 1 == chunks;
                     let blocked_until =
-                        Some(log.blocked_until()).filter(|until| last && until.0 > 0);
+                        Some(log.blocked_until()).filter(|until| last && until.get() > 0);
                     let chunk = Effect::LogChunk {
                         entries: &entries,
                         blocked_until,
@@ -373,7 +373,7 @@ unsafe extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void)
         let bytes = match value {
             Value::Log(log) => {
                 let mut bytes = serialized(&log, 0, log.len());
-                bytes.extend_from_slice(&log.blocked_until().0.to_le_bytes());
+                bytes.extend_from_slice(&log.blocked_until().get().to_le_bytes());
                 bytes
             }
             Value::Leases(set) => {

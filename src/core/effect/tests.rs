@@ -36,7 +36,7 @@ fn log_limiter(limit: i64, window_us: i64) -> LogLimiter {
     LogLimiter::new(limit, window_us, Unit::Microseconds).unwrap()
 }
 
-const NOW: Micros = Micros(1_763_850_000_000_000);
+const NOW: Micros = Micros::saturating(1_763_850_000_000_000);
 
 #[test]
 fn each_effect_has_one_wire_form() {
@@ -53,7 +53,7 @@ fn each_effect_has_one_wire_form() {
         (
             Effect::Set {
                 value: b"state",
-                expire_at: Millis(1_763_850_060_000),
+                expire_at: Millis::saturating(1_763_850_060_000),
             },
             &["SET", "state", "PXAT", "1763850060000"],
         ),
@@ -65,7 +65,7 @@ fn each_effect_has_one_wire_form() {
             &["SETRANGE", "70", "end"],
         ),
         (
-            Effect::ExpireAt(Millis(1_763_850_060_000)),
+            Effect::ExpireAt(Millis::saturating(1_763_850_060_000)),
             &["PEXPIREAT", "1763850060000"],
         ),
         (Effect::Delete, &["DEL"]),
@@ -79,7 +79,7 @@ fn each_effect_has_one_wire_form() {
         (
             log(LogChange::Take {
                 quantity: 2,
-                at: NOW + Micros(1_500),
+                at: NOW + Micros::saturating(1_500),
             }),
             &[
                 "RL.LOG.APPLY",
@@ -92,7 +92,7 @@ fn each_effect_has_one_wire_form() {
         ),
         (
             log(LogChange::Block {
-                until: NOW + Micros(10_000_000),
+                until: NOW + Micros::saturating(10_000_000),
             }),
             &[
                 "RL.LOG.APPLY",
@@ -118,7 +118,7 @@ fn each_effect_has_one_wire_form() {
         (
             lease(LeaseChange::Renew {
                 id: 42,
-                lease: Micros(5_000_000),
+                lease: Micros::saturating(5_000_000),
             }),
             &["RL.LEASE.APPLY", "RENEW,1763850000000000,42,5000000"],
         ),
@@ -151,7 +151,7 @@ fn each_effect_has_one_wire_form() {
 #[test]
 fn a_string_write_sends_one_set_or_the_end_that_changed() {
     let whole = Placement::WHOLE;
-    let expire_at = Millis(1_000);
+    let expire_at = Millis::saturating(1_000);
     let short = [7u8; PATCH_ABOVE];
     assert_eq!(
         string_effects(&short, &short, whole, expire_at),
@@ -207,7 +207,7 @@ fn what_earlier_releases_sent_for_a_log_still_reads() {
         LegacyLogReplay {
             limiter,
             request: Request::take(2),
-            now: Micros(1_700_000_000_000_000)
+            now: Micros::saturating(1_700_000_000_000_000)
         }
     );
     // 0.1: the same fields, each an argument.
@@ -220,10 +220,13 @@ fn what_earlier_releases_sent_for_a_log_still_reads() {
         decode(&[b"3,1000000,1,1700000000000000,BLOCK,500000"])
             .request
             .block,
-        Some(Micros(500_000))
+        Some(Micros::saturating(500_000))
     );
     for (suffix, shortfall) in [
-        (&b",DELAY,250"[..], Shortfall::Delay(Micros(250))),
+        (
+            &b",DELAY,250"[..],
+            Shortfall::Delay(Micros::saturating(250)),
+        ),
         (b",AT_MOST", Shortfall::AtMost),
         (b",FORCE", Shortfall::Force),
     ] {
@@ -280,11 +283,11 @@ fn log_changes() -> impl Strategy<Value = (i64, LogChange)> {
         let change = prop_oneof![
             (quantity.clone(), 0i64..1 << 40).prop_map(|(quantity, later)| LogChange::Take {
                 quantity,
-                at: NOW + Micros(later),
+                at: NOW + Micros::saturating(later),
             }),
             (1u64..u64::MAX >> 2).prop_map(|quantity| LogChange::Refund { quantity }),
             (0i64..1 << 53).prop_map(|until| LogChange::Block {
-                until: Micros(until)
+                until: Micros::saturating(until)
             }),
             (1..=limit as u64 * MAX_DEBT_LIMITS).prop_map(|quantity| LogChange::Force { quantity }),
         ];
@@ -305,7 +308,7 @@ fn lease_changes() -> impl Strategy<Value = LeaseChange> {
         id.clone().prop_map(|id| LeaseChange::Release { id }),
         (id, 1i64..1 << 50).prop_map(|(id, lease)| LeaseChange::Renew {
             id,
-            lease: Micros(lease)
+            lease: Micros::saturating(lease)
         }),
     ]
 }
@@ -315,9 +318,9 @@ proptest! {
     fn any_log_change_reads_back((limit, change) in log_changes(), window in 1i64..1 << 50, now in 0i64..1 << 53) {
         let effect = Effect::Log(LogEffect {
             limiter: log_limiter(limit, window),
-            now: Micros(now),
+            now: Micros::saturating(now),
             change: match change {
-                LogChange::Take { quantity, at } => LogChange::Take { quantity, at: at.max(Micros(now)) },
+                LogChange::Take { quantity, at } => LogChange::Take { quantity, at: at.max(Micros::saturating(now)) },
                 change => change,
             },
         });
@@ -326,7 +329,7 @@ proptest! {
 
     #[test]
     fn any_lease_change_reads_back(change in lease_changes(), now in 0i64..1 << 53) {
-        let effect = Effect::Lease(LeaseEffect { now: Micros(now), change });
+        let effect = Effect::Lease(LeaseEffect { now: Micros::saturating(now), change });
         prop_assert_eq!(round_trip(&effect), Ok(effect));
     }
 
@@ -337,11 +340,11 @@ proptest! {
         expire_at in any::<i64>(),
     ) {
         for effect in [
-            Effect::Set { value: &value, expire_at: Millis(expire_at) },
+            Effect::Set { value: &value, expire_at: Millis::saturating(expire_at) },
             Effect::SetRange { offset, bytes: &value },
-            Effect::ExpireAt(Millis(expire_at)),
+            Effect::ExpireAt(Millis::saturating(expire_at)),
             Effect::Delete,
-            Effect::LogChunk { entries: &value, blocked_until: Some(Micros(expire_at.max(0))) },
+            Effect::LogChunk { entries: &value, blocked_until: Some(Micros::saturating(expire_at.max(0))) },
             Effect::LogChunk { entries: &value, blocked_until: None },
             Effect::LeaseChunk { next_id: expire_at.unsigned_abs() >> 1, leases: &value },
         ] {

@@ -2,7 +2,7 @@
 //! if the call commits ([`Plan`]); and what a settled call did ([`Settled`]).
 
 use super::Key;
-use crate::core::lease::{self, LeaseLimiter, LeaseSet};
+use crate::core::lease::{LeaseLimiter, LeaseSet};
 use crate::core::limiter::{decide_log, decide_string, Limiter, LogWrite, StringWrite};
 use crate::core::log::{LogLimiter, SlidingLog};
 use crate::core::request::{Action, Request};
@@ -25,8 +25,9 @@ pub(super) enum Plan {
     /// A log's change, for the request as the call settled it (a delayed request at its
     /// time, a partial one for what was granted).
     Log(LogLimiter, LogWrite),
-    /// A lease to take, if admitted: the id the set gives next ([`lease::next_id`]).
-    Lease(LeaseLimiter, Option<u64>),
+    /// A lease, and whether it is taken if the call is admitted (under the one id the call
+    /// draws, [`lease::draw_id`]).
+    Lease(LeaseLimiter, bool),
 }
 
 /// What one limiter decided to store, having changed nothing (its reply is kept apart).
@@ -80,9 +81,8 @@ pub(super) fn decide<K: Key>(
             };
             *verdict = lease_limiter.inspect(set.as_deref(), at, take);
             let acquires = !verdict.limited && request.may_write(lease_limiter.limit());
-            let next_id = acquires.then(|| lease::next_id(set.as_deref(), at));
             Decision {
-                plan: Plan::Lease(*lease_limiter, next_id),
+                plan: Plan::Lease(*lease_limiter, acquires),
                 starts_block: false,
             }
         }

@@ -42,7 +42,7 @@ pub struct Entry {
 impl Entry {
     /// Whether the key still exists at `now`.
     fn live_at(&self, now: Micros) -> bool {
-        self.expire_at.0.saturating_mul(1_000) > now.0
+        self.expire_at.get().saturating_mul(1_000) > now.get()
     }
 }
 
@@ -400,7 +400,7 @@ impl Key for MemoryKey<'_> {
                 After::KeepsItsExpiry => Some(
                     self.held
                         .as_ref()
-                        .map_or(Millis(i64::MAX), |entry| entry.expire_at),
+                        .map_or(Millis::saturating(i64::MAX), |entry| entry.expire_at),
                 ),
                 After::Goes => None,
             };

@@ -81,7 +81,7 @@ impl<K: Key> All<'_, K> {
     /// When every limiter that refused the take now admits it, as far as they say: the
     /// longest wait they name from `at`; `None` when one never will.
     fn longest_wait(&self) -> Option<Ticks> {
-        let mut longest = Ticks(0);
+        let mut longest = Ticks::ZERO;
         for verdict in self.verdicts.iter().filter(|verdict| verdict.limited) {
             if verdict.retry_after.is_none() {
                 return None;
@@ -133,7 +133,7 @@ impl<K: Key> All<'_, K> {
                 }
             }
         }
-        Ok(Micros(0))
+        Ok(Micros::ZERO)
     }
 
     /// `AT_MOST`: the request cut to what every limiter admits now; when nothing fits, a

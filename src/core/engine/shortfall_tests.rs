@@ -43,7 +43,7 @@ fn reply(key: &mut Key, now: Micros, request: Request) -> ([i64; 5], Settled) {
 }
 
 fn wait_ms(settled: &Settled) -> i64 {
-    settled.wait.0 / 1_000
+    settled.wait.get() / 1_000
 }
 
 #[test]
@@ -103,7 +103,8 @@ fn a_wait_longer_than_allowed_is_refused_with_the_time_it_would_be_admitted() {
         // Nothing was charged, and the same call then is admitted, a microsecond before not.
         assert!(!key.dry(T0 + retry, delay(1, 100)).limited, "{name}");
         assert!(
-            key.dry(T0 + retry - Micros(1), delay(1, 100)).limited,
+            key.dry(T0 + retry - Micros::saturating(1), delay(1, 100))
+                .limited,
             "{name}"
         );
     }
@@ -198,6 +199,7 @@ fn run_all(
         request,
         now,
         write,
+        lease_seed: now.get() as u64,
     };
     memory.run_settled(names, &call).unwrap()
 }
@@ -338,7 +340,7 @@ proptest! {
                 key = Key::new(limiter);
                 continue;
             }
-            let at = (now + settled.wait).0;
+            let at = (now + settled.wait).get();
             prop_assert!(at >= last_scheduled, "overtaken: {} before {}", at, last_scheduled);
             last_scheduled = at;
             if option == 2 {
@@ -349,7 +351,7 @@ proptest! {
             went.push((at, settled.granted));
             for &(time, _) in &went {
                 prop_assert!(within_limit(kind, limit, window, &went, time),
-                    "over the limit at {} with {:?}", time - T0.0, went);
+                    "over the limit at {} with {:?}", time - T0.get(), went);
             }
         }
     }
@@ -367,7 +369,7 @@ proptest! {
         let gcra = Gcra::new(max_burst, 1, interval_ms, Unit::Milliseconds).unwrap();
         let mut key = Key::new(Limiter::Throttle(gcra));
         let interval = ms(interval_ms).ticks();
-        let tolerance = Ticks(interval.0 * limit as i128);
+        let tolerance = Ticks::saturating(interval.get() * limit as i128);
         let mut now = T0;
         let mut gone: Vec<(Ticks, u64)> = Vec::new();
         for (gap, quantity, max_wait) in stream {
@@ -383,9 +385,9 @@ proptest! {
                 let mut units = quantity;
                 for &(start, earlier) in gone.iter().rev() {
                     units += earlier;
-                    t = t.max(start + Ticks(interval.0 * units as i128) - tolerance);
+                    t = t.max(start + Ticks::saturating(interval.get() * units as i128) - tolerance);
                 }
-                t.max(now.ticks() + Ticks(interval.0 * quantity as i128) - tolerance)
+                t.max(now.ticks() + Ticks::saturating(interval.get() * quantity as i128) - tolerance)
             }) else {
                 prop_assert!(verdict.limited && verdict.retry_after.is_none());
                 continue;
@@ -459,7 +461,7 @@ proptest! {
                 later += 1;
             }
             // What the limiter lets through from empty by now, the forced units first.
-            let elapsed = (now - T0).0;
+            let elapsed = (now - T0).get();
             let capacity = match kind % 6 {
                 0 => limit + (elapsed * limit as i64 / 1_000_000) as u64,
                 _ => limit * (elapsed / 1_000_000 + 1) as u64,

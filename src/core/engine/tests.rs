@@ -45,6 +45,7 @@ impl Keys {
             request,
             now,
             write,
+            lease_seed: now.get() as u64,
         };
         let names = &NAMES[first..first + limiters.len()];
         self.memory.run(names, &call).unwrap()
@@ -159,6 +160,7 @@ fn a_key_of_another_kind_anywhere_stops_the_call_before_any_write() {
         request: take(1),
         now: T0,
         write: true,
+        lease_seed: 0x5EED,
     };
     assert_eq!(
         keys.memory.run(&["k1", "k0"], &call),
@@ -359,13 +361,15 @@ proptest! {
         let keys = Keys::new(limiters.clone());
         let mut now = T0;
         let mut lease_ids = Vec::new();
-        for (forward, back, dry, request, lease_action) in stream {
+        for (step, (forward, back, dry, request, lease_action)) in stream.into_iter().enumerate() {
             now = now + ms(forward) - ms(back);
-            let call = Call { limiters: &limiters, request, now, write: !dry };
+            // A seed per call, as the server's generator gives.
+            let lease_seed = crate::core::siphash::siphash24([7, 11], step as u64);
+            let call = Call { limiters: &limiters, request, now, write: !dry, lease_seed };
             let (_, settled) = keys.memory.run_settled(&NAMES[..limiters.len()], &call).unwrap();
             if let Some(id) = settled.lease_id {
-                // Ids only grow within a key's life (a key made anew starts at the clock).
-                prop_assert!(lease_ids.last().is_none_or(|&last| id > last), "{} after {:?}", id, lease_ids);
+                // An id is drawn, never 0, and names no other lease of the key.
+                prop_assert!(id > 0 && !lease_ids.contains(&id), "{} again in {:?}", id, lease_ids);
                 lease_ids.push(id);
             }
             let lease_key = limiters.iter().position(|l| matches!(l, Limiter::Lease(_)));

@@ -3,10 +3,10 @@ use proptest::prelude::*;
 use super::*;
 use crate::core::time::Rounding;
 
-const T0: Micros = Micros(1_700_000_000_000_000);
+const T0: Micros = Micros::saturating(1_700_000_000_000_000);
 
 fn ms(millis: i64) -> Micros {
-    Micros(millis * 1_000)
+    Micros::saturating(millis * 1_000)
 }
 
 fn limiter(limit: i64, lease_ms: i64) -> LeaseLimiter {
@@ -40,13 +40,9 @@ fn leases_hold_slots_until_released_or_ended() {
     let mut set = LeaseSet::default();
     let (reply, first) = acquire(&limiter, &mut set, T0, 2);
     assert_eq!(reply, [0, 3, 1, -1, 1_000]);
-    assert_eq!(first, T0.0 as u64, "the first id is the time");
+    assert_eq!(first, 1, "the model numbers its leases from 1");
     let (reply, second) = acquire(&limiter, &mut set, T0 + ms(100), 1);
-    // The next id is the time, which is ahead of the count.
-    assert_eq!(
-        (reply, second),
-        ([0, 3, 0, -1, 1_000], (T0 + ms(100)).0 as u64)
-    );
+    assert_eq!((reply, second), ([0, 3, 0, -1, 1_000], 2));
     // Full: retry when the first lease ends (2 slots free then), an upper bound.
     assert_eq!(
         acquire(&limiter, &mut set, T0 + ms(200), 2).0,
@@ -101,21 +97,36 @@ fn a_renewed_lease_holds_on_and_moves_in_line() {
 }
 
 #[test]
-fn ids_only_grow_within_a_transaction_of_one_time_and_across_key_lifetimes() {
+fn ids_are_drawn_from_their_seed_never_0_and_within_the_ids_bits() {
+    assert_eq!(draw_id(5), 5);
+    assert_eq!(draw_id(MAX_ID), MAX_ID);
+    // The id bits of a seed, alone: the bits above are not an id's.
+    assert_eq!(draw_id((3 << 54) | 9), 9);
+    // A seed whose id bits are 0 gives its other bits, and never 0.
+    assert_eq!(draw_id(3 << 54), 3);
+    assert_eq!(draw_id(0), 1);
+    // What the server's generator gives, drawn 10,000 times: all different, none 0.
+    let mut ids: Vec<u64> = (0..10_000)
+        .map(|n| draw_id(crate::core::siphash::siphash24([1, 2], n)))
+        .collect();
+    assert!(ids.iter().all(|&id| (1..=MAX_ID).contains(&id)));
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(ids.len(), 10_000);
+}
+
+#[test]
+fn a_lease_keeps_the_id_it_was_taken_as() {
     let limiter = limiter(5, 10);
     let mut set = LeaseSet::default();
-    let ids: Vec<u64> = (0..3)
-        .map(|_| acquire(&limiter, &mut set, T0, 1).1)
-        .collect();
-    assert_eq!(ids, [T0.0 as u64, T0.0 as u64 + 1, T0.0 as u64 + 2]);
-    // Released and acquired again at the same instant: a new id, not a freed one.
-    assert!(release(&mut set, T0, ids[2]));
-    assert_eq!(acquire(&limiter, &mut set, T0, 1).1, T0.0 as u64 + 3);
-    // A later time is taken when it is ahead of the count.
-    assert_eq!(
-        acquire(&limiter, &mut set, T0 + Micros(7), 1).1,
-        T0.0 as u64 + 7
-    );
+    for id in [MAX_ID, 77, 3] {
+        limiter.hold(&mut set, T0, 1, id);
+    }
+    let mut ids: Vec<u64> = set.leases().map(|lease| lease.id).collect();
+    ids.sort_unstable();
+    assert_eq!(ids, [3, 77, MAX_ID]);
+    assert!(release(&mut set, T0, 77));
+    assert!(!release(&mut set, T0, 77), "released once");
 }
 
 #[test]
@@ -125,7 +136,12 @@ fn a_lease_is_16_bytes_and_one_lease_a_32_byte_allocation() {
     acquire(&limiter, &mut set, T0, 1);
     assert_eq!(set.allocated_bytes(), 32);
     for i in 1..10_000 {
-        acquire(&limiter, &mut set, T0 + Micros(i), 1 + (i as u64 % 3));
+        acquire(
+            &limiter,
+            &mut set,
+            T0 + Micros::saturating(i),
+            1 + (i as u64 % 3),
+        );
     }
     assert_eq!(set.len(), 10_000);
     // 160,016 bytes in jemalloc's 160 KiB class: 16.4 bytes a lease.
@@ -226,7 +242,7 @@ proptest! {
         let mut issued: Vec<u64> = Vec::new();
         let mut now = T0;
         for (step, op) in history {
-            now = now + Micros(step);
+            now = now + Micros::saturating(step);
             match op {
                 Op::Acquire(quantity) => {
                     let before = set.clone();
@@ -243,7 +259,7 @@ proptest! {
                     if fits && quantity > 0 {
                         prop_assert!(id > 0 && issued.iter().all(|&old| old < id), "ids grow");
                         issued.push(id);
-                        model.leases.push(Lease { ends: now + Micros(lease), id, quantity });
+                        model.leases.push(Lease { ends: now + Micros::saturating(lease), id, quantity });
                     } else {
                         prop_assert_eq!(id, 0);
                     }
@@ -264,10 +280,10 @@ proptest! {
                 Op::Renew(pick, extension) => {
                     let id = if issued.is_empty() { 1 } else { issued[pick % issued.len()] };
                     let held = model.leases.iter().any(|l| l.id == id && l.ends > now);
-                    prop_assert_eq!(renew(&mut set, now, id, Micros(extension)), held);
+                    prop_assert_eq!(renew(&mut set, now, id, Micros::saturating(extension)), held);
                     model.leases.retain(|l| l.id != id || l.ends > now);
                     for l in model.leases.iter_mut().filter(|l| l.id == id) {
-                        l.ends = now + Micros(extension);
+                        l.ends = now + Micros::saturating(extension);
                     }
                 }
             }
@@ -277,7 +293,7 @@ proptest! {
             prop_assert!(ends.windows(2).all(|pair| pair[0] <= pair[1]), "kept in order");
             let reset = limiter.inspect(Some(&set), now, 0).reset_after;
             let last = model.leases.iter().map(|l| l.ends).filter(|&e| e > now).max();
-            prop_assert_eq!(reset, last.map_or(Ticks(0), |e| (e - now).ticks()));
+            prop_assert_eq!(reset, last.map_or(Ticks::ZERO, |e| (e - now).ticks()));
         }
     }
 }

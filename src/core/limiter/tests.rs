@@ -157,7 +157,7 @@ proptest! {
         let mut key = Key::new(every_algorithm()[algorithm]);
         let mut now = T0;
         for (step, request) in stream {
-            now = now + Micros(ms(step).0 / 7);
+            now = now + Micros::saturating(ms(step).get() / 7);
             let before = key.stored();
             if request.action == Action::Take {
                 let dry = key.dry(now, request);
@@ -179,7 +179,7 @@ proptest! {
         // When the current block ends, as first announced.
         let mut block_end: Option<Micros> = None;
         for (step, request) in stream {
-            now = now + Micros(ms(step).0 / 7);
+            now = now + Micros::saturating(ms(step).get() / 7);
             let blocked_before = block_end.filter(|&end| end > now);
             let verdict = key.call(now, request);
             prop_assert!((0..=5).contains(&verdict.remaining));

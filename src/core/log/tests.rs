@@ -3,10 +3,10 @@ use crate::core::params::MAX_LOG_LIMIT;
 use crate::core::time::Rounding;
 use proptest::prelude::*;
 
-const T0: Micros = Micros(1_700_000_000_000_000);
+const T0: Micros = Micros::saturating(1_700_000_000_000_000);
 
 fn ms(millis: i64) -> Micros {
-    Micros(millis * 1_000)
+    Micros::saturating(millis * 1_000)
 }
 
 fn limiter(limit: i64, window_ms: i64) -> LogLimiter {
@@ -86,8 +86,11 @@ fn a_quantity_takes_one_entry_up_to_1024() {
     limiter.apply(&mut log, T0, 3_000);
     assert_eq!((log.len(), log.total()), (4, 4_024));
     // The oldest units leave first, entry by entry.
-    let (verdict, _) = limiter.apply(&mut log, T0 + Micros(1), 6_000);
-    assert_eq!(verdict.retry_after, Some((ms(1_000) - Micros(1)).ticks()));
+    let (verdict, _) = limiter.apply(&mut log, T0 + Micros::saturating(1), 6_000);
+    assert_eq!(
+        verdict.retry_after,
+        Some((ms(1_000) - Micros::saturating(1)).ticks())
+    );
 }
 
 #[test]
@@ -149,7 +152,7 @@ fn the_ring_grows_no_further_than_the_limit_and_shrinks_when_idle() {
     let limiter = limiter(10_000, 60_000);
     let mut log = SlidingLog::default();
     for i in 0..10_000 {
-        limiter.apply(&mut log, T0 + Micros(i), 1);
+        limiter.apply(&mut log, T0 + Micros::saturating(i), 1);
     }
     assert_eq!(log.len(), 10_000);
     // 10,000 entries and the header fill jemalloc's 80 KiB class: 8.2 bytes per entry.
@@ -178,7 +181,7 @@ fn serialized_entries_round_trip_and_are_checked() {
     let limiter = limiter(5_000, 1_000);
     let mut log = SlidingLog::default();
     for (i, quantity) in [1, 1, 7, 2_000].into_iter().enumerate() {
-        limiter.apply(&mut log, T0 + Micros(i as i64), quantity);
+        limiter.apply(&mut log, T0 + Micros::saturating(i as i64), quantity);
     }
     let mut bytes = Vec::new();
     log.serialize(0, log.len(), &mut bytes);
@@ -293,11 +296,11 @@ proptest! {
     fn replies_match_the_brute_force_log((window, calls) in stream()) {
         let mut model = Model { window, units: Vec::new() };
         let mut log = SlidingLog::default();
-        let mut now = T0.0;
+        let mut now = T0.get();
         for (step, quantity, limit) in calls {
             now += step;
             let limiter = LogLimiter::new(limit as i64, window, Unit::Microseconds).unwrap();
-            let (verdict, _) = call(&limiter, &mut log, Micros(now), quantity);
+            let (verdict, _) = call(&limiter, &mut log, Micros::saturating(now), quantity);
             let expected = model.call(limit, now, quantity);
             prop_assert_eq!(verdict.to_reply(Unit::Microseconds, Rounding::Up), expected);
             prop_assert!(log.len() as u64 <= limit.max(model.units.len() as u64));
@@ -313,10 +316,10 @@ proptest! {
         let limiter = LogLimiter::new(limit as i64, window, Unit::Microseconds).unwrap();
         let mut log = SlidingLog::default();
         let mut admitted = Vec::new();
-        let mut now = T0.0;
+        let mut now = T0.get();
         for (step, quantity, _) in calls {
             now += step;
-            if !call(&limiter, &mut log, Micros(now), quantity).0.limited && quantity > 0 {
+            if !call(&limiter, &mut log, Micros::saturating(now), quantity).0.limited && quantity > 0 {
                 admitted.push((now, quantity));
                 // An admitted request leaves no expired entry in front: each entry is
                 // dropped once, which is what makes a call O(1) amortised.
@@ -337,15 +340,15 @@ proptest! {
     fn waiting_retry_after_is_exactly_enough((window, calls) in stream(), limit in 1u64..10) {
         let limiter = LogLimiter::new(limit as i64, window, Unit::Microseconds).unwrap();
         let mut log = SlidingLog::default();
-        let mut now = T0.0;
+        let mut now = T0.get();
         for (step, quantity, _) in calls {
             now += step;
-            let (verdict, _) = call(&limiter, &mut log, Micros(now), quantity);
+            let (verdict, _) = call(&limiter, &mut log, Micros::saturating(now), quantity);
             let Some(retry) = verdict.retry_after.get() else { continue };
-            let wait = retry.ceil_micros().0;
+            let wait = retry.ceil_micros().get();
             prop_assert!(wait > 0);
-            prop_assert!(!limiter.inspect(Some(&log), Micros(now + wait), quantity).limited);
-            prop_assert!(limiter.inspect(Some(&log), Micros(now + wait - 1), quantity).limited);
+            prop_assert!(!limiter.inspect(Some(&log), Micros::saturating(now + wait), quantity).limited);
+            prop_assert!(limiter.inspect(Some(&log), Micros::saturating(now + wait - 1), quantity).limited);
         }
     }
 
@@ -355,18 +358,18 @@ proptest! {
         jumps in prop::collection::vec(-10_000i64..10_000, 120),
     ) {
         let mut log = SlidingLog::default();
-        let mut now = T0.0;
+        let mut now = T0.get();
         for ((_, quantity, limit), jump) in calls.into_iter().zip(jumps) {
             now += jump;
             let limiter = LogLimiter::new(limit as i64, window, Unit::Microseconds).unwrap();
-            let (verdict, _) = call(&limiter, &mut log, Micros(now), quantity);
+            let (verdict, _) = call(&limiter, &mut log, Micros::saturating(now), quantity);
             let reply = verdict.to_reply(Unit::Microseconds, Rounding::Up);
             prop_assert!(reply[2] >= 0 && reply[2] <= reply[1]);
             prop_assert!(reply[3] >= -1 && reply[4] >= 0);
             prop_assert!(log.entries().zip(log.entries().skip(1))
                 .all(|(a, b)| entry_time(a) <= entry_time(b)));
             if !log.is_empty() {
-                prop_assert!(limiter.expire_at(&log).0 * 1_000 >= entry_time(log.entries().next_back().unwrap()));
+                prop_assert!(limiter.expire_at(&log).get() * 1_000 >= entry_time(log.entries().next_back().unwrap()));
             }
         }
     }

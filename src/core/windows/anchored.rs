@@ -53,7 +53,7 @@ impl WindowLimiter {
     /// The reply for `state` at `now`: `limited` as given, the room left, and how long until
     /// the window ends (the reset, and the wait of a refusal that will fit then).
     fn anchored_verdict(&self, state: &Anchored, now: i64, limited: bool, fits: bool) -> Verdict {
-        let left = Micros((self.anchored_end(state) - now).max(0)).ticks();
+        let left = Micros::saturating((self.anchored_end(state) - now).max(0)).ticks();
         Verdict {
             limited,
             limit: self.limit as i64,
@@ -63,7 +63,7 @@ impl WindowLimiter {
             } else {
                 RetryAfter::NONE
             },
-            reset_after: if state.count > 0 { left } else { Ticks(0) },
+            reset_after: if state.count > 0 { left } else { Ticks::ZERO },
         }
     }
 
@@ -77,7 +77,12 @@ impl WindowLimiter {
     ) -> Result<WindowOutcome, StateError> {
         let mut state = self.load_anchored(stored, now)?;
         let fits = quantity <= self.limit;
-        let admitted = fits && state.count + quantity <= self.limit;
+        // The stored count is read from the key's bytes: checked, whatever it holds.
+        let admitted = fits
+            && state
+                .count
+                .checked_add(quantity)
+                .is_some_and(|total| total <= self.limit);
         if admitted {
             state.count += quantity;
         }
@@ -136,9 +141,9 @@ impl WindowLimiter {
         };
         Ok(WindowCounts {
             previous: 0,
-            previous_ends_at: Micros(now),
+            previous_ends_at: Micros::saturating(now),
             current: state.count,
-            current_ends_at: Micros(ends),
+            current_ends_at: Micros::saturating(ends),
         })
     }
 

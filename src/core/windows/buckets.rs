@@ -359,7 +359,7 @@ impl WindowLimiter {
             limit: self.limit() as i64,
             remaining: self.limit().saturating_sub(used + charged) as i64,
             retry_after: retry_at.map_or(RetryAfter::NONE, |at| {
-                RetryAfter::of(Micros((at - now).max(0)).ticks())
+                RetryAfter::of(Micros::saturating((at - now).max(0)).ticks())
             }),
             reset_after: self.reset_after_buckets(newest_bucket, now),
         };
@@ -493,8 +493,9 @@ impl WindowLimiter {
     }
 
     fn reset_after_buckets(&self, newest_bucket: Option<i64>, now: i64) -> Ticks {
-        newest_bucket.map_or(Ticks(0), |bucket| {
-            Micros((self.bucket_start(bucket + self.buckets_per_window()) - now).max(0)).ticks()
+        newest_bucket.map_or(Ticks::ZERO, |bucket| {
+            Micros::saturating((self.bucket_start(bucket + self.buckets_per_window()) - now).max(0))
+                .ticks()
         })
     }
 

@@ -161,7 +161,7 @@ impl WindowLimiter {
         algorithm: Algorithm,
     ) -> Result<WindowLimiter, ParamError> {
         let limit = params::limit(limit)?;
-        let window = params::window(window, unit)?.0;
+        let window = params::window(window, unit)?.get();
         let (per_window, slots) = match algorithm {
             Algorithm::Fixed | Algorithm::Anchored => (1, 1),
             Algorithm::Sliding => (1, 2),
@@ -216,14 +216,18 @@ impl WindowLimiter {
         windows * self.per_window + offset * self.per_window / self.window
     }
 
-    /// The first microsecond of bucket `bucket`.
+    /// The first microsecond of bucket `bucket`, saturating: a bucket number read from a
+    /// key may be any 54-bit value, whose start lies beyond any clock.
     #[inline(always)]
     fn bucket_start(&self, bucket: i64) -> i64 {
         if self.per_window == 1 {
-            return bucket * self.window;
+            return bucket.saturating_mul(self.window);
         }
         let (windows, index) = (bucket / self.per_window, bucket % self.per_window);
-        windows * self.window + (index * self.window + self.per_window - 1) / self.per_window
+        // `index * window` < `per_window * window`, which the parameters keep within i64.
+        windows
+            .saturating_mul(self.window)
+            .saturating_add((index * self.window + self.per_window - 1) / self.per_window)
     }
 
     /// Decides a request of `quantity` at `now`, given the stored value (`None` for a new or
@@ -244,7 +248,7 @@ impl WindowLimiter {
         value: &mut Vec<u8>,
     ) -> Result<WindowOutcome, StateError> {
         // The cores count in whole microseconds since the epoch, never before it.
-        let now = now.not_before_epoch().0;
+        let now = now.not_before_epoch().get();
         match self.algorithm {
             Algorithm::Buckets(_) => {
                 self.apply_buckets(stored, now, quantity, patch, &mut scratch.entries, value)
@@ -264,9 +268,9 @@ impl WindowLimiter {
         match self.algorithm {
             Algorithm::Buckets(_) => None,
             Algorithm::Fixed | Algorithm::Sliding => {
-                Some(self.pair_counts(stored, now.not_before_epoch().0))
+                Some(self.pair_counts(stored, now.not_before_epoch().get()))
             }
-            Algorithm::Anchored => Some(self.anchored_counts(stored, now.not_before_epoch().0)),
+            Algorithm::Anchored => Some(self.anchored_counts(stored, now.not_before_epoch().get())),
         }
     }
 
@@ -284,7 +288,7 @@ impl WindowLimiter {
         scratch: &mut Scratch,
         value: &mut Vec<u8>,
     ) -> Result<WindowRefund, StateError> {
-        let now = now.not_before_epoch().0;
+        let now = now.not_before_epoch().get();
         match self.algorithm {
             Algorithm::Buckets(_) => {
                 self.refund_buckets(stored, now, quantity, patch, &mut scratch.entries, value)
@@ -297,7 +301,7 @@ impl WindowLimiter {
     /// When every request the stored `value` counts may go ahead: the start of its newest
     /// counted bucket, or, for `FIXED` and `SLIDING`, the instant a request was scheduled
     /// for (`DELAY`, `FORCE`). A request after them goes no earlier: first come, first
-    /// served. `Micros(0)` for a value this limiter does not read as its own.
+    /// served. `Micros::ZERO` for a value this limiter does not read as its own.
     pub fn queue_end(&self, value: &[u8]) -> Micros {
         let end = match self.algorithm {
             Algorithm::Fixed | Algorithm::Sliding | Algorithm::Anchored => {
@@ -310,7 +314,7 @@ impl WindowLimiter {
             }
             Algorithm::Buckets(_) => self.buckets_queue_end(value),
         };
-        Micros(end)
+        Micros::saturating(end)
     }
 
     fn tag(&self) -> u8 {
@@ -418,7 +422,7 @@ fn read_le(bytes: &[u8]) -> u64 {
 
 /// The first whole millisecond at or after `micros` µs since the epoch.
 fn ceil_millis(micros: i64) -> Millis {
-    Micros(micros).ceil_millis()
+    Micros::saturating(micros).ceil_millis()
 }
 
 #[cfg(test)]

@@ -42,9 +42,9 @@ impl WindowLimiter {
         let current_ends_at = self.bucket_start(pair.newest + self.slots as i64);
         Ok(WindowCounts {
             previous: pair.previous,
-            previous_ends_at: Micros(if pair.previous > 0 { newest_end } else { now }),
+            previous_ends_at: Micros::saturating(if pair.previous > 0 { newest_end } else { now }),
             current: pair.current,
-            current_ends_at: Micros(if pair.current > 0 {
+            current_ends_at: Micros::saturating(if pair.current > 0 {
                 current_ends_at
             } else {
                 now
@@ -75,7 +75,9 @@ impl WindowLimiter {
             limit: self.limit as i64,
             remaining: self.whole_units(room - weight.wrapping_mul(charged as i128)),
             retry_after: if !admitted && fits {
-                RetryAfter::of(Micros((self.retry_at(&pair, used, quantity) - now).max(0)).ticks())
+                RetryAfter::of(
+                    Micros::saturating((self.retry_at(&pair, used, quantity) - now).max(0)).ticks(),
+                )
             } else {
                 RetryAfter::NONE
             },
@@ -287,7 +289,7 @@ impl WindowLimiter {
     /// How long until every counted request has left the window.
     #[inline(always)]
     fn reset_after(&self, pair: &Pair, now: i64) -> Ticks {
-        Micros(self.reset_at(pair).map_or(0, |at| at - now).max(0)).ticks()
+        Micros::saturating(self.reset_at(pair).map_or(0, |at| at - now).max(0)).ticks()
     }
 
     /// When every counted request has left the window, or `None` when none is counted: the

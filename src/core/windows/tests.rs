@@ -37,14 +37,14 @@ impl Key {
             .limiter
             .apply(
                 self.value.as_deref(),
-                Micros(now),
+                Micros::saturating(now),
                 quantity,
                 true,
                 &mut self.scratch,
                 &mut value,
             )
             .unwrap();
-        if let Some(expire_at_ms) = outcome.expire_at.map(|at| at.0) {
+        if let Some(expire_at_ms) = outcome.expire_at.map(|at| at.get()) {
             if outcome.placement.expiry_kept {
                 assert_eq!(self.expire_at_ms, Some(expire_at_ms), "a kept expiry moved");
             }
@@ -154,14 +154,23 @@ fn buckets_need_not_divide_the_window_evenly() {
     let mut key = Key::new(1, 1_000, Algorithm::Buckets(3));
     let at = |micros| T0 + micros;
     let outcome = key.outcome(at(0), 1);
-    assert_eq!(outcome.verdict.reset_after, Micros(1_000_000).ticks());
+    assert_eq!(
+        outcome.verdict.reset_after,
+        Micros::saturating(1_000_000).ticks()
+    );
     let outcome = key.outcome(at(333_333), 1);
     assert!(outcome.verdict.limited);
-    assert_eq!(outcome.verdict.reset_after, Micros(666_667).ticks());
+    assert_eq!(
+        outcome.verdict.reset_after,
+        Micros::saturating(666_667).ticks()
+    );
     // A new request, two buckets later, rolls off one window after its bucket's start.
     assert!(!key.outcome(at(1_000_000), 1).verdict.limited);
     let outcome = key.outcome(at(1_333_334), 1);
-    assert_eq!(outcome.verdict.retry_after, Some(Micros(666_666).ticks()));
+    assert_eq!(
+        outcome.verdict.retry_after,
+        Some(Micros::saturating(666_666).ticks())
+    );
 }
 
 #[test]
@@ -169,7 +178,7 @@ fn a_peek_reports_and_writes_nothing() {
     for algorithm in [Algorithm::Fixed, Algorithm::Sliding, Algorithm::Buckets(6)] {
         let mut key = Key::new(5, 1_000, algorithm);
         let outcome = key.outcome(T0, 0);
-        assert_eq!(outcome.expire_at.map(|at| at.0), None);
+        assert_eq!(outcome.expire_at.map(|at| at.get()), None);
         assert_eq!(
             outcome.verdict.to_reply(Unit::Milliseconds, Rounding::Up),
             [0, 5, 5, -1, 0]
@@ -177,7 +186,7 @@ fn a_peek_reports_and_writes_nothing() {
         key.call(T0, 2);
         let before = key.value.clone();
         let outcome = key.outcome(T0 + 1, 0);
-        assert_eq!(outcome.expire_at.map(|at| at.0), None);
+        assert_eq!(outcome.expire_at.map(|at| at.get()), None);
         assert_eq!(outcome.verdict.remaining, 3);
         assert_eq!(key.value, before);
     }
@@ -189,7 +198,7 @@ fn an_oversized_quantity_is_refused_for_good_and_writes_nothing() {
         let mut key = Key::new(5, 1_000, algorithm);
         key.call(T0, 1);
         let outcome = key.outcome(T0, 6);
-        assert_eq!(outcome.expire_at.map(|at| at.0), None);
+        assert_eq!(outcome.expire_at.map(|at| at.get()), None);
         assert_eq!(
             outcome.verdict.to_reply(Unit::Milliseconds, Rounding::Up),
             [
@@ -277,7 +286,7 @@ fn other_values_are_refused() {
         limiter
             .apply(
                 Some(stored),
-                Micros(T0),
+                Micros::saturating(T0),
                 1,
                 true,
                 &mut scratch,
@@ -293,7 +302,7 @@ fn other_values_are_refused() {
     longer.push(0);
     assert_eq!(apply(&fixed, &longer), Err(StateError::Foreign));
     assert_eq!(apply(&sliding, &longer), Err(StateError::OtherAlgorithm));
-    let gcra_state = crate::core::codec::encode_gcra(Ticks(1));
+    let gcra_state = crate::core::codec::encode_gcra(Ticks::saturating(1));
     assert_eq!(apply(&fixed, &gcra_state), Err(StateError::Foreign));
     assert_eq!(apply(&fixed, b"hello world"), Err(StateError::Foreign));
     assert_eq!(apply(&buckets, b""), Err(StateError::Foreign));
@@ -559,8 +568,8 @@ proptest! {
             let (value, expire) = (key.value.clone(), key.expire_at_ms);
             let verdict = key.outcome(now, quantity).verdict;
             let Some(retry_after) = verdict.retry_after.get() else { continue };
-            prop_assert_eq!(retry_after.0 % Ticks::MICROSECOND.0, 0);
-            let wait = retry_after.ceil_micros().0;
+            prop_assert_eq!(retry_after.get() % Ticks::MICROSECOND.get(), 0);
+            let wait = retry_after.ceil_micros().get();
             prop_assert!(wait > 0);
             let mut later = Key { value: value.clone(), expire_at_ms: expire, ..Key::with(limiter) };
             prop_assert!(!later.outcome(now + wait, quantity).verdict.limited);
@@ -577,8 +586,8 @@ proptest! {
         for (step, quantity) in stream {
             now += step;
             let outcome = key.outcome(now, quantity);
-            let reset = outcome.verdict.reset_after.ceil_micros().0;
-            if let Some(expire_at_ms) = outcome.expire_at.map(|at| at.0) {
+            let reset = outcome.verdict.reset_after.ceil_micros().get();
+            if let Some(expire_at_ms) = outcome.expire_at.map(|at| at.get()) {
                 // The key lives until the reset, rounded up to its millisecond.
                 prop_assert_eq!(expire_at_ms, (now + reset + 999) / 1_000);
             }
@@ -623,7 +632,7 @@ proptest! {
             let reply = outcome.verdict.to_reply(Unit::Microseconds, Rounding::Up);
             prop_assert!(reply[2] >= 0 && reply[2] <= reply[1]);
             prop_assert!(reply[3] >= -1 && reply[4] >= 0);
-            if let Some(expire_at_ms) = outcome.expire_at.map(|at| at.0) {
+            if let Some(expire_at_ms) = outcome.expire_at.map(|at| at.get()) {
                 prop_assert!(expire_at_ms * 1_000 >= now);
             }
         }
@@ -638,7 +647,7 @@ fn counts_are_read_as_the_calls_read_them() {
     key.call(T0 + ms(1_250), 3);
     let counts = |key: &Key, now: i64| {
         key.limiter
-            .counts(key.value.as_deref(), Micros(now))
+            .counts(key.value.as_deref(), Micros::saturating(now))
             .unwrap()
             .unwrap()
     };
@@ -647,9 +656,9 @@ fn counts_are_read_as_the_calls_read_them() {
         counts(&key, at),
         WindowCounts {
             previous: 4,
-            previous_ends_at: Micros(T0 + ms(2_000)),
+            previous_ends_at: Micros::saturating(T0 + ms(2_000)),
             current: 3,
-            current_ends_at: Micros(T0 + ms(3_000)),
+            current_ends_at: Micros::saturating(T0 + ms(3_000)),
         }
     );
     // Two windows on, nothing counts any more.
@@ -662,11 +671,14 @@ fn counts_are_read_as_the_calls_read_them() {
         counts(&fixed, T0 + ms(200)),
         WindowCounts {
             previous: 0,
-            previous_ends_at: Micros(T0 + ms(200)),
+            previous_ends_at: Micros::saturating(T0 + ms(200)),
             current: 2,
-            current_ends_at: Micros(T0 + ms(1_000)),
+            current_ends_at: Micros::saturating(T0 + ms(1_000)),
         }
     );
     let buckets = Key::new(10, 1_000, Algorithm::Buckets(4));
-    assert!(buckets.limiter.counts(None, Micros(T0)).is_none());
+    assert!(buckets
+        .limiter
+        .counts(None, Micros::saturating(T0))
+        .is_none());
 }

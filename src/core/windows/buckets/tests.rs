@@ -40,19 +40,19 @@ impl Key {
         let outcome = limiter
             .apply(
                 self.live(now),
-                Micros(now),
+                Micros::saturating(now),
                 quantity,
                 patch,
                 &mut Scratch::default(),
                 &mut bytes,
             )
             .unwrap();
-        if let Some(expire_at_ms) = outcome.expire_at.map(|at| at.0) {
+        if let Some(expire_at_ms) = outcome.expire_at.map(|at| at.get()) {
             self.store(&bytes, outcome.placement, expire_at_ms);
         }
         Call {
             verdict: outcome.verdict,
-            expire_at_ms: outcome.expire_at.map(|at| at.0),
+            expire_at_ms: outcome.expire_at.map(|at| at.get()),
         }
     }
 
@@ -61,21 +61,24 @@ impl Key {
         let refund = limiter
             .refund(
                 self.live(now),
-                Micros(now),
+                Micros::saturating(now),
                 quantity,
                 patch,
                 &mut Scratch::default(),
                 &mut bytes,
             )
             .unwrap();
-        match (refund.changed, refund.expire_at.map(|at| at.0)) {
+        match (refund.changed, refund.expire_at.map(|at| at.get())) {
             (true, Some(expire_at_ms)) => self.store(&bytes, refund.placement, expire_at_ms),
             (true, None) => *self = Key::default(),
             (false, _) => {}
         }
         Call {
             verdict: refund.verdict,
-            expire_at_ms: refund.expire_at.map(|at| at.0).filter(|_| refund.changed),
+            expire_at_ms: refund
+                .expire_at
+                .map(|at| at.get())
+                .filter(|_| refund.changed),
         }
     }
 
@@ -140,8 +143,10 @@ impl Model {
             limited,
             limit: self.limit as i64,
             remaining: self.limit.saturating_sub(self.used(now)) as i64,
-            retry_after: retry_after.map(|micros| Micros(micros).ticks()).into(),
-            reset_after: Micros(self.reset_after(now)).ticks(),
+            retry_after: retry_after
+                .map(|micros| Micros::saturating(micros).ticks())
+                .into(),
+            reset_after: Micros::saturating(self.reset_after(now)).ticks(),
         }
     }
 
@@ -250,7 +255,10 @@ fn a_refund_lowers_the_newest_counts_first() {
     let call = key.refund(&limiter, T0 + 1_500_000, 5, true);
     assert_eq!(call.verdict.remaining, 8);
     assert_eq!(call.expire_at_ms, Some((T0 + 3_000_000) / 1_000));
-    assert_eq!(call.verdict.reset_after, Micros(1_500_000).ticks());
+    assert_eq!(
+        call.verdict.reset_after,
+        Micros::saturating(1_500_000).ticks()
+    );
     // More than is left: everything back, and the key goes.
     let call = key.refund(&limiter, T0 + 1_500_000, 50, true);
     assert_eq!(call.verdict.remaining, 10);
@@ -274,7 +282,10 @@ fn first_release_states_keep_their_counts() {
     // The oldest bucket (1) leaves at T0 + 4 s, the next (2) at T0 + 5 s.
     let call = key.take(&limiter, T0 + 4_000_000, 95, true);
     assert!(call.verdict.limited);
-    assert_eq!(call.verdict.retry_after, Some(Micros(1_000_000).ticks()));
+    assert_eq!(
+        call.verdict.retry_after,
+        Some(Micros::saturating(1_000_000).ticks())
+    );
     let call = key.take(&limiter, T0 + 4_000_000, 94, true);
     assert!(!call.verdict.limited);
     assert_eq!(key.value.as_ref().unwrap()[0], TAG);
@@ -294,7 +305,10 @@ fn a_log_kept_with_another_n_or_window_keeps_its_counts() {
         93
     );
     let call = key.take(&two, T0 + 4_000_000, 98, true);
-    assert_eq!(call.verdict.retry_after, Some(Micros(2_000_000).ticks()));
+    assert_eq!(
+        call.verdict.retry_after,
+        Some(Micros::saturating(2_000_000).ticks())
+    );
     // A window of 8 s in 8 buckets: the same instants, in 1-second buckets.
     let eight = limiter(100, 8_000_000, 8);
     assert_eq!(
@@ -313,7 +327,7 @@ fn damaged_logs_are_refused_not_trusted() {
         limiter
             .apply(
                 Some(value),
-                Micros(T0),
+                Micros::saturating(T0),
                 1,
                 true,
                 &mut Scratch::default(),
@@ -334,7 +348,7 @@ fn damaged_logs_are_refused_not_trusted() {
     let fixed = WindowLimiter::new(10, 3, Unit::Seconds, Algorithm::Fixed).unwrap();
     let other = fixed.apply(
         Some(&value),
-        Micros(T0),
+        Micros::saturating(T0),
         1,
         true,
         &mut Scratch::default(),
@@ -407,9 +421,9 @@ proptest! {
         value.extend_from_slice(&bytes);
         let mut out = Vec::new();
         if refund {
-            let _ = limiter.refund(Some(&value), Micros(T0), quantity, true, &mut Scratch::default(), &mut out);
+            let _ = limiter.refund(Some(&value), Micros::saturating(T0), quantity, true, &mut Scratch::default(), &mut out);
         } else {
-            let _ = limiter.apply(Some(&value), Micros(T0), quantity, true, &mut Scratch::default(), &mut out);
+            let _ = limiter.apply(Some(&value), Micros::saturating(T0), quantity, true, &mut Scratch::default(), &mut out);
         }
     }
 }

@@ -23,10 +23,9 @@ use crate::core::settle::combined;
 use crate::core::time::{Rounding, Unit};
 use crate::core::verdict::Verdict;
 use crate::error::CommandError;
-use crate::redis::call::{Details, Invocation, LimiterReply, Reply};
+use crate::redis::call::{Details, Invocation, LimiterReply, Outcome, Reply};
 use crate::redis::clock;
 use crate::redis::metadata::{Arg, ArgKind, Mode};
-use crate::redis::stats::Outcome;
 use crate::redis::store;
 
 use super::top;

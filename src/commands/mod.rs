@@ -25,11 +25,10 @@ use crate::core::request::{Action, Request, Shortfall};
 use crate::core::time::{Micros, Rounding, Unit};
 use crate::core::verdict::Verdict;
 use crate::error::CommandError;
-use crate::redis::call::{Invocation, LimiterReply, Reply};
+use crate::redis::call::{Invocation, LimiterReply, Outcome, Reply};
 use crate::redis::clock;
 use crate::redis::handler::Table;
 use crate::redis::metadata::{Arg, ArgKind, Command, Mode, KEY_INSERT};
-use crate::redis::stats::Outcome;
 use crate::redis::store;
 
 /// The module's commands, for the FFI layer ([`Table`]).

@@ -9,7 +9,29 @@ use redis_module::raw;
 use crate::core::engine::MAX_LIMITERS;
 use crate::core::top::Estimate;
 use crate::redis::api::{self, Ctx, ServerStr};
-use crate::redis::stats::Outcome;
+
+/// How a call ended, for the counters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Admitted at once and counted whole (a quantity of 1 or more).
+    Allowed,
+    /// Admitted after a wait (`DELAY`).
+    Delayed,
+    /// Admitted in part (`AT_MOST`).
+    AtMost,
+    /// Admitted beyond what fit now, the rest forced (`FORCE`).
+    Forced,
+    /// Refused: over the limit, or a quantity above it.
+    Limited,
+    /// A quantity of 0: answered without counting.
+    Peek,
+    /// `REFUND`: a quantity given back.
+    Refund,
+    /// An error reply from the module (arguments, `WRONGTYPE`, an internal error). Errors
+    /// Redis gives before the module runs (arity, ACL, `OOM`, `READONLY`, `MOVED`) are in
+    /// `INFO commandstats` as `rejected_calls` instead.
+    Error,
+}
 
 /// A key named by a call: one of its arguments, as the server passed it.
 pub type KeyName<'a> = ServerStr<'a>;

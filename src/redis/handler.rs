@@ -17,16 +17,13 @@ use redis_module::raw;
 use crate::core::engine::MAX_LIMITERS;
 use crate::error::CommandError;
 use crate::redis::api::{self, CommandFunc, Ctx, ServerStr};
-use crate::redis::call::{Invocation, Reply};
-use crate::redis::metadata::{Command, Keys};
-use crate::redis::stats::{self, Outcome};
+use crate::redis::call::{Invocation, Outcome, Reply};
+use crate::redis::metadata::{Command, Keys, MAX_COMMANDS};
+use crate::redis::stats;
 
 /// The most arguments any command accepts, counting its name; more is a wrong arity.
 /// `RL.ALL` with 16 limiters of the longest form and every option takes about 110.
 const MAX_ARGUMENTS: usize = 128;
-
-/// The most commands a table may hold: one callback function is made for each.
-pub const MAX_COMMANDS: usize = 32;
 
 /// Every command the module registers, in one table (the crate's root gives it).
 pub trait Table: 'static {

@@ -11,7 +11,8 @@ use redis_module::raw;
 
 use crate::core::top::{DEFAULT_CAPACITY, MAX_CAPACITY};
 use crate::redis::api::{self, Ctx, InitError, ServerStr};
-use crate::redis::handler::{self, Table, MAX_COMMANDS};
+use crate::redis::handler::{self, Table};
+use crate::redis::metadata::MAX_COMMANDS;
 use crate::redis::{effects, metadata, native_type, propagation, random, settings, stats, top};
 
 /// The module argument that registers the debug commands (fault injection for the tests),

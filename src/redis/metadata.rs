@@ -36,6 +36,10 @@ pub const KEY_READ_ONLY: u32 = raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CM
 /// The key-spec flags of a key a command fills (the AOF's chunks).
 pub const KEY_INSERT: u32 = raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_INSERT;
 
+/// The most commands a table may hold: one callback function is made for each
+/// ([`crate::redis::handler::callbacks`]) and one set of counters.
+pub const MAX_COMMANDS: usize = 32;
+
 /// Everything the server is told about one command, and what runs it: one entry of the
 /// command table. Made by one of the constructors ([`Command::limiter`],
 /// [`Command::reader`], [`Command::internal`], [`Command::admin`]) and refined by the

@@ -16,31 +16,8 @@ use std::sync::OnceLock;
 use redis_module::raw;
 
 use crate::redis::api::{self, Ctx, InfoCtx};
-use crate::redis::handler::MAX_COMMANDS;
-use crate::redis::metadata::Command;
-
-/// How a call ended, for the counters.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Outcome {
-    /// Admitted at once and counted whole (a quantity of 1 or more).
-    Allowed,
-    /// Admitted after a wait (`DELAY`).
-    Delayed,
-    /// Admitted in part (`AT_MOST`).
-    AtMost,
-    /// Admitted beyond what fit now, the rest forced (`FORCE`).
-    Forced,
-    /// Refused: over the limit, or a quantity above it.
-    Limited,
-    /// A quantity of 0: answered without counting.
-    Peek,
-    /// `REFUND`: a quantity given back.
-    Refund,
-    /// An error reply from the module (arguments, `WRONGTYPE`, an internal error). Errors
-    /// Redis gives before the module runs (arity, ACL, `OOM`, `READONLY`, `MOVED`) are in
-    /// `INFO commandstats` as `rejected_calls` instead.
-    Error,
-}
+use crate::redis::call::Outcome;
+use crate::redis::metadata::{Command, MAX_COMMANDS};
 
 /// One counter, written by Redis' main thread only.
 struct Counter(AtomicU64);

@@ -1,0 +1,333 @@
+//! The crate's layering, read from its sources: every path to another file of the crate
+//! counts, in a `use` or written out in the code (`crate::redis::load::debug_commands()`),
+//! `crate::`, `super::` and `self::` alike, so that a loop no `use` line shows is still
+//! found.
+//!
+//! - No two files depend on each other, directly or through others.
+//! - The modules point one way: `core` uses nothing of `redis`, `commands`, `args` or
+//!   `error`; `redis` (the FFI layer) uses nothing of `commands` or `args`; `args` and
+//!   `error` use nothing of `redis` or `commands`.
+//! - Only `src/redis/api.rs` names a `RedisModule_*` function, and `unsafe` lives in
+//!   `src/redis/` only.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs;
+use std::path::{Path, PathBuf};
+
+/// Every `.rs` file under `dir`, as module paths (`core::engine::store`) to their text.
+fn sources(dir: &Path) -> BTreeMap<Vec<String>, String> {
+    let mut files = BTreeMap::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(path) = stack.pop() {
+        for entry in fs::read_dir(&path).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.extension().is_some_and(|ext| ext == "rs") {
+                files.insert(module_path(dir, &path), fs::read_to_string(&path).unwrap());
+            }
+        }
+    }
+    files
+}
+
+/// `src/core/engine/store.rs` as `["core", "engine", "store"]`; `lib.rs` and `mod.rs` name
+/// their directory.
+fn module_path(root: &Path, file: &Path) -> Vec<String> {
+    let relative: PathBuf = file.strip_prefix(root).unwrap().with_extension("");
+    let mut parts: Vec<String> = relative
+        .components()
+        .map(|part| part.as_os_str().to_string_lossy().into_owned())
+        .collect();
+    if matches!(parts.last().map(String::as_str), Some("mod" | "lib")) {
+        parts.pop();
+    }
+    parts
+}
+
+/// The text of `source` without comments and string literals, which name paths they do
+/// not use.
+fn code_only(source: &str) -> String {
+    let mut code = String::with_capacity(source.len());
+    for line in source.lines() {
+        let line = match line.find("//") {
+            Some(at) => &line[..at],
+            None => line,
+        };
+        let mut in_string = false;
+        let mut escaped = false;
+        for character in line.chars() {
+            if in_string {
+                if escaped {
+                    escaped = false;
+                } else if character == '\\' {
+                    escaped = true;
+                } else if character == '"' {
+                    in_string = false;
+                }
+                continue;
+            }
+            if character == '"' {
+                in_string = true;
+                continue;
+            }
+            code.push(character);
+        }
+        code.push('\n');
+    }
+    code
+}
+
+/// The paths a file's code names: each `crate::a::b`, `super::a`, `self::a`, with a `use`
+/// line's groups (`use crate::a::{b, c::d}`) expanded; relative ones made absolute from
+/// `module` (the file's own path).
+fn named_paths(module: &[String], code: &str) -> Vec<Vec<String>> {
+    let mut paths = Vec::new();
+    let bytes = code.as_bytes();
+    let mut at = 0;
+    while at < bytes.len() {
+        let rest = &code[at..];
+        let starts_word = at == 0
+            || !(bytes[at - 1].is_ascii_alphanumeric()
+                || bytes[at - 1] == b'_'
+                || bytes[at - 1] == b':');
+        let root = ["crate::", "super::", "self::"]
+            .into_iter()
+            .find(|root| rest.starts_with(root));
+        let Some(root) = root.filter(|_| starts_word) else {
+            at += 1;
+            continue;
+        };
+        // The path, with any groups, up to where it ends.
+        let mut depth = 0;
+        let mut end = at;
+        for (offset, character) in rest.char_indices() {
+            match character {
+                '{' => depth += 1,
+                '}' if depth > 0 => depth -= 1,
+                c if depth == 0 && !(c.is_alphanumeric() || c == '_' || c == ':') => {
+                    end = at + offset;
+                    break;
+                }
+                _ => {}
+            }
+            end = at + offset + character.len_utf8();
+        }
+        let text: String = code[at..end]
+            .chars()
+            .filter(|c| !c.is_whitespace())
+            .collect();
+        let base: Vec<String> = match root {
+            "crate::" => Vec::new(),
+            "super::" => {
+                // `mod.rs` is its directory's module: `super` of `a::b` (file `a/b.rs`) is
+                // `a`.
+                let mut base = module.to_vec();
+                base.pop();
+                base
+            }
+            _ => module.to_vec(),
+        };
+        for expanded in expand(&text[root.len()..]) {
+            let mut path = base.clone();
+            let mut parts: Vec<&str> = expanded
+                .split("::")
+                .filter(|part| !part.is_empty())
+                .collect();
+            while parts.first() == Some(&"super") {
+                path.pop();
+                parts.remove(0);
+            }
+            path.extend(parts.into_iter().map(str::to_owned));
+            paths.push(path);
+        }
+        at = end.max(at + 1);
+    }
+    paths
+}
+
+/// `a::{b, c::{d, e}}` as `a::b`, `a::c::d`, `a::c::e`.
+fn expand(path: &str) -> Vec<String> {
+    let Some(open) = path.find('{') else {
+        return vec![path.to_owned()];
+    };
+    let prefix = &path[..open];
+    let inner = &path[open + 1..path.rfind('}').unwrap_or(path.len())];
+    let mut parts = Vec::new();
+    let (mut depth, mut start) = (0, 0);
+    for (at, character) in inner.char_indices() {
+        match character {
+            '{' => depth += 1,
+            '}' => depth -= 1,
+            ',' if depth == 0 => {
+                parts.push(&inner[start..at]);
+                start = at + 1;
+            }
+            _ => {}
+        }
+    }
+    parts.push(&inner[start..]);
+    parts
+        .into_iter()
+        .filter(|part| !part.is_empty())
+        .flat_map(|part| expand(part))
+        .map(|part| {
+            if part == "self" {
+                prefix.trim_end_matches("::").to_owned()
+            } else {
+                format!("{prefix}{part}")
+            }
+        })
+        .collect()
+}
+
+/// The file a path leads to: its longest prefix that is a file of the crate.
+fn file_of<'a>(
+    files: &'a BTreeMap<Vec<String>, String>,
+    path: &[String],
+) -> Option<&'a Vec<String>> {
+    (1..=path.len())
+        .rev()
+        .find_map(|len| files.get_key_value(&path[..len]).map(|(key, _)| key))
+}
+
+/// The crate's files and, for each, the other files it names.
+fn graph() -> BTreeMap<Vec<String>, BTreeSet<Vec<String>>> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let files = sources(&root);
+    let mut graph = BTreeMap::new();
+    for (module, source) in &files {
+        let code = code_only(source);
+        let mut named = BTreeSet::new();
+        for path in named_paths(module, &code) {
+            if let Some(file) = file_of(&files, &path) {
+                // A module's file naming its own children (`mod.rs`'s `self::x`, a parent's
+                // `pub use`) is the module's own business, not a dependency back.
+                if file != module && !file.starts_with(module) {
+                    named.insert(file.clone());
+                }
+            }
+        }
+        graph.insert(module.clone(), named);
+    }
+    graph
+}
+
+fn name(module: &[String]) -> String {
+    if module.is_empty() {
+        "lib".to_owned()
+    } else {
+        module.join("/")
+    }
+}
+
+#[test]
+fn no_file_depends_on_itself_through_others() {
+    let graph = graph();
+    // Depth-first search for a back edge, reporting the loop it closes.
+    fn visit(
+        node: &Vec<String>,
+        graph: &BTreeMap<Vec<String>, BTreeSet<Vec<String>>>,
+        stack: &mut Vec<Vec<String>>,
+        done: &mut BTreeSet<Vec<String>>,
+        loops: &mut Vec<String>,
+    ) {
+        if done.contains(node) {
+            return;
+        }
+        if let Some(at) = stack.iter().position(|entry| entry == node) {
+            let cycle: Vec<String> = stack[at..].iter().map(|m| name(m)).collect();
+            loops.push(format!("{} -> {}", cycle.join(" -> "), name(node)));
+            return;
+        }
+        stack.push(node.clone());
+        for next in &graph[node] {
+            visit(next, graph, stack, done, loops);
+        }
+        stack.pop();
+        done.insert(node.clone());
+    }
+    let mut loops = Vec::new();
+    let mut done = BTreeSet::new();
+    for node in graph.keys() {
+        visit(node, &graph, &mut Vec::new(), &mut done, &mut loops);
+    }
+    assert!(
+        loops.is_empty(),
+        "files that depend on themselves:\n{}",
+        loops.join("\n")
+    );
+}
+
+#[test]
+fn the_modules_point_one_way() {
+    let forbidden: &[(&str, &[&str])] = &[
+        ("core", &["redis", "commands", "args", "error"]),
+        ("redis", &["commands", "args"]),
+        ("args", &["redis", "commands"]),
+        ("error", &["redis", "commands"]),
+    ];
+    let mut wrong = Vec::new();
+    for (module, named) in graph() {
+        let Some(top) = module.first() else { continue };
+        for (from, not_to) in forbidden {
+            if top != from {
+                continue;
+            }
+            for file in &named {
+                if file
+                    .first()
+                    .is_some_and(|target| not_to.contains(&target.as_str()))
+                {
+                    wrong.push(format!("{} uses {}", name(&module), name(file)));
+                }
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+#[test]
+fn the_module_api_is_called_from_one_file_and_unsafe_lives_in_the_ffi_layer() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    for (module, source) in sources(&root) {
+        let code = code_only(&source);
+        let path = name(&module);
+        // `RedisModule_OnLoad` is what the server calls, not a call into its API.
+        if path != "redis/api" {
+            let calls = code.replace("RedisModule_OnLoad", "");
+            assert!(
+                !calls.contains("RedisModule_"),
+                "{path} calls the module API itself"
+            );
+        }
+        if module.first().map(String::as_str) != Some("redis") {
+            let unsafe_code = code.contains("unsafe {")
+                || code.contains("unsafe fn")
+                || code.contains("unsafe impl");
+            assert!(!unsafe_code, "unsafe code in {path}, outside the FFI layer");
+        }
+    }
+}
+
+#[test]
+fn the_reader_sees_path_qualified_uses_and_groups() {
+    let module = vec!["commands".to_owned(), "top".to_owned()];
+    let code =
+        "use crate::a::{b, c::{d, e}};\nfn f() { crate::redis::load::debug(); super::x::y(); }";
+    let mut paths: Vec<String> = named_paths(&module, code)
+        .iter()
+        .map(|p| p.join("::"))
+        .collect();
+    paths.sort();
+    assert_eq!(
+        paths,
+        [
+            "a::b",
+            "a::c::d",
+            "a::c::e",
+            "commands::x::y",
+            "redis::load::debug"
+        ]
+    );
+}

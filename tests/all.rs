@@ -186,7 +186,7 @@ fn every_error_is_named_and_changes_nothing() {
         ),
         (
             &["1", "held", "LEAKY", "5", "60"],
-            "ERR unknown limiter: expected THROTTLE, WINDOW, LOG or LEASE",
+            "ERR unknown limiter: expected THROTTLE, WINDOW, LOG, LEASE or LOAD",
         ),
         (
             &["1", "held", "THROTTLE", "1", "1"],

@@ -170,7 +170,7 @@ fn expand(path: &str) -> Vec<String> {
     parts
         .into_iter()
         .filter(|part| !part.is_empty())
-        .flat_map(|part| expand(part))
+        .flat_map(expand)
         .map(|part| {
             if part == "self" {
                 prefix.trim_end_matches("::").to_owned()

@@ -19,6 +19,7 @@ use crate::args::{integer_argument, parse_integer, parse_options, CommonOptions,
 use crate::core::engine::{Call, MAX_LIMITERS};
 use crate::core::lease::LeaseLimiter;
 use crate::core::limiter::Limiter;
+use crate::core::load::{LoadGate, Priority};
 use crate::core::settle::combined;
 use crate::core::time::{Rounding, Unit};
 use crate::core::verdict::Verdict;
@@ -31,12 +32,12 @@ use crate::redis::store;
 use super::top;
 use super::window::{algorithm_keyword, ALGORITHM_ARG};
 use super::{
-    lease_seed, log, outcome, request, sixth_field, throttle, window, BLOCK_ARG, QUANTITY_ARG,
+    call_seed, log, outcome, request, sixth_field, throttle, window, BLOCK_ARG, QUANTITY_ARG,
     REFUND_ARG, SHORTFALL_ARG, UNIT_ARG,
 };
 
-/// The command's name, `numkeys`, a key and its limiter (of at least 3 arguments).
-pub(super) const REQUIRED_ARGUMENTS: c_int = 6;
+/// The command's name, `numkeys`, a key and its limiter (`LOAD priority`, the shortest).
+pub(super) const REQUIRED_ARGUMENTS: c_int = 5;
 
 pub(super) const COMPLEXITY: &CStr = c"O(N) for N limiters (as each limiter's own command)";
 
@@ -81,6 +82,10 @@ pub(super) const ARGS: &[Arg] = &[
                     Arg::new(c"lease", ArgKind::Integer),
                 ],
             ),
+            Arg::block(
+                c"load",
+                &[Arg::token(c"LOAD"), Arg::new(c"priority", ArgKind::String)],
+            ),
         ],
     )
     .multiple(),
@@ -93,7 +98,7 @@ pub(super) const ARGS: &[Arg] = &[
 ];
 
 pub(super) const USAGE: CommandError = CommandError::Message(
-    c"ERR syntax error. Usage: RL.ALL numkeys key [key ...] THROTTLE max_burst count period [WARMUP period] | WINDOW limit window [FIXED|SLIDING|BUCKETS n|ANCHORED] | LOG limit window | LEASE limit lease [...] [quantity] [S|MS|US] [BLOCK duration] [DELAY max_wait|AT_MOST|FORCE] [DETAILS] [REFUND]",
+    c"ERR syntax error. Usage: RL.ALL numkeys key [key ...] THROTTLE max_burst count period [WARMUP period] | WINDOW limit window [FIXED|SLIDING|BUCKETS n|ANCHORED] | LOG limit window | LEASE limit lease | LOAD priority [...] [quantity] [S|MS|US] [BLOCK duration] [DELAY max_wait|AT_MOST|FORCE] [DETAILS] [REFUND]",
 );
 
 /// A limiter as given, before the unit is known.
@@ -104,6 +109,8 @@ enum Params {
     Log(log::Params),
     /// `LEASE limit lease`, as given.
     Lease(i64, i64),
+    /// `LOAD priority`.
+    Load(Priority),
 }
 
 impl Params {
@@ -115,6 +122,7 @@ impl Params {
             Params::Lease(limit, lease) => {
                 Ok(Limiter::Lease(LeaseLimiter::new(limit, lease, unit)?))
             }
+            Params::Load(priority) => Ok(Limiter::Load(LoadGate { priority })),
         }
     }
 }
@@ -163,7 +171,7 @@ fn run_sized<const N: usize>(
         request,
         now: clock::now(),
         write: mode == Mode::Write,
-        lease_seed: lease_seed(&limiters[..keys]),
+        seed: call_seed(&limiters[..keys]),
     };
     let mut verdicts = [Verdict::default(); N];
     let verdicts = &mut verdicts[..keys];
@@ -179,8 +187,14 @@ fn run_sized<const N: usize>(
         }
         details
     });
-    let all = combined(verdicts);
-    let outcome = outcome(&request, all.limited, &settled);
+    let all = match settled.load {
+        Some(load) => through_the_gate(&limiters[..keys], verdicts, load.shed),
+        None => combined(verdicts),
+    };
+    let outcome = match settled.load {
+        Some(load) if load.shed => Outcome::Shed,
+        _ => outcome(&request, all.limited, &settled),
+    };
     if outcome == Outcome::Limited && mode == Mode::Write {
         let refused = verdicts.iter().map(|verdict| verdict.limited);
         top::record_refusals(call, 2, refused, engine_call.now);
@@ -188,9 +202,44 @@ fn run_sized<const N: usize>(
     Ok(Reply::Limiter(LimiterReply {
         fields: all.to_reply(unit, Rounding::Up),
         extra: sixth_field(&limiters[..keys], &request, &settled, unit),
+        load: settled
+            .load
+            .map(|load| if load.shed { i64::from(load.level) } else { 0 }),
         details,
         outcome,
     }))
+}
+
+/// The reply of a call with a load gate: the other limiters' (the gate has no limit or
+/// remaining of its own), refused with the gate's wait when the gate shed the request;
+/// the gate's own when it is the only limiter.
+fn through_the_gate(limiters: &[Limiter], verdicts: &[Verdict], shed: bool) -> Verdict {
+    let gate = limiters
+        .iter()
+        .position(|limiter| matches!(limiter, Limiter::Load(_)))
+        .map(|index| verdicts[index])
+        .unwrap_or_default();
+    let mut others = [Verdict::default(); MAX_LIMITERS];
+    let mut count = 0;
+    for (limiter, verdict) in limiters.iter().zip(verdicts) {
+        if !matches!(limiter, Limiter::Load(_)) {
+            others[count] = *verdict;
+            count += 1;
+        }
+    }
+    if count == 0 {
+        return gate;
+    }
+    let rest = combined(&others[..count]);
+    if shed {
+        Verdict {
+            limited: true,
+            retry_after: gate.retry_after,
+            ..rest
+        }
+    } else {
+        rest
+    }
 }
 
 /// `numkeys`: how many keys (and limiters) the call names.
@@ -229,6 +278,15 @@ fn parse<const N: usize>(keys: usize, args: &[&[u8]]) -> Result<Parsed<N>, Comma
         *slot = Some(parsed);
         rest = &after[taken..];
     }
+    let gates = params[..keys]
+        .iter()
+        .filter(|params| matches!(params, Some(Params::Load(_))))
+        .count();
+    if gates > 1 {
+        return Err(CommandError::Message(
+            c"ERR at most one LOAD in a call: one service's level decides",
+        ));
+    }
     if rest.first().is_some_and(|&next| is_limiter_keyword(next)) {
         return Err(CommandError::Message(
             c"ERR more limiters than keys: give one limiter per key",
@@ -256,12 +314,13 @@ const THROTTLE: Keyword = Keyword::new("THROTTLE");
 const WINDOW: Keyword = Keyword::new("WINDOW");
 const LOG: Keyword = Keyword::new("LOG");
 const LEASE: Keyword = Keyword::new("LEASE");
+const LOAD: Keyword = Keyword::new("LOAD");
 
 fn is_limiter_keyword(arg: &[u8]) -> bool {
     // Most arguments checked are numbers: the first letter rules them out at once.
     matches!(arg.first(), Some(b'T' | b't' | b'W' | b'w' | b'L' | b'l'))
         && Keyword::read(arg)
-            .is_some_and(|keyword| [THROTTLE, WINDOW, LOG, LEASE].contains(&keyword))
+            .is_some_and(|keyword| [THROTTLE, WINDOW, LOG, LEASE, LOAD].contains(&keyword))
 }
 
 /// One limiter, `keyword` then its arguments from `args`: the parameters, and how many
@@ -310,6 +369,15 @@ fn limiter(keyword: &[u8], args: &[&[u8]]) -> Result<(Params, usize), CommandErr
     } else if keyword == Some(LOG) {
         needs(2, c"ERR LOG takes limit window")?;
         Ok((Params::Log(log::Params::parse(args[0], args[1])?), 2))
+    } else if keyword == Some(LOAD) {
+        needs(
+            1,
+            c"ERR LOAD takes priority: critical_plus, critical, sheddable_plus or sheddable (or 0 to 3)",
+        )?;
+        let priority = Priority::parse(args[0]).ok_or(CommandError::Message(
+            c"ERR no such priority: critical_plus, critical, sheddable_plus or sheddable (or 0 to 3)",
+        ))?;
+        Ok((Params::Load(priority), 1))
     } else if keyword == Some(LEASE) {
         needs(2, c"ERR LEASE takes limit lease")?;
         let limit = integer_argument(args[0], c"ERR limit is not an integer or out of range")?;
@@ -317,7 +385,7 @@ fn limiter(keyword: &[u8], args: &[&[u8]]) -> Result<(Params, usize), CommandErr
         Ok((Params::Lease(limit, lease), 2))
     } else {
         Err(CommandError::Message(
-            c"ERR unknown limiter: expected THROTTLE, WINDOW, LOG or LEASE",
+            c"ERR unknown limiter: expected THROTTLE, WINDOW, LOG, LEASE or LOAD",
         ))
     }
 }

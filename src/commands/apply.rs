@@ -93,7 +93,7 @@ pub(super) fn log_replay(call: &Invocation, _: Mode) -> Result<Reply, CommandErr
         request: replay.request,
         now: replay.now,
         write: true,
-        lease_seed: 0, // A log's call: no lease.
+        seed: 0, // A log's call: no lease.
     };
     let mut verdict = [Verdict::default()];
     store::replay(call, &engine_call, &mut verdict)?;

@@ -10,6 +10,7 @@ pub mod apply;
 pub mod counts;
 pub mod debug;
 pub mod lease;
+pub mod load;
 pub mod log;
 pub mod throttle;
 pub mod top;
@@ -41,7 +42,7 @@ impl Table for Commands {
 /// Every command the module registers, one entry each: its name, flags, ACL categories,
 /// arity, keys, arguments, documentation, body and whether `INFO` counts it (in this order,
 /// for the counted ones). Adding a command is an entry here and its body.
-pub static TABLE: [Command; 23] = [
+pub static TABLE: [Command; 26] = [
     Command::limiter(c"cl.throttle", Mode::Write, throttle::run)
         .arity(-throttle::REQUIRED_ARGUMENTS)
         .args(throttle::ARGS)
@@ -166,6 +167,51 @@ pub static TABLE: [Command; 23] = [
             c"0.3.0",
         )
         .usage(counts::LOG_USAGE),
+    Command::limiter(c"rl.load.report", Mode::Write, load::report)
+        .flags(c"write", c"write slow")
+        .arity(-5)
+        .args(&[
+            Arg::new(c"key", ArgKind::Key),
+            Arg::new(c"instance", ArgKind::String),
+            Arg::new(c"ttl", ArgKind::Integer),
+            Arg::block(
+                c"pair",
+                &[
+                    Arg::new(c"factor", ArgKind::String),
+                    Arg::new(c"value", ArgKind::String),
+                ],
+            )
+            .multiple(),
+        ])
+        .docs(
+            c"Reports an instance's load factors for its service; replies the level and the share admitted per priority",
+            c"O(N) for N instances reporting",
+            c"0.3.0",
+        )
+        .not_counted()
+        .usage(load::REPORT_USAGE),
+    Command::limiter(c"rl.load.policy", Mode::Write, load::policy)
+        .flags(c"write", c"write slow")
+        .arity(-2)
+        .args(&[
+            Arg::new(c"key", ArgKind::Key),
+            Arg::new(c"policy", ArgKind::String).multiple().optional(),
+        ])
+        .docs(
+            c"Sets a service's load levels, thresholds and shares (or the default), or replies them",
+            c"O(N) for N instances reporting",
+            c"0.3.0",
+        )
+        .not_counted(),
+    Command::reader(c"rl.load.status", load::status)
+        .flags(c"readonly", c"read slow")
+        .arity(2)
+        .args(&[Arg::new(c"key", ArgKind::Key)])
+        .docs(
+            c"A service's load level, since when, its instances, shares and factors",
+            c"O(N) for N instances reporting",
+            c"0.3.0",
+        ),
     Command::reader(c"rl.top", top::run)
         .no_keys()
         .flags(c"readonly", c"read slow")
@@ -332,6 +378,12 @@ fn request(
     {
         lease_options(options)?;
     }
+    if limiters
+        .iter()
+        .any(|limiter| matches!(limiter, Limiter::Load(_)))
+    {
+        load_options(options)?;
+    }
     let request = options.request();
     if request.shortfall == Shortfall::Force {
         for limiter in limiters {
@@ -365,6 +417,23 @@ fn lease_options(options: &CommonOptions) -> Result<(), CommandError> {
         return refuse(c"ERR LEASE and BLOCK cannot be combined: a lease is refused only while its slots are held");
     }
     Ok(())
+}
+
+/// The options a call with a `LOAD` gate refuses, each named: a request shed by load is
+/// not waited out, cut or forced.
+fn load_options(options: &CommonOptions) -> Result<(), CommandError> {
+    match options.shortfall {
+        Shortfall::Delay(_) => Err(CommandError::Message(
+            c"ERR LOAD and DELAY cannot be combined: a request shed by load retries after retry_after",
+        )),
+        Shortfall::AtMost => Err(CommandError::Message(
+            c"ERR LOAD and AT_MOST cannot be combined: the load gate admits a request or sheds it",
+        )),
+        Shortfall::Force => Err(CommandError::Message(
+            c"ERR LOAD and FORCE cannot be combined: a request shed by load is never forced",
+        )),
+        Shortfall::Refuse => Ok(()),
+    }
 }
 
 /// How a call of `request` ended, given the reply's `limited` and what the engine settled,
@@ -407,14 +476,12 @@ fn sixth_field(
     }
 }
 
-/// The seed a call's lease id is drawn from: a value no client can predict when the call
-/// names a lease (the server's keyed generator, [`crate::redis::random`]), 0 otherwise (no
-/// draw for the rest).
-fn lease_seed(limiters: &[Limiter]) -> u64 {
-    if limiters
-        .iter()
-        .any(|limiter| matches!(limiter, Limiter::Lease(_)))
-    {
+/// The seed a call's lease id and load draw come from: a value no client can predict when
+/// the call names a lease or a load gate (the server's keyed generator,
+/// [`crate::redis::random`]), 0 otherwise (no draw for the rest).
+fn call_seed(limiters: &[Limiter]) -> u64 {
+    let draws = |limiter: &Limiter| matches!(limiter, Limiter::Lease(_) | Limiter::Load(_));
+    if limiters.iter().any(draws) {
         crate::redis::random::next()
     } else {
         0
@@ -435,7 +502,7 @@ fn single(
         request,
         now: clock::now(),
         write: mode == Mode::Write,
-        lease_seed: lease_seed(std::slice::from_ref(&limiter)),
+        seed: call_seed(std::slice::from_ref(&limiter)),
     };
     let mut verdict = [Verdict::default()];
     let settled = store::run::<1>(call, 1, &engine_call, &mut verdict)?;
@@ -451,6 +518,7 @@ fn single(
             &settled,
             options.unit,
         ),
+        load: None,
         details: None,
         outcome,
     }))
@@ -525,7 +593,7 @@ mod usage_tests {
             checked += 1;
         }
         assert_eq!(
-            checked, 8,
+            checked, 9,
             "every writing command with options names its usage"
         );
     }

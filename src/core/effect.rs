@@ -55,6 +55,12 @@ pub enum Effect<'a> {
         /// When it expires.
         expire_at: Millis,
     },
+    /// `SET key value`: a value kept without an expiry (a load state holding a policy,
+    /// which is configuration).
+    SetPersistent {
+        /// The key's whole value.
+        value: &'a [u8],
+    },
     /// `SETRANGE key offset bytes`: the value's end rewritten (or grown).
     SetRange {
         /// Where the bytes go.
@@ -186,6 +192,7 @@ impl<'a> Effect<'a> {
         'a: 's,
     {
         match *self {
+            Effect::SetPersistent { value } => Encoded::new(c"SET", &[Arg::Value(value)]),
             Effect::Set { value, expire_at } => Encoded::new(
                 c"SET",
                 &[
@@ -244,6 +251,9 @@ impl<'a> Effect<'a> {
     pub fn decode(command: &[u8], args: &[&'a [u8]]) -> Result<Effect<'a>, EffectError> {
         let is = |name: &CStr| command.eq_ignore_ascii_case(name.to_bytes());
         if is(c"SET") {
+            if let [value] = args {
+                return Ok(Effect::SetPersistent { value });
+            }
             let [value, pxat, expire_at] = args else {
                 return Err(EffectError::Unknown);
             };

@@ -15,17 +15,20 @@
 //! Where the keys live is the [`Store`]'s business ([`store`]): Redis keys in the server
 //! (`crate::redis::store`), a map in the tests ([`memory`]).
 
+use super::codec::Placement;
 use super::effect::{
     Effect, LeaseApplied, LeaseChange, LeaseEffect, LogApplied, LogChange, LogEffect,
 };
 use super::lease::{self, LeaseSet};
 use super::limiter::{Limiter, LogWrite, StringWrite};
+use super::load::{is_load_length, LoadError, LoadState, Policy, Report, Standing};
 use super::log::SlidingLog;
 use super::request::{Action, Request, Shortfall};
 use super::settle::{Conclusion, Settlement};
 use super::time::Micros;
 use super::verdict::Verdict;
 use super::windows::Scratch;
+use super::windows::StateError;
 
 /// The most limiters one call names.
 pub const MAX_LIMITERS: usize = 16;
@@ -42,8 +45,8 @@ pub struct Call<'a> {
     /// Whether the call may write: false for the read-only variants.
     pub write: bool,
     /// A value no client can predict, from which a lease the call takes draws its id
-    /// ([`lease::draw_id`]); any value where no lease is taken.
-    pub lease_seed: u64,
+    /// ([`lease::draw_id`]) and a load gate its draw; any value where neither is.
+    pub seed: u64,
 }
 
 /// A call's working memory, kept from call to call so that a warm call allocates nothing.
@@ -93,7 +96,7 @@ pub fn run<S: Store, const N: usize>(
     let mut decisions = [Decision::NOTHING; N];
     for index in 0..count {
         let limiter = &call.limiters[index];
-        let write = call.write && call.request.may_write(limiter.limit());
+        let write = call.write && limiter.writes() && call.request.may_write(limiter.limit());
         let key = keys[index].insert(store.open(index, write)?);
         let buffer = &mut buffers[index];
         decisions[index] = decide(
@@ -101,15 +104,21 @@ pub fn run<S: Store, const N: usize>(
             key,
             call.now,
             &call.request,
+            call.seed,
             buffer,
             scratch,
             &mut verdicts[index],
         )?;
     }
+    // A request the load gate sheds goes no further: no limiter is charged or blocked, and
+    // no shortfall rule applies (it is not waited out, cut or forced).
+    let shed = (0..count)
+        .any(|index| matches!(decisions[index].plan, Plan::Gate(_)) && verdicts[index].limited);
     let mut request = call.request;
     let mut settled = Settled::default();
     let refused = verdicts.iter().any(|verdict| verdict.limited);
-    if refused && request.shortfall != Shortfall::Refuse && request.action == Action::Take {
+    if refused && !shed && request.shortfall != Shortfall::Refuse && request.action == Action::Take
+    {
         let mut all = All {
             limiters: &call.limiters[..count],
             keys: &keys[..count],
@@ -121,19 +130,28 @@ pub fn run<S: Store, const N: usize>(
         };
         (request, settled) = all.settle(call.now, request, peek)?;
     }
-    let settlement = Settlement::of(
+    let mut settlement = Settlement::of(
         &request,
         verdicts
             .iter()
             .zip(call.limiters)
             .map(|(verdict, limiter)| (*verdict, limiter.limit())),
     );
+    if shed {
+        settlement = settlement.shed();
+    }
+    settled.load = decisions[..count]
+        .iter()
+        .find_map(|decision| match decision.plan {
+            Plan::Gate(level) => Some(LoadOutcome { level, shed }),
+            _ => None,
+        });
     if settlement.admitted && request.action == Action::Take {
         settled.granted = request.quantity;
         let takes_lease = decisions[..count]
             .iter()
             .any(|decision| matches!(decision.plan, Plan::Lease(_, true)));
-        settled.lease_id = (takes_lease && call.write).then(|| lease::draw_id(call.lease_seed));
+        settled.lease_id = (takes_lease && call.write).then(|| lease::draw_id(call.seed));
     }
     for index in 0..count {
         let (Some(key), decision) = (&mut keys[index], &decisions[index]) else {
@@ -222,7 +240,7 @@ fn commit<K: Key>(
             };
             apply(key, &Effect::Lease(effect))?;
         }
-        Plan::Lease(_, false) => {}
+        Plan::Lease(_, false) | Plan::Gate(_) => {}
     }
     Ok(())
 }
@@ -302,18 +320,66 @@ pub fn apply<K: Key>(key: &mut K, effect: &Effect) -> Result<Option<Applied>, K:
             },
             send,
         ),
-        Effect::Set { .. } | Effect::SetRange { .. } | Effect::ExpireAt(_) | Effect::Delete => {
-            Ok(None)
-        }
+        Effect::Set { .. }
+        | Effect::SetPersistent { .. }
+        | Effect::SetRange { .. }
+        | Effect::ExpireAt(_)
+        | Effect::Delete => Ok(None),
     }
+}
+
+/// A change to a service's load state.
+#[derive(Clone, Debug)]
+pub enum LoadChange {
+    /// An instance's report (`RL.LOAD.REPORT`).
+    Report(Report),
+    /// A policy set, or the default back (`None`) (`RL.LOAD.POLICY`).
+    Policy(Option<Policy>),
+}
+
+/// A service's load state on its open `key` at `now`: `None` when the key does not exist,
+/// `WRONGTYPE` when it holds anything else (a string that is not a load state included).
+pub fn load_state<K: Key>(key: &K) -> Result<Option<LoadState>, K::Error> {
+    let Some(bytes) = key.string(is_load_length)? else {
+        return Ok(None);
+    };
+    Ok(Some(LoadState::decode(bytes).ok_or(StateError::Foreign)?))
+}
+
+/// Applies `change` at `now` to the load state on `key` (a new one when the key does not
+/// exist) and stores it whole, with its effect (`SET`): expiring with its last report, or
+/// kept while it holds a policy, which is configuration. A change its checks refuse
+/// (`LoadError`) writes nothing. The standing after, on success.
+pub fn change_load<K: Key>(
+    key: &mut K,
+    change: LoadChange,
+    now: Micros,
+    buffer: &mut Vec<u8>,
+) -> Result<Result<Standing, LoadError>, K::Error> {
+    let mut state = load_state(key)?.unwrap_or_default();
+    let standing = match change {
+        LoadChange::Report(report) => state.report(report, now),
+        LoadChange::Policy(policy) => state.set_policy(policy, now),
+    };
+    let Ok(standing) = standing else {
+        return Ok(standing);
+    };
+    state.encode(now, buffer);
+    match state.expires(now) {
+        None => key.put_persistent(buffer)?,
+        Some(end) if end > now => key.put_string(buffer, Placement::WHOLE, end.ceil_millis())?,
+        // Nothing to keep: no policy, no live report.
+        Some(_) => key.delete()?,
+    }
+    Ok(Ok(standing))
 }
 
 mod decision;
 mod shortfall;
 mod store;
 
-pub use decision::Settled;
 use decision::{decide, standing, Decision, Plan};
+pub use decision::{LoadOutcome, Settled};
 use shortfall::All;
 pub use store::{After, Key, NativeChange, Store};
 

@@ -16,6 +16,7 @@ use super::codec::{
 };
 use super::gcra::Gcra;
 use super::lease::LeaseLimiter;
+use super::load::{is_load_length, LoadGate};
 use super::log::{LogLimiter, SlidingLog};
 use super::params::MAX_DEBT_LIMITS;
 use super::request::{Action, Request};
@@ -34,6 +35,9 @@ pub enum Limiter {
     Log(LogLimiter),
     /// A concurrency limit with leases (`RL.ACQUIRE`, `RL.ALL ... LEASE`).
     Lease(LeaseLimiter),
+    /// The load gate (`RL.ALL ... LOAD priority`): the service's level admits a share of
+    /// each priority; it never writes.
+    Load(LoadGate),
 }
 
 impl Limiter {
@@ -44,6 +48,8 @@ impl Limiter {
             Limiter::Window(window) => window.limit(),
             Limiter::Log(log) => log.limit(),
             Limiter::Lease(lease) => lease.limit(),
+            // Any quantity passes the gate: it sheds by priority, not by quantity.
+            Limiter::Load(_) => u64::MAX,
         }
     }
 
@@ -53,8 +59,15 @@ impl Limiter {
     fn queue_end(&self, state: &[u8]) -> Micros {
         match self {
             Limiter::Window(window) => window.queue_end(state),
-            Limiter::Throttle(_) | Limiter::Log(_) | Limiter::Lease(_) => Micros::ZERO,
+            Limiter::Throttle(_) | Limiter::Log(_) | Limiter::Lease(_) | Limiter::Load(_) => {
+                Micros::ZERO
+            }
         }
+    }
+
+    /// Whether the limiter may write: every one but the load gate.
+    pub fn writes(&self) -> bool {
+        !matches!(self, Limiter::Load(_))
     }
 
     /// Whether a string of `len` bytes may hold this limiter's state, blocked or not;
@@ -63,6 +76,7 @@ impl Limiter {
         match self {
             Limiter::Throttle(_) => is_state_length(is_gcra_length, len),
             Limiter::Window(_) => is_state_length(is_window_length, len),
+            Limiter::Load(_) => is_load_length(len),
             Limiter::Log(_) | Limiter::Lease(_) => false,
         }
     }
@@ -420,7 +434,7 @@ fn decide_own(
                 placement: refund.placement,
             })
         }
-        (Limiter::Log(_) | Limiter::Lease(_), _) => Err(StateError::Foreign),
+        (Limiter::Log(_) | Limiter::Lease(_) | Limiter::Load(_), _) => Err(StateError::Foreign),
     }
 }
 

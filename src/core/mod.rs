@@ -20,6 +20,7 @@ pub mod engine;
 pub mod gcra;
 pub mod lease;
 pub mod limiter;
+pub mod load;
 pub mod log;
 pub mod packed;
 pub mod params;

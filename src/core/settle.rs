@@ -31,6 +31,15 @@ impl Settlement {
         settlement
     }
 
+    /// The same settlement for a request the load gate shed: refused, and no block starts
+    /// (nothing is written for a request shed by load).
+    pub fn shed(self) -> Settlement {
+        Settlement {
+            admitted: false,
+            never_fits: true,
+        }
+    }
+
     /// Whether a limiter whose own decision starts a block (or not) stores what it decided:
     /// every change when the call is admitted; only the blocks its refusal starts otherwise.
     pub fn commits(&self, starts_block: bool) -> bool {

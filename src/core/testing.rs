@@ -51,7 +51,7 @@ impl Key {
             request,
             now,
             write,
-            lease_seed: now.get() as u64,
+            seed: now.get() as u64,
         };
         self.memory
             .run(&[NAME], &call)
@@ -65,7 +65,7 @@ impl Key {
             request,
             now,
             write,
-            lease_seed: now.get() as u64,
+            seed: now.get() as u64,
         };
         let (verdicts, settled) = self
             .memory

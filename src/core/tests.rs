@@ -110,7 +110,7 @@ impl Subject {
             // Bucket `limit` (max_burst + 1), refilled one per window / limit.
             Limiter::Throttle(_) => limit + (span as u128 * limit as u128 / window as u128) as u64,
             Limiter::Window(_) => 2 * limit,
-            Limiter::Log(_) | Limiter::Lease(_) => limit,
+            Limiter::Log(_) | Limiter::Lease(_) | Limiter::Load(_) => limit,
         }
     }
 }

@@ -23,6 +23,8 @@ pub enum Outcome {
     Forced,
     /// Refused: over the limit, or a quantity above it.
     Limited,
+    /// Shed by load: the service's level did not admit the request's priority.
+    Shed,
     /// A quantity of 0: answered without counting.
     Peek,
     /// `REFUND`: a quantity given back.
@@ -154,6 +156,37 @@ pub enum Reply {
     Ok,
     /// `RL.TOP`'s keys: `[key, refusals, error]` each.
     Top(Vec<Estimate>),
+    /// An array of items of any kind (`RL.LOAD.*`).
+    Items(Vec<Item>),
+}
+
+/// One element of a reply of items.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Item {
+    /// An integer.
+    Integer(i64),
+    /// A number that is not whole: a RESP3 double, a bulk string in RESP2.
+    Double(f64),
+    /// A bulk string.
+    Bulk(Vec<u8>),
+    /// A nested array.
+    Array(Vec<Item>),
+}
+
+impl Item {
+    fn send(&self, ctx: Ctx<'_>) {
+        match self {
+            Item::Integer(value) => api::reply_with_long_long(ctx, *value),
+            Item::Double(value) => api::reply_with_double(ctx, *value),
+            Item::Bulk(bytes) => api::reply_with_string_buffer(ctx, bytes),
+            Item::Array(items) => {
+                api::reply_with_array(ctx, items.len());
+                for item in items {
+                    item.send(ctx);
+                }
+            }
+        }
+    }
 }
 
 /// Up to five integers, as an array.
@@ -178,6 +211,8 @@ pub struct LimiterReply {
     pub fields: [i64; 5],
     /// The sixth integer some calls add (a lease id, a wait, a quantity granted).
     pub extra: Option<i64>,
+    /// With a load gate, the last integer: the level that shed the request, 0 if none did.
+    pub load: Option<i64>,
     /// Each limiter's own five integers, in key order, when asked for (`DETAILS`).
     pub details: Option<Box<Details>>,
     /// How the call ended, for the command's counters.
@@ -197,7 +232,11 @@ impl Reply {
     pub(crate) fn outcome(&self) -> Outcome {
         match self {
             Reply::Limiter(reply) => reply.outcome,
-            Reply::Held(true) | Reply::Integers(_) | Reply::Ok | Reply::Top(_) => Outcome::Allowed,
+            Reply::Held(true)
+            | Reply::Integers(_)
+            | Reply::Ok
+            | Reply::Top(_)
+            | Reply::Items(_) => Outcome::Allowed,
             Reply::Held(false) => Outcome::Limited,
         }
     }
@@ -211,11 +250,12 @@ impl Reply {
         };
         match self {
             Reply::Limiter(reply) => {
-                let extra = usize::from(reply.extra.is_some());
+                let extra = usize::from(reply.extra.is_some()) + usize::from(reply.load.is_some());
                 let details = reply.details.as_ref().map_or(0, |details| details.len);
                 api::reply_with_array(ctx, 5 + extra + details);
                 integers(&reply.fields);
                 integers(reply.extra.as_slice());
+                integers(reply.load.as_slice());
                 if let Some(details) = &reply.details {
                     for fields in &details.fields[..details.len] {
                         api::reply_with_array(ctx, 5);
@@ -230,6 +270,7 @@ impl Reply {
                 integers(values);
             }
             Reply::Ok => api::reply_with_simple_string(ctx, c"OK"),
+            Reply::Items(items) => Item::Array(items).send(ctx),
             Reply::Top(estimates) => {
                 api::reply_with_array(ctx, estimates.len());
                 for estimate in &estimates {

@@ -234,6 +234,14 @@ impl Command {
         }
     }
 
+    /// The same command, not counted in `INFO`.
+    pub const fn not_counted(self) -> Command {
+        Command {
+            counted: false,
+            ..self
+        }
+    }
+
     /// The same command, registered only with the module argument `debug-commands`.
     pub const fn debug(self) -> Command {
         Command {

@@ -51,6 +51,7 @@ pub struct CommandStats {
     delayed: Counter,
     partial: Counter,
     forced: Counter,
+    shed: Counter,
 }
 
 impl CommandStats {
@@ -66,6 +67,7 @@ impl CommandStats {
             delayed: Counter::new(),
             partial: Counter::new(),
             forced: Counter::new(),
+            shed: Counter::new(),
         }
     }
 
@@ -81,13 +83,14 @@ impl CommandStats {
             Outcome::Delayed => &self.delayed,
             Outcome::AtMost => &self.partial,
             Outcome::Forced => &self.forced,
+            Outcome::Shed => &self.shed,
         }
         .bump();
     }
 
     /// The counters in `INFO`'s order, with their names (the ones added later last, so
     /// that a parser of the earlier line reads the same fields).
-    fn fields(&self) -> [(&'static CStr, u64); 9] {
+    fn fields(&self) -> [(&'static CStr, u64); 10] {
         [
             (c"calls", self.calls.get()),
             (c"allowed", self.allowed.get()),
@@ -98,6 +101,7 @@ impl CommandStats {
             (c"delayed", self.delayed.get()),
             (c"partial", self.partial.get()),
             (c"forced", self.forced.get()),
+            (c"shed", self.shed.get()),
         ]
     }
 }
@@ -168,6 +172,7 @@ mod tests {
             Outcome::AtMost,
             Outcome::AtMost,
             Outcome::Forced,
+            Outcome::Shed,
         ] {
             stats.record(outcome);
         }
@@ -177,7 +182,7 @@ mod tests {
         assert_eq!(
             fields,
             [
-                ("calls", 10),
+                ("calls", 11),
                 ("allowed", 2),
                 ("limited", 1),
                 ("peeks", 1),
@@ -185,7 +190,8 @@ mod tests {
                 ("errors", 1),
                 ("delayed", 1),
                 ("partial", 2),
-                ("forced", 1)
+                ("forced", 1),
+                ("shed", 1)
             ]
         );
     }

@@ -294,6 +294,23 @@ impl Key for LimiterKey<'_> {
         Ok(())
     }
 
+    /// The whole value as a new string, which `RedisModule_StringSet` stores without an
+    /// expiry; propagated as `SET key value`.
+    fn put_persistent(&mut self, value: &[u8]) -> Result<(), CommandError> {
+        if !self.key.writable() || !matches!(self.key.held(), Held::Nothing | Held::String(_)) {
+            return Err(CommandError::INTERNAL); // A bug in the caller: change nothing.
+        }
+        let Some(string) = self.key.set_string(value) else {
+            return Err(self.undo());
+        };
+        self.propagate(|| {
+            let effect = Effect::SetPersistent { value };
+            effects::propagate(self.call, self.key.name(), &effect, Some(&string));
+        });
+        self.signal(EventClass::String);
+        Ok(())
+    }
+
     fn delete(&mut self) -> Result<(), CommandError> {
         let class = match self.key.held() {
             Held::Native => EventClass::Module,

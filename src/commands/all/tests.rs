@@ -82,7 +82,7 @@ fn every_mistake_has_its_own_error() {
     );
     assert_eq!(
         error(&["1", "a", "BUCKET", "1", "1"]),
-        "ERR unknown limiter: expected THROTTLE, WINDOW, LOG or LEASE"
+        "ERR unknown limiter: expected THROTTLE, WINDOW, LOG, LEASE or LOAD"
     );
     assert_eq!(
         error(&["1", "a", "THROTTLE", "1", "1"]),

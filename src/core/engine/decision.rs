@@ -4,11 +4,13 @@
 use super::Key;
 use crate::core::lease::{LeaseLimiter, LeaseSet};
 use crate::core::limiter::{decide_log, decide_string, Limiter, LogWrite, StringWrite};
+use crate::core::load::LoadDecision;
 use crate::core::log::{LogLimiter, SlidingLog};
 use crate::core::request::{Action, Request};
-use crate::core::time::Micros;
-use crate::core::verdict::Verdict;
+use crate::core::time::{Micros, Ticks};
+use crate::core::verdict::{RetryAfter, Verdict};
 use crate::core::windows::Scratch;
+use crate::core::windows::StateError;
 
 impl Decision {
     /// Nothing decided yet.
@@ -26,8 +28,10 @@ pub(super) enum Plan {
     /// time, a partial one for what was granted).
     Log(LogLimiter, LogWrite),
     /// A lease, and whether it is taken if the call is admitted (under the one id the call
-    /// draws, [`lease::draw_id`]).
+    /// draws, [`crate::core::lease::draw_id`]).
     Lease(LeaseLimiter, bool),
+    /// The load gate, which writes nothing: the level it found.
+    Gate(u8),
 }
 
 /// What one limiter decided to store, having changed nothing (its reply is kept apart).
@@ -49,16 +53,29 @@ pub struct Settled {
     pub forced: bool,
     /// The id of the lease an admitted call took (one id for every `LEASE` limiter).
     pub lease_id: Option<u64>,
+    /// With a load gate: the level it found, and whether it shed the request.
+    pub load: Option<LoadOutcome>,
+}
+
+/// What a call's load gate found.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LoadOutcome {
+    /// The service's level.
+    pub level: u8,
+    /// Whether the gate shed the request (the level's share of its class did not admit it).
+    pub shed: bool,
 }
 
 /// Decides `limiter` on its open `key` for `request` at `at`, changing nothing: its reply
 /// goes to `verdict`, a new string state to `buffer`.
 #[inline(always)]
+#[allow(clippy::too_many_arguments)] // The engine's working parts, lent to one decision.
 pub(super) fn decide<K: Key>(
     limiter: &Limiter,
     key: &K,
     at: Micros,
     request: &Request,
+    seed: u64,
     buffer: &mut Vec<u8>,
     scratch: &mut Scratch,
     verdict: &mut Verdict,
@@ -86,6 +103,19 @@ pub(super) fn decide<K: Key>(
                 starts_block: false,
             }
         }
+        Limiter::Load(gate) => {
+            let stored = key.string(|len| limiter.accepts_length(len))?;
+            let mut decision = gate
+                .decide(stored, at, load_draw(seed))
+                .ok_or(StateError::Foreign)?;
+            // A refund passes the gate: it gives back, it asks for nothing.
+            decision.admitted |= request.action == Action::Refund;
+            *verdict = gate_verdict(&decision);
+            Decision {
+                plan: Plan::Gate(decision.level),
+                starts_block: false,
+            }
+        }
         limiter => {
             let stored = key.string(|len| limiter.accepts_length(len))?;
             let decision = decide_string(limiter, stored, at, request, true, scratch, buffer)?;
@@ -96,6 +126,31 @@ pub(super) fn decide<K: Key>(
             }
         }
     })
+}
+
+/// The load gate's own reply: admitted, it says nothing (no limit, nothing remaining, which
+/// the other limiters' replies give); shed, it is refused with the wait its policy sets.
+fn gate_verdict(decision: &LoadDecision) -> Verdict {
+    Verdict {
+        limited: !decision.admitted,
+        limit: 0,
+        remaining: 0,
+        retry_after: if decision.admitted {
+            RetryAfter::NONE
+        } else {
+            RetryAfter::of(decision.retry.ticks())
+        },
+        reset_after: Ticks::ZERO,
+    }
+}
+
+/// The load gate's draw from the call's seed: mixed (splitmix64's finalizer), so that it
+/// owes nothing to the lease id the same seed gives.
+fn load_draw(seed: u64) -> u64 {
+    let mut z = seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
 }
 
 /// `limiter`'s standing on its open `key`, uncharged, as a peek sees it.
@@ -116,6 +171,11 @@ pub(super) fn standing<K: Key>(
             let set = key.native::<LeaseSet>()?;
             lease_limiter.inspect(set.as_deref(), now, 0)
         }
+        Limiter::Load(_) => gate_verdict(&LoadDecision {
+            level: 0,
+            admitted: true,
+            retry: Micros::ZERO,
+        }),
         limiter => {
             let stored = key.string(|len| limiter.accepts_length(len))?;
             decide_string(limiter, stored, now, &look, false, scratch, peek)?.verdict

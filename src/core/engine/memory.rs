@@ -125,6 +125,15 @@ impl Memory {
                     },
                 );
             }
+            Effect::SetPersistent { value } => {
+                entries.insert(
+                    key.to_owned(),
+                    Entry {
+                        value: Value::String(value.to_vec()),
+                        expire_at: Millis::saturating(i64::MAX),
+                    },
+                );
+            }
             Effect::SetRange { offset, bytes } => {
                 let Some(Entry {
                     value: Value::String(value),
@@ -373,6 +382,25 @@ impl Key for MemoryKey<'_> {
         {
             self.send(effect);
         }
+        Ok(())
+    }
+
+    fn put_persistent(&mut self, value: &[u8]) -> Result<(), StateError> {
+        assert!(
+            matches!(
+                &self.held,
+                None | Some(Entry {
+                    value: Value::String(_),
+                    ..
+                })
+            ),
+            "a string written over another type"
+        );
+        self.store(Some(Entry {
+            value: Value::String(value.to_vec()),
+            expire_at: Millis::saturating(i64::MAX),
+        }));
+        self.send(&Effect::SetPersistent { value });
         Ok(())
     }
 

@@ -59,17 +59,23 @@ impl<K: Key> All<'_, K> {
         Ok((request, settled))
     }
 
-    /// Decides every limiter again, for `request` at `at`.
+    /// Decides every limiter again, for `request` at `at`; a load gate keeps what it
+    /// decided (a shed request never reaches a shortfall rule, and the commands refuse
+    /// `DELAY`, `AT_MOST` and `FORCE` with one).
     fn decide_at(&mut self, at: Micros, request: &Request) -> Result<(), K::Error> {
         for (index, limiter) in self.limiters.iter().enumerate() {
             let Some(key) = &self.keys[index] else {
                 continue;
             };
+            if matches!(limiter, Limiter::Load(_)) {
+                continue;
+            }
             self.decisions[index] = decide(
                 limiter,
                 key,
                 at,
                 request,
+                0,
                 &mut self.buffers[index],
                 self.scratch,
                 &mut self.verdicts[index],
@@ -166,8 +172,9 @@ impl<K: Key> All<'_, K> {
                 continue;
             }
             let (verdict, plan) = match limiter {
-                // A lease is taken whole or not at all (the commands refuse FORCE with one).
-                Limiter::Lease(_) => continue,
+                // A lease is taken whole or not at all, and a gate sheds or not (the commands
+                // refuse FORCE with either).
+                Limiter::Lease(_) | Limiter::Load(_) => continue,
                 Limiter::Log(log_limiter) => {
                     // Placed on the log itself when the call commits, which gives the reply
                     // then; a dry run places it on a copy.

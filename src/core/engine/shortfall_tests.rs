@@ -199,7 +199,7 @@ fn run_all(
         request,
         now,
         write,
-        lease_seed: now.get() as u64,
+        seed: now.get() as u64,
     };
     memory.run_settled(names, &call).unwrap()
 }

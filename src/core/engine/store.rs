@@ -50,6 +50,9 @@ pub trait Key {
         expire_at: Millis,
     ) -> Result<(), Self::Error>;
 
+    /// Stores a whole string value with no expiry (a load state holding a policy).
+    fn put_persistent(&mut self, value: &[u8]) -> Result<(), Self::Error>;
+
     /// Deletes the key.
     fn delete(&mut self) -> Result<(), Self::Error>;
 

@@ -45,7 +45,7 @@ impl Keys {
             request,
             now,
             write,
-            lease_seed: now.get() as u64,
+            seed: now.get() as u64,
         };
         let names = &NAMES[first..first + limiters.len()];
         self.memory.run(names, &call).unwrap()
@@ -160,7 +160,7 @@ fn a_key_of_another_kind_anywhere_stops_the_call_before_any_write() {
         request: take(1),
         now: T0,
         write: true,
-        lease_seed: 0x5EED,
+        seed: 0x5EED,
     };
     assert_eq!(
         keys.memory.run(&["k1", "k0"], &call),
@@ -364,8 +364,8 @@ proptest! {
         for (step, (forward, back, dry, request, lease_action)) in stream.into_iter().enumerate() {
             now = now + ms(forward) - ms(back);
             // A seed per call, as the server's generator gives.
-            let lease_seed = crate::core::siphash::siphash24([7, 11], step as u64);
-            let call = Call { limiters: &limiters, request, now, write: !dry, lease_seed };
+            let seed = crate::core::siphash::siphash24([7, 11], step as u64);
+            let call = Call { limiters: &limiters, request, now, write: !dry, seed };
             let (_, settled) = keys.memory.run_settled(&NAMES[..limiters.len()], &call).unwrap();
             if let Some(id) = settled.lease_id {
                 // An id is drawn, never 0, and names no other lease of the key.

@@ -58,6 +58,7 @@ fn expected(counts: [u64; 6]) -> HashMap<String, u64> {
         ("delayed", 0),
         ("partial", 0),
         ("forced", 0),
+        ("shed", 0),
     ]
     .into_iter()
     .map(|(name, value)| (name.to_owned(), value))
@@ -400,6 +401,7 @@ fn command_docs_describe_every_argument() {
                         arg("lease", "integer"),
                     ],
                 ),
+                block("load", vec![token("LOAD"), arg("priority", "string")]),
             ],
             ..arg("limiter", "oneof")
         };

@@ -240,7 +240,7 @@ fn info_counts_delayed_partial_and_forced_calls_apart() {
         .unwrap();
     assert_eq!(
         line,
-        "ratelimit_cl.throttle:calls=5,allowed=1,limited=1,peeks=0,refunds=0,errors=0,delayed=1,partial=1,forced=1"
+        "ratelimit_cl.throttle:calls=5,allowed=1,limited=1,peeks=0,refunds=0,errors=0,delayed=1,partial=1,forced=1,shed=0"
     );
 }
 

@@ -13,7 +13,9 @@
 //!     command's unit (time only passes); where an `RL.WINDOW` window is involved, aligned to
 //!     the clock, any value from 1 up to the one shown matches;
 //!   - a lease id (the 6th integer of `RL.ACQUIRE`'s reply, and of `RL.ALL`'s with a `LEASE`)
-//!     shown positive matches any positive id, and stands for it in the commands after.
+//!     shown positive matches any positive id, and stands for it in the commands after;
+//!   - an instant (the `since` of `RL.LOAD.STATUS`) shown positive matches any positive
+//!     instant.
 
 mod support;
 
@@ -53,6 +55,7 @@ enum Role {
     Exact,
     Time,
     LeaseId,
+    Instant,
 }
 
 /// How much less than shown a positive time may be, for a command line: 2 seconds in its
@@ -198,6 +201,19 @@ fn format(value: &Value, command: &str, delayed: bool, leased: bool) -> Vec<(Str
         "RL.LOG.COUNTS" => &[1, 2],
         _ => &[],
     };
+    // RL.LOAD.STATUS: `since`, an instant, is its 4th item.
+    if let ("RL.LOAD.STATUS", Value::Array(items)) = (command, value) {
+        let mut lines = Vec::new();
+        for (i, item) in items.iter().enumerate() {
+            let mut current = String::new();
+            let width = items.len().to_string().len();
+            current.push_str(&format!("{:>width$}) ", i + 1));
+            let role = if i == 3 { Role::Instant } else { Role::Exact };
+            let prefix = " ".repeat(width + 2);
+            format_into(item, &prefix, false, role, &mut current, &mut lines, (false, false));
+        }
+        return lines;
+    }
     if let (false, Value::Array(items)) = (times.is_empty(), value) {
         return items
             .iter()
@@ -322,6 +338,12 @@ fn matches(
                     let least = slack.map_or(1, |slack| (shown - slack).max(1));
                     (least..=shown).contains(&actual)
                 }
+            }
+            _ => false,
+        },
+        Role::Instant => match (integer_line(shown), integer_line(actual)) {
+            (Some((head, shown)), Some((actual_head, actual))) if head == actual_head => {
+                shown == actual || (shown > 0 && actual > 0)
             }
             _ => false,
         },

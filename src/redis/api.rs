@@ -93,7 +93,6 @@ required_functions!(
     RedisModule_ReplyWithLongLong,
     RedisModule_ReplyWithError,
     RedisModule_ReplyWithStringBuffer,
-    RedisModule_ReplyWithDouble,
     RedisModule_WrongArity,
     RedisModule_ReplyWithSimpleString,
     RedisModule_GetContextFlags,
@@ -570,13 +569,6 @@ pub fn reply_with_string_buffer(ctx: Ctx<'_>, bytes: &[u8]) {
     unsafe {
         required!(RedisModule_ReplyWithStringBuffer)(ctx.raw, bytes.as_ptr().cast(), bytes.len())
     };
-}
-
-/// Replies with a double (`RedisModule_ReplyWithDouble`): a RESP3 double, or in RESP2 a
-/// bulk string of its shortest exact decimal form.
-pub fn reply_with_double(ctx: Ctx<'_>, value: f64) {
-    // SAFETY: a command's context.
-    unsafe { required!(RedisModule_ReplyWithDouble)(ctx.raw, value) };
 }
 
 /// The command's cached time in microseconds, constant through a command, a `MULTI`/`EXEC`

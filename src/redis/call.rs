@@ -165,7 +165,9 @@ pub enum Reply {
 pub enum Item {
     /// An integer.
     Integer(i64),
-    /// A number that is not whole: a RESP3 double, a bulk string in RESP2.
+    /// A number that is not whole, as a bulk string of its shortest decimal form (`0.695`,
+    /// where the server's own double reply writes `0.69499999999999995`), the same in RESP2
+    /// and RESP3.
     Double(f64),
     /// A bulk string.
     Bulk(Vec<u8>),
@@ -177,7 +179,7 @@ impl Item {
     fn send(&self, ctx: Ctx<'_>) {
         match self {
             Item::Integer(value) => api::reply_with_long_long(ctx, *value),
-            Item::Double(value) => api::reply_with_double(ctx, *value),
+            Item::Double(value) => api::reply_with_string_buffer(ctx, format!("{value}").as_bytes()),
             Item::Bulk(bytes) => api::reply_with_string_buffer(ctx, bytes),
             Item::Array(items) => {
                 api::reply_with_array(ctx, items.len());

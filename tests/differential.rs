@@ -61,9 +61,11 @@ enum Kind {
     Anchored,
     Log,
     Lease,
+    /// `RL.ALL`'s load gate only: its key is a service's, which reports and policies fill.
+    Load,
 }
 
-const KINDS: [Kind; 8] = [
+const KINDS: [Kind; 9] = [
     Kind::Throttle,
     Kind::WarmThrottle,
     Kind::Fixed,
@@ -72,6 +74,7 @@ const KINDS: [Kind; 8] = [
     Kind::Anchored,
     Kind::Log,
     Kind::Lease,
+    Kind::Load,
 ];
 
 /// Keys per kind: few, so that states build up and calls meet each other.
@@ -156,6 +159,21 @@ fn limiter(rng: &mut Rng, kind: Kind) -> Limiter {
         ],
         Kind::Log => vec!["LOG".to_owned(), limit.to_string(), window.to_string()],
         Kind::Lease => vec!["LEASE".to_owned(), limit.to_string(), window.to_string()],
+        Kind::Load => {
+            let priority = rng.pick(&[
+                "critical_plus",
+                "critical",
+                "sheddable_plus",
+                "sheddable",
+                "2",
+            ]);
+            // The gate takes any quantity: the others' limits bound the call's.
+            return Limiter {
+                words: vec!["LOAD".to_owned(), priority.to_string()],
+                limit,
+                unit,
+            };
+        }
     };
     Limiter { words, limit, unit }
 }
@@ -187,12 +205,20 @@ fn single(key: &str, kind: Kind, limiter: &Limiter, read_only: bool) -> (Vec<Str
             command.extend_from_slice(params);
             (command, Vec::new())
         }
+        Kind::Load => unreachable!("a load gate has no single command"),
     }
 }
 
 /// The optional arguments of a call: a quantity, the unit, then options in the combinations
-/// the grammar accepts (none of them with a lease); `read_only` leaves out `REFUND`.
-fn options(rng: &mut Rng, limit: u64, unit: &str, lease: bool, read_only: bool) -> Vec<String> {
+/// the grammar accepts (none of them with a lease, no shortfall rule with a load gate);
+/// `read_only` leaves out `REFUND`.
+fn options(
+    rng: &mut Rng,
+    limit: u64,
+    unit: &str,
+    (lease, gate): (bool, bool),
+    read_only: bool,
+) -> Vec<String> {
     let mut words = Vec::new();
     let quantity = match rng.below(10) {
         0 => 0,
@@ -213,6 +239,9 @@ fn options(rng: &mut Rng, limit: u64, unit: &str, lease: bool, read_only: bool) 
     if block {
         let (_, value) = duration(rng);
         words.extend(["BLOCK".to_owned(), value.to_string()]);
+    }
+    if gate {
+        return words;
     }
     match rng.below(10) {
         0 if !block => {
@@ -262,6 +291,7 @@ fn call(rng: &mut Rng, history: &History) -> (Vec<String>, Vec<String>) {
                 chosen.push(kind);
             }
             let lease = chosen.contains(&Kind::Lease);
+            let gate = chosen.contains(&Kind::Load);
             let unit = *rng.pick(&["S", "MS", "US"]);
             let keys: Vec<String> = chosen
                 .iter()
@@ -282,7 +312,7 @@ fn call(rng: &mut Rng, history: &History) -> (Vec<String>, Vec<String>) {
                 least = least.min(limiter.limit);
                 command.extend(limiter.words);
             }
-            command.extend(options(rng, least, unit, lease, read_only));
+            command.extend(options(rng, least, unit, (lease, gate), read_only));
             if rng.chance(20) {
                 command.push("DETAILS".to_owned());
             }
@@ -310,13 +340,89 @@ fn call(rng: &mut Rng, history: &History) -> (Vec<String>, Vec<String>) {
             };
             (command, vec![key])
         }
+        // A service's load: an instance's report, or its policy set or reset.
+        5 => {
+            let key = format!("{{all{}}}:load", rng.below(KEYS_PER_KIND));
+            let command = if rng.chance(75) {
+                let instance = format!("i{}", rng.below(4));
+                let ttl = [200, 1_000, 60_000, 3_600_000][rng.below(4) as usize];
+                let mut command = vec![
+                    "RL.LOAD.REPORT".to_owned(),
+                    key.clone(),
+                    instance,
+                    ttl.to_string(),
+                ];
+                for factor in [
+                    "cpu",
+                    "memory",
+                    "latency",
+                    "inflight",
+                    "max_rps",
+                    "min_rt",
+                    "requests",
+                    "successes",
+                ] {
+                    if rng.chance(50) {
+                        let value = match factor {
+                            "cpu" | "memory" => format!("0.{}", rng.below(100)),
+                            _ => rng.below(500).to_string(),
+                        };
+                        command.extend([factor.to_owned(), value]);
+                    }
+                }
+                if command.len() == 4 {
+                    command.extend(["cpu".to_owned(), "0.5".to_owned()]);
+                }
+                command
+            } else if rng.chance(30) {
+                vec![
+                    "RL.LOAD.POLICY".to_owned(),
+                    key.clone(),
+                    "DEFAULT".to_owned(),
+                ]
+            } else {
+                let first = 0.3 + rng.below(40) as f64 / 100.0;
+                let hold = [0, 500, 2_000][rng.below(3) as usize];
+                let half = *rng.pick(&["0.5", "0.25", "0"]);
+                vec![
+                    "RL.LOAD.POLICY".to_owned(),
+                    key.clone(),
+                    "HOLD".to_owned(),
+                    hold.to_string(),
+                    "LEVEL".to_owned(),
+                    "cpu".to_owned(),
+                    format!("{first:.2}"),
+                    "bbr".to_owned(),
+                    "1".to_owned(),
+                    "SHARES".to_owned(),
+                    "1".to_owned(),
+                    "1".to_owned(),
+                    "1".to_owned(),
+                    half.to_owned(),
+                    "LEVEL".to_owned(),
+                    "cpu".to_owned(),
+                    format!("{:.2}", first + 0.2),
+                    "SHARES".to_owned(),
+                    "1".to_owned(),
+                    "0.5".to_owned(),
+                    "0".to_owned(),
+                    "0".to_owned(),
+                ]
+            };
+            (command, vec![key])
+        }
         _ => {
-            let kind = *rng.pick(&KINDS);
+            let kinds: Vec<Kind> = KINDS
+                .iter()
+                .copied()
+                .filter(|kind| *kind != Kind::Load)
+                .collect();
+            let kind = *rng.pick(&kinds);
             let key = key_name(kind, rng.below(KEYS_PER_KIND));
             let limiter = limiter(rng, kind);
             let (mut command, after) = single(&key, kind, &limiter, read_only);
             let lease = kind == Kind::Lease;
-            let mut optional = options(rng, limiter.limit, limiter.unit, lease, read_only);
+            let mut optional = options(rng, limiter.limit, limiter.unit, (lease, false), read_only);
             // The quantity first, then the command's own keywords (an algorithm, WARMUP).
             let rest = optional.split_off(1);
             command.extend(optional);

@@ -210,7 +210,15 @@ fn format(value: &Value, command: &str, delayed: bool, leased: bool) -> Vec<(Str
             current.push_str(&format!("{:>width$}) ", i + 1));
             let role = if i == 3 { Role::Instant } else { Role::Exact };
             let prefix = " ".repeat(width + 2);
-            format_into(item, &prefix, false, role, &mut current, &mut lines, (false, false));
+            format_into(
+                item,
+                &prefix,
+                false,
+                role,
+                &mut current,
+                &mut lines,
+                (false, false),
+            );
         }
         return lines;
     }

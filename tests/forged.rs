@@ -9,7 +9,8 @@
 //!
 //! There must be no internal error and no panic: every reply is a well-formed answer, or a
 //! clear `ERR` or `WRONGTYPE` after which every key the call named holds exactly what it
-//! held (its value and its expiry).
+//! held (its value and its expiry); and every key keeps an expiry, but a service's load
+//! holding a policy, which is configuration.
 //!
 //! `FORGED_ROUNDS` (default 20,000) and `FORGED_SEED` change the run; `make stress` runs it
 //! longer, and `make valgrind` runs it under memcheck.
@@ -103,7 +104,34 @@ fn command(rng: &mut Rng, key: &str, other: &str) -> Vec<String> {
     let algorithm = rng
         .pick(&["FIXED", "SLIDING", "BUCKETS 6", "ANCHORED", ""])
         .to_string();
-    let mut words: Vec<String> = match rng.below(13) {
+    let mut words: Vec<String> = match rng.below(16) {
+        13 => {
+            let cpu = format!("0.{}", rng.below(100));
+            return vec![
+                "RL.LOAD.REPORT".into(),
+                key.into(),
+                "i1".into(),
+                "60000".into(),
+                "cpu".into(),
+                cpu,
+            ];
+        }
+        14 => return vec!["RL.LOAD.STATUS".into(), key.into()],
+        15 => {
+            let priority = rng.pick(&["critical_plus", "sheddable", "2"]).to_string();
+            return vec![
+                "RL.ALL".into(),
+                "2".into(),
+                key.into(),
+                other.into(),
+                "LOAD".into(),
+                priority,
+                "THROTTLE".into(),
+                limit,
+                "10".into(),
+                window,
+            ];
+        }
         0 | 1 => vec![
             "CL.THROTTLE".into(),
             key.into(),
@@ -299,6 +327,7 @@ fn scratch_state(rng: &mut Rng, now_us: i64) -> Vec<u8> {
         (0xFC, &[31, 34, 40, 60]),
         (0xFB, &[14, 20]),
         (0xFF, &[8, 20, 31]),
+        (0xF7, &[38, 39, 60, 120]),
     ]);
     let len = *rng.pick(lengths);
     let mut bytes = vec![tag];
@@ -526,8 +555,44 @@ fn forged_states_and_effects_get_answers_or_clear_errors_that_change_nothing() {
         let _: i64 = query(&mut con, &["DEL", "{fg}real"]);
         assert!(index < 64);
     }
+    // A service's load, with a policy and without.
+    for policy in [false, true] {
+        if policy {
+            let set = [
+                "RL.LOAD.POLICY",
+                "{fg}real",
+                "FACTOR",
+                "backlog",
+                "SUM",
+                "LEVEL",
+                "cpu",
+                "0.5",
+                "backlog",
+                "10",
+                "SHARES",
+                "1",
+                "1",
+                "0.5",
+                "0",
+            ];
+            let _: Value = query(&mut con, &set);
+        }
+        let report = [
+            "RL.LOAD.REPORT",
+            "{fg}real",
+            "a",
+            "60000",
+            "cpu",
+            "0.7",
+            "inflight",
+            "3",
+        ];
+        let _: Value = query(&mut con, &report);
+        strings.push(query(&mut con, &["GET", "{fg}real"]));
+        let _: i64 = query(&mut con, &["DEL", "{fg}real"]);
+    }
     assert!(
-        strings.len() >= 6 && natives.len() >= 2,
+        strings.len() >= 8 && natives.len() >= 2,
         "{strings:?} {natives:?}"
     );
     let (mut answered, mut refused) = (0u64, 0u64);
@@ -624,8 +689,13 @@ fn forged_states_and_effects_get_answers_or_clear_errors_that_change_nothing() {
         }
         // Every key the module wrote keeps an expiry.
         let ttl: i64 = query(&mut con, &["PTTL", key]);
+        // A service's load holding a policy is configuration, kept without one.
+        let policy = |con: &mut Connection| {
+            let value: Option<Vec<u8>> = query(con, &["GET", key]);
+            value.is_some_and(|value| value.len() > 3 && value[0] == 0xF7 && value[3] == 1)
+        };
         assert!(
-            ttl != -1,
+            ttl != -1 || policy(&mut con),
             "seed {seed}: {key} left without an expiry by {last}"
         );
     }

@@ -103,9 +103,40 @@ const NUMBERS: &[&[u8]] = &[
 
 /// Keywords, some misspelled or of another command.
 const WORDS: &[&str] = &[
-    "S", "MS", "US", "FIXED", "SLIDING", "BUCKETS", "NS", "SLIDNG", "FIX", "bucket", "WINDOW",
-    "LIMIT", "KEEPTTL", "PX", "REFUND", "BLOCK", "DETAILS", "THROTTLE", "LOG", "REFUNDS", "DELAY",
-    "AT_MOST", "FORCE", "WARMUP", "AT_LEAST", "FORCED",
+    "S",
+    "MS",
+    "US",
+    "FIXED",
+    "SLIDING",
+    "BUCKETS",
+    "NS",
+    "SLIDNG",
+    "FIX",
+    "bucket",
+    "WINDOW",
+    "LIMIT",
+    "KEEPTTL",
+    "PX",
+    "REFUND",
+    "BLOCK",
+    "DETAILS",
+    "THROTTLE",
+    "LOG",
+    "REFUNDS",
+    "DELAY",
+    "AT_MOST",
+    "FORCE",
+    "WARMUP",
+    "AT_LEAST",
+    "FORCED",
+    "LOAD",
+    "LEVEL",
+    "SHARES",
+    "DEFAULT",
+    "critical",
+    "sheddable",
+    "cpu",
+    "HOLD",
 ];
 
 /// One argument: a number, a keyword in a random case, or random bytes.
@@ -174,6 +205,9 @@ fn invocation(rng: &mut Rng, long_key: &[u8]) -> Vec<Vec<u8>> {
         "RL.LOG.LOADCHUNK",
         "RL.LEASE.APPLY",
         "RL.LEASE.LOADCHUNK",
+        "RL.LOAD.REPORT",
+        "rl.load.policy",
+        "RL.LOAD.STATUS",
     ]);
     let mut command = vec![name.as_bytes().to_vec()];
     let arity = match rng.below(10) {
@@ -374,6 +408,14 @@ fn check_reply(command: &[Vec<u8>], reply: &Value, seed: u64) {
             .collect();
         format!("{args:?} (FUZZ_SEED={seed})")
     };
+    // The load commands: OK, their arrays of integers and decimal strings, or an error.
+    if command[0].to_ascii_uppercase().starts_with(b"RL.LOAD.") {
+        match reply {
+            Value::Okay | Value::SimpleString(_) | Value::Array(_) => return,
+            Value::ServerError(_) => {}
+            other => panic!("{}: unexpected reply {other:?}", shown()),
+        }
+    }
     match reply {
         // RL.RELEASE and RL.RENEW: whether the lease was held.
         Value::Int(held) => assert!(*held == 0 || *held == 1, "{}: {held}", shown()),

@@ -179,7 +179,9 @@ impl Item {
     fn send(&self, ctx: Ctx<'_>) {
         match self {
             Item::Integer(value) => api::reply_with_long_long(ctx, *value),
-            Item::Double(value) => api::reply_with_string_buffer(ctx, format!("{value}").as_bytes()),
+            Item::Double(value) => {
+                api::reply_with_string_buffer(ctx, format!("{value}").as_bytes())
+            }
             Item::Bulk(bytes) => api::reply_with_string_buffer(ctx, bytes),
             Item::Array(items) => {
                 api::reply_with_array(ctx, items.len());

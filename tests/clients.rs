@@ -17,9 +17,10 @@ use std::path::PathBuf;
 use std::process::{Command, Output};
 use std::time::Duration;
 
+use redis::{Connection, Value};
 use support::cluster::Cluster;
 use support::listening::Listening;
-use support::{clients_python as python, query, repository, Server};
+use support::{clients_python as python, query, repository, wait_until, Server};
 
 fn redis_url(server: &Server) -> String {
     format!("redis://127.0.0.1:{}", server.port())
@@ -162,11 +163,18 @@ fn get(port: u16, path: &str) -> Response {
 
 /// One GET request: the response and its body.
 fn fetch(port: u16, path: &str) -> (Response, String) {
+    fetch_with(port, path, "")
+}
+
+/// One GET request with `fields` (whole lines, each ending in CRLF): the response and its
+/// body.
+fn fetch_with(port: u16, path: &str, fields: &str) -> (Response, String) {
     let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
     stream
         .set_read_timeout(Some(Duration::from_secs(20)))
         .unwrap();
-    let request = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+    let request =
+        format!("GET {path} HTTP/1.1\r\nHost: localhost\r\n{fields}Connection: close\r\n\r\n");
     stream.write_all(request.as_bytes()).unwrap();
     let mut response = String::new();
     stream.read_to_string(&mut response).unwrap();
@@ -309,6 +317,110 @@ fn the_fastapi_dependency_and_the_starlette_middleware_hold_their_limit_exactly(
             "{app_name}"
         );
     }
+}
+
+/// Graded limiting by load over HTTP, in every framework: the app reports its own signals
+/// to the service's key (`load:http`) every 0.1 s and sheds by the level the server
+/// answers, per priority (`X-Priority`): 503 with `Retry-After` for what its level does not
+/// admit, the rest through; its metrics show the level and the decisions; in shadow mode
+/// nothing is shed and what would be is counted. The hot instances that raise the level are
+/// reports the test makes itself; the app learns the level at its next report (the waits
+/// are bounded, and end on what the server and the app answer).
+fn sheds_by_priority_over_http(app: &Listening, shadow: &Listening, server: &Server) {
+    let mut con = server.connect();
+    let policy = [
+        "RL.LOAD.POLICY",
+        "load:http",
+        "HOLD",
+        "0",
+        "LEVEL",
+        "cpu",
+        "0.5",
+        "SHARES",
+        "1",
+        "1",
+        "0",
+        "0",
+    ];
+    assert_eq!(query::<String, _>(&mut con, &policy), "OK");
+    let with = |priority: &str| format!("X-Priority: {priority}\r\n");
+    // The first requests start the apps' reports.
+    fetch_with(app.port, "/", &with("critical"));
+    fetch_with(shadow.port, "/", &with("critical"));
+    let instances = |con: &mut Connection| -> i64 {
+        let status: Vec<Value> = query(con, &["RL.LOAD.STATUS", "load:http"]);
+        redis::from_redis_value(status[5].clone()).unwrap()
+    };
+    assert!(
+        wait_until(Duration::from_secs(20), || instances(&mut con) >= 2),
+        "the apps never reported"
+    );
+    // Three hot instances: the mean CPU is past 0.5 whatever the apps' own.
+    for hot in ["hot-1", "hot-2", "hot-3"] {
+        ints_or_items(
+            &mut con,
+            &["RL.LOAD.REPORT", "load:http", hot, "60000", "cpu", "1"],
+        );
+    }
+    let shed = || fetch_with(app.port, "/", &with("sheddable")).0;
+    assert!(
+        wait_until(Duration::from_secs(20), || shed().status == 503),
+        "the app never shed a sheddable request"
+    );
+    let refused = shed();
+    assert_eq!(refused.status, 503);
+    assert_eq!(refused.header("retry-after"), Some("1"));
+    assert_eq!(
+        fetch_with(app.port, "/", &with("critical_plus")).0.status,
+        200
+    );
+    assert_eq!(fetch_with(app.port, "/", &with("critical")).0.status, 200);
+    // In shadow mode the same request goes through, counted.
+    assert!(
+        wait_until(Duration::from_secs(20), || {
+            fetch_with(shadow.port, "/", &with("sheddable")).0.status == 200
+                && fetch_with(shadow.port, "/metrics/", &with("critical_plus"))
+                    .1
+                    .contains("outcome=\"shadow\"")
+        }),
+        "shadow mode shed, or did not count"
+    );
+    // Scraped as critical_plus, which the level never sheds.
+    let (_, metrics) = fetch_with(app.port, "/metrics/", &with("critical_plus"));
+    assert!(
+        metrics
+            .lines()
+            .any(|line| line.starts_with("ratelimit_load_level{service=\"load:http\"} 1")),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("priority=\"sheddable\"") && metrics.contains("outcome=\"shed\""),
+        "{metrics}"
+    );
+    // The load falls: the hot instances report cool, and the app admits everything again.
+    for hot in ["hot-1", "hot-2", "hot-3"] {
+        ints_or_items(
+            &mut con,
+            &["RL.LOAD.REPORT", "load:http", hot, "60000", "cpu", "0"],
+        );
+    }
+    assert!(
+        wait_until(Duration::from_secs(20), || shed().status == 200),
+        "the app kept shedding after the load fell"
+    );
+}
+
+/// Runs an `RL.LOAD.*` command, whatever its reply.
+fn ints_or_items(con: &mut Connection, args: &[&str]) {
+    let _: Value = query(con, args);
+}
+
+#[test]
+fn starlette_sheds_by_load_and_priority() {
+    let server = Server::start();
+    let app = uvicorn(&server, "fastapi_app:shedding_app", &[]);
+    let shadow = uvicorn(&server, "fastapi_app:shadow_shedding_app", &[]);
+    sheds_by_priority_over_http(&app, &shadow, &server);
 }
 
 #[test]

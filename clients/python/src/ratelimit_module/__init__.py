@@ -7,6 +7,8 @@ lists the nginx package shares (docs/clients.md#shared-lists)."""
 from ._protocol import (
     Lease,
     Limiter,
+    Load,
+    LoadStanding,
     Log,
     LogCounts,
     RateLimit,
@@ -20,14 +22,19 @@ from .aio import AsyncRateLimiter
 from .client import RateLimiter
 from .fields import headers
 from .lists import AsyncSharedLists, SharedLists
+from .load import AsyncLoadShedder, LoadShedder
 from .quota import AsyncQuota, Quota
 
 __all__ = [
+    "AsyncLoadShedder",
     "AsyncQuota",
     "AsyncRateLimiter",
     "AsyncSharedLists",
     "Lease",
     "Limiter",
+    "Load",
+    "LoadShedder",
+    "LoadStanding",
     "Log",
     "LogCounts",
     "Quota",

@@ -6,7 +6,7 @@ round them up, so a client that waits them is never early.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Optional, Sequence, Union
 
 
@@ -27,6 +27,9 @@ class RateLimit:
     shadow: bool = False
     # Several limiters: each one's own result, in the order given (empty for one limiter).
     each: tuple["RateLimit", ...] = field(default=(), compare=False)
+    # With a `Load` gate: the level that shed the request (refused by the service's load, not
+    # by its limits: answer 503, not 429); 0 when not shed.
+    shed_level: int = 0
 
     @classmethod
     def from_fields(
@@ -124,7 +127,37 @@ class Log:
         return self.window
 
 
-Limiter = Union[Throttle, Window, Log]
+@dataclass(frozen=True)
+class Load:
+    """The load gate of a service (`LOAD priority` in `RL.ALL`): `key` is the service's,
+    which its instances' reports fill; the level they set admits a share of each priority
+    class, and a request it sheds is refused with nothing written (`shed_level`)."""
+
+    key: str
+    priority: str = "sheddable"  # critical_plus, critical, sheddable_plus or sheddable
+
+    command, in_all = "RL.ALL", "LOAD"
+    name = "load"
+
+    def arguments(self) -> list:
+        return [self.priority]
+
+    def keywords(self) -> list:
+        return []
+
+    def window_seconds(self) -> float:
+        return 0.0
+
+
+Limiter = Union[Throttle, Window, Log, Load]
+
+# The priority classes, most important first (Google's criticality).
+PRIORITIES = ("critical_plus", "critical", "sheddable_plus", "sheddable")
+
+
+def rate_limiters(limiters: Sequence[Limiter]) -> list[Limiter]:
+    """The limiters that limit a rate (the HTTP fields' policies): not a load gate."""
+    return [one for one in limiters if not isinstance(one, Load)]
 
 
 @dataclass(frozen=True)
@@ -163,7 +196,8 @@ def command(limiters: Sequence[Limiter], options: Options) -> list:
     if not limiters:
         raise ValueError("at least one limiter")
     suffix = "_RO" if options.read_only else ""
-    if len(limiters) == 1:
+    gate = any(isinstance(one, Load) for one in limiters)
+    if len(limiters) == 1 and not gate:
         one = limiters[0]
         return [one.command + suffix, one.key, *one.arguments(), *options.words(), *one.keywords()]
     words = ["RL.ALL" + suffix, len(limiters), *(one.key for one in limiters)]
@@ -173,13 +207,59 @@ def command(limiters: Sequence[Limiter], options: Options) -> list:
 
 
 def result(reply: Sequence, limiters: Sequence[Limiter], options: Options) -> RateLimit:
-    """The typed result of `command(limiters, options)`'s reply."""
+    """The typed result of `command(limiters, options)`'s reply: the five integers, the
+    sixth (a wait, a quantity granted), then with a load gate the level that shed the
+    request, then each limiter's own (`DETAILS`)."""
     sixth = int(reply[5]) if options.has_sixth() else None
     wait_ms = sixth if options.delay is not None else 0
     granted = sixth if options.at_most else None
     first = 6 if sixth is not None else 5
-    each = [RateLimit.from_fields(one) for one in reply[first:]] if len(limiters) > 1 else []
-    return RateLimit.from_fields(reply, each, wait_ms=wait_ms or 0, granted=granted)
+    gate = any(isinstance(one, Load) for one in limiters)
+    shed_level = int(reply[first]) if gate else 0
+    first += 1 if gate else 0
+    each = [
+        RateLimit.from_fields(one)
+        for one, limiter in zip(reply[first:], limiters)
+        if not isinstance(limiter, Load)
+    ]
+    many = len(limiters) > 1
+    outcome = RateLimit.from_fields(
+        reply, each if many else [], wait_ms=wait_ms or 0, granted=granted
+    )
+    return replace(outcome, shed_level=shed_level) if shed_level else outcome
+
+
+@dataclass(frozen=True)
+class LoadStanding:
+    """A service's level and what it admits, as a report (or the service's status) tells:
+    the share of each priority class, most important first, from 0 to 1."""
+
+    level: int
+    instances: int
+    shares: tuple[float, float, float, float]
+
+    def share(self, priority: str) -> float:
+        """The share the level admits of `priority` (`sheddable` for a name it does not
+        know)."""
+        index = PRIORITIES.index(priority) if priority in PRIORITIES else len(PRIORITIES) - 1
+        return self.shares[index]
+
+
+def report_command(key: str, instance: str, ttl: float, factors: dict[str, float]) -> list:
+    """`RL.LOAD.REPORT`: an instance's factors, counting for `ttl` seconds."""
+    words: list = ["RL.LOAD.REPORT", key, instance, millis(ttl)]
+    for name, value in factors.items():
+        value = float(value)
+        # Finite and not negative, as the module takes it; six significant digits.
+        value = min(max(value, 0.0), 1e15) if value == value else 0.0
+        words += [name, f"{value:.6g}"]
+    return words
+
+
+def report_result(reply: Sequence) -> LoadStanding:
+    """The typed result of `report_command`'s reply: `[level, instances, share x 4]`."""
+    shares = tuple(float(value) for value in reply[2:6])
+    return LoadStanding(int(reply[0]), int(reply[1]), shares)  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)

@@ -199,10 +199,12 @@ class Decisions:
         through in shadow mode."""
         if self.metrics is not None:
             self.metrics.server_call(seconds)
-        if key is not None:
+        # A request shed by load is a draw, not a standing refusal: never cached.
+        if key is not None and not decided.shed_level:
             self.deny_cache.put(key, options.quantity, decided)  # type: ignore[union-attr]
         if not decided.allowed:
-            return self._refused(limiters, decided, "refused", shadow)
+            outcome = "shed" if decided.shed_level else "refused"
+            return self._refused(limiters, decided, outcome, shadow)
         self.count(policy_name(limiters), "delayed" if decided.wait > 0 else "allowed")
         return decided
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
-from ._protocol import Limiter, RateLimit
+from ._protocol import Limiter, RateLimit, rate_limiters
 
 
 def seconds(value: float) -> int:
@@ -27,7 +27,7 @@ def headers(result: RateLimit, limiters: Sequence[Limiter], legacy: bool = False
     each = result.each or (result,)
     policies = []
     states = []
-    for limiter, one in zip(limiters, each):
+    for limiter, one in zip(rate_limiters(limiters), each):
         window = seconds(limiter.window_seconds())
         policies.append(f'"{limiter.name}";q={one.limit};w={window}')
         states.append(f'"{limiter.name}";r={one.remaining};t={seconds(one.reset_after)}')

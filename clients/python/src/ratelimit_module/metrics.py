@@ -2,9 +2,12 @@
 nginx package serves:
 
     ratelimit_decisions_total{policy, outcome}   decisions by policy (the limiters' names,
-        joined by "+") and outcome: allowed, delayed, refused, deny_cache, failed_open,
-        failed_closed, quota (spent from a quota lease), shadow
+        joined by "+") and outcome: allowed, delayed, refused, shed (by a Load gate),
+        deny_cache, failed_open, failed_closed, quota (spent from a quota lease), shadow
     ratelimit_server_call_duration_seconds        the latency of each call to the server
+    ratelimit_load_level{service}                 a service's load level, from its reports
+    ratelimit_load_decisions_total{service, priority, outcome}   the load shedder's decisions:
+        admitted, shed, shadow (would have been shed)
 
     from ratelimit_module.metrics import PrometheusMetrics
     limiter = RateLimiter(client, metrics=PrometheusMetrics())
@@ -21,7 +24,7 @@ BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
 
 # The metrics made in each registry: a registry takes each name once, and every
 # PrometheusMetrics of one registry counts into the same ones.
-_MADE: dict[int, tuple[Any, Any]] = {}
+_MADE: dict[int, tuple[Any, Any, Any, Any]] = {}
 
 
 class PrometheusMetrics:
@@ -29,7 +32,7 @@ class PrometheusMetrics:
     (prometheus_client's default registry unless given)."""
 
     def __init__(self, registry: Optional[Any] = None):
-        from prometheus_client import REGISTRY, Counter, Histogram
+        from prometheus_client import REGISTRY, Counter, Gauge, Histogram
 
         registry = REGISTRY if registry is None else registry
         if id(registry) not in _MADE:
@@ -46,11 +49,29 @@ class PrometheusMetrics:
                     buckets=BUCKETS,
                     registry=registry,
                 ),
+                Gauge(
+                    "ratelimit_load_level",
+                    "A service's load level, as its last report answered.",
+                    ["service"],
+                    registry=registry,
+                ),
+                Counter(
+                    "ratelimit_load_decisions_total",
+                    "The load shedder's decisions, by service, priority and outcome.",
+                    ["service", "priority", "outcome"],
+                    registry=registry,
+                ),
             )
-        self.decisions, self.latency = _MADE[id(registry)]
+        self.decisions, self.latency, self.level, self.load = _MADE[id(registry)]
 
     def decision(self, policy: str, outcome: str) -> None:
         self.decisions.labels(policy=policy, outcome=outcome).inc()
 
     def server_call(self, seconds: float) -> None:
         self.latency.observe(seconds)
+
+    def load_level(self, service: str, level: int) -> None:
+        self.level.labels(service=service).set(level)
+
+    def load_decision(self, service: str, priority: str, outcome: str) -> None:
+        self.load.labels(service=service, priority=priority, outcome=outcome).inc()

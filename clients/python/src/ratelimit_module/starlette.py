@@ -18,7 +18,7 @@ through, counted as `shadow` and logged.
 
 from __future__ import annotations
 
-from typing import Awaitable, Callable, Optional, Sequence, Union
+from typing import Any, Awaitable, Callable, Optional, Sequence, Union
 
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -31,9 +31,10 @@ from .fields import headers, seconds
 
 
 def _refusal(result: RateLimit, limiters: Sequence[Limiter], legacy: bool) -> tuple[int, dict]:
-    """The status and fields of a refused request: 429 with the fields, or 503 when the
-    server failed and `on_error` refused."""
-    if result.failed:
+    """The status and fields of a refused request: 429 with the fields; 503 when the server
+    failed and `on_error` refused, or when a `Load` gate shed it (the service is
+    overloaded, whoever asks)."""
+    if result.failed or result.shed_level:
         return 503, {"Retry-After": str(max(1, seconds(result.retry_after or 0)))}
     return 429, headers(result, limiters, legacy=legacy)
 
@@ -121,4 +122,48 @@ def rate_limit(
     return dependency
 
 
-__all__ = ["RateLimitMiddleware", "rate_limit"]
+class LoadSheddingMiddleware:
+    """Sheds requests by a service's load (`AsyncLoadShedder`, docs/load.md): a request its
+    priority's share does not admit gets 503 with `Retry-After` without reaching the app;
+    every request is counted in the shedder's signals (in flight, latency, status), which
+    it reports once an interval. `priority` is a header's name (`X-Priority`) or a
+    function of the request. The shedder starts reporting at the first request."""
+
+    def __init__(self, app: ASGIApp, shedder: Any, priority: Any = "X-Priority") -> None:
+        self.app, self.shedder = app, shedder
+        if callable(priority):
+            self.priority = priority
+        else:
+            name = str(priority)
+            self.priority = lambda request: request.headers.get(name)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        self.shedder.start()
+        priority = self.priority(Request(scope))
+        if hasattr(priority, "__await__"):
+            priority = await priority
+        if not self.shedder.admit(priority):
+            retry = str(max(1, seconds(self.shedder.retry_after)))
+            response = PlainTextResponse(
+                "Service Unavailable", status_code=503, headers={"Retry-After": retry}
+            )
+            await response(scope, receive, send)
+            return
+        started = self.shedder.started()
+        status = [500]
+
+        async def recording_send(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                status[0] = int(message["status"])
+            await send(message)
+
+        try:
+            await self.app(scope, receive, recording_send)
+        finally:
+            self.shedder.finished(started, status[0])
+
+
+__all__ = ["LoadSheddingMiddleware", "RateLimitMiddleware", "rate_limit"]

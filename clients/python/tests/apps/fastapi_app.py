@@ -15,12 +15,12 @@ from slowapi.errors import RateLimitExceeded
 from slowapi.util import get_remote_address
 from starlette.applications import Starlette
 from starlette.responses import PlainTextResponse
-from starlette.routing import Route
+from starlette.routing import Mount, Route
 
 import ratelimit_module.limits_storage  # noqa: F401  (registers ratelimit://)
-from ratelimit_module import AsyncRateLimiter, Log
+from ratelimit_module import AsyncLoadShedder, AsyncRateLimiter, Log
 from ratelimit_module.metrics import PrometheusMetrics
-from ratelimit_module.starlette import RateLimitMiddleware, rate_limit
+from ratelimit_module.starlette import LoadSheddingMiddleware, RateLimitMiddleware, rate_limit
 
 REDIS_URL = os.environ["REDIS_URL"]
 
@@ -142,3 +142,24 @@ deny_middleware_app.add_middleware(
     limiter=denying,
     limiters_for=lambda request: [Log(f"middleware:{request.client.host}", 1000, 60, "minute")],
 )
+
+
+# Graded limiting by load: the service "load:http", which this app reports to every 0.1 s
+# with its own signals, and sheds by priority (X-Priority); its metrics on /metrics; the same
+# in shadow mode.
+def _shedding_app(shadow: bool) -> Starlette:
+    shedder = AsyncLoadShedder(
+        redis.asyncio.Redis.from_url(REDIS_URL),
+        "load:http",
+        instance="shadow" if shadow else "uvicorn",
+        interval=0.1,
+        shadow=shadow,
+        metrics=METRICS,
+    )
+    shedding = Starlette(routes=[Route("/", hello), Mount("/metrics", make_asgi_app())])
+    shedding.add_middleware(LoadSheddingMiddleware, shedder=shedder, priority="X-Priority")
+    return shedding
+
+
+shedding_app = _shedding_app(shadow=False)
+shadow_shedding_app = _shedding_app(shadow=True)

@@ -1,0 +1,289 @@
+"""Graded limiting by load (docs/load.md): an instance reports its health under a service's
+key once an interval, with no code from the user (`Signals`: CPU, memory, requests in
+flight, latency, 5xx share, and what `bbr` and `admission` read), and learns in the same call
+the service's level and the share of each priority class it admits; it then sheds requests
+by priority from those shares, with no call of its own. Every instance and gateway reporting
+to the key sheds by the same level.
+
+    from ratelimit_module.load import AsyncLoadShedder
+    from ratelimit_module.starlette import LoadSheddingMiddleware
+
+    shedder = AsyncLoadShedder(redis.asyncio.Redis(), "load:checkout")
+    app.add_middleware(LoadSheddingMiddleware, shedder=shedder, priority="X-Priority")
+
+A request's priority is `critical_plus`, `critical`, `sheddable_plus` or `sheddable`; one
+it does not name is `sheddable`. A shed request is answered 503 with `Retry-After` (the
+service is overloaded), where a refusal by a limit is 429. With `shadow=True` nothing is
+shed: what would be is counted (`shadow`) and logged.
+
+When a report fails, the last level holds until the report's time to live ends, then the
+level is 0 (nothing shed): shedding on a level nobody reports any more would refuse for no
+reason. The limits' own failure policy (`on_error`) is the limiter's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import random
+import socket
+import threading
+import time
+from typing import Any, Callable, Optional
+
+from ._protocol import PRIORITIES, LoadStanding, report_command, report_result
+from ._resilience import SERVER_FAILURES
+from .signals import Signals
+
+LOG = logging.getLogger("ratelimit_module")
+
+# The standing before any report, and after the last one ended: level 0, everything admitted.
+NOTHING_SHED = LoadStanding(0, 0, (1.0, 1.0, 1.0, 1.0))
+
+
+def default_instance() -> str:
+    """This process's name among the service's instances: `host:pid`."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def priority_of(name: Optional[str]) -> str:
+    """A class the service knows: `name` lower-cased, or `sheddable`."""
+    name = (name or "").strip().lower()
+    return name if name in PRIORITIES else "sheddable"
+
+
+class _Shedding:
+    """What the sync and async shedders share: the last standing, the decision, metrics."""
+
+    def __init__(
+        self,
+        service: str,
+        instance: Optional[str],
+        interval: float,
+        ttl: Optional[float],
+        shadow: bool,
+        metrics: Optional[Any],
+        signals: Optional[Signals],
+        draw: Callable[[], float],
+        clock: Callable[[], float],
+    ):
+        self.service = service
+        self.instance = instance or default_instance()
+        self.interval = interval
+        self.ttl = ttl if ttl is not None else 3 * interval
+        self.shadow, self.metrics = shadow, metrics
+        self.signals = signals if signals is not None else Signals()
+        self.draw, self.clock = draw, clock
+        self._standing = NOTHING_SHED
+        self._reported_at = float("-inf")
+
+    @property
+    def standing(self) -> LoadStanding:
+        """The service's level and shares, from the last report that answered; level 0
+        once that report's time to live has passed."""
+        if self.clock() - self._reported_at > self.ttl:
+            return NOTHING_SHED
+        return self._standing
+
+    def _reported(self, reply: Any) -> LoadStanding:
+        standing = report_result(reply)
+        self._standing, self._reported_at = standing, self.clock()
+        if self.metrics is not None and hasattr(self.metrics, "load_level"):
+            self.metrics.load_level(self.service, standing.level)
+        return standing
+
+    def _report_failed(self, error: BaseException) -> None:
+        LOG.warning("ratelimit: the load report of %s failed: %s", self.service, error)
+
+    def _command(self) -> list:
+        return report_command(self.service, self.instance, self.ttl, self.signals.sample())
+
+    def admit(self, priority: Optional[str]) -> bool:
+        """Whether a request of `priority` goes on: admitted with the share the service's
+        level gives its class, at random; in shadow mode always, counting what would be
+        shed."""
+        priority = priority_of(priority)
+        standing = self.standing
+        admitted = self.draw() < standing.share(priority)
+        outcome = "admitted" if admitted else "shadow" if self.shadow else "shed"
+        if self.metrics is not None and hasattr(self.metrics, "load_decision"):
+            self.metrics.load_decision(self.service, priority, outcome)
+        if outcome == "shadow":
+            LOG.info(
+                "ratelimit: shadow: %s would be shed at level %d of %s",
+                priority,
+                standing.level,
+                self.service,
+            )
+        return admitted or self.shadow
+
+    @property
+    def retry_after(self) -> float:
+        """What a shed request is told to wait: one report interval, when the level may
+        have changed."""
+        return self.interval
+
+    def started(self) -> float:
+        """A request begins: counted in flight; returns when, for `finished`."""
+        self.signals.started()
+        return time.perf_counter()
+
+    def finished(self, started: float, status: int) -> None:
+        """The request begun at `started` ended with HTTP `status`."""
+        self.signals.done(time.perf_counter() - started, status)
+
+
+class LoadShedder(_Shedding):
+    """The synchronous shedder: a daemon thread reports every `interval` seconds through a
+    redis-py client (`Redis` or `RedisCluster`); `admit` decides from the last report.
+
+    `service` is the service's key; `instance` this process's name (`host:pid`); `ttl` how
+    long a report counts (3 intervals); `metrics` a `PrometheusMetrics`."""
+
+    def __init__(
+        self,
+        client: Any,
+        service: str,
+        *,
+        instance: Optional[str] = None,
+        interval: float = 1.0,
+        ttl: Optional[float] = None,
+        shadow: bool = False,
+        metrics: Optional[Any] = None,
+        signals: Optional[Signals] = None,
+        draw: Callable[[], float] = random.random,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        super().__init__(service, instance, interval, ttl, shadow, metrics, signals, draw, clock)
+        self.client = client
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+
+    def report(self) -> Optional[LoadStanding]:
+        """Reports now; the standing the server answered, or None when it failed."""
+        try:
+            return self._reported(self.client.execute_command(*self._command()))
+        except SERVER_FAILURES as error:
+            self._report_failed(error)
+            return None
+
+    def start(self) -> "LoadShedder":
+        """Starts reporting every interval (once; again after `stop`)."""
+        if self._thread is None or not self._thread.is_alive():
+            self._stop.clear()
+            self._thread = threading.Thread(target=self._run, name="ratelimit-load", daemon=True)
+            self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.report()
+            self._stop.wait(self.interval)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+
+class AsyncLoadShedder(_Shedding):
+    """The asyncio shedder: a task reports every `interval` seconds through a
+    `redis.asyncio` client; `admit` decides from the last report (no await). Arguments as
+    for `LoadShedder`."""
+
+    def __init__(
+        self,
+        client: Any,
+        service: str,
+        *,
+        instance: Optional[str] = None,
+        interval: float = 1.0,
+        ttl: Optional[float] = None,
+        shadow: bool = False,
+        metrics: Optional[Any] = None,
+        signals: Optional[Signals] = None,
+        draw: Callable[[], float] = random.random,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        super().__init__(service, instance, interval, ttl, shadow, metrics, signals, draw, clock)
+        self.client = client
+        self._task: Optional[asyncio.Task] = None
+
+    async def report(self) -> Optional[LoadStanding]:
+        """Reports now; the standing the server answered, or None when it failed."""
+        try:
+            return self._reported(await self.client.execute_command(*self._command()))
+        except SERVER_FAILURES as error:
+            self._report_failed(error)
+            return None
+
+    def start(self) -> "AsyncLoadShedder":
+        """Starts reporting every interval on the running loop (once)."""
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._run())
+        return self
+
+    async def _run(self) -> None:
+        while True:
+            await self.report()
+            await asyncio.sleep(self.interval)
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+            self._task = None
+
+
+class LoadSheddingWSGI:
+    """A WSGI middleware (Flask, Django...): sheds by `shedder`'s level before the app runs
+    (503 with `Retry-After`), and counts every request in the shedder's signals. `priority`
+    is a header's name (`X-Priority`) or a function of the WSGI environ."""
+
+    def __init__(
+        self,
+        app: Callable,
+        shedder: LoadShedder,
+        priority: Any = "X-Priority",
+    ):
+        self.app, self.shedder = app, shedder
+        if callable(priority):
+            self.priority = priority
+        else:
+            header = "HTTP_" + str(priority).upper().replace("-", "_")
+            self.priority = lambda environ: environ.get(header)
+        shedder.start()
+
+    def __call__(self, environ: dict, start_response: Callable) -> Any:
+        if not self.shedder.admit(self.priority(environ)):
+            retry = str(max(1, round(self.shedder.retry_after)))
+            start_response(
+                "503 Service Unavailable",
+                [("Content-Type", "text/plain"), ("Retry-After", retry)],
+            )
+            return [b"Service Unavailable"]
+        started = self.shedder.started()
+        status = [500]
+
+        def recording_start_response(line: str, headers: list, *rest: Any) -> Any:
+            status[0] = int(line.split()[0])
+            return start_response(line, headers, *rest)
+
+        try:
+            return self.app(environ, recording_start_response)
+        finally:
+            self.shedder.finished(started, status[0])
+
+
+__all__ = [
+    "AsyncLoadShedder",
+    "LoadShedder",
+    "LoadSheddingWSGI",
+    "NOTHING_SHED",
+    "default_instance",
+    "priority_of",
+]

@@ -1,0 +1,160 @@
+"""What an instance measures of itself between two reports of its load, with no code from
+the user: the process's or its cgroup's CPU and memory, the requests in flight, their
+latency and their 5xx share over the interval, and over a recent window the most requests
+completed in a second and the least latency (Sentinel's check, `bbr`) and the requests and
+successes (envoy's admission control, `admission`). Only the standard library; the clock
+and the files read are injectable, for the tests.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+import time
+from collections import deque
+from typing import Callable, Optional
+
+
+def _read(path: str) -> Optional[str]:
+    try:
+        with open(path, encoding="ascii") as file:
+            return file.read()
+    except OSError:
+        return None
+
+
+class CpuMeter:
+    """The CPU in use since the last reading, 0 to 1 of what the instance may use: its
+    cgroup's (cgroup v2 `cpu.stat`, over `cpu.max`'s quota or the cores), else the process's
+    (`os.times`, over the cores)."""
+
+    def __init__(self, cgroup: str = "/sys/fs/cgroup", clock: Callable[[], float] = time.monotonic):
+        self.cgroup, self.clock = cgroup, clock
+        self.last: Optional[tuple[float, float]] = None
+
+    def _cores(self) -> float:
+        quota = _read(os.path.join(self.cgroup, "cpu.max"))
+        if quota:
+            parts = quota.split()
+            if len(parts) == 2 and parts[0] != "max":
+                return max(float(parts[0]) / float(parts[1]), 0.01)
+        return float(os.cpu_count() or 1)
+
+    def _used(self) -> float:
+        """CPU seconds used so far: the cgroup's, or the process's."""
+        stat = _read(os.path.join(self.cgroup, "cpu.stat"))
+        if stat:
+            for line in stat.splitlines():
+                name, _, value = line.partition(" ")
+                if name == "usage_usec":
+                    return int(value) / 1e6
+        times = os.times()
+        return times.user + times.system
+
+    def read(self) -> Optional[float]:
+        """The share of CPU used since the last reading; None at the first."""
+        now, used = self.clock(), self._used()
+        last, self.last = self.last, (now, used)
+        if last is None or now <= last[0]:
+            return None
+        return max(0.0, min(1.0, (used - last[1]) / ((now - last[0]) * self._cores())))
+
+
+def memory_share(cgroup: str = "/sys/fs/cgroup", proc: str = "/proc") -> Optional[float]:
+    """Memory in use over what is allowed, 0 to 1: the cgroup's (`memory.current` over
+    `memory.max`), else the host's (`MemTotal - MemAvailable` over `MemTotal`)."""
+    current = _read(os.path.join(cgroup, "memory.current"))
+    limit = _read(os.path.join(cgroup, "memory.max"))
+    if current and limit and limit.strip() != "max":
+        return max(0.0, min(1.0, int(current) / max(int(limit), 1)))
+    meminfo = _read(os.path.join(proc, "meminfo"))
+    if not meminfo:
+        return None
+    values = {}
+    for line in meminfo.splitlines():
+        name, _, rest = line.partition(":")
+        parts = rest.split()
+        if parts:
+            values[name] = int(parts[0])
+    total, available = values.get("MemTotal"), values.get("MemAvailable")
+    if not total or available is None:
+        return None
+    return max(0.0, min(1.0, (total - available) / total))
+
+
+class Signals:
+    """The requests an instance serves, counted as they start and finish, and read once a
+    report interval (`sample`). Thread-safe: the sync shedder's requests may run on many
+    threads."""
+
+    def __init__(
+        self,
+        window: float = 10.0,
+        clock: Callable[[], float] = time.monotonic,
+        cpu: Optional[Callable[[], Optional[float]]] = None,
+        memory: Optional[Callable[[], Optional[float]]] = None,
+    ):
+        self.window, self.clock = window, clock
+        self.cpu = cpu if cpu is not None else CpuMeter(clock=clock).read
+        self.memory = memory if memory is not None else memory_share
+        # The CPU meter's first reading is its baseline: taken now, the first report has a
+        # share to give.
+        self.cpu()
+        self.lock = threading.Lock()
+        self.inflight = 0
+        # The interval since the last sample.
+        self.latencies = 0.0
+        self.finished = 0
+        self.failed = 0
+        # Per second of the window: (second, completed, least latency, requests, successes).
+        self.seconds: deque[list] = deque()
+
+    def _second(self, now: float) -> list:
+        second = math.floor(now)
+        if not self.seconds or self.seconds[-1][0] != second:
+            self.seconds.append([second, 0, math.inf, 0, 0])
+        while self.seconds and self.seconds[0][0] <= second - self.window:
+            self.seconds.popleft()
+        return self.seconds[-1]
+
+    def started(self) -> None:
+        """A request began."""
+        with self.lock:
+            self.inflight += 1
+
+    def done(self, latency: float, status: int) -> None:
+        """A request ended after `latency` seconds with HTTP `status` (5xx: failed)."""
+        with self.lock:
+            self.inflight = max(0, self.inflight - 1)
+            self.latencies += latency
+            self.finished += 1
+            failed = status >= 500
+            self.failed += failed
+            second = self._second(self.clock())
+            second[1] += 1
+            second[2] = min(second[2], latency * 1000)
+            second[3] += 1
+            second[4] += not failed
+
+    def sample(self) -> dict[str, float]:
+        """The factors to report now, and the interval starts again."""
+        cpu, memory = self.cpu(), self.memory()
+        with self.lock:
+            self._second(self.clock())
+            factors: dict[str, float] = {"inflight": float(self.inflight)}
+            if cpu is not None:
+                factors["cpu"] = cpu
+            if memory is not None:
+                factors["memory"] = memory
+            if self.finished:
+                factors["latency"] = self.latencies / self.finished * 1000
+                factors["errors"] = self.failed / self.finished
+            full = [second for second in self.seconds if second[1]]
+            if full:
+                factors["max_rps"] = float(max(second[1] for second in full))
+                factors["min_rt"] = min(second[2] for second in full)
+            factors["requests"] = float(sum(second[3] for second in self.seconds))
+            factors["successes"] = float(sum(second[4] for second in self.seconds))
+            self.latencies, self.finished, self.failed = 0.0, 0, 0
+        return factors

@@ -1,0 +1,237 @@
+"""Graded limiting by load against a live server (REDIS_URL): the shedders report their own
+signals and shed by the level the server answers, per priority, in shadow mode too, with
+their metrics; a report that fails leaves level 0 once its time to live ends; a `Load` gate
+in a check sheds with nothing charged. The signals read the process's CPU and memory.
+
+    python -m unittest clients/python/tests/test_load.py
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import unittest
+import uuid
+
+import redis
+import redis.asyncio
+from prometheus_client import CollectorRegistry
+
+from ratelimit_module import AsyncLoadShedder, Load, LoadShedder, RateLimiter, Throttle
+from ratelimit_module._protocol import report_command, report_result
+from ratelimit_module.load import LoadSheddingWSGI, priority_of
+from ratelimit_module.metrics import PrometheusMetrics
+from ratelimit_module.signals import CpuMeter, Signals, memory_share
+
+URL = os.environ["REDIS_URL"]
+
+# At cpu 0.5: every sheddable_plus and sheddable request shed; at 0.9, half the critical.
+POLICY = [
+    "HOLD", "0", "LEVEL", "cpu", "0.5", "SHARES", "1", "1", "0", "0",
+    "LEVEL", "cpu", "0.9", "SHARES", "1", "0.5", "0", "0",
+]  # fmt: skip
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def signals(cpu: float) -> Signals:
+    """Signals whose CPU is `cpu` and memory 0.1, whatever the machine does."""
+    return Signals(cpu=lambda: cpu, memory=lambda: 0.1)
+
+
+class ProtocolTest(unittest.TestCase):
+    def test_a_report_is_one_command_and_its_reply_the_standing(self) -> None:
+        words = report_command("svc", "web-1", 3.0, {"cpu": 0.25, "inflight": 3, "odd": -1})
+        self.assertEqual(
+            words, ["RL.LOAD.REPORT", "svc", "web-1", 3000, "cpu", "0.25", "inflight", "3", "odd", "0"]
+        )
+        standing = report_result([2, 3, b"1", b"1", b"0.5", b"0"])
+        self.assertEqual((standing.level, standing.instances), (2, 3))
+        self.assertEqual(standing.share("sheddable_plus"), 0.5)
+        self.assertEqual(standing.share("nonsense"), 0.0, "an unknown class is sheddable")
+        self.assertEqual(priority_of(" Critical "), "critical")
+        self.assertEqual(priority_of(None), "sheddable")
+
+
+class SyncShedderTest(unittest.TestCase):
+    def setUp(self) -> None:
+        self.client = redis.Redis.from_url(URL)
+        self.service = f"py:load:{uuid.uuid4().hex}"
+        self.client.execute_command("RL.LOAD.POLICY", self.service, *POLICY)
+
+    def tearDown(self) -> None:
+        self.client.close()
+
+    def test_it_sheds_by_priority_the_level_its_report_answers(self) -> None:
+        registry = CollectorRegistry()
+        metrics = PrometheusMetrics(registry)
+        shedder = LoadShedder(
+            self.client, self.service, instance="a", signals=signals(0.8), metrics=metrics
+        )
+        self.assertEqual(shedder.standing.level, 0, "before any report")
+        standing = shedder.report()
+        self.assertEqual((standing.level, standing.shares), (1, (1.0, 1.0, 0.0, 0.0)))
+        self.assertTrue(shedder.admit("critical_plus"))
+        self.assertTrue(shedder.admit("critical"))
+        self.assertFalse(shedder.admit("sheddable_plus"))
+        self.assertFalse(shedder.admit(None), "no priority: sheddable")
+        self.assertEqual(registry.get_sample_value("ratelimit_load_level", {"service": self.service}), 1)
+        shed = {"service": self.service, "priority": "sheddable", "outcome": "shed"}
+        self.assertEqual(registry.get_sample_value("ratelimit_load_decisions_total", shed), 1)
+        # Every instance reporting to the key counts: two more at 1.0 make the mean 0.93,
+        # past 0.9 (level 2 sheds half the critical).
+        LoadShedder(self.client, self.service, instance="b", signals=signals(1.0)).report()
+        LoadShedder(self.client, self.service, instance="c", signals=signals(1.0)).report()
+        self.assertEqual(shedder.report().level, 2)
+        draws = [0.25, 0.75]
+        shedder.draw = draws.pop
+        self.assertFalse(shedder.admit("critical"), "a draw of 0.75 against a share of 0.5")
+        self.assertTrue(shedder.admit("critical"), "a draw of 0.25")
+
+    def test_in_shadow_mode_nothing_is_shed_and_what_would_be_is_counted(self) -> None:
+        registry = CollectorRegistry()
+        shedder = LoadShedder(
+            self.client,
+            self.service,
+            signals=signals(0.7),
+            shadow=True,
+            metrics=PrometheusMetrics(registry),
+        )
+        shedder.report()
+        self.assertTrue(shedder.admit("sheddable"))
+        labels = {"service": self.service, "priority": "sheddable", "outcome": "shadow"}
+        self.assertEqual(registry.get_sample_value("ratelimit_load_decisions_total", labels), 1)
+
+    def test_a_level_nobody_reports_any_more_sheds_nothing(self) -> None:
+        clock = Clock()
+        shedder = LoadShedder(
+            self.client, self.service, signals=signals(0.95), interval=1.0, clock=clock
+        )
+        shedder.report()
+        self.assertEqual(shedder.standing.level, 2)
+        # The server stops answering: the level holds for the report's ttl (3 intervals).
+        shedder.client = redis.Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.2)
+        self.assertIsNone(shedder.report())
+        clock.now = 2.9
+        self.assertEqual(shedder.standing.level, 2)
+        clock.now = 3.1
+        self.assertEqual(shedder.standing.level, 0)
+        self.assertTrue(shedder.admit("sheddable"))
+
+    def test_the_thread_reports_its_own_signals_every_interval(self) -> None:
+        shedder = LoadShedder(self.client, self.service, instance="auto", interval=0.05).start()
+        try:
+            for _ in range(100):
+                status = self.client.execute_command("RL.LOAD.STATUS", self.service)
+                factors = dict(zip(status[11][::2], status[11][1::2]))
+                if status[5] == 1 and b"cpu" in factors:
+                    break
+                asyncio.run(asyncio.sleep(0.05))
+            self.assertEqual(status[5], 1, status)
+            self.assertIn(b"cpu", factors)
+            self.assertIn(b"memory", factors)
+            self.assertIn(b"inflight", factors)
+        finally:
+            shedder.stop()
+
+    def test_the_wsgi_middleware_answers_503_to_what_it_sheds(self) -> None:
+        shedder = LoadShedder(self.client, self.service, signals=signals(0.6), interval=60)
+        shedder.report()
+
+        def app(environ: dict, start_response) -> list:
+            start_response("200 OK", [("Content-Type", "text/plain")])
+            return [b"ok"]
+
+        wrapped = LoadSheddingWSGI(app, shedder)
+        try:
+            for priority, expected in [("critical", "200 OK"), ("sheddable", "503 Service Unavailable")]:
+                seen = []
+                body = wrapped({"HTTP_X_PRIORITY": priority}, lambda s, h, *r: seen.append((s, h)))
+                self.assertEqual(seen[0][0], expected)
+                if expected.startswith("503"):
+                    self.assertIn(("Retry-After", "60"), seen[0][1])
+                    self.assertEqual(body, [b"Service Unavailable"])
+        finally:
+            shedder.stop()
+
+    def test_a_load_gate_in_a_check_sheds_with_nothing_charged(self) -> None:
+        LoadShedder(self.client, self.service, signals=signals(0.6)).report()
+        limiter = RateLimiter(self.client)
+        tag = self.service
+        user = Throttle(f"{{{tag}}}:user", 4, 1, 60)
+        gate = f"{{{tag}}}:gate"
+        self.client.execute_command("RL.LOAD.POLICY", gate, *POLICY)
+        self.client.execute_command("RL.LOAD.REPORT", gate, "a", 60000, "cpu", "0.6")
+        admitted = limiter.check([Load(gate, "critical"), user])
+        self.assertTrue(admitted.allowed)
+        self.assertEqual((admitted.shed_level, admitted.remaining), (0, 4))
+        shed = limiter.check([Load(gate, "sheddable"), user])
+        self.assertFalse(shed.allowed)
+        self.assertEqual((shed.shed_level, shed.remaining), (1, 4), "nothing charged")
+        self.assertEqual(len(shed.each), 1, "the gate has no fields of its own")
+
+
+class AsyncShedderTest(unittest.IsolatedAsyncioTestCase):
+    async def test_the_task_reports_and_sheds_by_the_answer(self) -> None:
+        client = redis.asyncio.Redis.from_url(URL)
+        service = f"py:aload:{uuid.uuid4().hex}"
+        await client.execute_command("RL.LOAD.POLICY", service, *POLICY)
+        shedder = AsyncLoadShedder(client, service, signals=signals(0.95), interval=0.05)
+        shedder.start()
+        try:
+            for _ in range(100):
+                if shedder.standing.level:
+                    break
+                await asyncio.sleep(0.05)
+            self.assertEqual(shedder.standing.level, 2)
+            self.assertTrue(shedder.admit("critical_plus"))
+            self.assertFalse(shedder.admit("sheddable_plus"))
+        finally:
+            await shedder.stop()
+            await client.aclose()
+
+
+class SignalsTest(unittest.TestCase):
+    def test_cpu_and_memory_are_shares_of_what_is_allowed(self) -> None:
+        clock = Clock()
+        meter = CpuMeter(clock=clock)
+        self.assertIsNone(meter.read(), "the first reading has nothing to compare")
+        clock.now = 1.0
+        cpu = meter.read()
+        self.assertTrue(cpu is not None and 0.0 <= cpu <= 1.0, cpu)
+        memory = memory_share()
+        self.assertTrue(memory is not None and 0.0 < memory < 1.0, memory)
+
+    def test_requests_give_latency_errors_and_the_windows_counts(self) -> None:
+        clock = Clock()
+        signals = Signals(clock=clock, cpu=lambda: None, memory=lambda: None)
+        signals.started()
+        signals.started()
+        self.assertEqual(signals.sample()["inflight"], 2.0)
+        clock.now = 10.2
+        signals.done(0.020, 200)
+        signals.done(0.060, 503)
+        clock.now = 11.5
+        signals.started()
+        signals.done(0.010, 200)
+        sample = signals.sample()
+        self.assertEqual(sample["inflight"], 0.0)
+        self.assertAlmostEqual(sample["latency"], 30.0)
+        self.assertAlmostEqual(sample["errors"], 1 / 3)
+        self.assertEqual((sample["max_rps"], sample["min_rt"]), (2.0, 10.0))
+        self.assertEqual((sample["requests"], sample["successes"]), (3.0, 2.0))
+        # The interval starts again; the window keeps its seconds until they age out.
+        clock.now = 25.0
+        later = signals.sample()
+        self.assertNotIn("latency", later)
+        self.assertEqual(later["requests"], 0.0)
+
+
+if __name__ == "__main__":
+    unittest.main()

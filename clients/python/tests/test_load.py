@@ -48,9 +48,9 @@ def signals(cpu: float) -> Signals:
 class ProtocolTest(unittest.TestCase):
     def test_a_report_is_one_command_and_its_reply_the_standing(self) -> None:
         words = report_command("svc", "web-1", 3.0, {"cpu": 0.25, "inflight": 3, "odd": -1})
-        self.assertEqual(
-            words, ["RL.LOAD.REPORT", "svc", "web-1", 3000, "cpu", "0.25", "inflight", "3", "odd", "0"]
-        )
+        expected = ["RL.LOAD.REPORT", "svc", "web-1", 3000]
+        expected += ["cpu", "0.25", "inflight", "3", "odd", "0"]
+        self.assertEqual(words, expected)
         standing = report_result([2, 3, b"1", b"1", b"0.5", b"0"])
         self.assertEqual((standing.level, standing.instances), (2, 3))
         self.assertEqual(standing.share("sheddable_plus"), 0.5)
@@ -81,7 +81,8 @@ class SyncShedderTest(unittest.TestCase):
         self.assertTrue(shedder.admit("critical"))
         self.assertFalse(shedder.admit("sheddable_plus"))
         self.assertFalse(shedder.admit(None), "no priority: sheddable")
-        self.assertEqual(registry.get_sample_value("ratelimit_load_level", {"service": self.service}), 1)
+        level = registry.get_sample_value("ratelimit_load_level", {"service": self.service})
+        self.assertEqual(level, 1)
         shed = {"service": self.service, "priority": "sheddable", "outcome": "shed"}
         self.assertEqual(registry.get_sample_value("ratelimit_load_decisions_total", shed), 1)
         # Every instance reporting to the key counts: two more at 1.0 make the mean 0.93,
@@ -150,9 +151,14 @@ class SyncShedderTest(unittest.TestCase):
 
         wrapped = LoadSheddingWSGI(app, shedder)
         try:
-            for priority, expected in [("critical", "200 OK"), ("sheddable", "503 Service Unavailable")]:
-                seen = []
-                body = wrapped({"HTTP_X_PRIORITY": priority}, lambda s, h, *r: seen.append((s, h)))
+            cases = [("critical", "200 OK"), ("sheddable", "503 Service Unavailable")]
+            for priority, expected in cases:
+                seen: list = []
+
+                def start_response(status: str, headers: list, *rest, seen: list = seen) -> None:
+                    seen.append((status, headers))
+
+                body = wrapped({"HTTP_X_PRIORITY": priority}, start_response)
                 self.assertEqual(seen[0][0], expected)
                 if expected.startswith("503"):
                     self.assertIn(("Retry-After", "60"), seen[0][1])

@@ -20,17 +20,23 @@ export interface RateLimit {
   each: RateLimit[];
   /** Decided without the server, by `onError` (nothing counted, no fields to send). */
   failed: boolean;
+  /** Refused, but let through in shadow mode (`allowed` is then true). */
+  shadow: boolean;
+  /** With a load gate: the level that shed the request (answer 503, not 429); else 0. */
+  shedLevel: number;
 }
 
 /** A limiter: its command, key, arguments, and its policy's name and window. */
 export interface Limiter {
-  command: "CL.THROTTLE" | "RL.WINDOW" | "RL.LOG";
-  inAll: "THROTTLE" | "WINDOW" | "LOG";
+  command: "CL.THROTTLE" | "RL.WINDOW" | "RL.LOG" | "RL.ALL";
+  inAll: "THROTTLE" | "WINDOW" | "LOG" | "LOAD";
   key: string;
   name: string;
   args: (string | number)[];
   keywords: (string | number)[];
   windowSeconds: number;
+  /** A load gate (`load()`): it limits no rate and has no HTTP fields of its own. */
+  gate?: boolean;
 }
 
 /** A request's options (docs/options.md); at most one of delay, atMost, force. */
@@ -62,6 +68,9 @@ export function window(
   options?: { algorithm?: string; name?: string },
 ): Limiter;
 export function log(key: string, limit: number, seconds: number, options?: { name?: string }): Limiter;
+/** A service's load gate (LOAD priority in RL.ALL); `priority` is critical_plus, critical,
+ * sheddable_plus or sheddable (the default). */
+export function load(key: string, priority?: string): Limiter;
 
 export function fromReply(
   reply: (number | string)[],

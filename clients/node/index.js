@@ -70,6 +70,27 @@ function log(key, limit, seconds, { name = "log" } = {}) {
   };
 }
 
+/**
+ * The load gate of a service (LOAD priority in RL.ALL): `key` is the service's, which its
+ * instances' reports fill (./load); the level they set admits a share of each priority class,
+ * and a request it sheds is refused with nothing written (`shedLevel`).
+ */
+function load(key, priority = "sheddable") {
+  return {
+    command: "RL.ALL",
+    inAll: "LOAD",
+    key,
+    name: "load",
+    args: [priority],
+    keywords: [],
+    windowSeconds: 0,
+    gate: true,
+  };
+}
+
+/** The limiters that limit a rate (the HTTP fields' policies): not a load gate. */
+const rateLimiters = (limiters) => limiters.filter((one) => !one.gate);
+
 /** Reads `[limited, limit, remaining, retry_after, reset_after]` given in ms. */
 function fromReply(reply, { each = [], waitMs = 0, granted = null } = {}) {
   const [limited, limit, remaining, retryAfter, resetAfter] = reply.slice(0, 5).map(Number);
@@ -84,6 +105,7 @@ function fromReply(reply, { each = [], waitMs = 0, granted = null } = {}) {
     each,
     failed: false,
     shadow: false,
+    shedLevel: 0,
   };
 }
 
@@ -102,7 +124,7 @@ function optionWords({ quantity = 1, refund = false, block = null, delay = null,
 function commandFor(limiters, options, readOnly = false) {
   if (limiters.length === 0) throw new RangeError("at least one limiter");
   const suffix = readOnly ? "_RO" : "";
-  if (limiters.length === 1) {
+  if (limiters.length === 1 && !limiters[0].gate) {
     const [one] = limiters;
     return [one.command + suffix, one.key, ...one.args, ...optionWords(options), ...one.keywords];
   }
@@ -111,15 +133,27 @@ function commandFor(limiters, options, readOnly = false) {
   return [...args, ...optionWords(options), "DETAILS"];
 }
 
+/** The typed result of commandFor's reply: the five integers, a sixth (a wait, a quantity
+ * granted), then with a load gate the level that shed the request, then each limiter's own. */
 function resultOf(reply, limiters, options) {
   const sixth = options.delay != null || options.atMost ? Number(reply[5]) : null;
-  const first = sixth === null ? 5 : 6;
-  const each = limiters.length > 1 ? reply.slice(first).map((one) => fromReply(one)) : [];
-  return fromReply(reply, {
+  let first = sixth === null ? 5 : 6;
+  const gate = limiters.some((one) => one.gate);
+  const shedLevel = gate ? Number(reply[first]) : 0;
+  if (gate) first += 1;
+  const each =
+    limiters.length > 1
+      ? reply
+          .slice(first)
+          .filter((_, i) => !limiters[i].gate)
+          .map((one) => fromReply(one))
+      : [];
+  const result = fromReply(reply, {
     each,
     waitMs: options.delay != null ? sixth : 0,
     granted: options.atMost ? sixth : null,
   });
+  return { ...result, shedLevel };
 }
 
 /** RL.WINDOW.COUNTS or RL.LOG.COUNTS for a FIXED or SLIDING window, or a log. */
@@ -182,6 +216,7 @@ function failureResult(allowed, retryAfter) {
     each: [],
     failed: true,
     shadow: false,
+    shedLevel: 0,
   };
 }
 
@@ -250,8 +285,11 @@ class RateLimiter {
     }
     if (this.metrics) this.metrics.serverCall((performance.now() - started) / 1000);
     const result = resultOf(reply, limiters, options);
-    if (cacheKey) this.denyCache.put(cacheKey, quantity, result);
-    if (!result.allowed) return this.refused(policy, limiters, result, "refused", shadow);
+    // A request shed by load is a draw, not a standing refusal: never cached.
+    if (cacheKey && !result.shedLevel) this.denyCache.put(cacheKey, quantity, result);
+    if (!result.allowed) {
+      return this.refused(policy, limiters, result, result.shedLevel ? "shed" : "refused", shadow);
+    }
     this.count(policy, result.wait > 0 ? "delayed" : "allowed");
     return result;
   }
@@ -342,7 +380,8 @@ const seconds = (value) => Math.ceil(value - 1e-9);
  * The IETF fields (draft-ietf-httpapi-ratelimit-headers-11) for a result: RateLimit-Policy,
  * RateLimit and, when refused, Retry-After; with `legacy`, RateLimit-Limit, -Remaining, -Reset.
  */
-function headers(result, limiters, { legacy = false } = {}) {
+function headers(result, allLimiters, { legacy = false } = {}) {
+  const limiters = rateLimiters(allLimiters);
   const each = result.each.length > 0 ? result.each : [result];
   const fields = {
     "RateLimit-Policy": limiters
@@ -434,6 +473,8 @@ module.exports = {
   throttle,
   window,
   log,
+  load,
+  rateLimiters,
   fromReply,
   headers,
   commandSender,

@@ -2,9 +2,12 @@
 // names the nginx package serves:
 //
 //   ratelimit_decisions_total{policy, outcome}   decisions by policy (the limiters' names,
-//       joined by "+") and outcome: allowed, delayed, refused, deny_cache, failed_open,
-//       failed_closed, quota (spent from a quota lease), shadow
+//       joined by "+") and outcome: allowed, delayed, refused, shed (by a load gate),
+//       deny_cache, failed_open, failed_closed, quota (spent from a quota lease), shadow
 //   ratelimit_server_call_duration_seconds        the latency of each call to the server
+//   ratelimit_load_level{service}                 a service's load level, from its reports
+//   ratelimit_load_decisions_total{service, priority, outcome}   the load shedder's
+//       decisions: admitted, shed, shadow (would have been shed)
 //
 //   const { PrometheusMetrics } = require("redis-ratelimit-module/metrics");
 //   const limiter = new RateLimiter(redis, { metrics: new PrometheusMetrics() });
@@ -36,6 +39,30 @@ class PrometheusMetrics {
         buckets: BUCKETS,
         registers: [registry],
       });
+    this.level =
+      registry.getSingleMetric("ratelimit_load_level") ??
+      new client.Gauge({
+        name: "ratelimit_load_level",
+        help: "A service's load level, as its last report answered.",
+        labelNames: ["service"],
+        registers: [registry],
+      });
+    this.load =
+      registry.getSingleMetric("ratelimit_load_decisions_total") ??
+      new client.Counter({
+        name: "ratelimit_load_decisions_total",
+        help: "The load shedder's decisions, by service, priority and outcome.",
+        labelNames: ["service", "priority", "outcome"],
+        registers: [registry],
+      });
+  }
+
+  loadLevel(service, level) {
+    this.level.set({ service }, level);
+  }
+
+  loadDecision(service, priority, outcome) {
+    this.load.inc({ service, priority, outcome });
   }
 
   decision(policy, outcome) {

@@ -43,6 +43,7 @@ for (const [name, client] of [
         each: [],
         failed: false,
         shadow: false,
+        shedLevel: 0,
       },
     );
     await limiter.check([gcra]);

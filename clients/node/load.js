@@ -1,0 +1,314 @@
+// Graded limiting by load (docs/load.md): the process reports its health under a service's key
+// once an interval, with no code from the user (CPU of its cgroup or itself, memory of its
+// cgroup or the host, requests in flight, latency, 5xx share, and what `bbr` and `admission`
+// read), and learns in the same call the service's level and the share of each priority class
+// it admits; it then sheds requests by priority from those shares, with no call of its own.
+//
+//     const { LoadShedder, loadShedding } = require("redis-ratelimit-module/load");
+//     const shedder = new LoadShedder(redis, "load:checkout");
+//     app.use(loadShedding(shedder, { priority: "x-priority" }));
+//
+// A shed request is answered 503 with Retry-After; a priority the request does not name is
+// "sheddable". With `shadow: true` nothing is shed: what would be is counted ("shadow") and
+// logged. When a report fails, the last level holds for the report's time to live, then the
+// level is 0 (nothing shed).
+"use strict";
+
+const fs = require("node:fs");
+const os = require("node:os");
+const path = require("node:path");
+const { commandSender } = require("./index");
+
+const PRIORITIES = ["critical_plus", "critical", "sheddable_plus", "sheddable"];
+const NOTHING_SHED = Object.freeze({ level: 0, instances: 0, shares: [1, 1, 1, 1] });
+
+const read = (file) => {
+  try {
+    return fs.readFileSync(file, "ascii");
+  } catch {
+    return null;
+  }
+};
+
+/** A class the service knows: `name` lower-cased, or "sheddable". */
+function priorityOf(name) {
+  const priority = String(name ?? "")
+    .trim()
+    .toLowerCase();
+  return PRIORITIES.includes(priority) ? priority : "sheddable";
+}
+
+/** RL.LOAD.REPORT: an instance's factors, counting for `ttl` seconds. */
+function reportCommand(key, instance, ttl, factors) {
+  const words = ["RL.LOAD.REPORT", key, instance, Math.max(1, Math.round(ttl * 1000))];
+  for (const [name, value] of Object.entries(factors)) {
+    // Finite and not negative, as the module takes it; six significant digits.
+    const number = Number.isFinite(value) ? Math.min(Math.max(value, 0), 1e15) : 0;
+    words.push(name, String(Number(number.toPrecision(6))));
+  }
+  return words;
+}
+
+/** The standing a report answers: `[level, instances, share x 4]`. */
+function reportResult(reply) {
+  return { level: Number(reply[0]), instances: Number(reply[1]), shares: reply.slice(2, 6).map(Number) };
+}
+
+/** The share a standing admits of `priority`. */
+const shareOf = (standing, priority) => standing.shares[PRIORITIES.indexOf(priorityOf(priority))];
+
+/** The CPU used since the last reading, 0 to 1: the cgroup's (cgroup v2 cpu.stat over
+ * cpu.max's quota or the cores), else the process's (process.cpuUsage over the cores). */
+class CpuMeter {
+  constructor({ cgroup = "/sys/fs/cgroup", clock = () => performance.now() / 1000 } = {}) {
+    Object.assign(this, { cgroup, clock, last: null });
+  }
+
+  cores() {
+    const quota = read(path.join(this.cgroup, "cpu.max"));
+    const [limit, period] = (quota ?? "").trim().split(/\s+/);
+    if (limit && period && limit !== "max") return Math.max(Number(limit) / Number(period), 0.01);
+    return os.cpus().length || 1;
+  }
+
+  used() {
+    const stat = read(path.join(this.cgroup, "cpu.stat"));
+    const line = stat?.split("\n").find((one) => one.startsWith("usage_usec "));
+    if (line) return Number(line.split(" ")[1]) / 1e6;
+    const { user, system } = process.cpuUsage();
+    return (user + system) / 1e6;
+  }
+
+  read() {
+    const now = this.clock();
+    const used = this.used();
+    const last = this.last;
+    this.last = [now, used];
+    if (!last || now <= last[0]) return null;
+    return Math.max(0, Math.min(1, (used - last[1]) / ((now - last[0]) * this.cores())));
+  }
+}
+
+/** Memory in use over what is allowed, 0 to 1: the cgroup's, else the host's. */
+function memoryShare({ cgroup = "/sys/fs/cgroup" } = {}) {
+  const current = read(path.join(cgroup, "memory.current"));
+  const limit = read(path.join(cgroup, "memory.max"));
+  if (current && limit && limit.trim() !== "max") {
+    return Math.max(0, Math.min(1, Number(current) / Math.max(Number(limit), 1)));
+  }
+  return Math.max(0, Math.min(1, 1 - os.freemem() / os.totalmem()));
+}
+
+/** The requests the process serves, counted as they start and end, read once an interval. */
+class Signals {
+  constructor({ window = 10, clock = () => performance.now() / 1000, cpu = null, memory = null } = {}) {
+    const meter = new CpuMeter({ clock });
+    Object.assign(this, {
+      window,
+      clock,
+      cpu: cpu ?? (() => meter.read()),
+      memory: memory ?? (() => memoryShare()),
+      inflight: 0,
+      latencies: 0,
+      finished: 0,
+      failed: 0,
+      // Per second of the window: [second, completed, least latency ms, requests, successes].
+      seconds: [],
+    });
+    // The CPU meter's first reading is its baseline: taken now, the first report has one.
+    this.cpu();
+  }
+
+  second(now) {
+    const second = Math.floor(now);
+    if (this.seconds.length === 0 || this.seconds.at(-1)[0] !== second) {
+      this.seconds.push([second, 0, Infinity, 0, 0]);
+    }
+    while (this.seconds.length && this.seconds[0][0] <= second - this.window) this.seconds.shift();
+    return this.seconds.at(-1);
+  }
+
+  started() {
+    this.inflight += 1;
+  }
+
+  /** A request ended after `latency` seconds with HTTP `status` (5xx: failed). */
+  done(latency, status) {
+    this.inflight = Math.max(0, this.inflight - 1);
+    this.latencies += latency;
+    this.finished += 1;
+    const failed = status >= 500;
+    this.failed += failed ? 1 : 0;
+    const second = this.second(this.clock());
+    second[1] += 1;
+    second[2] = Math.min(second[2], latency * 1000);
+    second[3] += 1;
+    second[4] += failed ? 0 : 1;
+  }
+
+  /** The factors to report now, and the interval starts again. */
+  sample() {
+    const cpu = this.cpu();
+    const memory = this.memory();
+    this.second(this.clock());
+    const factors = { inflight: this.inflight };
+    if (cpu !== null) factors.cpu = cpu;
+    if (memory !== null) factors.memory = memory;
+    if (this.finished) {
+      factors.latency = (this.latencies / this.finished) * 1000;
+      factors.errors = this.failed / this.finished;
+    }
+    const full = this.seconds.filter((second) => second[1] > 0);
+    if (full.length) {
+      factors.max_rps = Math.max(...full.map((second) => second[1]));
+      factors.min_rt = Math.min(...full.map((second) => second[2]));
+    }
+    factors.requests = this.seconds.reduce((sum, second) => sum + second[3], 0);
+    factors.successes = this.seconds.reduce((sum, second) => sum + second[4], 0);
+    Object.assign(this, { latencies: 0, finished: 0, failed: 0 });
+    return factors;
+  }
+}
+
+/**
+ * Reports every `interval` seconds (a timer that does not keep the process alive) and sheds by
+ * the standing the last report answered.
+ *
+ * Options: `instance` (this process's name, `host:pid`); `interval` (s, 1); `ttl` (s, 3
+ * intervals: how long a report counts); `timeout` (ms, 1000) a report waits at most; `shadow`;
+ * `metrics` (a PrometheusMetrics from ./metrics); `signals`, `random`, `clock` (the tests').
+ */
+class LoadShedder {
+  constructor(
+    client,
+    service,
+    {
+      instance = `${os.hostname()}:${process.pid}`,
+      interval = 1,
+      ttl = null,
+      timeout = 1000,
+      shadow = false,
+      metrics = null,
+      signals = null,
+      random = Math.random,
+      clock = () => performance.now() / 1000,
+      logger = console,
+    } = {},
+  ) {
+    Object.assign(this, { service, instance, interval, timeout, shadow, metrics, random, clock, logger });
+    this.ttl = ttl ?? 3 * interval;
+    this.send = commandSender(client);
+    this.signals = signals ?? new Signals({ clock });
+    this.last = NOTHING_SHED;
+    this.reportedAt = -Infinity;
+    this.timer = null;
+  }
+
+  /** The service's level and shares from the last report that answered; level 0 once that
+   * report's time to live has passed. */
+  get standing() {
+    return this.clock() - this.reportedAt > this.ttl ? NOTHING_SHED : this.last;
+  }
+
+  /** Reports now; the standing the server answered, or null when it failed (or timed out). */
+  async report() {
+    const command = reportCommand(this.service, this.instance, this.ttl, this.signals.sample());
+    let timer;
+    try {
+      const late = new Promise((_, reject) => {
+        timer = setTimeout(() => reject(new Error("the load report timed out")), this.timeout);
+      });
+      const reply = await Promise.race([this.send(command), late]);
+      this.last = reportResult(reply);
+      this.reportedAt = this.clock();
+      this.metrics?.loadLevel?.(this.service, this.last.level);
+      return this.last;
+    } catch (error) {
+      this.logger.warn?.(`ratelimit: the load report of ${this.service} failed: ${error.message}`);
+      return null;
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  /** Starts reporting every interval (once). */
+  start() {
+    if (this.timer === null) {
+      this.report();
+      this.timer = setInterval(() => this.report(), this.interval * 1000);
+      this.timer.unref?.();
+    }
+    return this;
+  }
+
+  stop() {
+    clearInterval(this.timer);
+    this.timer = null;
+  }
+
+  /** Whether a request of `priority` goes on: admitted with the share the level gives its
+   * class, at random; in shadow mode always, counting what would be shed. */
+  admit(priority) {
+    const name = priorityOf(priority);
+    const standing = this.standing;
+    const admitted = this.random() < shareOf(standing, name);
+    const outcome = admitted ? "admitted" : this.shadow ? "shadow" : "shed";
+    this.metrics?.loadDecision?.(this.service, name, outcome);
+    if (outcome === "shadow") {
+      this.logger.info?.(`ratelimit: shadow: ${name} would be shed at level ${standing.level} of ${this.service}`);
+    }
+    return admitted || this.shadow;
+  }
+
+  /** What a shed request is told to wait: one interval, when the level may have changed. */
+  get retryAfter() {
+    return this.interval;
+  }
+
+  /** A request begins; returns its start, for `finished`. */
+  started() {
+    this.signals.started();
+    return performance.now();
+  }
+
+  /** The request begun at `started` ended with HTTP `status`. */
+  finished(started, status) {
+    this.signals.done((performance.now() - started) / 1000, status);
+  }
+}
+
+/**
+ * Express middleware: sheds by `shedder`'s level before the routes (503 with Retry-After) and
+ * counts every request in its signals. `priority` is a header's name ("x-priority") or a
+ * function of the request.
+ */
+function loadShedding(shedder, { priority = "x-priority" } = {}) {
+  const priorityOfRequest = typeof priority === "function" ? priority : (req) => req.get(priority);
+  shedder.start();
+  return function shedByLoad(req, res, next) {
+    if (!shedder.admit(priorityOfRequest(req))) {
+      res.set("Retry-After", String(Math.max(1, Math.ceil(shedder.retryAfter))));
+      res.status(503).send("Service Unavailable");
+      return;
+    }
+    const started = shedder.started();
+    res.on("finish", () => shedder.finished(started, res.statusCode));
+    res.on("close", () => {
+      if (!res.writableFinished) shedder.finished(started, 499);
+    });
+    next();
+  };
+}
+
+module.exports = {
+  LoadShedder,
+  Signals,
+  CpuMeter,
+  loadShedding,
+  memoryShare,
+  priorityOf,
+  reportCommand,
+  reportResult,
+  PRIORITIES,
+  NOTHING_SHED,
+};

@@ -1,0 +1,215 @@
+// Graded limiting by load against a live server: the shedder reports its own signals and sheds
+// by the level the server answers, per priority, in shadow mode too, with its metrics; a level
+// nobody reports any more sheds nothing; a load gate in a check sheds with nothing charged;
+// and in Express and NestJS over real HTTP, a shed request gets 503 with Retry-After.
+"use strict";
+
+require("reflect-metadata");
+const assert = require("node:assert/strict");
+const { randomUUID } = require("node:crypto");
+const { after, test } = require("node:test");
+const express = require("express");
+const { Registry } = require("prom-client");
+const { RateLimiter, load, throttle } = require("../index");
+const { LoadShedder, Signals, loadShedding, reportCommand, reportResult } = require("../load");
+const { PrometheusMetrics } = require("../metrics");
+const { ioredis, listen } = require("./helpers");
+
+const redis = ioredis();
+after(() => redis.disconnect());
+
+// At cpu 0.5: every sheddable_plus and sheddable request shed; at 0.9, half the critical.
+const POLICY = [
+  "HOLD",
+  "0",
+  "LEVEL",
+  "cpu",
+  "0.5",
+  "SHARES",
+  "1",
+  "1",
+  "0",
+  "0",
+  "LEVEL",
+  "cpu",
+  "0.9",
+  "SHARES",
+  "1",
+  "0.5",
+  "0",
+  "0",
+];
+
+async function service() {
+  const key = `node:load:${randomUUID()}`;
+  await redis.call("RL.LOAD.POLICY", key, ...POLICY);
+  return key;
+}
+
+/** Signals whose CPU is `cpu` and memory 0.1, whatever the machine does. */
+const signals = (cpu) => new Signals({ cpu: () => cpu, memory: () => 0.1 });
+
+const quiet = { warn() {}, info() {} };
+
+test("a report is one command and its reply the standing", () => {
+  assert.deepEqual(reportCommand("svc", "web-1", 3, { cpu: 0.25, inflight: 3, odd: -1 }), [
+    "RL.LOAD.REPORT",
+    "svc",
+    "web-1",
+    3000,
+    "cpu",
+    "0.25",
+    "inflight",
+    "3",
+    "odd",
+    "0",
+  ]);
+  assert.deepEqual(reportResult([2, 3, "1", "1", "0.5", "0"]), { level: 2, instances: 3, shares: [1, 1, 0.5, 0] });
+});
+
+test("it sheds by priority the level its report answers, with metrics", async () => {
+  const key = await service();
+  const register = new Registry();
+  const metrics = new PrometheusMetrics({ register });
+  const shedder = new LoadShedder(redis, key, { instance: "a", signals: signals(0.8), metrics, logger: quiet });
+  assert.equal(shedder.standing.level, 0, "before any report");
+  const standing = await shedder.report();
+  assert.deepEqual(standing, { level: 1, instances: 1, shares: [1, 1, 0, 0] });
+  assert.ok(shedder.admit("critical_plus"));
+  assert.ok(shedder.admit("Critical"));
+  assert.ok(!shedder.admit("sheddable_plus"));
+  assert.ok(!shedder.admit(undefined), "no priority: sheddable");
+  // Every instance reporting to the key counts: two more at 1.0 make the mean 0.93.
+  await new LoadShedder(redis, key, { instance: "b", signals: signals(1) }).report();
+  await new LoadShedder(redis, key, { instance: "c", signals: signals(1) }).report();
+  assert.equal((await shedder.report()).level, 2);
+  const draws = [0.75, 0.25];
+  shedder.random = () => draws.shift();
+  assert.ok(!shedder.admit("critical"), "a draw of 0.75 against a share of 0.5");
+  assert.ok(shedder.admit("critical"), "a draw of 0.25");
+  const text = await register.metrics();
+  assert.match(text, new RegExp(`ratelimit_load_level\\{service="${key}"\\} 2`));
+  assert.match(text, /ratelimit_load_decisions_total\{service="[^"]+",priority="sheddable",outcome="shed"\} 1/);
+});
+
+test("in shadow mode nothing is shed and what would be is counted", async () => {
+  const key = await service();
+  const register = new Registry();
+  const metrics = new PrometheusMetrics({ register });
+  const shedder = new LoadShedder(redis, key, { signals: signals(0.7), shadow: true, metrics, logger: quiet });
+  await shedder.report();
+  assert.ok(shedder.admit("sheddable"));
+  assert.match(await register.metrics(), /priority="sheddable",outcome="shadow"\} 1/);
+});
+
+test("a level nobody reports any more sheds nothing", async () => {
+  const key = await service();
+  let now = 0;
+  const shedder = new LoadShedder(redis, key, { signals: signals(0.95), interval: 1, clock: () => now, logger: quiet });
+  await shedder.report();
+  assert.equal(shedder.standing.level, 2);
+  shedder.send = () => Promise.reject(new Error("down"));
+  assert.equal(await shedder.report(), null);
+  now = 2.9;
+  assert.equal(shedder.standing.level, 2, "the level holds for the report's ttl");
+  now = 3.1;
+  assert.equal(shedder.standing.level, 0);
+  assert.ok(shedder.admit("sheddable"));
+});
+
+test("the signals count requests: latency, errors and the window's counts", () => {
+  let now = 0;
+  const counted = new Signals({ clock: () => now, cpu: () => null, memory: () => null });
+  counted.started();
+  counted.started();
+  assert.equal(counted.sample().inflight, 2);
+  now = 10.2;
+  counted.done(0.02, 200);
+  counted.done(0.06, 503);
+  now = 11.5;
+  counted.started();
+  counted.done(0.01, 200);
+  const sample = counted.sample();
+  assert.equal(sample.inflight, 0);
+  assert.ok(Math.abs(sample.latency - 30) < 1e-9);
+  assert.ok(Math.abs(sample.errors - 1 / 3) < 1e-9);
+  assert.deepEqual([sample.max_rps, sample.min_rt, sample.requests, sample.successes], [2, 10, 3, 2]);
+  const cpu = new Signals().cpu();
+  assert.ok(cpu === null || (cpu >= 0 && cpu <= 1));
+});
+
+test("a load gate in a check sheds with nothing charged", async () => {
+  const tag = randomUUID();
+  const gate = `{${tag}}:gate`;
+  await redis.call("RL.LOAD.POLICY", gate, ...POLICY);
+  await redis.call("RL.LOAD.REPORT", gate, "a", 60000, "cpu", "0.6");
+  const limiter = new RateLimiter(redis);
+  const user = throttle(`{${tag}}:user`, 4, 1, 60);
+  const admitted = await limiter.check([load(gate, "critical"), user]);
+  assert.equal(admitted.allowed, true);
+  assert.deepEqual([admitted.shedLevel, admitted.remaining], [0, 4]);
+  const shed = await limiter.check([load(gate, "sheddable"), user]);
+  assert.equal(shed.allowed, false);
+  assert.deepEqual([shed.shedLevel, shed.remaining, shed.each.length], [1, 4, 1]);
+});
+
+/** Requests to `base` with X-Priority `priority`: the status and Retry-After. */
+async function get(base, priority) {
+  const response = await fetch(`${base}/`, { headers: { "X-Priority": priority } });
+  await response.text();
+  return { status: response.status, retryAfter: response.headers.get("retry-after") };
+}
+
+async function shedsOverHttp(listening, shedder) {
+  const { server, base } = await listening;
+  try {
+    await shedder.report();
+    assert.deepEqual(await get(base, "sheddable"), { status: 503, retryAfter: "60" }, "an interval");
+    assert.equal((await get(base, "critical_plus")).status, 200);
+    assert.equal((await get(base, "critical")).status, 200);
+    // Its own requests are counted in what it reports.
+    assert.ok(shedder.signals.seconds.some((second) => second[3] > 0));
+  } finally {
+    shedder.stop();
+    server.close();
+  }
+}
+
+test("Express: a shed request gets 503 with Retry-After over HTTP", async () => {
+  const key = await service();
+  const shedder = new LoadShedder(redis, key, { signals: signals(0.6), interval: 60, logger: quiet });
+  const app = express();
+  app.use(loadShedding(shedder, { priority: "x-priority" }));
+  app.get("/", (req, res) => res.send("hello"));
+  await shedsOverHttp(listen(app), shedder);
+});
+
+test("NestJS (on express): a shed request gets 503 with Retry-After over HTTP", async () => {
+  const { Controller, Get, Module } = require("@nestjs/common");
+  const { NestFactory } = require("@nestjs/core");
+  class HelloController {
+    hello() {
+      return "hello";
+    }
+  }
+  Reflect.decorate(
+    [Get()],
+    HelloController.prototype,
+    "hello",
+    Object.getOwnPropertyDescriptor(HelloController.prototype, "hello"),
+  );
+  Reflect.decorate([Controller()], HelloController);
+  class AppModule {}
+  Reflect.decorate([Module({ controllers: [HelloController] })], AppModule);
+  const key = await service();
+  const shedder = new LoadShedder(redis, key, { signals: signals(0.6), interval: 60, logger: quiet });
+  const app = await NestFactory.create(AppModule, { logger: false });
+  app.use(loadShedding(shedder, { priority: (req) => req.headers["x-priority"] }));
+  await app.listen(0, "127.0.0.1");
+  const base = `http://127.0.0.1:${app.getHttpServer().address().port}`;
+  try {
+    await shedsOverHttp(Promise.resolve({ server: { close() {} }, base }), shedder);
+  } finally {
+    await app.close();
+  }
+});

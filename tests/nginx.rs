@@ -1040,3 +1040,217 @@ fn shadow_mode_lets_refusals_through_counted_and_logged() {
         nginx.log()
     );
 }
+
+/// The service's factors, as RL.LOAD.STATUS lists them: name -> value.
+fn load_factors(con: &mut redis::Connection, service: &str) -> Vec<(String, f64)> {
+    let status: Vec<redis::Value> = query(con, &["RL.LOAD.STATUS", service]);
+    let words: Vec<String> = redis::from_redis_value(status[11].clone()).unwrap();
+    words
+        .chunks(2)
+        .map(|pair| (pair[0].clone(), pair[1].parse().unwrap()))
+        .collect()
+}
+
+#[test]
+fn load_shedding_reports_the_gateways_signals_and_sheds_by_priority_in_every_worker() {
+    let server = Server::start();
+    let mut con = server.connect();
+    let policy = [
+        "RL.LOAD.POLICY",
+        "load:gateway",
+        "HOLD",
+        "0",
+        "LEVEL",
+        "cpu",
+        "0.5",
+        "SHARES",
+        "1",
+        "1",
+        "0",
+        "0",
+    ];
+    assert_eq!(query::<String, _>(&mut con, &policy), "OK");
+    let start = |shadow: bool| {
+        format!(
+            "require(\"resty.ratelimit_module.load\").start({}, {{ service = \"load:gateway\", \
+             dict = \"ratelimit_load\", metrics = \"ratelimit_metrics\", interval = 0.2, \
+             instance = \"{}\", shadow = {shadow} }})",
+            redis_options(server.port(), ""),
+            if shadow { "shadow" } else { "gateway" },
+        )
+    };
+    let config = |shadow: bool| {
+        format!(
+            "    lua_shared_dict ratelimit_load 1m;
+    lua_shared_dict ratelimit_metrics 1m;
+    init_worker_by_lua_block {{ {} }}
+    server {{
+        listen {{listen}};
+        location / {{
+            access_by_lua_block {{
+                require(\"resty.ratelimit_module.load\").shed(ngx.var.http_x_priority)
+            }}
+            content_by_lua_block {{ ngx.say(\"ok\") }}
+            log_by_lua_block {{ require(\"resty.ratelimit_module.load\").record() }}
+        }}
+        location = /metrics {{ content_by_lua_block {{
+            require(\"resty.ratelimit_module.metrics\").serve(\"ratelimit_metrics\") }} }}
+    }}",
+            start(shadow)
+        )
+    };
+    // Two workers: the first reports, both shed from the shared dict.
+    let nginx = Nginx::start_with(&config(false), 2);
+    let shadow = Nginx::start_with(&config(true), 1);
+    let get = |nginx: &Nginx, priority: &str| nginx.get_with("/", &[("X-Priority", priority)]);
+    for _ in 0..20 {
+        assert_eq!(get(&nginx, "sheddable").status, 200, "{}", nginx.log());
+    }
+    // The gateway's own signals reach the server: what it served, and nothing in flight.
+    assert!(
+        support::wait_until(Duration::from_secs(20), || {
+            load_factors(&mut con, "load:gateway")
+                .iter()
+                .any(|(name, value)| name == "requests" && *value >= 20.0)
+        }),
+        "the gateway never reported its requests: {:?}\n{}",
+        load_factors(&mut con, "load:gateway"),
+        nginx.log()
+    );
+    // Three hot instances: the mean CPU is past 0.5 whatever the gateways report.
+    for hot in ["hot-1", "hot-2", "hot-3"] {
+        let _: Vec<redis::Value> = query(
+            &mut con,
+            &["RL.LOAD.REPORT", "load:gateway", hot, "60000", "cpu", "1"],
+        );
+    }
+    assert!(
+        support::wait_until(Duration::from_secs(20), || get(&nginx, "sheddable").status
+            == 503),
+        "the gateway never shed: {}",
+        nginx.log()
+    );
+    // Every worker sheds (20 requests reach both), and says when to come back.
+    let refused: Vec<Response> = (0..20).map(|_| get(&nginx, "sheddable")).collect();
+    assert_eq!(statuses(&refused, 503), 20, "{}", nginx.log());
+    assert!(refused
+        .iter()
+        .all(|response| response.header("Retry-After") == Some("1")));
+    // sheddable_plus shares sheddable's 0; the critical classes pass; a priority the service
+    // does not know is sheddable.
+    assert_eq!(get(&nginx, "sheddable_plus").status, 503);
+    assert_eq!(get(&nginx, "no-such-class").status, 503);
+    assert_eq!(get(&nginx, "critical").status, 200);
+    assert_eq!(get(&nginx, "critical_plus").status, 200);
+    // In shadow mode the same request goes through, counted and logged.
+    assert!(
+        support::wait_until(Duration::from_secs(20), || {
+            get(&shadow, "sheddable").status == 200
+                && shadow.get("/metrics").body.contains("outcome=\"shadow\"")
+        }),
+        "shadow mode shed, or did not count: {}",
+        shadow.log()
+    );
+    assert!(
+        shadow
+            .log()
+            .contains("shadow: sheddable would be shed at level 1 of load:gateway"),
+        "{}",
+        shadow.log()
+    );
+    let metrics = nginx.get("/metrics").body;
+    assert!(
+        metrics.contains("ratelimit_load_level{service=\"load:gateway\"} 1\n"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(
+            "ratelimit_load_decisions_total{service=\"load:gateway\",priority=\"sheddable\",\
+             outcome=\"shed\"} "
+        ) && metrics.contains(
+            "ratelimit_load_decisions_total{service=\"load:gateway\",priority=\"critical\",\
+             outcome=\"admitted\"} 1\n"
+        ),
+        "{metrics}"
+    );
+    // The load falls: the hot instances report cool, and the gateway admits everything again.
+    for hot in ["hot-1", "hot-2", "hot-3"] {
+        let _: Vec<redis::Value> = query(
+            &mut con,
+            &["RL.LOAD.REPORT", "load:gateway", hot, "60000", "cpu", "0"],
+        );
+    }
+    assert!(
+        support::wait_until(Duration::from_secs(20), || get(&nginx, "sheddable").status
+            == 200),
+        "the gateway kept shedding after the load fell: {}",
+        nginx.log()
+    );
+}
+
+#[test]
+fn a_gateway_whose_reports_fail_sheds_by_the_last_level_then_admits_everything() {
+    let mut server = Server::start();
+    let mut con = server.connect();
+    let policy = [
+        "RL.LOAD.POLICY",
+        "load:gone",
+        "HOLD",
+        "0",
+        "LEVEL",
+        "cpu",
+        "0.5",
+        "SHARES",
+        "1",
+        "1",
+        "1",
+        "0",
+    ];
+    assert_eq!(query::<String, _>(&mut con, &policy), "OK");
+    let _: Vec<redis::Value> = query(
+        &mut con,
+        &["RL.LOAD.REPORT", "load:gone", "hot", "60000", "cpu", "1"],
+    );
+    let http = format!(
+        "    lua_shared_dict ratelimit_load 1m;
+    init_worker_by_lua_block {{
+        require(\"resty.ratelimit_module.load\").start({}, {{ service = \"load:gone\",
+            dict = \"ratelimit_load\", interval = 0.2, ttl = 1 }})
+    }}
+    server {{
+        listen {{listen}};
+        location / {{
+            access_by_lua_block {{
+                require(\"resty.ratelimit_module.load\").shed(ngx.var.http_x_priority)
+            }}
+            content_by_lua_block {{ ngx.say(\"ok\") }}
+            log_by_lua_block {{ require(\"resty.ratelimit_module.load\").record() }}
+        }}
+    }}",
+        redis_options(server.port(), "")
+    );
+    let nginx = Nginx::start(&http);
+    let get = |priority: &str| nginx.get_with("/", &[("X-Priority", priority)]).status;
+    assert!(
+        support::wait_until(Duration::from_secs(20), || get("sheddable") == 503),
+        "the gateway never shed: {}",
+        nginx.log()
+    );
+    assert_eq!(get("sheddable_plus"), 200);
+    // The server goes: the last level holds for the report's time to live (1 s), then the
+    // gateway admits everything rather than shed on a level nobody confirms.
+    server.kill();
+    assert!(
+        support::wait_until(Duration::from_secs(20), || get("sheddable") == 200),
+        "the gateway kept shedding on a level nobody confirmed: {}",
+        nginx.log()
+    );
+    assert!(
+        // The client logs the failure (at most once a second), from the reporting timer.
+        nginx
+            .log()
+            .contains("connection refused, context: ngx.timer"),
+        "{}",
+        nginx.log()
+    );
+}

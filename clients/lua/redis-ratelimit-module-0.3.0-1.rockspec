@@ -15,7 +15,8 @@ description = {
         DELAY), limit_conn with leases that free themselves (RL.ACQUIRE), fixed windows
         (RL.WINDOW ANCHORED), and every limiter at once in one atomic call (RL.ALL). Pooled,
         bounded by a timeout, with a failure policy, Redis Cluster routing, a deny cache, HTTP
-        fields, Prometheus metrics and shadow mode.
+        fields, Prometheus metrics and shadow mode; and
+        graded limiting by load (resty.ratelimit_module.load), its level shared through Redis.
     ]],
     license = "MIT",
 }
@@ -30,6 +31,7 @@ build = {
         ["resty.ratelimit_module.count"] = "lib/resty/ratelimit_module/count.lua",
         ["resty.ratelimit_module.fields"] = "lib/resty/ratelimit_module/fields.lua",
         ["resty.ratelimit_module.lists"] = "lib/resty/ratelimit_module/lists.lua",
+        ["resty.ratelimit_module.load"] = "lib/resty/ratelimit_module/load.lua",
         ["resty.ratelimit_module.metrics"] = "lib/resty/ratelimit_module/metrics.lua",
         ["resty.ratelimit_module.req"] = "lib/resty/ratelimit_module/req.lua",
         ["resty.ratelimit_module.traffic"] = "lib/resty/ratelimit_module/traffic.lua",

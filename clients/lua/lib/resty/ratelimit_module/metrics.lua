@@ -4,6 +4,9 @@
 --   ratelimit_decisions_total{policy, outcome}      decisions, by policy and outcome:
 --       allowed, delayed, refused, deny_cache, failed_open, failed_closed, shadow
 --   ratelimit_server_call_duration_seconds          the server call's latency (histogram)
+--   ratelimit_load_level{service}                   a service's load level, from its reports
+--   ratelimit_load_decisions_total{service, priority, outcome}   the load shedder's
+--       decisions (resty.ratelimit_module.load): admitted, shed, shadow
 --
 --   location = /metrics { content_by_lua_block {
 --       require("resty.ratelimit_module.metrics").serve("ratelimit_metrics") } }
@@ -42,6 +45,40 @@ function _M.text(name)
         local policy, outcome = sub(key, 11, bar - 1), sub(key, bar + 1)
         lines[#lines + 1] = format('ratelimit_decisions_total{policy="%s",outcome="%s"} %d',
             label(policy), label(outcome), dict:get(key) or 0)
+    end
+    local levels, shedding = {}, {}
+    for _, key in ipairs(dict:get_keys(0)) do
+        if sub(key, 1, 11) == "load_level|" then
+            levels[#levels + 1] = key
+        elseif sub(key, 1, 15) == "load_decisions|" then
+            shedding[#shedding + 1] = key
+        end
+    end
+    sort(levels)
+    sort(shedding)
+    if #levels > 0 then
+        lines[#lines + 1] = "# HELP ratelimit_load_level A service's load level, as its last "
+            .. "report answered."
+        lines[#lines + 1] = "# TYPE ratelimit_load_level gauge"
+        for _, key in ipairs(levels) do
+            lines[#lines + 1] = format('ratelimit_load_level{service="%s"} %d',
+                label(sub(key, 12)), dict:get(key) or 0)
+        end
+    end
+    if #shedding > 0 then
+        lines[#lines + 1] = "# HELP ratelimit_load_decisions_total The load shedder's decisions, "
+            .. "by service, priority and outcome."
+        lines[#lines + 1] = "# TYPE ratelimit_load_decisions_total counter"
+        for _, key in ipairs(shedding) do
+            -- load_decisions|<service>|<priority>|<outcome>: the service may hold bars.
+            local outcome_bar = find(key, "|[^|]*$")
+            local priority_bar = find(sub(key, 1, outcome_bar - 1), "|[^|]*$")
+            lines[#lines + 1] = format(
+                'ratelimit_load_decisions_total{service="%s",priority="%s",outcome="%s"} %d',
+                label(sub(key, 16, priority_bar - 1)),
+                label(sub(key, priority_bar + 1, outcome_bar - 1)),
+                label(sub(key, outcome_bar + 1)), dict:get(key) or 0)
+        end
     end
     lines[#lines + 1] = "# HELP ratelimit_server_call_duration_seconds The latency of a call to "
         .. "the server."

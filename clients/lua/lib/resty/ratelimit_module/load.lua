@@ -1,0 +1,245 @@
+-- Graded limiting by load at the gateway (docs/load.md): nginx reports its upstreams' health
+-- under a service's key once an interval (the requests in flight, the upstream response
+-- time, the share of 5xx, and the counts `bbr` and `admission` read), and learns in the same
+-- call the service's level and the share of each priority class it admits; every worker then
+-- sheds by priority from those shares, with no call of its own. The signals, the level and
+-- the shares live in a lua_shared_dict: every worker of one nginx counts and reads them, one
+-- report goes out per interval, and a HUP reload keeps them.
+--
+--   lua_shared_dict ratelimit_load 1m;
+--   init_worker_by_lua_block {
+--       require("resty.ratelimit_module.load").start({ host = "127.0.0.1" },
+--           { service = "load:gateway", dict = "ratelimit_load" })
+--   }
+--   access_by_lua_block { require("resty.ratelimit_module.load").shed(ngx.var.http_x_priority) }
+--   log_by_lua_block { require("resty.ratelimit_module.load").record() }
+--
+-- Options of `start` (the second table; the first is the Redis options of the client):
+--
+--   service    the service's key (required)
+--   dict       the lua_shared_dict's name (required)
+--   instance   this nginx's name among the service's instances ("<hostname>:nginx")
+--   interval   seconds between reports (1)
+--   ttl        seconds a report counts (3 intervals)
+--   window     seconds over which max_rps, min_rt, requests and successes are counted (10)
+--   shadow     true: nothing is shed; what would be is counted and logged
+--   metrics    a lua_shared_dict's name: the level and the decisions, which
+--              resty.ratelimit_module.metrics serves
+--
+-- A priority is critical_plus, critical, sheddable_plus or sheddable; a request naming none
+-- of them is sheddable. A shed request gets 503 with Retry-After (one interval). When a report
+-- fails, the last level holds for the report's time to live, then the level is 0.
+local client = require "resty.ratelimit_module.client"
+
+local ngx = ngx
+local floor, min, max, random = math.floor, math.min, math.max, math.random
+local format, lower, concat = string.format, string.lower, table.concat
+local tonumber, tostring, type = tonumber, tostring, type
+
+local _M = { _VERSION = "0.3.0" }
+
+_M.PRIORITIES = { "critical_plus", "critical", "sheddable_plus", "sheddable" }
+local INDEX = { critical_plus = 1, critical = 2, sheddable_plus = 3, sheddable = 4 }
+
+-- This worker's configuration, set by `start`.
+local config
+
+--- The class of `name`: one the service knows, or "sheddable".
+function _M.priority(name)
+    name = type(name) == "string" and lower(name) or ""
+    return INDEX[name] and name or "sheddable"
+end
+
+--- The command of a report of `factors` (a table name -> number).
+function _M.report_command(key, instance, ttl, factors)
+    local words = { "rl.load.report", key, instance, max(1, floor(ttl * 1000 + 0.5)) }
+    for name, value in pairs(factors) do
+        value = tonumber(value) or 0
+        -- Finite and not negative, as the module takes it; six significant digits.
+        if value ~= value or value < 0 then
+            value = 0
+        end
+        words[#words + 1] = name
+        words[#words + 1] = format("%.6g", min(value, 1e15))
+    end
+    return words
+end
+
+local function set_level(dict, metrics, service, reply)
+    dict:set("level", tonumber(reply[1]) or 0)
+    for i = 1, 4 do
+        dict:set("share|" .. i, tonumber(reply[2 + i]) or 1)
+    end
+    dict:set("reported_at", ngx.now())
+    if metrics then
+        metrics:set("load_level|" .. service, tonumber(reply[1]) or 0)
+    end
+end
+
+--- The level and the share of the class `index`, as the last report that answered said;
+--- level 0, everything admitted, once that report's time to live has passed.
+local function standing(index)
+    local dict = config.dict
+    local at = dict:get("reported_at")
+    if not at or ngx.now() - at > config.ttl then
+        return 0, 1
+    end
+    return dict:get("level") or 0, dict:get("share|" .. index) or 1
+end
+
+-- The factors of one report, from the counts every worker keeps in the dict; the interval's
+-- counts start again.
+local function sample()
+    local dict, window = config.dict, config.window
+    local factors = { inflight = max(0, dict:get("inflight") or 0) }
+    local finished = dict:get("finished") or 0
+    if finished > 0 then
+        factors.latency = (dict:get("latency_sum_ms") or 0) / finished
+        factors.errors = (dict:get("failed") or 0) / finished
+        dict:incr("finished", -finished, 0)
+        dict:incr("latency_sum_ms", -(dict:get("latency_sum_ms") or 0), 0)
+        dict:incr("failed", -(dict:get("failed") or 0), 0)
+    end
+    local now = floor(ngx.now())
+    local requests, successes, most, least = 0, 0, 0, nil
+    for second = now - window + 1, now do
+        local done = dict:get("completed|" .. second)
+        if done then
+            most = max(most, done)
+            local fastest = dict:get("min_rt|" .. second)
+            if fastest then
+                least = least and min(least, fastest) or fastest
+            end
+        end
+        requests = requests + (dict:get("requests|" .. second) or 0)
+        successes = successes + (dict:get("successes|" .. second) or 0)
+    end
+    if most > 0 and least then
+        factors.max_rps, factors.min_rt = most, least
+    end
+    factors.requests, factors.successes = requests, successes
+    return factors
+end
+
+--- Reports now (what the timer does once an interval): the level and shares, or nil and the
+--- error.
+function _M.report()
+    local c = config.client
+    local command = _M.report_command(config.service, config.instance, config.ttl, sample())
+    local reply, err = c:call(config.service, command)
+    if not reply then
+        c:log_error("the load report of " .. config.service .. " failed: " .. tostring(err))
+        return nil, err
+    end
+    set_level(config.dict, config.metrics, config.service, reply)
+    return reply
+end
+
+-- The machine's name (ngx.var is not there in init_worker).
+local function hostname()
+    local file = io.open("/proc/sys/kernel/hostname")
+    local name = file and file:read("*l")
+    if file then
+        file:close()
+    end
+    return name or "nginx"
+end
+
+--- Starts this worker's part (from init_worker_by_lua*): the first worker reports every
+--- interval, every worker sheds and counts.
+function _M.start(redis, opts)
+    assert(type(opts) == "table" and opts.service and opts.dict,
+        "load.start needs service and dict")
+    local c = assert(client.get(redis))
+    local dict = assert(ngx.shared[opts.dict], "load: shared dict not found")
+    local metrics = opts.metrics
+        and assert(ngx.shared[opts.metrics], "metrics: shared dict not found")
+    local interval = opts.interval or 1
+    config = {
+        client = c,
+        service = opts.service,
+        dict = dict,
+        metrics = metrics,
+        instance = opts.instance or (hostname() .. ":nginx"),
+        interval = interval,
+        ttl = opts.ttl or 3 * interval,
+        window = opts.window or 10,
+        shadow = opts.shadow and true or false,
+    }
+    if ngx.worker.id() == 0 then
+        local ok, err = ngx.timer.every(interval, function(premature)
+            if not premature then
+                _M.report()
+            end
+        end)
+        if not ok then
+            ngx.log(ngx.ERR, "ratelimit_module: the load reports could not start: ", err)
+        end
+        ngx.timer.at(0, function(premature)
+            if not premature then
+                _M.report()
+            end
+        end)
+    end
+    return true
+end
+
+--- Whether a request of `priority` goes on: admitted with the share the level gives its
+--- class, at random; in shadow mode always, counting what would be shed.
+function _M.admit(priority)
+    local name = _M.priority(priority)
+    local level, share = standing(INDEX[name])
+    local admitted = random() < share
+    local outcome = admitted and "admitted" or (config.shadow and "shadow" or "shed")
+    local metrics = config.metrics
+    if metrics then
+        metrics:incr(concat({ "load_decisions", config.service, name, outcome }, "|"), 1, 0)
+    end
+    if outcome == "shadow" then
+        ngx.log(ngx.WARN, "ratelimit_module: shadow: ", name, " would be shed at level ", level,
+            " of ", config.service)
+    end
+    return admitted or config.shadow, level
+end
+
+--- Sheds the request (from access_by_lua*) when its priority's share does not admit it: 503
+--- with Retry-After; otherwise counts it in flight, for `record`.
+function _M.shed(priority)
+    if not _M.admit(priority) then
+        ngx.header["Retry-After"] = tostring(max(1, math.ceil(config.interval)))
+        return ngx.exit(503)
+    end
+    config.dict:incr("inflight", 1, 0)
+    ngx.ctx.ratelimit_load = true
+end
+
+--- Counts the request that ends (from log_by_lua*): its upstream's response time (or the
+--- request's) and status.
+function _M.record()
+    local dict = config.dict
+    if ngx.ctx.ratelimit_load then
+        dict:incr("inflight", -1, 0)
+    end
+    -- The last upstream tried: "0.012, 0.020" lists every attempt.
+    local times = ngx.var.upstream_response_time or ""
+    local seconds = tonumber(times:match("([%d%.]+)%s*$")) or tonumber(ngx.var.request_time) or 0
+    local status = tonumber(ngx.var.status) or 0
+    local millis = seconds * 1000
+    dict:incr("finished", 1, 0)
+    dict:incr("latency_sum_ms", millis, 0)
+    local now = floor(ngx.now())
+    local keep = config.window + 2
+    dict:incr("completed|" .. now, 1, 0, keep)
+    dict:incr("requests|" .. now, 1, 0, keep)
+    if status >= 500 then
+        dict:incr("failed", 1, 0)
+    else
+        dict:incr("successes|" .. now, 1, 0, keep)
+    end
+    local fastest = dict:get("min_rt|" .. now)
+    if not fastest or millis < fastest then
+        dict:set("min_rt|" .. now, millis, keep)
+    end
+end
+
+return _M

@@ -29,12 +29,13 @@ export class Signals {
   sample(): Record<string, number>;
 }
 
+/** With a cgroup CPU quota, the cgroup's use over it; otherwise the process's over one core. */
 export class CpuMeter {
-  constructor(options?: { cgroup?: string; clock?: () => number });
+  constructor(options?: { cgroup?: string; clock?: () => number; processSeconds?: () => number });
   read(): number | null;
 }
 
-export function memoryShare(options?: { cgroup?: string }): number | null;
+export function memoryShare(options?: { cgroup?: string; meminfo?: string }): number | null;
 export function priorityOf(name: unknown): string;
 export function reportCommand(
   key: string,

@@ -57,45 +57,63 @@ function reportResult(reply) {
 /** The share a standing admits of `priority`. */
 const shareOf = (standing, priority) => standing.shares[PRIORITIES.indexOf(priorityOf(priority))];
 
-/** The CPU used since the last reading, 0 to 1: the cgroup's (cgroup v2 cpu.stat over
- * cpu.max's quota or the cores), else the process's (process.cpuUsage over the cores). */
+/** The CPU used since the last reading, 0 to 1 of what the instance may use. In a container
+ * with a CPU quota (cgroup v2 cpu.max), the cgroup's use (cpu.stat) over the quota: every
+ * process of the container counts. Otherwise the process's own use over one core, capped at
+ * 1: JavaScript runs on one thread, so one core is what a process can use however many the
+ * host has, and a saturated process reads 1, not 1 over the host's cores. `processSeconds`
+ * (CPU seconds the process used) is injectable. */
 class CpuMeter {
-  constructor({ cgroup = "/sys/fs/cgroup", clock = () => performance.now() / 1000 } = {}) {
-    Object.assign(this, { cgroup, clock, last: null });
+  constructor({
+    cgroup = "/sys/fs/cgroup",
+    clock = () => performance.now() / 1000,
+    processSeconds = () => {
+      const { user, system } = process.cpuUsage();
+      return (user + system) / 1e6;
+    },
+  } = {}) {
+    Object.assign(this, { cgroup, clock, processSeconds, last: null });
   }
 
-  cores() {
-    const quota = read(path.join(this.cgroup, "cpu.max"));
-    const [limit, period] = (quota ?? "").trim().split(/\s+/);
+  /** The cgroup's quota in cores, or null when it has none. */
+  quota() {
+    const [limit, period] = (read(path.join(this.cgroup, "cpu.max")) ?? "").trim().split(/\s+/);
     if (limit && period && limit !== "max") return Math.max(Number(limit) / Number(period), 0.01);
-    return os.cpus().length || 1;
+    return null;
   }
 
-  used() {
+  /** CPU seconds used so far: the cgroup's under a quota, else the process's. */
+  used(quota) {
+    if (quota === null) return this.processSeconds();
     const stat = read(path.join(this.cgroup, "cpu.stat"));
     const line = stat?.split("\n").find((one) => one.startsWith("usage_usec "));
-    if (line) return Number(line.split(" ")[1]) / 1e6;
-    const { user, system } = process.cpuUsage();
-    return (user + system) / 1e6;
+    return line ? Number(line.split(" ")[1]) / 1e6 : null;
   }
 
   read() {
+    const quota = this.quota();
     const now = this.clock();
-    const used = this.used();
+    const used = this.used(quota);
     const last = this.last;
-    this.last = [now, used];
-    if (!last || now <= last[0]) return null;
-    return Math.max(0, Math.min(1, (used - last[1]) / ((now - last[0]) * this.cores())));
+    this.last = used === null ? null : [now, used, quota];
+    // A quota set or lifted since changes what is counted: a new baseline.
+    if (!last || used === null || now <= last[0] || (last[2] === null) !== (quota === null)) return null;
+    return Math.max(0, Math.min(1, (used - last[1]) / ((now - last[0]) * (quota ?? 1))));
   }
 }
 
-/** Memory in use over what is allowed, 0 to 1: the cgroup's, else the host's. */
-function memoryShare({ cgroup = "/sys/fs/cgroup" } = {}) {
+/** Memory in use over what is allowed, 0 to 1: the cgroup's (memory.current over memory.max),
+ * else the host's (MemTotal - MemAvailable over MemTotal). */
+function memoryShare({ cgroup = "/sys/fs/cgroup", meminfo = "/proc/meminfo" } = {}) {
   const current = read(path.join(cgroup, "memory.current"));
   const limit = read(path.join(cgroup, "memory.max"));
   if (current && limit && limit.trim() !== "max") {
     return Math.max(0, Math.min(1, Number(current) / Math.max(Number(limit), 1)));
   }
+  const info = read(meminfo);
+  const field = (name) => Number(info?.match(new RegExp(`^${name}:\\s+(\\d+)`, "m"))?.[1]);
+  const [total, available] = [field("MemTotal"), field("MemAvailable")];
+  if (total > 0 && available >= 0) return Math.max(0, Math.min(1, (total - available) / total));
   return Math.max(0, Math.min(1, 1 - os.freemem() / os.totalmem()));
 }
 

@@ -7,11 +7,14 @@
 require("reflect-metadata");
 const assert = require("node:assert/strict");
 const { randomUUID } = require("node:crypto");
+const fs = require("node:fs");
+const os = require("node:os");
+const path = require("node:path");
 const { after, test } = require("node:test");
 const express = require("express");
 const { Registry } = require("prom-client");
 const { RateLimiter, load, throttle } = require("../index");
-const { LoadShedder, Signals, loadShedding, reportCommand, reportResult } = require("../load");
+const { CpuMeter, LoadShedder, Signals, loadShedding, memoryShare, reportCommand, reportResult } = require("../load");
 const { PrometheusMetrics } = require("../metrics");
 const { ioredis, listen } = require("./helpers");
 
@@ -134,8 +137,39 @@ test("the signals count requests: latency, errors and the window's counts", () =
   assert.ok(Math.abs(sample.latency - 30) < 1e-9);
   assert.ok(Math.abs(sample.errors - 1 / 3) < 1e-9);
   assert.deepEqual([sample.max_rps, sample.min_rt, sample.requests, sample.successes], [2, 10, 3, 2]);
-  const cpu = new Signals().cpu();
-  assert.ok(cpu === null || (cpu >= 0 && cpu <= 1));
+});
+
+test("cpu is the share of what the instance may use; memory of what is allowed", () => {
+  let now = 0;
+  let used = 10;
+  const empty = fs.mkdtempSync(path.join(os.tmpdir(), "cgroup-"));
+  // No quota: the process's CPU over one core, capped at 1.
+  const own = new CpuMeter({ cgroup: empty, clock: () => now, processSeconds: () => used });
+  assert.equal(own.read(), null, "the first reading has nothing to compare");
+  [now, used] = [2, 11.5];
+  assert.ok(Math.abs(own.read() - 0.75) < 1e-9);
+  [now, used] = [3, 13.5];
+  assert.equal(own.read(), 1, "two cores' worth in a second: capped");
+  // A quota of two cores: the cgroup's use over the quota, whatever the process uses.
+  const cgroup = fs.mkdtempSync(path.join(os.tmpdir(), "cgroup-"));
+  const write = (name, text) => fs.writeFileSync(path.join(cgroup, name), text);
+  write("cpu.max", "200000 100000\n");
+  write("cpu.stat", "usage_usec 5000000\nuser_usec 1\n");
+  const container = new CpuMeter({ cgroup, clock: () => now, processSeconds: () => 0 });
+  assert.equal(container.read(), null);
+  now += 2;
+  write("cpu.stat", "usage_usec 8000000\nuser_usec 1\n");
+  assert.ok(Math.abs(container.read() - 0.75) < 1e-9);
+  write("cpu.max", "max 100000\n");
+  assert.equal(container.read(), null, "the quota lifted: a new baseline");
+  write("memory.current", "268435456\n");
+  write("memory.max", "1073741824\n");
+  assert.equal(memoryShare({ cgroup }), 0.25);
+  write("memory.max", "max\n");
+  write("meminfo", "MemTotal:       1000 kB\nMemFree:  10 kB\nMemAvailable:    400 kB\n");
+  assert.equal(memoryShare({ cgroup, meminfo: path.join(cgroup, "meminfo") }), 0.6);
+  fs.rmSync(empty, { recursive: true });
+  fs.rmSync(cgroup, { recursive: true });
 });
 
 test("a load gate in a check sheds with nothing charged", async () => {

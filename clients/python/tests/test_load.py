@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import os
+import tempfile
 import unittest
 import uuid
+from pathlib import Path
 
 import redis
 import redis.asyncio
@@ -204,15 +206,42 @@ class AsyncShedderTest(unittest.IsolatedAsyncioTestCase):
 
 
 class SignalsTest(unittest.TestCase):
-    def test_cpu_and_memory_are_shares_of_what_is_allowed(self) -> None:
-        clock = Clock()
-        meter = CpuMeter(clock=clock)
-        self.assertIsNone(meter.read(), "the first reading has nothing to compare")
-        clock.now = 1.0
-        cpu = meter.read()
-        self.assertTrue(cpu is not None and 0.0 <= cpu <= 1.0, cpu)
-        memory = memory_share()
-        self.assertTrue(memory is not None and 0.0 < memory < 1.0, memory)
+    def test_cpu_is_the_share_of_what_the_instance_may_use(self) -> None:
+        clock, used = Clock(), [10.0]
+        # No quota: the process's CPU over one core, capped at 1.
+        with tempfile.TemporaryDirectory() as empty:
+            meter = CpuMeter(cgroup=empty, clock=clock, process=lambda: used[0])
+            self.assertIsNone(meter.read(), "the first reading has nothing to compare")
+            clock.now, used[0] = 2.0, 11.5
+            self.assertAlmostEqual(meter.read(), 0.75)
+            clock.now, used[0] = 3.0, 13.5
+            self.assertEqual(meter.read(), 1.0, "two cores' worth in a second: capped")
+        # A quota of two cores: the cgroup's use over the quota, whatever the process uses.
+        with tempfile.TemporaryDirectory() as cgroup:
+            write = lambda name, text: Path(cgroup, name).write_text(text)  # noqa: E731
+            write("cpu.max", "200000 100000\n")
+            write("cpu.stat", "usage_usec 5000000\nuser_usec 1\n")
+            meter = CpuMeter(cgroup=cgroup, clock=clock, process=lambda: 0.0)
+            self.assertIsNone(meter.read())
+            clock.now += 2.0
+            write("cpu.stat", "usage_usec 8000000\nuser_usec 1\n")
+            self.assertAlmostEqual(meter.read(), 0.75)
+            # The quota lifted: the process's own from then on.
+            write("cpu.max", "max 100000\n")
+            self.assertIsNone(meter.read(), "a new baseline")
+
+    def test_memory_is_the_share_of_what_is_allowed(self) -> None:
+        with tempfile.TemporaryDirectory() as cgroup:
+            Path(cgroup, "memory.current").write_text("268435456\n")
+            Path(cgroup, "memory.max").write_text("1073741824\n")
+            self.assertEqual(memory_share(cgroup), 0.25)
+            Path(cgroup, "memory.max").write_text("max\n")
+            proc = Path(cgroup, "proc")
+            proc.mkdir()
+            (proc / "meminfo").write_text(
+                "MemTotal:       1000 kB\nMemFree:  10 kB\nMemAvailable:    400 kB\n"
+            )
+            self.assertEqual(memory_share(cgroup, str(proc)), 0.6)
 
     def test_requests_give_latency_errors_and_the_windows_counts(self) -> None:
         clock = Clock()

@@ -25,40 +25,56 @@ def _read(path: str) -> Optional[str]:
 
 
 class CpuMeter:
-    """The CPU in use since the last reading, 0 to 1 of what the instance may use: its
-    cgroup's (cgroup v2 `cpu.stat`, over `cpu.max`'s quota or the cores), else the process's
-    (`os.times`, over the cores)."""
+    """The CPU in use since the last reading, 0 to 1 of what the instance may use. In a
+    container with a CPU quota (cgroup v2 `cpu.max`), the cgroup's use (`cpu.stat`) over the
+    quota: every process of the container counts. Otherwise the process's own use over one
+    core, capped at 1: a Python process runs its Python on one core at a time (the GIL), so
+    one core is what it can use however many the host has, and a saturated worker reads 1,
+    not 1 over the host's cores. `process` (CPU seconds the process used) is injectable."""
 
-    def __init__(self, cgroup: str = "/sys/fs/cgroup", clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        cgroup: str = "/sys/fs/cgroup",
+        clock: Callable[[], float] = time.monotonic,
+        process: Optional[Callable[[], float]] = None,
+    ):
         self.cgroup, self.clock = cgroup, clock
-        self.last: Optional[tuple[float, float]] = None
+        self.process = process if process is not None else _process_seconds
+        self.last: Optional[tuple[float, float, Optional[float]]] = None
 
-    def _cores(self) -> float:
+    def _quota(self) -> Optional[float]:
+        """The cgroup's quota in cores, or None when it has none."""
         quota = _read(os.path.join(self.cgroup, "cpu.max"))
-        if quota:
-            parts = quota.split()
-            if len(parts) == 2 and parts[0] != "max":
-                return max(float(parts[0]) / float(parts[1]), 0.01)
-        return float(os.cpu_count() or 1)
+        parts = quota.split() if quota else []
+        if len(parts) == 2 and parts[0] != "max":
+            return max(float(parts[0]) / float(parts[1]), 0.01)
+        return None
 
-    def _used(self) -> float:
-        """CPU seconds used so far: the cgroup's, or the process's."""
-        stat = _read(os.path.join(self.cgroup, "cpu.stat"))
-        if stat:
+    def _used(self, quota: Optional[float]) -> Optional[float]:
+        """CPU seconds used so far: the cgroup's under a quota, else the process's."""
+        if quota is not None:
+            stat = _read(os.path.join(self.cgroup, "cpu.stat")) or ""
             for line in stat.splitlines():
                 name, _, value = line.partition(" ")
                 if name == "usage_usec":
                     return int(value) / 1e6
-        times = os.times()
-        return times.user + times.system
+            return None
+        return self.process()
 
     def read(self) -> Optional[float]:
         """The share of CPU used since the last reading; None at the first."""
-        now, used = self.clock(), self._used()
-        last, self.last = self.last, (now, used)
-        if last is None or now <= last[0]:
+        quota = self._quota()
+        now, used = self.clock(), self._used(quota)
+        last, self.last = self.last, (now, used, quota) if used is not None else None
+        # A quota set or lifted since changes what is counted: a new baseline.
+        if last is None or used is None or now <= last[0] or (last[2] is None) != (quota is None):
             return None
-        return max(0.0, min(1.0, (used - last[1]) / ((now - last[0]) * self._cores())))
+        return max(0.0, min(1.0, (used - last[1]) / ((now - last[0]) * (quota or 1.0))))
+
+
+def _process_seconds() -> float:
+    times = os.times()
+    return times.user + times.system
 
 
 def memory_share(cgroup: str = "/sys/fs/cgroup", proc: str = "/proc") -> Optional[float]:

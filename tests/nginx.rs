@@ -1060,6 +1060,9 @@ fn load_shedding_reports_the_gateways_signals_and_sheds_by_priority_in_every_wor
         "load:gateway",
         "HOLD",
         "0",
+        "FACTOR",
+        "backlog",
+        "SUM",
         "LEVEL",
         "cpu",
         "0.5",
@@ -1074,7 +1077,8 @@ fn load_shedding_reports_the_gateways_signals_and_sheds_by_priority_in_every_wor
         format!(
             "require(\"resty.ratelimit_module.load\").start({}, {{ service = \"load:gateway\", \
              dict = \"ratelimit_load\", metrics = \"ratelimit_metrics\", interval = 0.2, \
-             instance = \"{}\", shadow = {shadow} }})",
+             instance = \"{}\", shadow = {shadow}, \
+             factors = function() return {{ backlog = 7 }} end }})",
             redis_options(server.port(), ""),
             if shadow { "shadow" } else { "gateway" },
         )
@@ -1106,12 +1110,20 @@ fn load_shedding_reports_the_gateways_signals_and_sheds_by_priority_in_every_wor
     for _ in 0..20 {
         assert_eq!(get(&nginx, "sheddable").status, 200, "{}", nginx.log());
     }
-    // The gateway's own signals reach the server: what it served, and nothing in flight.
+    // The gateway's own signals reach the server: what it served, the host's load, and its
+    // own factor (7 from each of the two gateways).
     assert!(
         support::wait_until(Duration::from_secs(20), || {
-            load_factors(&mut con, "load:gateway")
-                .iter()
-                .any(|(name, value)| name == "requests" && *value >= 20.0)
+            let factors = load_factors(&mut con, "load:gateway");
+            let value = |wanted: &str| {
+                factors
+                    .iter()
+                    .find(|(name, _)| name == wanted)
+                    .map(|(_, value)| *value)
+            };
+            value("requests") >= Some(20.0)
+                && value("backlog") == Some(14.0)
+                && value("load").is_some()
         }),
         "the gateway never reported its requests: {:?}\n{}",
         load_factors(&mut con, "load:gateway"),

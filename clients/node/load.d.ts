@@ -21,6 +21,8 @@ export class Signals {
     clock?: () => number;
     cpu?: (() => number | null) | null;
     memory?: (() => number | null) | null;
+    /** The host's load1 over its cores, by default. */
+    load?: (() => number | null) | null;
   });
   started(): void;
   /** A request ended after `latency` seconds with HTTP `status`. */
@@ -59,6 +61,8 @@ export interface LoadShedderOptions {
   /** A PrometheusMetrics from ./metrics. */
   metrics?: object | null;
   signals?: Signals | null;
+  /** The application's own factors, added to each report: () => ({ queue: jobs.length }). */
+  factors?: (() => Record<string, number>) | null;
   random?: () => number;
   clock?: () => number;
   logger?: object;
@@ -69,6 +73,8 @@ export class LoadShedder {
   readonly standing: LoadStanding;
   readonly retryAfter: number;
   signals: Signals;
+  /** The signals and the application's own factors, as the next report sends them. */
+  sample(): Record<string, number>;
   report(): Promise<LoadStanding | null>;
   start(): this;
   stop(): void;

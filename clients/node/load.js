@@ -117,15 +117,21 @@ function memoryShare({ cgroup = "/sys/fs/cgroup", meminfo = "/proc/meminfo" } = 
   return Math.max(0, Math.min(1, 1 - os.freemem() / os.totalmem()));
 }
 
+/** The host's run queue over its cores (load1 / cores, Sentinel's system load). */
+function hostLoad() {
+  return os.loadavg()[0] / (os.cpus().length || 1);
+}
+
 /** The requests the process serves, counted as they start and end, read once an interval. */
 class Signals {
-  constructor({ window = 10, clock = () => performance.now() / 1000, cpu = null, memory = null } = {}) {
+  constructor({ window = 10, clock = () => performance.now() / 1000, cpu = null, memory = null, load = null } = {}) {
     const meter = new CpuMeter({ clock });
     Object.assign(this, {
       window,
       clock,
       cpu: cpu ?? (() => meter.read()),
       memory: memory ?? (() => memoryShare()),
+      load: load ?? hostLoad,
       inflight: 0,
       latencies: 0,
       finished: 0,
@@ -168,10 +174,12 @@ class Signals {
   sample() {
     const cpu = this.cpu();
     const memory = this.memory();
+    const load = this.load();
     this.second(this.clock());
     const factors = { inflight: this.inflight };
     if (cpu !== null) factors.cpu = cpu;
     if (memory !== null) factors.memory = memory;
+    if (load !== null) factors.load = load;
     if (this.finished) {
       factors.latency = (this.latencies / this.finished) * 1000;
       factors.errors = this.failed / this.finished;
@@ -194,7 +202,10 @@ class Signals {
  *
  * Options: `instance` (this process's name, `host:pid`); `interval` (s, 1); `ttl` (s, 3
  * intervals: how long a report counts); `timeout` (ms, 1000) a report waits at most; `shadow`;
- * `metrics` (a PrometheusMetrics from ./metrics); `signals`, `random`, `clock` (the tests').
+ * `metrics` (a PrometheusMetrics from ./metrics); `factors`, a function answering the
+ * application's own factors to add to each report (`() => ({ queue: jobs.length })`: a queue's
+ * backlog, a pool's waiters, any number a policy names); `signals`, `random`, `clock` (the
+ * tests').
  */
 class LoadShedder {
   constructor(
@@ -208,12 +219,13 @@ class LoadShedder {
       shadow = false,
       metrics = null,
       signals = null,
+      factors = null,
       random = Math.random,
       clock = () => performance.now() / 1000,
       logger = console,
     } = {},
   ) {
-    Object.assign(this, { service, instance, interval, timeout, shadow, metrics, random, clock, logger });
+    Object.assign(this, { service, instance, interval, timeout, shadow, metrics, factors, random, clock, logger });
     this.ttl = ttl ?? 3 * interval;
     this.send = commandSender(client);
     this.signals = signals ?? new Signals({ clock });
@@ -228,9 +240,27 @@ class LoadShedder {
     return this.clock() - this.reportedAt > this.ttl ? NOTHING_SHED : this.last;
   }
 
+  /** The signals and the application's own factors: a callback that fails costs its factors,
+   * never the report. */
+  sample() {
+    const factors = this.signals.sample();
+    if (!this.factors) return factors;
+    try {
+      const own = {};
+      for (const [name, value] of Object.entries(this.factors())) {
+        own[name] = Number(value);
+        if (Number.isNaN(own[name])) throw new Error(`${name} is not a number`);
+      }
+      Object.assign(factors, own);
+    } catch (error) {
+      this.logger.warn?.(`ratelimit: the load factors of ${this.service} failed: ${error.message}`);
+    }
+    return factors;
+  }
+
   /** Reports now; the standing the server answered, or null when it failed (or timed out). */
   async report() {
-    const command = reportCommand(this.service, this.instance, this.ttl, this.signals.sample());
+    const command = reportCommand(this.service, this.instance, this.ttl, this.sample());
     let timer;
     try {
       const late = new Promise((_, reject) => {

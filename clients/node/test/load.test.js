@@ -50,7 +50,7 @@ async function service() {
 }
 
 /** Signals whose CPU is `cpu` and memory 0.1, whatever the machine does. */
-const signals = (cpu) => new Signals({ cpu: () => cpu, memory: () => 0.1 });
+const signals = (cpu) => new Signals({ cpu: () => cpu, memory: () => 0.1, load: () => 0.5 });
 
 const quiet = { warn() {}, info() {} };
 
@@ -68,6 +68,37 @@ test("a report is one command and its reply the standing", () => {
     "0",
   ]);
   assert.deepEqual(reportResult([2, 3, "1", "1", "0.5", "0"]), { level: 2, instances: 3, shares: [1, 1, 0.5, 0] });
+});
+
+test("the application's own factors join the report", async () => {
+  const key = `node:load:${randomUUID()}`;
+  await redis.call(
+    "RL.LOAD.POLICY",
+    key,
+    "HOLD",
+    "0",
+    "FACTOR",
+    "backlog",
+    "SUM",
+    "LEVEL",
+    "backlog",
+    "100",
+    "SHARES",
+    "1",
+    "1",
+    "0",
+    "0",
+  );
+  let backlog = 60;
+  const [a, b] = ["a", "b"].map(
+    (instance) =>
+      new LoadShedder(redis, key, { instance, signals: signals(0.1), factors: () => ({ backlog }), logger: quiet }),
+  );
+  assert.equal((await a.report()).level, 0, "60 waiting");
+  assert.equal((await b.report()).level, 1, "120 waiting over the fleet");
+  // A callback that fails costs its factors, never the report.
+  backlog = "not a number";
+  assert.equal((await b.report()).level, 0, "b's backlog left out: 60 waiting");
 });
 
 test("it sheds by priority the level its report answers, with metrics", async () => {
@@ -122,7 +153,7 @@ test("a level nobody reports any more sheds nothing", async () => {
 
 test("the signals count requests: latency, errors and the window's counts", () => {
   let now = 0;
-  const counted = new Signals({ clock: () => now, cpu: () => null, memory: () => null });
+  const counted = new Signals({ clock: () => now, cpu: () => null, memory: () => null, load: () => 0.25 });
   counted.started();
   counted.started();
   assert.equal(counted.sample().inflight, 2);
@@ -134,6 +165,7 @@ test("the signals count requests: latency, errors and the window's counts", () =
   counted.done(0.01, 200);
   const sample = counted.sample();
   assert.equal(sample.inflight, 0);
+  assert.equal(sample.load, 0.25);
   assert.ok(Math.abs(sample.latency - 30) < 1e-9);
   assert.ok(Math.abs(sample.errors - 1 / 3) < 1e-9);
   assert.deepEqual([sample.max_rps, sample.min_rt, sample.requests, sample.successes], [2, 10, 3, 2]);

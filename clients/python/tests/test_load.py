@@ -44,7 +44,7 @@ class Clock:
 
 def signals(cpu: float) -> Signals:
     """Signals whose CPU is `cpu` and memory 0.1, whatever the machine does."""
-    return Signals(cpu=lambda: cpu, memory=lambda: 0.1)
+    return Signals(cpu=lambda: cpu, memory=lambda: 0.1, load=lambda: 0.5)
 
 
 class ProtocolTest(unittest.TestCase):
@@ -69,6 +69,25 @@ class SyncShedderTest(unittest.TestCase):
 
     def tearDown(self) -> None:
         self.client.close()
+
+    def test_the_applications_own_factors_join_the_report(self) -> None:
+        self.client.execute_command(
+            "RL.LOAD.POLICY", self.service, "HOLD", "0", "FACTOR", "backlog", "SUM",
+            "LEVEL", "backlog", "100", "SHARES", "1", "1", "0", "0",
+        )  # fmt: skip
+        backlog = [60]
+        shedders = [
+            LoadShedder(
+                self.client, self.service, instance=name, signals=signals(0.1),
+                factors=lambda: {"backlog": backlog[0]},
+            )
+            for name in ("a", "b")
+        ]  # fmt: skip
+        self.assertEqual(shedders[0].report().level, 0, "60 waiting")
+        self.assertEqual(shedders[1].report().level, 1, "120 waiting over the fleet")
+        # A callback that fails costs its factors, never the report.
+        backlog[0] = "not a number"
+        self.assertEqual(shedders[1].report().level, 0, "b's backlog left out: 60 waiting")
 
     def test_it_sheds_by_priority_the_level_its_report_answers(self) -> None:
         registry = CollectorRegistry()
@@ -245,7 +264,7 @@ class SignalsTest(unittest.TestCase):
 
     def test_requests_give_latency_errors_and_the_windows_counts(self) -> None:
         clock = Clock()
-        signals = Signals(clock=clock, cpu=lambda: None, memory=lambda: None)
+        signals = Signals(clock=clock, cpu=lambda: None, memory=lambda: None, load=lambda: 0.25)
         signals.started()
         signals.started()
         self.assertEqual(signals.sample()["inflight"], 2.0)
@@ -257,6 +276,7 @@ class SignalsTest(unittest.TestCase):
         signals.done(0.010, 200)
         sample = signals.sample()
         self.assertEqual(sample["inflight"], 0.0)
+        self.assertEqual(sample["load"], 0.25)
         self.assertAlmostEqual(sample["latency"], 30.0)
         self.assertAlmostEqual(sample["errors"], 1 / 3)
         self.assertEqual((sample["max_rps"], sample["min_rt"]), (2.0, 10.0))

@@ -65,6 +65,7 @@ class _Shedding:
         shadow: bool,
         metrics: Optional[Any],
         signals: Optional[Signals],
+        factors: Optional[Callable[[], dict]],
         draw: Callable[[], float],
         clock: Callable[[], float],
     ):
@@ -74,6 +75,7 @@ class _Shedding:
         self.ttl = ttl if ttl is not None else 3 * interval
         self.shadow, self.metrics = shadow, metrics
         self.signals = signals if signals is not None else Signals()
+        self.factors = factors
         self.draw, self.clock = draw, clock
         self._standing = NOTHING_SHED
         self._reported_at = float("-inf")
@@ -97,7 +99,15 @@ class _Shedding:
         LOG.warning("ratelimit: the load report of %s failed: %s", self.service, error)
 
     def _command(self) -> list:
-        return report_command(self.service, self.instance, self.ttl, self.signals.sample())
+        factors = self.signals.sample()
+        if self.factors is not None:
+            # The application's own numbers (a queue's backlog...): a failing callback costs
+            # its factors, never the report.
+            try:
+                factors.update({name: float(value) for name, value in self.factors().items()})
+            except Exception as error:  # noqa: BLE001 (the user's code)
+                LOG.warning("ratelimit: the load factors of %s failed: %s", self.service, error)
+        return report_command(self.service, self.instance, self.ttl, factors)
 
     def admit(self, priority: Optional[str]) -> bool:
         """Whether a request of `priority` goes on: admitted with the share the service's
@@ -139,7 +149,9 @@ class LoadShedder(_Shedding):
     redis-py client (`Redis` or `RedisCluster`); `admit` decides from the last report.
 
     `service` is the service's key; `instance` this process's name (`host:pid`); `ttl` how
-    long a report counts (3 intervals); `metrics` a `PrometheusMetrics`."""
+    long a report counts (3 intervals); `metrics` a `PrometheusMetrics`; `factors` a function
+    answering the application's own factors to add to each report (`{"queue": len(jobs)}`:
+    a queue's backlog, a pool's waiters, any number a policy names)."""
 
     def __init__(
         self,
@@ -152,10 +164,13 @@ class LoadShedder(_Shedding):
         shadow: bool = False,
         metrics: Optional[Any] = None,
         signals: Optional[Signals] = None,
+        factors: Optional[Callable[[], dict]] = None,
         draw: Callable[[], float] = random.random,
         clock: Callable[[], float] = time.monotonic,
     ):
-        super().__init__(service, instance, interval, ttl, shadow, metrics, signals, draw, clock)
+        super().__init__(
+            service, instance, interval, ttl, shadow, metrics, signals, factors, draw, clock
+        )
         self.client = client
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
@@ -203,10 +218,13 @@ class AsyncLoadShedder(_Shedding):
         shadow: bool = False,
         metrics: Optional[Any] = None,
         signals: Optional[Signals] = None,
+        factors: Optional[Callable[[], dict]] = None,
         draw: Callable[[], float] = random.random,
         clock: Callable[[], float] = time.monotonic,
     ):
-        super().__init__(service, instance, interval, ttl, shadow, metrics, signals, draw, clock)
+        super().__init__(
+            service, instance, interval, ttl, shadow, metrics, signals, factors, draw, clock
+        )
         self.client = client
         self._task: Optional[asyncio.Task] = None
 

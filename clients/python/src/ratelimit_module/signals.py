@@ -99,6 +99,15 @@ def memory_share(cgroup: str = "/sys/fs/cgroup", proc: str = "/proc") -> Optiona
     return max(0.0, min(1.0, (total - available) / total))
 
 
+def host_load() -> Optional[float]:
+    """The host's run queue over its cores (load1 / cores, Sentinel's system load): above 1,
+    more runnable threads than cores."""
+    try:
+        return os.getloadavg()[0] / (os.cpu_count() or 1)
+    except OSError:
+        return None
+
+
 class Signals:
     """The requests an instance serves, counted as they start and finish, and read once a
     report interval (`sample`). Thread-safe: the sync shedder's requests may run on many
@@ -110,8 +119,10 @@ class Signals:
         clock: Callable[[], float] = time.monotonic,
         cpu: Optional[Callable[[], Optional[float]]] = None,
         memory: Optional[Callable[[], Optional[float]]] = None,
+        load: Optional[Callable[[], Optional[float]]] = None,
     ):
         self.window, self.clock = window, clock
+        self.load = load if load is not None else host_load
         self.cpu = cpu if cpu is not None else CpuMeter(clock=clock).read
         self.memory = memory if memory is not None else memory_share
         # The CPU meter's first reading is its baseline: taken now, the first report has a
@@ -155,7 +166,7 @@ class Signals:
 
     def sample(self) -> dict[str, float]:
         """The factors to report now, and the interval starts again."""
-        cpu, memory = self.cpu(), self.memory()
+        cpu, memory, load = self.cpu(), self.memory(), self.load()
         with self.lock:
             self._second(self.clock())
             factors: dict[str, float] = {"inflight": float(self.inflight)}
@@ -163,6 +174,8 @@ class Signals:
                 factors["cpu"] = cpu
             if memory is not None:
                 factors["memory"] = memory
+            if load is not None:
+                factors["load"] = load
             if self.finished:
                 factors["latency"] = self.latencies / self.finished * 1000
                 factors["errors"] = self.failed / self.finished

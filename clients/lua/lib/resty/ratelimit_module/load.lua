@@ -25,6 +25,8 @@
 --   shadow     true: nothing is shed; what would be is counted and logged
 --   metrics    a lua_shared_dict's name: the level and the decisions, which
 --              resty.ratelimit_module.metrics serves
+--   factors    a function answering a table of the gateway's own factors (name -> number)
+--              to add to each report; a policy declares them (FACTOR name MAX|MEAN|SUM)
 --
 -- A priority is critical_plus, critical, sheddable_plus or sheddable; a request naming none
 -- of them is sheddable. A shed request gets 503 with Retry-After (one interval). When a report
@@ -87,6 +89,30 @@ local function standing(index)
     return dict:get("level") or 0, dict:get("share|" .. index) or 1
 end
 
+-- The host's run queue over its cores (load1 / cores, Sentinel's system load), or nil.
+local cores
+local function host_load()
+    local file = io.open("/proc/loadavg")
+    local load1 = file and tonumber(file:read("*l"):match("^(%S+)"))
+    if file then
+        file:close()
+    end
+    if not cores then
+        cores = 0
+        local stat = io.open("/proc/stat")
+        if stat then
+            for line in stat:lines() do
+                if line:match("^cpu%d") then
+                    cores = cores + 1
+                end
+            end
+            stat:close()
+        end
+        cores = max(cores, 1)
+    end
+    return load1 and load1 / cores
+end
+
 -- The factors of one report, from the counts every worker keeps in the dict; the interval's
 -- counts start again.
 local function sample()
@@ -118,6 +144,29 @@ local function sample()
         factors.max_rps, factors.min_rt = most, least
     end
     factors.requests, factors.successes = requests, successes
+    factors.load = host_load()
+    if config.factors then
+        -- The gateway's own numbers: a callback that fails costs its factors, not the report.
+        local ok, own = pcall(config.factors)
+        local numbers = {}
+        if ok and type(own) == "table" then
+            for name, value in pairs(own) do
+                numbers[name] = tonumber(value)
+                if not numbers[name] then
+                    ok, own = false, name .. " is not a number"
+                    break
+                end
+            end
+        end
+        if ok and type(own) == "table" then
+            for name, value in pairs(numbers) do
+                factors[name] = value
+            end
+        else
+            ngx.log(ngx.WARN, "ratelimit_module: the load factors of ", config.service,
+                " failed: ", tostring(own))
+        end
+    end
     return factors
 end
 
@@ -165,6 +214,7 @@ function _M.start(redis, opts)
         ttl = opts.ttl or 3 * interval,
         window = opts.window or 10,
         shadow = opts.shadow and true or false,
+        factors = opts.factors,
     }
     if ngx.worker.id() == 0 then
         local ok, err = ngx.timer.every(interval, function(premature)

@@ -10,7 +10,8 @@ request are counted by callgrind (repeatable on a noisy shared machine: the rati
 are measured in the replica setup without valgrind. Then memory: bytes per key, per logged
 request and per held lease, read from used_memory once INFO keyspace shows every key.
 Beside them, DELAY against polling (bench/roundtrips.py), requests through nginx with
-the Lua package (bench/nginx.py) and quota leases (bench/quota.py).
+the Lua package (bench/nginx.py), quota leases (bench/quota.py) and load shedding under
+overload (bench/overload.py).
 
 Every limit is chosen so that no key expires during a measurement.
 
@@ -36,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from nginx import measure_nginx, nginx_section
+from overload import measure_overload, overload_section, overload_svg
 from quota_report import quota_section, quota_svg
 
 CLIENTS_PYTHON = Path(__file__).resolve().parent.parent / "target/clients-venv/bin/python"
@@ -175,6 +177,8 @@ class Workload:
     plain: str | None = None
     # RL.TOP's size during the workload (CONFIG SET ratelimit.top-keys); 0, the default, is off.
     top_keys: int = 0
+    # Commands run once on the empty database before the warm-up (a service's load report).
+    setup: list = field(default_factory=list)
     results: dict = field(default_factory=dict)
 
 
@@ -193,6 +197,13 @@ WORKLOADS = [
     Workload("RL.ALL, a THROTTLE and a WINDOW", "module",
              ["RL.ALL", "2", "all:__rand_int__", "allw:__rand_int__", "THROTTLE", "15", "1", "3600",
               "WINDOW", "100", LONG, "FIXED"], target=2.2),
+    # The load gate with the same two limits: one service, a live report at level 0.
+    Workload("RL.ALL ... LOAD, a THROTTLE and a WINDOW", "module",
+             ["RL.ALL", "3", "load:service", "all:__rand_int__", "allw:__rand_int__",
+              "LOAD", "critical", "THROTTLE", "15", "1", "3600", "WINDOW", "100", LONG, "FIXED"],
+             plain="RL.ALL, a THROTTLE and a WINDOW",
+             setup=[["RL.LOAD.REPORT", "load:service", "web-1", "86400000", "cpu", "0.3",
+                     "inflight", "4"]]),
     Workload("RL.ACQUIRE", "module", ["RL.ACQUIRE", "lease:__rand_int__", "100", "3600"]),
     # Refused: nothing is written; with RL.TOP on, the key is counted (100,000 keys through a
     # summary of 128: each refusal a new key, the costliest case).
@@ -392,6 +403,9 @@ class Server:
         configured = self.client.call("CONFIG", "SET", "ratelimit.top-keys", str(workload.top_keys))
         if workload.top_keys and isinstance(configured, RuntimeError):
             return False
+        for command in workload.setup:
+            if isinstance(self.client.call(*command), RuntimeError):
+                return False
         if workload.warm_up:
             self.benchmark(workload, workload.warm_up)
         return True
@@ -740,7 +754,7 @@ def roundtrips_section(result) -> list[str]:
 
 def report(workloads, memory, info, requests, callgrind_requests, minutes, command,
            baseline: str | None = None, roundtrips=None, through_nginx=None,
-           quota=None) -> str:
+           quota=None, overload=None) -> str:
     lines = [
         "# Benchmarks",
         "",
@@ -779,6 +793,7 @@ def report(workloads, memory, info, requests, callgrind_requests, minutes, comma
         *roundtrips_section(roundtrips),
         *nginx_section(through_nginx),
         *quota_section(quota),
+        *overload_section(overload),
         *([f"Against an earlier build, {baseline}, measured in the same run (instructions "
            "per request):", "", *baseline_table(workloads, baseline), ""] if baseline else []),
         "## Time and latency (a replica attached, no valgrind)",
@@ -849,6 +864,10 @@ def main() -> None:
     if not options.no_speed and not options.only:
         print("Quota leases:", flush=True)
         quota = measure_quota()
+    overload = None
+    if not options.no_speed and not options.only:
+        print("Load shedding under overload:", flush=True)
+        overload = measure_overload(MODULE)
     memory = {"keys": {}, "items": {}}
     if not options.no_memory:
         print("Memory:", flush=True)
@@ -862,7 +881,7 @@ def main() -> None:
         command += f" BASELINE={options.baseline_name}"
     text = report(workloads, memory, info, options.requests, options.callgrind_requests, minutes, command,
                   options.baseline_name if options.baseline else None, roundtrips, through_nginx,
-                  quota)
+                  quota, overload)
     print()
     print("\n".join(line for line in text.splitlines() if line.startswith("|")))
     out = ROOT if options.write else ROOT / "target/bench"
@@ -874,6 +893,8 @@ def main() -> None:
         (out / "bench/chart.svg").write_text(chart_svg(workloads, measured[0]))
     if quota:
         (out / "bench/quota.svg").write_text(quota_svg(quota))
+    if overload:
+        (out / "bench/overload.svg").write_text(overload_svg(overload))
     print(f"\nWrote {out / 'BENCHMARKS.md'} and {out / 'bench/chart.svg'} in {minutes:.1f} minutes")
 
 

@@ -252,11 +252,18 @@ fn get(service: &Service, source: Ipv4Addr) -> Response {
 
 /// `GET path` on the service at `port`, from the loopback address `source`.
 fn get_path(port: u16, source: Ipv4Addr, path: &str) -> Response {
+    get_with(port, source, path, "")
+}
+
+/// `GET path` with more header lines (`headers`, each ending in CRLF).
+fn get_with(port: u16, source: Ipv4Addr, path: &str, headers: &str) -> Response {
     let mut stream = connect_from(source, port);
     stream
         .set_read_timeout(Some(Duration::from_secs(10)))
         .unwrap();
-    let request = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+    let request = format!(
+        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n{headers}\r\n"
+    );
     stream.write_all(request.as_bytes()).unwrap();
     let mut response = String::new();
     stream.read_to_string(&mut response).unwrap();
@@ -435,4 +442,84 @@ fn a_shaped_route_waits_for_its_turn_up_to_a_bound_then_answers_429() {
     // A route that is not shaped answers 429 at once.
     let plain = get_path(port, Ipv4Addr::new(127, 0, 0, 1), "/");
     assert_eq!(plain.status, 429);
+}
+
+#[test]
+fn the_http_service_sheds_by_priority_when_its_service_is_hot_and_reports_its_backend() {
+    let server = Server::start();
+    let mut con = server.connect();
+    let policy = [
+        "RL.LOAD.POLICY",
+        "load:http",
+        "HOLD",
+        "0",
+        "FACTOR",
+        "backend_ms",
+        "MAX",
+        "LEVEL",
+        "cpu",
+        "0.5",
+        "SHARES",
+        "1",
+        "1",
+        "0",
+        "0",
+    ];
+    assert_eq!(query::<String, _>(&mut con, &policy), "OK");
+    let backend = Service::start(server.port(), &["--policy", "none", "--quiet"]);
+    let url = format!("http://127.0.0.1:{}/", backend.port);
+    let service = Service::start(
+        server.port(),
+        &[
+            "--policy",
+            "none",
+            "--load-service",
+            "load:http",
+            "--backend",
+            &url,
+            "--cpu-ms",
+            "1",
+        ],
+    );
+    let client = Ipv4Addr::new(127, 0, 0, 1);
+    let with = |priority: &str| {
+        get_with(
+            service.port,
+            client,
+            "/",
+            &format!("X-Priority: {priority}\r\n"),
+        )
+    };
+    // The service reports what it served and what its backend cost.
+    let factor = |con: &mut redis::Connection, wanted: &str| -> Option<f64> {
+        let status: Vec<redis::Value> = query(con, &["RL.LOAD.STATUS", "load:http"]);
+        let words: Vec<String> = redis::from_redis_value(status[11].clone()).unwrap();
+        words
+            .chunks(2)
+            .find(|pair| pair[0] == wanted)
+            .map(|pair| pair[1].parse().unwrap())
+    };
+    assert!(
+        support::wait_until(Duration::from_secs(20), || {
+            assert_eq!(with("sheddable").status, 200);
+            factor(&mut con, "backend_ms").is_some() && factor(&mut con, "requests") >= Some(1.0)
+        }),
+        "the service never reported its backend"
+    );
+    // Three hot instances: the mean CPU is past 0.5 whatever the service's own.
+    for hot in ["hot-1", "hot-2", "hot-3"] {
+        let _: Vec<redis::Value> = query(
+            &mut con,
+            &["RL.LOAD.REPORT", "load:http", hot, "60000", "cpu", "1"],
+        );
+    }
+    assert!(
+        support::wait_until(Duration::from_secs(20), || with("sheddable").status == 503),
+        "the service never shed"
+    );
+    let shed = with("sheddable_plus");
+    assert_eq!(shed.status, 503);
+    assert_eq!(shed.header("retry-after"), Some("1"));
+    assert_eq!(with("critical").status, 200);
+    assert_eq!(with("critical_plus").status, 200);
 }

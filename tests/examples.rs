@@ -261,9 +261,8 @@ fn get_with(port: u16, source: Ipv4Addr, path: &str, headers: &str) -> Response 
     stream
         .set_read_timeout(Some(Duration::from_secs(10)))
         .unwrap();
-    let request = format!(
-        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n{headers}\r\n"
-    );
+    let request =
+        format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n{headers}\r\n");
     stream.write_all(request.as_bytes()).unwrap();
     let mut response = String::new();
     stream.read_to_string(&mut response).unwrap();

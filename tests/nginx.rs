@@ -151,33 +151,10 @@ fn two_nginx_sharing_one_server_hold_count_and_req_exactly() {
     }
 }
 
-/// lua-resty-limit-traffic's `resty.limit.req`: excess (in requests) grows by one a request
-/// and drains at the rate; the delay is excess / rate, and a request is rejected when its
-/// excess would exceed the burst.
-#[derive(Clone, Copy)]
-struct OriginalReq {
-    rate: f64,
-    burst: f64,
-    excess: f64,
-    last: Option<f64>,
-}
-
-impl OriginalReq {
-    fn copy(&self) -> OriginalReq {
-        OriginalReq { ..*self }
-    }
-
-    fn incoming(&mut self, now: f64) -> Option<f64> {
-        let excess = match self.last {
-            Some(last) => (self.excess - self.rate * (now - last) + 1.0).max(0.0),
-            None => 0.0,
-        };
-        if excess > self.burst {
-            return None;
-        }
-        (self.excess, self.last) = (excess, Some(now));
-        Some(excess / self.rate)
-    }
+/// lua-resty-limit-traffic's `req`: the excess after a request at `elapsed` seconds since the
+/// last admitted one, whose excess was `excess` (`None`: the first request, excess 0).
+fn original_excess(rate: f64, excess: Option<f64>, elapsed: f64) -> f64 {
+    excess.map_or(0.0, |excess| (excess - rate * elapsed + 1.0).max(0.0))
 }
 
 #[test]
@@ -188,12 +165,11 @@ fn req_delays_follow_lua_resty_limit_traffics_formula() {
         "require(\"resty.ratelimit_module.req\").new(REDIS, 10, 4)",
     );
     let nginx = Nginx::start(&http(&redis_options(server.port(), ""), &locations));
-    let mut original = OriginalReq {
-        rate: 10.0,
-        burst: 4.0,
-        excess: 0.0,
-        last: None,
-    };
+    let (rate, burst) = (10.0, 4.0);
+    // The last admitted request: the excess the server's delay says it left (delay = excess /
+    // rate), and the instants between which the server decided it. Anchoring each step on
+    // the server's own reply keeps the model from drifting on a busy machine.
+    let mut last: Option<(f64, f64, f64)> = None;
     let start = Instant::now();
     // Bursts and pauses: some requests delayed, some rejected, some after the queue drained.
     let pauses = [
@@ -204,22 +180,33 @@ fn req_delays_follow_lua_resty_limit_traffics_formula() {
         let sent = start.elapsed().as_secs_f64();
         let response = nginx.get("/req?k=formula");
         let answered = start.elapsed().as_secs_f64();
-        // The server decided between the two instants; the model at both brackets it.
-        let (early, late) = (
-            original.copy().incoming(sent),
-            original.copy().incoming(answered),
+        // The server decided this request between `sent` and `answered`, the last one between
+        // its own two instants: the most and the least time that can have passed bracket it.
+        let excess = last.map(|(excess, _, _)| excess);
+        let most = last.map_or(0.0, |(_, last_sent, _)| answered - last_sent);
+        let least = last.map_or(0.0, |(_, _, last_answered)| sent - last_answered);
+        let (lenient, strict) = (
+            original_excess(rate, excess, most),
+            original_excess(rate, excess, least.max(0.0)),
         );
         match response.status {
             200 => {
                 let got = delay(&response);
-                let (low, high) = (late.unwrap_or(0.0), early.unwrap_or(f64::MAX));
+                assert!(
+                    lenient <= burst,
+                    "request {i} admitted, the formula rejects it"
+                );
+                let (low, high) = (lenient / rate, strict.min(burst) / rate);
                 assert!(
                     got >= low - 1e-3 && got <= high + 1e-3,
                     "request {i}: delay {got}, the formula gives {low} to {high}"
                 );
-                original.incoming((sent + answered) / 2.0);
+                last = Some((got * rate, sent, answered));
             }
-            503 => assert!(early.is_none() || late.is_none(), "request {i} rejected"),
+            503 => assert!(
+                strict > burst,
+                "request {i} rejected, the formula admits it"
+            ),
             other => panic!("request {i}: {other}: {}", nginx.log()),
         }
     }

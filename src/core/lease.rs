@@ -36,8 +36,12 @@ const TIME_BITS: u32 = 54;
 /// Low bits of a word holding the quantity's part.
 const QUANTITY_PART_BITS: u32 = 10;
 const QUANTITY_PART_MASK: u64 = (1 << QUANTITY_PART_BITS) - 1;
-/// The largest id: 54 bits.
+/// The largest id a state or an effect may hold: 54 bits.
 pub const MAX_ID: u64 = (1 << TIME_BITS) - 1;
+/// The largest id drawn: 53 bits, the integers a double holds exactly. Clients in
+/// JavaScript and Lua read an id as a number; a 54-bit id came back rounded, and its
+/// release named no lease.
+pub const MAX_DRAWN_ID: u64 = (1 << 53) - 1;
 
 /// One lease.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -394,16 +398,17 @@ pub fn renew(set: &mut LeaseSet, now: Micros, id: u64, lease: Micros) -> bool {
 }
 
 /// The id a lease taken with `seed` (a value no client can predict, drawn by the master)
-/// gets: one of the 2^54 - 1 ids from 1, at random. Ids are not a sequence, so another
-/// holder's id cannot be guessed from one's own, and a key deleted and made again, or a
-/// clock that stepped back, gives no id again as a time or a counter would: two leases
-/// draw the same id with a chance of 2^-54, and a release names a lease of the same key.
+/// gets: one of the 2^53 - 1 ids from 1 ([`MAX_DRAWN_ID`]), at random. Ids are not a
+/// sequence, so another holder's id cannot be guessed from one's own, and a key deleted and
+/// made again, or a clock that stepped back, gives no id again as a time or a counter
+/// would: two leases draw the same id with a chance of 2^-53, and a release names a lease
+/// of the same key.
 pub fn draw_id(seed: u64) -> u64 {
     // A seed whose id bits are all 0 takes its other bits instead: never id 0, which
     // means "no lease".
-    let id = seed & MAX_ID;
+    let id = seed & MAX_DRAWN_ID;
     if id == 0 {
-        (seed >> TIME_BITS).max(1)
+        (seed >> MAX_DRAWN_ID.count_ones()).max(1)
     } else {
         id
     }

@@ -97,19 +97,23 @@ fn a_renewed_lease_holds_on_and_moves_in_line() {
 }
 
 #[test]
-fn ids_are_drawn_from_their_seed_never_0_and_within_the_ids_bits() {
+fn ids_are_drawn_from_their_seed_never_0_and_within_what_a_double_holds() {
     assert_eq!(draw_id(5), 5);
-    assert_eq!(draw_id(MAX_ID), MAX_ID);
+    assert_eq!(draw_id(u64::MAX), MAX_DRAWN_ID);
+    assert_eq!(
+        MAX_DRAWN_ID as f64 as u64, MAX_DRAWN_ID,
+        "exact as a double"
+    );
     // The id bits of a seed, alone: the bits above are not an id's.
-    assert_eq!(draw_id((3 << 54) | 9), 9);
+    assert_eq!(draw_id((3 << 53) | 9), 9);
     // A seed whose id bits are 0 gives its other bits, and never 0.
-    assert_eq!(draw_id(3 << 54), 3);
+    assert_eq!(draw_id(3 << 53), 3);
     assert_eq!(draw_id(0), 1);
     // What the server's generator gives, drawn 10,000 times: all different, none 0.
     let mut ids: Vec<u64> = (0..10_000)
         .map(|n| draw_id(crate::core::siphash::siphash24([1, 2], n)))
         .collect();
-    assert!(ids.iter().all(|&id| (1..=MAX_ID).contains(&id)));
+    assert!(ids.iter().all(|&id| (1..=MAX_DRAWN_ID).contains(&id)));
     ids.sort_unstable();
     ids.dedup();
     assert_eq!(ids.len(), 10_000);

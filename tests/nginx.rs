@@ -1253,3 +1253,116 @@ fn a_gateway_whose_reports_fail_sheds_by_the_last_level_then_admits_everything()
         nginx.log()
     );
 }
+
+#[test]
+fn combine_takes_any_limiter_returns_its_errors_and_starts_at_an_exact_zero() {
+    let server = Server::start();
+    let locations = "        location = /mixed {
+            content_by_lua_block {
+                local traffic = require(\"resty.ratelimit_module.traffic\")
+                local req = assert(require(\"resty.ratelimit_module.req\").new(REDIS, 2, 10))
+                local count = assert(require(\"resty.ratelimit_module.count\").new(REDIS, 5, 60))
+                -- One call: a first request waits exactly 0, with an excess of exactly 0.
+                local states = {}
+                local delay = traffic.combine({ req, count }, { \"z1\", \"z1c\" }, states)
+                ngx.say(\"first: \", delay, \" \", states[1], \" \", states[2])
+                -- Another package's limiter: combined as the original does, one by one.
+                local seen = {}
+                local foreign = {
+                    incoming = function(_, key, commit)
+                        seen[#seen + 1] = key .. (commit and \"+\" or \"-\")
+                        return 0.25, 7
+                    end,
+                    uncommit = function(_, key) seen[#seen + 1] = key .. \"~\" return true end,
+                }
+                states = {}
+                delay = traffic.combine({ req, foreign }, { \"z2\", \"f\" }, states)
+                ngx.say(\"foreign: \", delay, \" \", states[1], \" \", states[2], \" \",
+                    table.concat(seen, \",\"))
+                local refusing = {
+                    incoming = function() return nil, \"rejected\" end,
+                    uncommit = function() return true end,
+                }
+                seen = {}
+                local refused, err = traffic.combine({ foreign, refusing }, { \"f\", \"r\" })
+                ngx.say(\"refused: \", tostring(refused), \" \", err, \" \", table.concat(seen, \",\"))
+                local broken = { incoming = function() error(\"boom\") end, uncommit = function() end }
+                local raised
+                raised, err = traffic.combine({ broken }, { \"b\" })
+                ngx.say(\"raised: \", tostring(raised), \" \", tostring(err):find(\"boom\", 1, true) ~= nil)
+            }
+        }
+";
+    let nginx = Nginx::start(&http(&redis_options(server.port(), ""), locations));
+    let response = nginx.get("/mixed");
+    assert_eq!(
+        response.body,
+        "first: 0 0 4\nforeign: 0.25 0 7 f+\nrefused: nil rejected f-\nraised: nil true\n",
+        "{}",
+        nginx.log()
+    );
+    // The one-by-one path committed req's request on z2: the server holds it.
+    let mut con = server.connect();
+    assert!(query::<bool, _>(&mut con, &["EXISTS", "z2"]));
+}
+
+#[test]
+fn leaving_in_a_phase_that_talks_to_redis_frees_the_slot_for_the_same_request() {
+    let server = Server::start();
+    let locations = "        location = /again {
+            content_by_lua_block {
+                local conn = assert(require(\"resty.ratelimit_module.conn\").new(REDIS, 1, 0, 0.5))
+                local d1, c1 = conn:incoming(\"same\", true)
+                local left = conn:leaving(\"same\", 0.1)
+                local d2, c2 = conn:incoming(\"same\", true)
+                ngx.say(d1, \" \", c1, \" \", left, \" \", d2, \" \", c2)
+                conn:leaving(\"same\", 0.1)
+            }
+        }
+";
+    let nginx = Nginx::start(&http(&redis_options(server.port(), ""), locations));
+    assert_eq!(nginx.get("/again").body, "0 1 0 0 1\n", "{}", nginx.log());
+    // Both slots were freed before the response: the key is gone.
+    let mut con = server.connect();
+    assert!(!query::<bool, _>(&mut con, &["EXISTS", "same"]));
+}
+
+#[test]
+fn a_reload_with_the_server_gone_keeps_the_lists_the_gateway_last_read() {
+    let mut server = Server::start();
+    let mut con = server.connect();
+    load_lists(&mut con);
+    let nginx = gateway(server.port());
+    let caller = "{\"seqId\": \"xx-xx-xx\", \"caller\":\"1\"}";
+    // A key on the deny list is refused once the workers have read the lists.
+    assert!(
+        support::wait_until(Duration::from_secs(20), || nginx
+            .post("/_dev_api/blocked", caller)
+            .status
+            == 403),
+        "{}",
+        nginx.log()
+    );
+    // The server goes, then a reload: both old workers leave, two new ones start from the
+    // shared dict (the gateway fails open: without the lists the key would get 200).
+    server.kill();
+    let old = nginx.workers();
+    assert_eq!(old.len(), 2, "{old:?}");
+    nginx.reload();
+    assert!(
+        support::wait_until(Duration::from_secs(20), || {
+            let now = nginx.workers();
+            now.len() == 2 && now.iter().all(|pid| !old.contains(pid))
+        }),
+        "the reload did not replace the workers: {:?} {}",
+        nginx.workers(),
+        nginx.log()
+    );
+    let blocked = nginx.post("/_dev_api/blocked", caller);
+    assert_eq!(
+        (blocked.status, json_code(&blocked)),
+        (403, 403),
+        "{}",
+        nginx.log()
+    );
+}

@@ -165,6 +165,39 @@ impl Nginx {
         request(self.port, "POST", path, &[], body)
     }
 
+    /// Reloads its configuration as `nginx -s reload` does (SIGHUP to the master): new
+    /// workers start, the old ones finish what they hold and exit; shared dicts are kept.
+    pub fn reload(&self) {
+        if let Some(process) = &self.process {
+            // SAFETY: signals the master process this harness started and has not reaped.
+            unsafe { libc::kill(process.id() as libc::pid_t, libc::SIGHUP) };
+        }
+    }
+
+    /// The pids of its master's children (its workers, and old ones still finishing after a
+    /// reload), from /proc.
+    pub fn workers(&self) -> Vec<u32> {
+        let Some(master) = self.process.as_ref().map(|process| process.id()) else {
+            return Vec::new();
+        };
+        let Ok(entries) = fs::read_dir("/proc") else {
+            return Vec::new();
+        };
+        entries
+            .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
+            .filter(|pid| {
+                // The parent is the fourth field of stat, after the command in parentheses.
+                fs::read_to_string(format!("/proc/{pid}/stat"))
+                    .ok()
+                    .and_then(|stat| {
+                        let (_, rest) = stat.rsplit_once(") ")?;
+                        rest.split(' ').nth(1)?.parse::<u32>().ok()
+                    })
+                    == Some(master)
+            })
+            .collect()
+    }
+
     /// Kills the master and every worker with SIGKILL, as a crash of the machine's nginx
     /// would: nothing runs its log phase.
     pub fn kill(&mut self) {

@@ -137,10 +137,17 @@ local function release(premature, c, key, id)
     end
 end
 
---- The request holding a slot of `key` is done: its slot is freed (through a timer, since
---- the log phase cannot talk to Redis), and the unit delay moves towards `req_latency`
---- (seconds) as in the original. Returns the connections held after it, as this request
---- last saw them.
+-- The phases that may talk to Redis: there `leaving` frees the slot before it returns.
+local COSOCKET_PHASES = {
+    rewrite = true, access = true, content = true, timer = true, ssl_cert = true,
+    ssl_session_fetch = true, ssl_client_hello = true,
+}
+
+--- The request holding a slot of `key` is done: its slot is freed, and the unit delay
+--- moves towards `req_latency` (seconds) as in the original. In a phase that can talk to
+--- Redis (content, access...) the slot is free when it returns, so a later `incoming` of the
+--- same request sees it free; in the log phase, which cannot, through a timer. Returns the
+--- connections held after it, as this request last saw them.
 function _M.leaving(self, key, req_latency)
     assert(key)
     key = self.prefix .. key
@@ -150,9 +157,16 @@ function _M.leaving(self, key, req_latency)
         return nil, "not found"
     end
     mine[key] = nil
-    local ok, err = ngx.timer.at(0, release, self.client, key, lease.id)
-    if not ok then
-        return nil, err
+    if COSOCKET_PHASES[ngx.get_phase()] then
+        local _, err = self.client:call(key, { "rl.release", key, string.format("%.0f", lease.id) })
+        if err then
+            return nil, err
+        end
+    else
+        local ok, err = ngx.timer.at(0, release, self.client, key, lease.id)
+        if not ok then
+            return nil, err
+        end
     end
     if req_latency then
         self.unit_delay = (req_latency + self.unit_delay) / 2

@@ -132,7 +132,10 @@ end
 function _M.combined(self)
     local interval = PERIOD_US / self.count
     return { "THROTTLE", floor(self.burst), self.count, PERIOD_US }, function(reply)
-        local delay = max(0, reply[5] - interval) / 1e6
+        -- The reply is in whole µs and the interval need not be: less than a µs is the
+        -- rounding, not a wait (a first request's delay is 0, as the original's).
+        local wait = reply[5] - interval
+        local delay = wait >= 1 and wait / 1e6 or 0
         return delay, delay * self.rate
     end
 end

@@ -6,10 +6,14 @@
 --
 --   local delay, err = traffic.combine({ lim_req, lim_conn }, { key1, key2 }, states)
 --
--- The limiters share one server (one table of Redis options, but for `name`, `lease` and
--- `prefix`); on a Redis Cluster their keys must share a hash slot: give them one {hash tag},
--- as "{client:42}:req". Each limiter's `prefix` goes before its key, as in `incoming`.
-local tonumber, type, max, concat = tonumber, type, math.max, table.concat
+-- Limiters that share one server (one table of Redis options, but for `name`, `lease` and
+-- `prefix`) are decided in one call; on a Redis Cluster their keys must share a hash slot:
+-- give them one {hash tag}, as "{client:42}:req". Each limiter's `prefix` goes before its
+-- key, as in `incoming`. Any other limiter (another package's, with `incoming` and
+-- `uncommit`, or this package's on another server) is combined as the original does, one by
+-- one; an error is returned (nil, err), never raised.
+local tonumber, tostring, type, pcall = tonumber, tostring, type, pcall
+local max, concat = math.max, table.concat
 
 local _M = { _VERSION = "0.3.0" }
 
@@ -34,18 +38,74 @@ function _M.command(limiters, keys)
     return args, readers
 end
 
+-- The original's combine, for limiters that cannot share one call (another package's, or
+-- this package's on other servers): each checked, then committed one by one, the committed
+-- ones given back when a later one refuses. Any object with `incoming` and `uncommit`.
+local function one_by_one(limiters, keys, states)
+    local n = #limiters
+    local max_delay = 0
+    for i = 1, n do
+        local delay, err = limiters[i]:incoming(keys[i], i == n)
+        if not delay then
+            return nil, err
+        end
+        if i == n then
+            if states then
+                states[i] = err
+            end
+            max_delay = delay
+        end
+    end
+    for i = 1, n - 1 do
+        local delay, err = limiters[i]:incoming(keys[i], true)
+        if not delay then
+            for j = 1, i - 1 do
+                limiters[j]:uncommit(keys[j])
+            end
+            limiters[n]:uncommit(keys[n])
+            return nil, err
+        end
+        if states then
+            states[i] = err
+        end
+        max_delay = max(max_delay, delay)
+    end
+    return max_delay
+end
+
+-- Whether every limiter is this package's on one server: then one RL.ALL decides them all.
+local function one_call(limiters)
+    local c = limiters[1].client
+    for i = 1, #limiters do
+        local lim = limiters[i]
+        if type(lim) ~= "table" or type(lim.combined) ~= "function" or lim.client ~= c
+            or type(lim.prefix) ~= "string" then
+            return false
+        end
+    end
+    return c ~= nil
+end
+
 --- Decides `limiters[i]` for `keys[i]`, every i at once: the largest delay, or nil and
 --- "rejected" (or the error). `states[i]`, when given, receives each limiter's second value
---- (req: the excess; count: the remaining; conn: the connections).
+--- (req: the excess; count: the remaining; conn: the connections). Limiters of this package
+--- on one server are decided in one atomic call; any others (another package's, or on other
+--- servers) as the original does, one by one.
 function _M.combine(limiters, keys, states)
     local n = #limiters
+    if n == 0 then
+        return 0
+    end
+    if not one_call(limiters) then
+        local ok, delay, err = pcall(one_by_one, limiters, keys, states)
+        if not ok then
+            return nil, tostring(delay)
+        end
+        return delay, err
+    end
     local c = limiters[1].client
     local names = {}
     for i = 1, n do
-        if limiters[i].client ~= c then
-            return nil, "the limiters of one combine must share one server: their options may "
-                .. "differ only in name, lease and prefix"
-        end
         names[i] = limiters[i].name
     end
     local args, readers = _M.command(limiters, keys)

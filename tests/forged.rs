@@ -319,8 +319,8 @@ fn widen(rng: &mut Rng, bytes: &mut Vec<u8>, now_us: i64) {
 /// random contents.
 fn scratch_state(rng: &mut Rng, now_us: i64) -> Vec<u8> {
     let (tag, lengths): (u8, &[usize]) = *rng.pick(&[
-        (0xF8, &[12][..]),
-        (0xFD, &[23]),
+        (0xF8, &[12, 27][..]),
+        (0xFD, &[23, 38]),
         (0xF9, &[9, 10, 12, 16]),
         (0xFA, &[10, 12, 16, 24]),
         (0xFE, &[9, 10, 12, 16]),

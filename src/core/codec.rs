@@ -13,23 +13,40 @@
 //! it; the master's raw string costs the same 16 + 16 bytes), the least any string value
 //! costs besides a small integer.
 
-use super::gcra::GcraState;
+use super::gcra::{Basis, GcraState};
 use super::time::{Micros, Ticks};
 
-/// Tag of a `CL.THROTTLE` (GCRA) value, layout version 1.
+/// Tag of a `CL.THROTTLE` (GCRA) value.
 pub const GCRA_TAG: u8 = 0xF8;
 
-/// Length of a `CL.THROTTLE` value: the tag, then the TAT as an unsigned 88-bit
-/// little-endian count of ticks (2^-24 ns) since the Unix epoch.
-pub const GCRA_LEN: usize = 12;
+/// Length of a `CL.THROTTLE` value as the first releases wrote it, still read: the tag, then
+/// the TAT as an unsigned 88-bit little-endian count of ticks (2^-24 ns) since the Unix
+/// epoch.
+pub const GCRA_V1_LEN: usize = 12;
 
-/// Tag of a `CL.THROTTLE ... WARMUP` value: the tag, the TAT as in [`GCRA_TAG`]'s layout,
-/// then how cold the limiter was at its TAT (a span of up to the warm-up period, in ticks,
-/// 11 bytes).
+/// Length of a `CL.THROTTLE` value: the tag, the [`Basis`] it was written under (the
+/// tolerance in whole nanoseconds, 8 bytes, then the instant written, microseconds since
+/// the epoch in 7 bytes), then the TAT as in [`GCRA_V1_LEN`]'s layout. 27 bytes still fit
+/// the smallest allocation a string over 12 bytes takes (48 bytes with its header).
+pub const GCRA_LEN: usize = 1 + BASIS_LEN + TICKS_LEN;
+
+/// Tag of a `CL.THROTTLE ... WARMUP` value.
 pub const WARM_GCRA_TAG: u8 = 0xFD;
 
-/// Length of a `CL.THROTTLE ... WARMUP` value.
-pub const WARM_GCRA_LEN: usize = 23;
+/// Length of a `CL.THROTTLE ... WARMUP` value as the first releases wrote it, still read:
+/// the tag, the TAT, then how cold the limiter was at its TAT (a span of up to the warm-up
+/// period, in ticks, 11 bytes).
+pub const WARM_GCRA_V1_LEN: usize = 1 + 2 * TICKS_LEN;
+
+/// Length of a `CL.THROTTLE ... WARMUP` value: the tag, the [`Basis`], the TAT, the
+/// coldness.
+pub const WARM_GCRA_LEN: usize = 1 + BASIS_LEN + 2 * TICKS_LEN;
+
+/// Bytes of an instant or span in ticks (88 bits, little-endian).
+const TICKS_LEN: usize = 11;
+
+/// Bytes of a [`Basis`]: the tolerance's nanoseconds (8), the instant's microseconds (7).
+const BASIS_LEN: usize = 8 + 7;
 
 /// Length of a state written by redis-cell: its TAT in nanoseconds since the epoch, in
 /// decimal. Every instant from 2001 to 2286 has 19 digits.
@@ -111,75 +128,110 @@ pub fn is_state_length(is_own_length: fn(usize) -> bool, len: usize) -> bool {
         || (len > BLOCKED_HEADER_LEN && is_own_length(len - BLOCKED_HEADER_LEN))
 }
 
-/// Whether a string of `len` bytes may hold a `CL.THROTTLE` state, ours or redis-cell's.
+/// Whether a string of `len` bytes may hold a `CL.THROTTLE` state, ours (of any release) or
+/// redis-cell's.
 pub fn is_gcra_length(len: usize) -> bool {
-    len == GCRA_LEN || len == REDIS_CELL_LEN || len == WARM_GCRA_LEN
+    [
+        GCRA_LEN,
+        GCRA_V1_LEN,
+        REDIS_CELL_LEN,
+        WARM_GCRA_LEN,
+        WARM_GCRA_V1_LEN,
+    ]
+    .contains(&len)
 }
 
-/// Encodes a `CL.THROTTLE` state. `tat` must lie in `0..=Ticks::LATEST`, which every TAT
-/// the core produces does.
-pub fn encode_gcra(tat: Ticks) -> [u8; GCRA_LEN] {
-    debug_assert!((0..=Ticks::LATEST.get()).contains(&tat.get()));
+/// Encodes a `CL.THROTTLE` state written under `basis`. `tat` must lie in
+/// `0..=Ticks::LATEST`, which every TAT the core produces does.
+pub fn encode_gcra(tat: Ticks, basis: Basis) -> [u8; GCRA_LEN] {
     let mut value = [0; GCRA_LEN];
     value[0] = GCRA_TAG;
-    value[1..].copy_from_slice(&tat.get().to_le_bytes()[..GCRA_LEN - 1]);
+    write_basis(basis, &mut value[1..1 + BASIS_LEN]);
+    write_ticks(tat, &mut value[1 + BASIS_LEN..]);
     value
 }
 
-/// Encodes a `CL.THROTTLE ... WARMUP` state: the TAT, and the coldness at the TAT (both in
-/// `0..=Ticks::LATEST`).
-pub fn encode_warm_gcra(state: GcraState) -> [u8; WARM_GCRA_LEN] {
-    debug_assert!((0..=Ticks::LATEST.get()).contains(&state.tat.get()));
-    debug_assert!((0..=Ticks::LATEST.get()).contains(&state.cold.get()));
+/// Encodes a `CL.THROTTLE ... WARMUP` state written under `basis`: the TAT, and the
+/// coldness at the TAT (both in `0..=Ticks::LATEST`).
+pub fn encode_warm_gcra(state: GcraState, basis: Basis) -> [u8; WARM_GCRA_LEN] {
     let mut value = [0; WARM_GCRA_LEN];
     value[0] = WARM_GCRA_TAG;
-    value[1..GCRA_LEN].copy_from_slice(&state.tat.get().to_le_bytes()[..GCRA_LEN - 1]);
-    value[GCRA_LEN..].copy_from_slice(&state.cold.get().to_le_bytes()[..GCRA_LEN - 1]);
+    write_basis(basis, &mut value[1..1 + BASIS_LEN]);
+    let (tat, cold) = value[1 + BASIS_LEN..].split_at_mut(TICKS_LEN);
+    write_ticks(state.tat, tat);
+    write_ticks(state.cold, cold);
     value
 }
 
-/// Decodes any `CL.THROTTLE` state: with [`WARM_GCRA_TAG`], the TAT and its coldness; any
-/// other ([`decode_gcra`]), the TAT, warm.
-pub fn decode_gcra_state(value: &[u8]) -> Option<GcraState> {
-    if value.len() != WARM_GCRA_LEN {
-        return decode_gcra(value).map(|tat| GcraState {
-            tat,
-            cold: Ticks::ZERO,
-        });
+/// Decodes any `CL.THROTTLE` state, of this release, of an earlier one or redis-cell's: its
+/// TAT, its coldness (0 for a limiter without a warm-up) and the basis it was written under
+/// (`None` for the layouts that kept none: they are read as written under the parameters
+/// of the call that reads them). `None` when the bytes are not a state.
+pub fn decode_gcra_state(value: &[u8]) -> Option<(GcraState, Option<Basis>)> {
+    let warm = |tat, cold| GcraState { tat, cold };
+    match (value.first(), value.len()) {
+        (Some(&GCRA_TAG), GCRA_LEN) => Some((
+            warm(read_ticks(&value[1 + BASIS_LEN..]), Ticks::ZERO),
+            Some(read_basis(&value[1..1 + BASIS_LEN])),
+        )),
+        (Some(&WARM_GCRA_TAG), WARM_GCRA_LEN) => {
+            let (tat, cold) = value[1 + BASIS_LEN..].split_at(TICKS_LEN);
+            Some((
+                warm(read_ticks(tat), read_ticks(cold)),
+                Some(read_basis(&value[1..1 + BASIS_LEN])),
+            ))
+        }
+        (Some(&WARM_GCRA_TAG), WARM_GCRA_V1_LEN) => {
+            let (tat, cold) = value[1..].split_at(TICKS_LEN);
+            Some((warm(read_ticks(tat), read_ticks(cold)), None))
+        }
+        _ => decode_gcra_v1(value).map(|tat| (warm(tat, Ticks::ZERO), None)),
     }
-    let (&tag, rest) = value.split_first()?;
-    if tag != WARM_GCRA_TAG {
-        return None;
-    }
-    let (tat, cold) = rest.split_at(GCRA_LEN - 1);
-    let read = |bytes: &[u8]| {
-        let mut word = [0; 16];
-        word[..GCRA_LEN - 1].copy_from_slice(bytes);
-        Ticks::saturating(i128::from_le_bytes(word))
-    };
-    Some(GcraState {
-        tat: read(tat),
-        cold: read(cold),
-    })
 }
 
-/// Decodes a `CL.THROTTLE` state, or `None` when the bytes are not one. A state redis-cell
-/// left behind (19 decimal digits of nanoseconds) is read too, so that switching modules
-/// keeps every limiter's state; the next admitted request rewrites it in this layout.
-pub fn decode_gcra(value: &[u8]) -> Option<Ticks> {
+/// Decodes a `CL.THROTTLE` state of the first releases' layout, or one redis-cell left
+/// behind (19 decimal digits of nanoseconds), so that switching modules keeps every
+/// limiter's state; the next admitted request rewrites it in this release's layout.
+/// `None` when the bytes are neither.
+fn decode_gcra_v1(value: &[u8]) -> Option<Ticks> {
     if value.len() == REDIS_CELL_LEN && value.iter().all(u8::is_ascii_digit) {
         let nanos: u64 = std::str::from_utf8(value).ok()?.parse().ok()?;
         return Some(Ticks::saturating(
             i128::from(nanos) * Ticks::NANOSECOND.get(),
         ));
     }
-    let (&tag, tat) = value.split_first()?;
-    if tag != GCRA_TAG || tat.len() != GCRA_LEN - 1 {
-        return None;
+    match value.split_first() {
+        Some((&GCRA_TAG, tat)) if tat.len() == TICKS_LEN => Some(read_ticks(tat)),
+        _ => None,
     }
-    let mut bytes = [0; 16];
-    bytes[..GCRA_LEN - 1].copy_from_slice(tat);
-    Some(Ticks::saturating(i128::from_le_bytes(bytes)))
+}
+
+/// Writes `ticks` (in `0..=Ticks::LATEST`) as 11 little-endian bytes.
+fn write_ticks(ticks: Ticks, bytes: &mut [u8]) {
+    debug_assert!((0..=Ticks::LATEST.get()).contains(&ticks.get()));
+    bytes.copy_from_slice(&ticks.get().to_le_bytes()[..TICKS_LEN]);
+}
+
+/// Reads 11 little-endian bytes of ticks.
+fn read_ticks(bytes: &[u8]) -> Ticks {
+    let mut word = [0; 16];
+    word[..TICKS_LEN].copy_from_slice(bytes);
+    Ticks::saturating(i128::from_le_bytes(word))
+}
+
+fn write_basis(basis: Basis, bytes: &mut [u8]) {
+    debug_assert!((0..1 << 56).contains(&basis.written_at.get()));
+    bytes[..8].copy_from_slice(&basis.tolerance_nanos.to_le_bytes());
+    bytes[8..].copy_from_slice(&basis.written_at.get().to_le_bytes()[..7]);
+}
+
+fn read_basis(bytes: &[u8]) -> Basis {
+    let mut written_at = [0; 8];
+    written_at[..7].copy_from_slice(&bytes[8..]);
+    Basis {
+        tolerance_nanos: u64::from_le_bytes(bytes[..8].try_into().unwrap_or_default()),
+        written_at: Micros::saturating(i64::from_le_bytes(written_at)),
+    }
 }
 
 #[cfg(test)]
@@ -188,47 +240,109 @@ mod tests {
 
     use proptest::prelude::*;
 
+    /// The TAT of a decoded state, whatever its layout.
+    fn tat_of(value: &[u8]) -> Option<Ticks> {
+        decode_gcra_state(value).map(|(state, _)| state.tat)
+    }
+
+    const BASIS: Basis = Basis {
+        tolerance_nanos: 0x0A0B_0C0D,
+        written_at: Micros::saturating(0x0001_0203_0405_0607),
+    };
+
     #[test]
-    fn layout_is_the_tag_then_little_endian_ticks() {
-        let value = encode_gcra(Ticks::saturating(0x0102_0304));
-        assert_eq!(value, [0xF8, 4, 3, 2, 1, 0, 0, 0, 0, 0, 0, 0]);
-        assert_eq!(encode_gcra(Ticks::LATEST)[1..], [0xFF; 11]);
+    fn layout_is_the_tag_the_basis_then_little_endian_ticks() {
+        let value = encode_gcra(Ticks::saturating(0x0102_0304), BASIS);
+        assert_eq!(
+            value,
+            [
+                0xF8, 0x0D, 0x0C, 0x0B, 0x0A, 0, 0, 0, 0, 7, 6, 5, 4, 3, 2, 1, 4, 3, 2, 1, 0, 0, 0,
+                0, 0, 0, 0
+            ]
+        );
+        assert_eq!(encode_gcra(Ticks::LATEST, BASIS)[16..], [0xFF; 11]);
+        let warm = GcraState {
+            tat: Ticks::saturating(0x0102),
+            cold: Ticks::saturating(0x0304),
+        };
+        let value = encode_warm_gcra(warm, BASIS);
+        assert_eq!(value.len(), 38);
+        assert_eq!(
+            (value[0], &value[1..16]),
+            (0xFD, &encode_gcra(warm.tat, BASIS)[1..16])
+        );
+        assert_eq!(value[16..18], [2, 1]);
+        assert_eq!(value[27..29], [4, 3]);
+        assert_eq!(decode_gcra_state(&value), Some((warm, Some(BASIS))));
+    }
+
+    #[test]
+    fn the_first_releases_layouts_are_read_with_no_basis() {
+        let tat = Ticks::saturating(0x0102_0304);
+        let mut v1 = vec![0xF8, 4, 3, 2, 1];
+        v1.resize(12, 0);
+        assert_eq!(
+            decode_gcra_state(&v1),
+            Some((
+                GcraState {
+                    tat,
+                    cold: Ticks::ZERO
+                },
+                None
+            ))
+        );
+        let mut warm_v1 = v1.clone();
+        warm_v1[0] = 0xFD;
+        warm_v1.extend_from_slice(&[9, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(
+            decode_gcra_state(&warm_v1),
+            Some((
+                GcraState {
+                    tat,
+                    cold: Ticks::saturating(9)
+                },
+                None
+            ))
+        );
     }
 
     #[test]
     fn other_values_are_not_mistaken_for_state() {
-        let valid = encode_gcra(Micros::saturating(1_700_000_000_000_000).ticks());
-        assert!(decode_gcra(&valid).is_some());
-        assert_eq!(decode_gcra(b""), None);
-        assert_eq!(decode_gcra(b"hello world!"), None);
-        assert_eq!(decode_gcra(b"170000000000"), None);
-        assert_eq!(decode_gcra(&valid[..11]), None);
+        let valid = encode_gcra(Micros::saturating(1_700_000_000_000_000).ticks(), BASIS);
+        assert!(tat_of(&valid).is_some());
+        assert_eq!(tat_of(b""), None);
+        assert_eq!(tat_of(b"hello world!"), None);
+        assert_eq!(tat_of(b"170000000000"), None);
+        assert_eq!(tat_of(&valid[..26]), None);
         let mut longer = valid.to_vec();
         longer.push(0);
-        assert_eq!(decode_gcra(&longer), None);
-        let mut retagged = valid;
-        retagged[0] = 0xF9;
-        assert_eq!(decode_gcra(&retagged), None);
+        assert_eq!(tat_of(&longer), None);
+        for tag in [0xF9, 0xFD, 0xFF] {
+            let mut retagged = valid;
+            retagged[0] = tag;
+            assert_eq!(tat_of(&retagged), None);
+        }
     }
 
     #[test]
     fn redis_cell_states_are_read_as_nanoseconds() {
         let nanos = 1_795_282_310_692_123_456_u64;
-        let tat = decode_gcra(nanos.to_string().as_bytes()).unwrap();
+        let tat = tat_of(nanos.to_string().as_bytes()).unwrap();
         assert_eq!(
             tat,
             Ticks::saturating(i128::from(nanos) * Ticks::NANOSECOND.get())
         );
-        assert!(is_gcra_length(19) && is_gcra_length(12) && !is_gcra_length(18));
-        assert_eq!(decode_gcra(b"179528231069212345x"), None);
-        assert_eq!(decode_gcra(b"-79528231069212345"), None);
-        assert_eq!(decode_gcra(b"+795282310692123456"), None);
-        assert_eq!(decode_gcra(b"17952823106921234567"), None);
+        assert!(is_gcra_length(19) && is_gcra_length(12) && is_gcra_length(27));
+        assert!(!is_gcra_length(18));
+        assert_eq!(tat_of(b"179528231069212345x"), None);
+        assert_eq!(tat_of(b"-79528231069212345"), None);
+        assert_eq!(tat_of(b"+795282310692123456"), None);
+        assert_eq!(tat_of(b"17952823106921234567"), None);
     }
 
     #[test]
     fn a_blocked_value_wraps_any_state() {
-        let state = encode_gcra(Ticks::saturating(5));
+        let state = encode_gcra(Ticks::saturating(5), BASIS);
         let mut value = Vec::new();
         push_blocked_header(Micros::saturating(0x0001_0203_0405_0607), &mut value);
         value.extend_from_slice(&state);
@@ -246,20 +360,29 @@ mod tests {
             split_blocked(&[0xFF, 1]),
             (Micros::ZERO, Some(&[0xFF, 1][..]))
         );
-        assert!(is_state_length(is_gcra_length, 12) && is_state_length(is_gcra_length, 20));
-        assert!(is_state_length(is_gcra_length, 27) && is_state_length(is_gcra_length, 8));
+        assert!(is_state_length(is_gcra_length, 27) && is_state_length(is_gcra_length, 35));
+        assert!(is_state_length(is_gcra_length, 20) && is_state_length(is_gcra_length, 8));
         assert!(!is_state_length(is_gcra_length, 13) && !is_state_length(is_gcra_length, 7));
     }
 
     proptest! {
         #[test]
-        fn round_trips(tat in 0..=Ticks::LATEST.get()) {
-            prop_assert_eq!(decode_gcra(&encode_gcra(Ticks::saturating(tat))), Some(Ticks::saturating(tat)));
+        fn round_trips(
+            tat in 0..=Ticks::LATEST.get(),
+            cold in 0..=Ticks::LATEST.get(),
+            tolerance_nanos in any::<u64>(),
+            written_at in 0..1_i64 << 56,
+        ) {
+            let basis = Basis { tolerance_nanos, written_at: Micros::saturating(written_at) };
+            let state = GcraState { tat: Ticks::saturating(tat), cold: Ticks::saturating(cold) };
+            let warm = GcraState { cold: Ticks::ZERO, ..state };
+            prop_assert_eq!(decode_gcra_state(&encode_gcra(state.tat, basis)), Some((warm, Some(basis))));
+            prop_assert_eq!(decode_gcra_state(&encode_warm_gcra(state, basis)), Some((state, Some(basis))));
         }
 
         #[test]
-        fn utf8_text_is_never_state(text in ".{12}") {
-            prop_assert_eq!(decode_gcra(text.as_bytes()), None);
+        fn utf8_text_is_never_state(text in "(.{12}|.{23}|.{27}|.{38})") {
+            prop_assert_eq!(tat_of(text.as_bytes()), None);
         }
     }
 }

@@ -15,7 +15,7 @@
 //! `T * (4 * cold / period - 1)`; below, `T`. A missing key is the coldest.
 
 use super::params::ParamError;
-use super::time::{Ticks, Unit};
+use super::time::{Micros, Ticks, Unit};
 use super::verdict::{RetryAfter, Verdict};
 
 /// A GCRA limiter's parameters, validated.
@@ -38,6 +38,17 @@ pub struct GcraState {
     pub tat: Ticks,
     /// How cold the limiter was at `tat`, from 0 (warm) to the warm-up period.
     pub cold: Ticks,
+}
+
+/// What a stored state was written under: the tolerance of the parameters of the call that
+/// wrote it, and when. A call whose tolerance differs reads the state as the share of the
+/// bucket in use at that instant, carried over to its own ([`Gcra::carried`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Basis {
+    /// `tau` in whole nanoseconds (`tau` never exceeds [`Ticks::MAX_SPAN`], so this fits).
+    pub tolerance_nanos: u64,
+    /// The instant the state was decided at.
+    pub written_at: Micros,
 }
 
 /// The decision for one request and the state to store.
@@ -177,6 +188,55 @@ impl Gcra {
                 reset_after: backlog,
             },
             new_state: Some(GcraState { tat: new_tat, cold }),
+        }
+    }
+
+    /// The basis of a state these parameters decide at `at`.
+    pub fn basis(&self, at: Micros) -> Basis {
+        Basis {
+            tolerance_nanos: self.tolerance_nanos(),
+            written_at: at,
+        }
+    }
+
+    /// `tau` in whole nanoseconds: what a state keeps of it.
+    fn tolerance_nanos(&self) -> u64 {
+        (self.tolerance.get() / Ticks::NANOSECOND.get()) as u64
+    }
+
+    /// A stored state as these parameters read it. Written under another tolerance (another
+    /// rate or burst), what was in use of the bucket when it was written carries over as the
+    /// same share of this bucket, decided as of that instant: the new rate then drains it, so
+    /// a change takes effect at once either way, and no debt is ever counted in the old
+    /// rate's units. A share is at most the whole bucket (a `FORCE`d debt beyond it is
+    /// clamped). Any call reading the same state with the same parameters reads the same
+    /// TAT, so a refusal's `retry_after` holds whether or not anything is written meanwhile.
+    ///
+    /// A state written under these parameters, or by a layout that kept no basis (an
+    /// earlier release's, redis-cell's), is read as it is: a redis-cell user who never
+    /// changes parameters gets redis-cell's replies. The coldness of a warm-up is time, not a
+    /// share of the bucket: it is kept.
+    pub fn carried(&self, state: GcraState, basis: Option<Basis>) -> GcraState {
+        match basis {
+            Some(basis) if basis.tolerance_nanos != self.tolerance_nanos() => {
+                let written_at = basis.written_at.ticks();
+                let old = i128::from(basis.tolerance_nanos) * Ticks::NANOSECOND.get();
+                let in_use = (state.tat - written_at).get().clamp(0, old);
+                // A ratio of spans below 2^88 ticks: a double's 53 bits hold it to about 1
+                // part in 10^15, rounded up so that a share is never under its exact value.
+                let share = if old == 0 {
+                    0.0
+                } else {
+                    in_use as f64 / old as f64
+                };
+                let carried = (share * self.tolerance.get() as f64).ceil() as i128;
+                GcraState {
+                    tat: (written_at + Ticks::saturating(carried.min(self.tolerance.get())))
+                        .min(Ticks::LATEST),
+                    cold: state.cold,
+                }
+            }
+            _ => state,
         }
     }
 

@@ -14,7 +14,7 @@ use super::codec::{
     decode_gcra_state, encode_gcra, encode_warm_gcra, is_gcra_length, is_state_length,
     push_blocked_header, split_blocked, Placement,
 };
-use super::gcra::Gcra;
+use super::gcra::{Gcra, GcraState};
 use super::lease::LeaseLimiter;
 use super::load::{is_load_length, LoadGate};
 use super::log::{LogLimiter, SlidingLog};
@@ -290,6 +290,14 @@ pub fn force_string(
     })
 }
 
+/// A stored `CL.THROTTLE` state as `gcra` reads it: carried over to its parameters when
+/// written under others ([`Gcra::carried`]).
+#[inline(always)]
+fn read_gcra(gcra: &Gcra, state: &[u8]) -> Result<GcraState, StateError> {
+    let (state, basis) = decode_gcra_state(state).ok_or(StateError::Foreign)?;
+    Ok(gcra.carried(state, basis))
+}
+
 /// [`force_string`] for a GCRA that warms up: the whole quantity charged at once at its
 /// cold cost ([`Gcra::force_warming`]), from the end of a block in force if there is one (as
 /// the parts of any other forced take are placed after it).
@@ -301,14 +309,14 @@ fn force_warming(
     value: &mut Vec<u8>,
 ) -> Result<StringDecision, StateError> {
     let (blocked_until, own_state) = stored.map_or((Micros::ZERO, None), split_blocked);
-    let state = own_state
-        .map(|state| decode_gcra_state(state).ok_or(StateError::Foreign))
-        .transpose()?;
-    let at = block::in_force(blocked_until, now).unwrap_or(now);
-    let outcome = gcra.force_warming(state, at.not_before_epoch().ticks(), quantity);
+    let state = own_state.map(|state| read_gcra(gcra, state)).transpose()?;
+    let at = block::in_force(blocked_until, now)
+        .unwrap_or(now)
+        .not_before_epoch();
+    let outcome = gcra.force_warming(state, at.ticks(), quantity);
     let new_state = outcome.new_state.ok_or(StateError::Foreign)?;
     value.clear();
-    value.extend_from_slice(&encode_warm_gcra(new_state));
+    value.extend_from_slice(&encode_warm_gcra(new_state, gcra.basis(at)));
     Ok(StringDecision {
         verdict: Verdict {
             remaining: if at > now {
@@ -390,19 +398,18 @@ fn decide_own(
     let quantity = request.quantity;
     match (limiter, request.action) {
         (Limiter::Throttle(gcra), action) => {
-            let stored = stored
-                .map(|state| decode_gcra_state(state).ok_or(StateError::Foreign))
-                .transpose()?;
-            let now = now.not_before_epoch().ticks();
+            let stored = stored.map(|state| read_gcra(gcra, state)).transpose()?;
+            let at = now.not_before_epoch();
+            let now = at.ticks();
             let outcome = match action {
                 Action::Take => gcra.apply(stored, now, quantity),
                 Action::Refund => gcra.refund(stored, now, quantity),
             };
             if let Some(state) = outcome.new_state {
                 if gcra.warms_up() {
-                    value.extend_from_slice(&encode_warm_gcra(state));
+                    value.extend_from_slice(&encode_warm_gcra(state, gcra.basis(at)));
                 } else {
-                    value.extend_from_slice(&encode_gcra(state.tat));
+                    value.extend_from_slice(&encode_gcra(state.tat, gcra.basis(at)));
                 }
             }
             Ok(Own {

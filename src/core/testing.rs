@@ -74,6 +74,16 @@ impl Key {
         (verdicts[0], settled)
     }
 
+    /// Stores `value` as the key's whole value, expiring at `expire_at`: a state another
+    /// release (or module) wrote.
+    pub fn memory_set(&mut self, value: &[u8], expire_at: Micros) {
+        let effect = super::effect::Effect::Set {
+            value,
+            expire_at: expire_at.ceil_millis(),
+        };
+        self.memory.seed(NAME, &effect);
+    }
+
     /// Decides without storing anything: what a `_RO` variant replies.
     pub fn dry(&self, now: Micros, request: Request) -> Verdict {
         self.run(now, request, false)

@@ -111,6 +111,15 @@ impl Memory {
         Ok((verdicts, settled?))
     }
 
+    /// Applies `effect` to `key` on the master and its replica alike: what was there before
+    /// a test's calls (a state another release wrote).
+    pub fn seed(&self, key: &str, effect: &Effect) {
+        self.apply(key, effect);
+        if let Some(replica) = &self.replica {
+            replica.apply(key, effect);
+        }
+    }
+
     /// Applies `effect` to `key` as a copy does (a replica, an AOF replay): the native
     /// effects through the engine, the string ones as the server applies its own commands.
     pub fn apply(&self, key: &str, effect: &Effect) {

@@ -5,7 +5,7 @@ use proptest::prelude::*;
 
 use super::*;
 use crate::core::testing::*;
-use crate::core::time::{Micros, Unit};
+use crate::core::time::{Micros, Ticks, Unit};
 use crate::core::windows::Algorithm;
 
 #[test]
@@ -210,6 +210,196 @@ proptest! {
         if let Some(end) = block_end {
             let reply = key.dry(end.max(now), take(0));
             prop_assert_eq!(reply.remaining == 0 && reply.limited, false);
+        }
+    }
+}
+
+/// `CL.THROTTLE`'s parameters, in seconds as redis-cell's tests give them.
+fn throttle(max_burst: i64, count: i64, period: i64) -> Limiter {
+    Limiter::Throttle(Gcra::new(max_burst, count, period, Unit::Seconds).unwrap())
+}
+
+/// A reply in seconds, rounded as redis-cell rounds.
+fn in_seconds(verdict: Verdict) -> [i64; 5] {
+    verdict.to_reply(Unit::Seconds, crate::core::time::Rounding::RedisCell)
+}
+
+#[test]
+fn a_rate_raised_a_hundredfold_takes_effect_at_once() {
+    // The case: one request at 1 per second, then the rate raised to 100 per second.
+    let mut key = Key::new(throttle(10, 1, 1));
+    assert_eq!(in_seconds(key.call(T0, take(1))), [0, 11, 10, -1, 1]);
+    key.limiter = throttle(10, 100, 1);
+    // What was used (1 of 11) is 1 of 11 at the new rate: 10 ms, not the old rate's 1 s.
+    let at = T0 + Micros::saturating(10);
+    let verdict = key.call(at, take(1));
+    assert!(!verdict.limited);
+    assert_eq!(verdict.remaining, 9);
+    assert_eq!(
+        verdict.reset_after.ceil_micros(),
+        Micros::saturating(19_990)
+    );
+    // And it stays the new rate's: ten more fit, then one every 10 ms.
+    assert_eq!(in_seconds(key.call(at, take(9))), [0, 11, 0, -1, 1]);
+    let refused = key.call(at, take(1));
+    assert!(refused.limited);
+    // The next unit at the new rate: 10 ms after the first call's share, carried.
+    assert_eq!(
+        refused.retry_after.or(Ticks::ZERO).ceil_micros(),
+        Micros::saturating(9_990)
+    );
+}
+
+#[test]
+fn the_gateways_threshold_raised_online_admits_the_caller() {
+    // examples/nginx's default threshold, "500 1 100000000" (a bucket of 500, one more each
+    // 100 s), then that caller's raised a hundredfold, "5 1 1000000".
+    let mut key = Key::new(throttle(499, 1, 100));
+    for _ in 0..5 {
+        key.call(T0, take(1));
+    }
+    key.limiter = throttle(4, 1, 1);
+    let verdict = key.call(T0 + ms(1), take(1));
+    assert!(!verdict.limited, "{verdict:?}");
+    // 5 of 500 in use is 1% of the bucket of 5: three whole units more fit.
+    assert_eq!(verdict.remaining, 3);
+}
+
+#[test]
+fn a_rate_lowered_keeps_the_share_in_use_and_refuses_at_once() {
+    let mut key = Key::new(throttle(10, 100, 1));
+    assert_eq!(in_seconds(key.call(T0, take(11))), [0, 11, 0, -1, 1]);
+    key.limiter = throttle(10, 1, 1);
+    // The bucket was full: it is full at the new rate, the next unit in 1 s.
+    let verdict = key.call(T0, take(1));
+    assert_eq!(in_seconds(verdict), [1, 11, 0, 1, 11]);
+    assert_eq!(
+        verdict.retry_after.or(Ticks::ZERO),
+        Micros::saturating(1_000_000).ticks()
+    );
+    // Half the burst, the same rate: the share in use (all of it) fills the smaller bucket.
+    key.limiter = throttle(4, 1, 1);
+    assert_eq!(in_seconds(key.dry(T0, take(0))), [0, 5, 0, -1, 5]);
+}
+
+#[test]
+fn a_refusal_after_a_change_holds_its_retry_after_whatever_happens_meanwhile() {
+    let mut key = Key::new(throttle(4, 1, 1));
+    key.call(T0, take(5));
+    key.limiter = throttle(4, 10, 1);
+    let refused = key.call(T0 + ms(50), take(5));
+    assert!(refused.limited);
+    let wait = refused.retry_after.or(Ticks::ZERO).ceil_micros();
+    // Dry runs and refusals between write nothing, and change nothing of the answer.
+    key.dry(T0 + ms(60), take(1));
+    assert!(key.call(T0 + ms(70), take(5)).limited);
+    let at = T0 + ms(50) + wait;
+    assert!(key.call(at - Micros::saturating(1), take(5)).limited);
+    assert!(!key.call(at, take(5)).limited);
+}
+
+#[test]
+fn an_earlier_releases_state_is_read_under_the_calls_parameters() {
+    // The first releases' layout (and redis-cell's) kept no basis: read as today.
+    let tat = (T0 + ms(2_000)).ticks().get();
+    let mut v1 = vec![0xF8];
+    v1.extend_from_slice(&tat.to_le_bytes()[..11]);
+    for limiter in [throttle(4, 1, 1), throttle(4, 100, 1)] {
+        let mut key = Key::new(limiter);
+        key.memory_set(&v1, T0 + ms(2_000));
+        // Two seconds of debt in either rate's units, as before this release.
+        let verdict = key.dry(T0, take(0));
+        assert_eq!(verdict.reset_after, ms(2_000).ticks(), "{limiter:?}");
+    }
+}
+
+/// A fluid token bucket in floating point: `used` units of `capacity` at `since`, draining
+/// at `rate` units per second, a change of parameters carrying the share in use at the last
+/// write. What the GCRA's replies must agree with, away from ties.
+struct FluidBucket {
+    capacity: f64,
+    rate: f64,
+    used: f64,
+    since: f64,
+    /// When the key expires, in seconds: when the bucket written last empties at the rate
+    /// of the parameters that wrote it, rounded up to a millisecond, as a key's expiry is.
+    /// A key gone is a full bucket, whatever the parameters now.
+    expires: f64,
+}
+
+impl FluidBucket {
+    /// Whether `quantity` fits at `now` (`None` within a hair of the edge), charging it when
+    /// it does.
+    fn take(&mut self, now: f64, quantity: f64) -> Option<bool> {
+        if (now - self.expires).abs() < 1e-7 {
+            return None;
+        }
+        if now > self.expires {
+            self.used = 0.0;
+        }
+        let used = (self.used - (now - self.since) * self.rate).max(0.0);
+        let room = self.capacity - used - quantity;
+        if room.abs() < 1e-6 * self.capacity.max(1.0) {
+            return None;
+        }
+        if room > 0.0 {
+            self.charge(now, used + quantity);
+        }
+        Some(room > 0.0)
+    }
+
+    /// Stores `used` at `now`, as an admitted request writes its state.
+    fn charge(&mut self, now: f64, used: f64) {
+        self.used = used;
+        self.since = now;
+        self.expires = ((now + used / self.rate) * 1e3 - 1e-9).ceil() / 1e3;
+    }
+
+    fn change(&mut self, capacity: f64, rate: f64) {
+        self.used = self.used.min(self.capacity) / self.capacity * capacity;
+        (self.capacity, self.rate) = (capacity, rate);
+    }
+}
+
+proptest! {
+    /// Any parameters, any change between them, any requests: the GCRA admits what the fluid
+    /// model admits, the share in use carried over at each change.
+    #[test]
+    fn changed_parameters_carry_the_share_in_use(
+        phases in proptest::collection::vec(
+            (0i64..20, 1i64..50, 1i64..10, proptest::collection::vec((0i64..700, 1u64..8), 1..12)),
+            1..5,
+        ),
+    ) {
+        let mut key: Option<Key> = None;
+        let mut model = FluidBucket { capacity: 1.0, rate: 1.0, used: 0.0, since: 0.0, expires: 0.0 };
+        let mut now = T0;
+        for (max_burst, count, period, requests) in phases {
+            let limiter = throttle(max_burst, count, period);
+            let (capacity, rate) = ((max_burst + 1) as f64, count as f64 / period as f64);
+            match key.as_mut() {
+                Some(key) => {
+                    key.limiter = limiter;
+                    model.change(capacity, rate);
+                }
+                None => {
+                    key = Some(Key::new(limiter));
+                    model = FluidBucket { capacity, rate, used: 0.0, since: 0.0, expires: 0.0 };
+                }
+            }
+            let key = key.as_mut().unwrap();
+            for (step, quantity) in requests {
+                now = now + ms(step);
+                let seconds = (now - T0).get() as f64 / 1e6;
+                let admitted = !key.call(now, take(quantity)).limited;
+                if let Some(expected) = model.take(seconds, quantity as f64) {
+                    prop_assert_eq!(admitted, expected, "at {} s, {} of {}", seconds, quantity, capacity);
+                } else if admitted {
+                    // At an edge: follow what the GCRA did.
+                    let left = if seconds >= model.expires { 0.0 } else { model.used - (seconds - model.since) * model.rate };
+                    model.charge(seconds, left.max(0.0) + quantity as f64);
+                }
+            }
         }
     }
 }

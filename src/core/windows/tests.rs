@@ -302,7 +302,13 @@ fn other_values_are_refused() {
     longer.push(0);
     assert_eq!(apply(&fixed, &longer), Err(StateError::Foreign));
     assert_eq!(apply(&sliding, &longer), Err(StateError::OtherAlgorithm));
-    let gcra_state = crate::core::codec::encode_gcra(Ticks::saturating(1));
+    let gcra_state = crate::core::codec::encode_gcra(
+        Ticks::saturating(1),
+        crate::core::gcra::Basis {
+            tolerance_nanos: 1,
+            written_at: Micros::ZERO,
+        },
+    );
     assert_eq!(apply(&fixed, &gcra_state), Err(StateError::Foreign));
     assert_eq!(apply(&fixed, b"hello world"), Err(StateError::Foreign));
     assert_eq!(apply(&buckets, b""), Err(StateError::Foreign));

@@ -285,7 +285,8 @@ fn mutate(rng: &mut Rng, bytes: &mut Vec<u8>, now_us: i64) {
             }
             _ => {
                 let at = rng.below(bytes.len());
-                bytes[at] = *rng.pick(&[0x00, 0xFF, 0xF8, 0xF9, 0xFA, 0xFB, 0xFC, 0xFD, 0xFE]);
+                bytes[at] =
+                    *rng.pick(&[0x00, 0xFF, 0xF6, 0xF8, 0xF9, 0xFA, 0xFB, 0xFC, 0xFD, 0xFE]);
             }
         }
     }
@@ -321,10 +322,11 @@ fn scratch_state(rng: &mut Rng, now_us: i64) -> Vec<u8> {
     let (tag, lengths): (u8, &[usize]) = *rng.pick(&[
         (0xF8, &[12, 27][..]),
         (0xFD, &[23, 38]),
-        (0xF9, &[9, 10, 12, 16]),
-        (0xFA, &[10, 12, 16, 24]),
-        (0xFE, &[9, 10, 12, 16]),
+        (0xF9, &[9, 10, 12, 16, 24]),
+        (0xFA, &[10, 11, 12, 14, 16, 20, 24, 32]),
+        (0xFE, &[9, 10, 12, 16, 24]),
         (0xFC, &[31, 34, 40, 60]),
+        (0xF6, &[37, 39, 40, 42, 48, 68]),
         (0xFB, &[14, 20]),
         (0xFF, &[8, 20, 31]),
         (0xF7, &[38, 39, 60, 120]),

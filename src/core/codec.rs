@@ -1,6 +1,6 @@
 //! The byte layout of the values the module keeps in ordinary Redis string keys.
 //!
-//! Every value starts with a tag byte from `0xF8..=0xFF`. Those bytes never occur in UTF-8
+//! Every value starts with a tag byte from `0xF5..=0xFF`. Those bytes never occur in UTF-8
 //! text, so a value written by anything else (text, JSON, a number) is never mistaken for
 //! a limiter's state, and the tag tells which command (and which layout version) wrote it:
 //! one command never reinterprets another's key.

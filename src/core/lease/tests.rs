@@ -219,14 +219,15 @@ impl Model {
 
 #[derive(Clone, Debug)]
 enum Op {
-    Acquire(u64),
+    /// A quantity, under a limit of its own: a changed limit applies to the leases held.
+    Acquire(u64, u64),
     Release(usize),
     Renew(usize, i64),
 }
 
 fn ops() -> impl Strategy<Value = Vec<(i64, Op)>> {
     let op = prop_oneof![
-        5 => (0u64..5).prop_map(Op::Acquire),
+        5 => (0u64..5, 1u64..8).prop_map(|(quantity, limit)| Op::Acquire(quantity, limit)),
         2 => any::<usize>().prop_map(Op::Release),
         2 => (any::<usize>(), 1i64..3_000).prop_map(|(i, lease)| Op::Renew(i, lease)),
     ];
@@ -236,11 +237,9 @@ fn ops() -> impl Strategy<Value = Vec<(i64, Op)>> {
 proptest! {
     #[test]
     fn never_more_than_the_limit_held_and_every_reply_exact(
-        limit in 1u64..8,
         lease in 1i64..2_000,
         history in ops(),
     ) {
-        let limiter = LeaseLimiter::new(limit as i64, lease, Unit::Microseconds).unwrap();
         let mut set = LeaseSet::default();
         let mut model = Model::default();
         let mut issued: Vec<u64> = Vec::new();
@@ -248,7 +247,9 @@ proptest! {
         for (step, op) in history {
             now = now + Micros::saturating(step);
             match op {
-                Op::Acquire(quantity) => {
+                Op::Acquire(quantity, limit) => {
+                    // What is held counts against the limit of each call, raised or lowered.
+                    let limiter = LeaseLimiter::new(limit as i64, lease, Unit::Microseconds).unwrap();
                     let before = set.clone();
                     let held = model.held(now);
                     let dry = limiter.inspect(Some(&set), now, quantity);
@@ -274,6 +275,7 @@ proptest! {
                     } else {
                         prop_assert_eq!(retry, None);
                     }
+                    prop_assert!(!fits || model.held(now) <= limit);
                 }
                 Op::Release(pick) => {
                     let id = if issued.is_empty() { 1 } else { issued[pick % issued.len()] };
@@ -291,10 +293,10 @@ proptest! {
                     }
                 }
             }
-            prop_assert!(model.held(now) <= limit);
             prop_assert_eq!(set.live(now).0, model.held(now));
             let ends: Vec<Micros> = set.leases().map(|l| l.ends).collect();
             prop_assert!(ends.windows(2).all(|pair| pair[0] <= pair[1]), "kept in order");
+            let limiter = LeaseLimiter::new(8, lease, Unit::Microseconds).unwrap();
             let reset = limiter.inspect(Some(&set), now, 0).reset_after;
             let last = model.leases.iter().map(|l| l.ends).filter(|&e| e > now).max();
             prop_assert_eq!(reset, last.map_or(Ticks::ZERO, |e| (e - now).ticks()));

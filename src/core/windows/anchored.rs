@@ -5,8 +5,9 @@
 //! window ends starts the next one.
 //!
 //! Layout, `FIXED`'s with its own tag: the tag, 7 bytes holding the window's start in
-//! microseconds (54 bits) and the counter's width (2 bits), then the count in the fewest of
-//! 1, 2, 4 or 8 bytes that holds both it and the limit.
+//! microseconds (54 bits) and the counter's width (2 bits), then the limit and the count,
+//! each in the fewest of 1, 2, 4 or 8 bytes that holds both. The first releases kept no
+//! limit (the count alone), still read.
 
 use super::{
     ceil_millis, is_window_tag, read_le, width_code, StateError, WindowCounts, WindowLimiter,
@@ -29,7 +30,14 @@ struct Anchored {
 impl WindowLimiter {
     /// The window `now` falls in, given the stored state: the stored one while it lasts (a
     /// clock behind its start keeps counting in it), else a new one starting at `now`.
-    fn load_anchored(&self, stored: Option<&[u8]>, now: i64) -> Result<Anchored, StateError> {
+    /// With `carry`, the count as a share of this limiter's limit
+    /// ([`WindowLimiter::carried`]); without, as counted.
+    fn load_anchored(
+        &self,
+        stored: Option<&[u8]>,
+        now: i64,
+        carry: bool,
+    ) -> Result<Anchored, StateError> {
         let fresh = Anchored {
             start: now,
             count: 0,
@@ -37,9 +45,16 @@ impl WindowLimiter {
         let Some(stored) = stored else {
             return Ok(fresh);
         };
-        let stored = decode(stored)?;
+        let (stored, stored_limit) = decode(stored)?;
         Ok(if now < stored.start.saturating_add(self.window) {
-            stored
+            Anchored {
+                count: if carry {
+                    self.carried(stored.count, stored_limit)
+                } else {
+                    stored.count
+                },
+                ..stored
+            }
         } else {
             fresh
         })
@@ -75,7 +90,7 @@ impl WindowLimiter {
         quantity: u64,
         value: &mut Vec<u8>,
     ) -> Result<WindowOutcome, StateError> {
-        let mut state = self.load_anchored(stored, now)?;
+        let mut state = self.load_anchored(stored, now, true)?;
         let fits = quantity <= self.limit;
         // The stored count is read from the key's bytes: checked, whatever it holds.
         let admitted = fits
@@ -110,7 +125,7 @@ impl WindowLimiter {
         quantity: u64,
         value: &mut Vec<u8>,
     ) -> Result<WindowRefund, StateError> {
-        let mut state = self.load_anchored(stored, now)?;
+        let mut state = self.load_anchored(stored, now, true)?;
         let returned = quantity.min(state.count);
         state.count -= returned;
         if returned > 0 {
@@ -133,7 +148,7 @@ impl WindowLimiter {
         stored: Option<&[u8]>,
         now: i64,
     ) -> Result<WindowCounts, StateError> {
-        let state = self.load_anchored(stored, now)?;
+        let state = self.load_anchored(stored, now, false)?;
         let ends = if state.count > 0 {
             self.anchored_end(&state)
         } else {
@@ -152,12 +167,14 @@ impl WindowLimiter {
         value.push(TAG);
         let header = state.start.max(0) as u64 | width_code << START_BITS;
         value.extend_from_slice(&header.to_le_bytes()[..HEADER_LEN - 1]);
+        value.extend_from_slice(&self.limit.to_le_bytes()[..1 << width_code]);
         value.extend_from_slice(&state.count.to_le_bytes()[..1 << width_code]);
     }
 }
 
-/// Reads an `ANCHORED` state.
-fn decode(value: &[u8]) -> Result<Anchored, StateError> {
+/// Reads an `ANCHORED` state, and the limit it was counted under (`None` in the first
+/// releases' layout).
+fn decode(value: &[u8]) -> Result<(Anchored, Option<u64>), StateError> {
     let (&tag, rest) = value.split_first().ok_or(StateError::Foreign)?;
     if tag != TAG {
         return Err(if is_window_tag(tag) {
@@ -170,11 +187,17 @@ fn decode(value: &[u8]) -> Result<Anchored, StateError> {
         .split_at_checked(HEADER_LEN - 1)
         .ok_or(StateError::Foreign)?;
     let header = read_le(header);
-    if body.len() != 1 << (header >> START_BITS) {
-        return Err(StateError::Foreign);
-    }
-    Ok(Anchored {
-        start: (header & ((1 << START_BITS) - 1)) as i64,
-        count: read_le(body),
-    })
+    let width = 1 << (header >> START_BITS);
+    let (limit, count) = match body.len() {
+        len if len == 2 * width => (Some(read_le(&body[..width])), &body[width..]),
+        len if len == width => (None, body),
+        _ => return Err(StateError::Foreign),
+    };
+    Ok((
+        Anchored {
+            start: (header & ((1 << START_BITS) - 1)) as i64,
+            count: read_le(count),
+        },
+        limit,
+    ))
 }

@@ -223,16 +223,17 @@ fn states_are_compact() {
         key.call(T0, 1);
         key.value.unwrap().len()
     };
-    assert_eq!(length(100, Algorithm::Fixed), 9);
-    assert_eq!(length(1_000, Algorithm::Fixed), 10);
-    assert_eq!(length(100_000, Algorithm::Fixed), 12);
-    assert_eq!(length(1 << 40, Algorithm::Fixed), 16);
-    assert_eq!(length(100, Algorithm::Sliding), 10);
-    assert_eq!(length(1_000, Algorithm::Sliding), 12);
+    // The header, then the limit and each count in the width that holds them all.
+    assert_eq!(length(100, Algorithm::Fixed), 10);
+    assert_eq!(length(1_000, Algorithm::Fixed), 12);
+    assert_eq!(length(100_000, Algorithm::Fixed), 16);
+    assert_eq!(length(1 << 40, Algorithm::Fixed), 24);
+    assert_eq!(length(100, Algorithm::Sliding), 11);
+    assert_eq!(length(1_000, Algorithm::Sliding), 14);
     // A bucket log: the tag, one entry (2 bytes and the count), the trailer.
-    assert_eq!(length(100, Algorithm::Buckets(60)), 32);
-    assert_eq!(length(1_000, Algorithm::Buckets(60)), 33);
-    assert_eq!(length(100, Algorithm::Buckets(3_600)), 32);
+    assert_eq!(length(100, Algorithm::Buckets(60)), 40);
+    assert_eq!(length(1_000, Algorithm::Buckets(60)), 41);
+    assert_eq!(length(100, Algorithm::Buckets(3_600)), 40);
 }
 
 #[test]
@@ -242,24 +243,52 @@ fn layout_is_tag_start_width_then_counts_oldest_first() {
     let start = (T0 + ms(2_000)) as u64 | (1 << START_BITS);
     let mut expected = vec![SLIDING_TAG];
     expected.extend_from_slice(&start.to_le_bytes()[..7]);
-    expected.extend_from_slice(&[0, 0, 3, 0]);
+    // The limit (1,000), then the previous count (0) and the current one (3).
+    expected.extend_from_slice(&[0xE8, 0x03, 0, 0, 3, 0]);
     assert_eq!(key.value.unwrap(), expected);
 }
 
 #[test]
-fn changing_the_limit_applies_to_what_is_already_counted() {
-    let mut key = Key::new(5, 1_000, Algorithm::Fixed);
-    key.call(T0, 5);
-    key.limiter = WindowLimiter::new(3, 1_000, Unit::Milliseconds, Algorithm::Fixed).unwrap();
-    assert_eq!(key.call(T0 + ms(100), 0), [1, 3, 0, 900, 900]);
-    assert_eq!(key.call(T0 + ms(100), 1), [1, 3, 0, 900, 900]);
-    key.limiter = WindowLimiter::new(300, 1_000, Unit::Milliseconds, Algorithm::Fixed).unwrap();
-    assert_eq!(key.call(T0 + ms(200), 295), [0, 300, 0, -1, 800]);
-    // Counts above 255 widen the counters.
-    assert_eq!(key.value.as_ref().unwrap().len(), 10);
-    key.limiter = WindowLimiter::new(5, 1_000, Unit::Milliseconds, Algorithm::Fixed).unwrap();
+fn a_changed_limit_reads_what_is_counted_as_the_same_share_of_it() {
+    let limit = |limit| WindowLimiter::new(limit, 1_000, Unit::Milliseconds, Algorithm::Fixed);
+    let mut key = Key::new(10, 1_000, Algorithm::Fixed);
+    key.call(T0, 4);
+    // Raised tenfold: 4 of 10 is 40 of 100, and 60 more fit.
+    key.limiter = limit(100).unwrap();
+    assert_eq!(key.call(T0 + ms(100), 0), [0, 100, 60, -1, 900]);
+    assert_eq!(key.call(T0 + ms(100), 60), [0, 100, 0, -1, 900]);
+    assert_eq!(key.call(T0 + ms(100), 1), [1, 100, 0, 900, 900]);
+    // Lowered: all of 100 is all of 3; a share is rounded up, never under what was used.
+    key.limiter = limit(3).unwrap();
+    assert_eq!(key.call(T0 + ms(200), 1), [1, 3, 0, 800, 800]);
+    key.limiter = limit(1_000).unwrap();
+    key.call(T0 + ms(200), 0);
+    key.limiter = limit(7).unwrap();
+    assert_eq!(key.call(T0 + ms(200), 0), [0, 7, 0, -1, 800]);
+    // The next window starts empty, under the limit of the call.
+    key.limiter = limit(5).unwrap();
     assert_eq!(key.call(T0 + ms(1_000), 1), [0, 5, 4, -1, 1_000]);
-    assert_eq!(key.value.as_ref().unwrap().len(), 9);
+    assert_eq!(key.value.as_ref().unwrap().len(), 10);
+}
+
+#[test]
+fn a_share_is_rounded_up_and_clamped_to_the_limit() {
+    let limiter = WindowLimiter::new(6, 1_000, Unit::Milliseconds, Algorithm::Fixed).unwrap();
+    assert_eq!(limiter.carried(5, Some(501)), 1);
+    assert_eq!(limiter.carried(0, Some(501)), 0);
+    assert_eq!(limiter.carried(501, Some(501)), 6);
+    assert_eq!(limiter.carried(9_999, Some(501)), 6);
+    assert_eq!(limiter.carried(3, Some(6)), 3);
+    assert_eq!(
+        limiter.carried(9, Some(6)),
+        9,
+        "the same limit: read as it is"
+    );
+    assert_eq!(limiter.carried(9, None), 9, "no limit kept: read as it is");
+    let huge = WindowLimiter::new(i64::MAX, 1_000, Unit::Milliseconds, Algorithm::Fixed).unwrap();
+    assert_eq!(huge.carried(u64::MAX, Some(u64::MAX)), i64::MAX as u64);
+    assert_eq!(huge.carried(1, Some(u64::MAX)), 1);
+    assert_eq!(huge.carried(u64::MAX, Some(2)), i64::MAX as u64);
 }
 
 #[test]
@@ -298,8 +327,9 @@ fn other_values_are_refused() {
     assert_eq!(apply(&sliding, &value), Err(StateError::OtherAlgorithm));
     assert_eq!(apply(&buckets, &value), Err(StateError::OtherAlgorithm));
     assert_eq!(apply(&fixed, &value[..8]), Err(StateError::Foreign));
+    // One counter more is the limit this release keeps; two more fit no layout.
     let mut longer = value.clone();
-    longer.push(0);
+    longer.extend_from_slice(&[0, 0]);
     assert_eq!(apply(&fixed, &longer), Err(StateError::Foreign));
     assert_eq!(apply(&sliding, &longer), Err(StateError::OtherAlgorithm));
     let gcra_state = crate::core::codec::encode_gcra(
@@ -687,4 +717,70 @@ fn counts_are_read_as_the_calls_read_them() {
         .limiter
         .counts(None, Micros::saturating(T0))
         .is_none());
+}
+
+proptest! {
+    /// Any history under one limit, read under another: what was counted is the same share
+    /// of the new limit, rounded up, at most all of it, each count on its own (the previous
+    /// window's and the current one's of `SLIDING`), and for `BUCKETS` the window's total,
+    /// to within one (its running sums are carried before the buckets that left go).
+    #[test]
+    fn a_changed_limit_reads_the_share_in_use(
+        (algorithm, limit, window, stream) in setup(),
+        new_limit in 1u64..40,
+        later in 0i64..3,
+    ) {
+        let Some(limiter) = limiter(algorithm, limit, window) else { return Ok(()) };
+        let mut key = Key::with(limiter);
+        let mut model = Model { limit, window, algorithm, admitted: Vec::new() };
+        let mut now = T0;
+        for (step, quantity) in stream {
+            now += step;
+            key.outcome(now, quantity);
+            model.decide(now, quantity);
+        }
+        now += later * window / 3;
+        let carried = |count: u64| {
+            if new_limit == limit {
+                count
+            } else {
+                (count.min(limit) * new_limit).div_ceil(limit)
+            }
+        };
+        key.limiter = self::limiter(algorithm, new_limit, window).unwrap();
+        let remaining = key.outcome(now, 0).verdict.remaining;
+        let current = model.bucket(now);
+        let expected = match algorithm {
+            Algorithm::Fixed => new_limit.saturating_sub(carried(model.count(|b| b == current))),
+            Algorithm::Anchored => {
+                let mut anchored: Option<(i64, u64)> = None;
+                for &(t, q) in &model.admitted {
+                    anchored = match anchored {
+                        Some((start, used)) if t < start + window => Some((start, used + q)),
+                        _ => Some((t, q)),
+                    };
+                }
+                let used = anchored.filter(|&(start, _)| now < start + window).map_or(0, |(_, used)| used);
+                new_limit.saturating_sub(carried(used))
+            }
+            Algorithm::Sliding => {
+                let w = i128::from(window);
+                let elapsed = i128::from(now) - i128::from(current) * w;
+                let previous = i128::from(carried(model.count(|b| b == current - 1)));
+                let cur = i128::from(carried(model.count(|b| b == current)));
+                let room = i128::from(new_limit) * w - previous * (w - elapsed) - cur * w;
+                (room.max(0) / w) as u64
+            }
+            Algorithm::Buckets(n) => {
+                let used = model.count(|b| b > current - i64::from(n) && b <= current);
+                let expected = new_limit.saturating_sub(carried(used));
+                prop_assert!(
+                    (remaining as u64).abs_diff(expected) <= 1,
+                    "{} remaining, {} expected", remaining, expected
+                );
+                return Ok(());
+            }
+        };
+        prop_assert_eq!(remaining as u64, expected);
+    }
 }

@@ -216,13 +216,55 @@ fn layout_is_tag_entries_then_trailer() {
     expected.extend_from_slice(&3_000_000u64.to_le_bytes()[..7]);
     expected.extend_from_slice(&((first + 2) as u64 | 1 << LAST_BITS).to_le_bytes()[..7]);
     expected.extend_from_slice(&302u64.to_le_bytes());
+    expected.extend_from_slice(&1_000u64.to_le_bytes()); // the limit
     assert_eq!(value, expected);
+}
+
+#[test]
+fn a_log_kept_under_another_limit_counts_the_same_share_of_this_one() {
+    let mut key = Key::default();
+    let ten = limiter(10, 3_000_000, 3);
+    key.take(&ten, T0, 1, true);
+    key.take(&ten, T0 + 1_000_000, 2, true);
+    key.take(&ten, T0 + 2_000_000, 2, true);
+    // 5 of 10 is 50 of 100, spread as the running sums were: 10, 30, 50.
+    let hundred = limiter(100, 3_000_000, 3);
+    let call = key.take(&hundred, T0 + 2_500_000, 0, true);
+    assert_eq!(call.verdict.remaining, 50);
+    assert_eq!(call.expire_at_ms, None, "a peek writes nothing");
+    // The first bucket's share (10) leaves with it.
+    let call = key.take(&hundred, T0 + 3_000_000, 60, true);
+    assert!(!call.verdict.limited);
+    assert_eq!(call.verdict.remaining, 0);
+    // Lowered to 3: all of 100 is all of 3, and a share is rounded up.
+    let three = limiter(3, 3_000_000, 3);
+    let call = key.take(&three, T0 + 3_000_000, 1, true);
+    assert!(call.verdict.limited);
+    let seven = limiter(7, 3_000_000, 3);
+    let call = key.take(&seven, T0 + 3_000_000, 0, true);
+    assert_eq!(call.verdict.remaining, 0);
+}
+
+#[test]
+fn a_log_of_the_layout_without_a_limit_is_read_and_rewritten_whole() {
+    let limiter = limiter(10, 3_000_000, 3);
+    let mut key = Key::default();
+    key.take(&limiter, T0, 2, true);
+    // The same log as the releases before wrote it: tag 0xFC, the trailer without the limit.
+    let mut value = key.value.take().unwrap();
+    value[0] = TAG_V2;
+    value.truncate(value.len() - 8);
+    key.value = Some(value);
+    let call = key.take(&limiter, T0 + 1_000_000, 3, true);
+    assert_eq!(call.verdict.remaining, 5);
+    let value = key.value.as_ref().unwrap();
+    assert_eq!((value[0], *key.written.last().unwrap()), (TAG, value.len()));
 }
 
 #[test]
 fn a_call_writes_the_same_few_bytes_whatever_n() {
     // An hour of one-second buckets, a request in every bucket for three hours: after the
-    // first write, each one sends an entry and the trailer (2 + 4 + 28 bytes), except the
+    // first write, each one sends an entry and the trailer (2 + 4 + 36 bytes), except the
     // compactions, which send no more in all than the calls between them.
     let limiter = limiter(1_000_000, 3_600_000_000, 3_600);
     let mut key = Key::default();

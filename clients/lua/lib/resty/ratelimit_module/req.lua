@@ -1,7 +1,8 @@
 -- lua-resty-limit-traffic's `resty.limit.req` (nginx's limit_req: a leaky bucket and its
 -- queue) on the redis-ratelimit module, shared by every nginx that talks to the server:
--- `CL.THROTTLE key 0 <rate> ... DELAY <burst / rate>`, GCRA with the queue kept on the
--- server. The same API and return values:
+-- `CL.THROTTLE key <burst> <rate> ...`, GCRA whose bucket is the queue, kept on the server
+-- (a request's delay is its place in the queue: the TAT before it). The same API and return
+-- values:
 --
 --   local lim = req.new(redis_options, 200, 100)   -- 200 r/s, a queue of 100
 --   local delay, excess = lim:incoming(key, true)  -- or nil, "rejected" / nil, err
@@ -44,19 +45,34 @@ function _M.set_burst(self, burst)
     self.burst = burst
 end
 
--- The wait the queue allows, in µs: burst emission intervals (rounded up, so a request
--- whose turn is exactly that far away is admitted). Never -0, which tostring writes as "-0".
-local function max_wait(self)
-    local wait = ceil(self.burst * PERIOD_US / self.count - 1e-6)
-    return wait > 0 and wait or 0
+-- The bucket's whole requests beyond the first: `max_burst`, the same in every command this
+-- limiter sends (incoming, uncommit, combine), so that they all read the key under one basis:
+-- the server carries a changed rate or burst over as a share of the bucket.
+local function whole_burst(self)
+    return floor(self.burst)
+end
+
+-- What a fractional burst adds to the queue, in µs (DELAY's bound past the bucket), or nil.
+-- Rounded up, so that a request whose turn is exactly that far away is admitted.
+local function fractional_wait(self)
+    local wait = ceil((self.burst - floor(self.burst)) * PERIOD_US / self.count - 1e-6)
+    return wait > 0 and wait or nil
+end
+
+-- A request's wait from its reply: its place in the queue, the TAT before it (the reply's
+-- reset less one emission interval). The reply is in whole µs and the interval need not be:
+-- less than a µs is the rounding, not a wait (a first request's delay is exactly 0, as the
+-- original's).
+local function wait_of(self, reply)
+    local wait = reply[5] - PERIOD_US / self.count
+    return wait >= 1 and wait or 0
 end
 
 --- Notes a decision (its reply) for the HTTP fields: a quota of the burst plus one,
 --- refilled at the rate; what remains of the queue; when it is empty.
 function _M.note(self, reply)
     local q = floor(self.burst) + 1
-    -- The wait: DELAY's sixth integer; in an RL.ALL, the place in the bucket's queue.
-    local wait = reply[6] or max(0, reply[5] - PERIOD_US / self.count)
+    local wait = wait_of(self, reply)
     local excess = wait / 1e6 * self.rate
     local refused = reply[1] == 1
     fields.note(self.name, q, q / self.rate, refused and 0 or self.burst - excess, reply[5] / 1e6,
@@ -65,10 +81,15 @@ end
 
 --- The command `incoming(key, commit)` sends.
 function _M.command(self, key, commit)
-    return {
-        commit and "cl.throttle" or "cl.throttle_ro", key, 0, self.count, PERIOD_US, 1, "US",
-        "DELAY", max_wait(self),
+    local command = {
+        commit and "cl.throttle" or "cl.throttle_ro", key, whole_burst(self), self.count,
+        PERIOD_US, 1, "US",
     }
+    local fraction = fractional_wait(self)
+    if fraction then
+        command[8], command[9] = "DELAY", fraction
+    end
+    return command
 end
 
 --- Sees a request for `key`: its delay in seconds and the excess (requests queued ahead of
@@ -108,7 +129,7 @@ function _M.incoming(self, key, commit)
         end
         return nil, "rejected"
     end
-    local delay = reply[6] / 1e6
+    local delay = wait_of(self, reply) / 1e6
     c:count(name, delay > 0 and "delayed" or "allowed")
     return delay, delay * self.rate
 end
@@ -118,7 +139,7 @@ end
 function _M.uncommit(self, key)
     key = self.prefix .. key
     local reply, err = self.client:call(key, {
-        "cl.throttle", key, 0, self.count, PERIOD_US, 1, "US", "REFUND",
+        "cl.throttle", key, whole_burst(self), self.count, PERIOD_US, 1, "US", "REFUND",
     })
     if not reply then
         return nil, err
@@ -130,12 +151,8 @@ end
 --- its bucket (a request's delay is then its place in the queue, as with DELAY), and how
 --- to read its own reply back: the delay and the excess.
 function _M.combined(self)
-    local interval = PERIOD_US / self.count
-    return { "THROTTLE", floor(self.burst), self.count, PERIOD_US }, function(reply)
-        -- The reply is in whole µs and the interval need not be: less than a µs is the
-        -- rounding, not a wait (a first request's delay is 0, as the original's).
-        local wait = reply[5] - interval
-        local delay = wait >= 1 and wait / 1e6 or 0
+    return { "THROTTLE", whole_burst(self), self.count, PERIOD_US }, function(reply)
+        local delay = wait_of(self, reply) / 1e6
         return delay, delay * self.rate
     end
 end

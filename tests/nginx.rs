@@ -27,6 +27,7 @@ fn redis_options(port: u16, extra: &str) -> String {
 fn http(options: &str, locations: &str) -> String {
     format!(
         "    lua_shared_dict ratelimit_deny 1m;
+    lua_shared_dict ratelimit_quota 1m;
     init_by_lua_block {{ REDIS = {options} }}
     server {{
         listen {{listen}};
@@ -929,6 +930,7 @@ fn the_lua_package_builds_and_reads_as_the_conformance_table_says() {
         local cjson = require "cjson"
         local fields = require "resty.ratelimit_module.fields"
         local traffic = require "resty.ratelimit_module.traffic"
+        local client = require "resty.ratelimit_module.client"
         local file = assert(io.open(TABLE))
         local table_ = cjson.decode(file:read("*a"))
         file:close()
@@ -942,9 +944,26 @@ fn the_lua_package_builds_and_reads_as_the_conformance_table_says() {
         for i, case in ipairs(table_.lua.commands) do
             local words
             if case.limiter == "combine" then
-                words = traffic.command({ make("req", case.new[1]), make("count", case.new[2]) }, case.keys)
+                local lims = { make("req", case.new[1]), make("count", case.new[2]) }
+                words = traffic.command(lims, case.keys)
+                -- What combine sends, from its cached parts, is these words encoded, and
+                -- follows a limiter's new parameters.
+                if traffic.encode(lims, case.keys) ~= client.encode(words) then
+                    failures[#failures + 1] = "encoded " .. i .. ": " .. traffic.encode(lims, case.keys)
+                end
+                lims[1]:set_rate(lims[1].rate * 2)
+                local after = client.encode(traffic.command(lims, case.keys))
+                if traffic.encode(lims, case.keys) ~= after then
+                    failures[#failures + 1] = "encoded after set_rate " .. i
+                end
+                lims[1]:set_rate(lims[1].rate / 2)
             else
-                words = make(case.limiter, case.new):command(case.key, case.commit)
+                local lim = make(case.limiter, case.new)
+                words = lim:command(case.key, case.commit)
+                -- What incoming sends, from its templates, is these words encoded.
+                if lim.encoded and lim:encoded(case.key, case.commit) ~= client.encode(words) then
+                    failures[#failures + 1] = "encoded " .. i .. ": " .. lim:encoded(case.key, case.commit)
+                end
             end
             words[1] = string.upper(words[1])
             local got = {}
@@ -1371,4 +1390,120 @@ fn a_reload_with_the_server_gone_keeps_the_lists_the_gateway_last_read() {
         "{}",
         nginx.log()
     );
+}
+
+/// Calls of `command` the server has counted (`INFO commandstats`).
+fn server_calls(con: &mut redis::Connection, command: &str) -> u64 {
+    let info: String = query(con, &["INFO", "commandstats"]);
+    let prefix = format!("cmdstat_{command}:calls=");
+    info.lines()
+        .find_map(|line| line.strip_prefix(prefix.as_str()))
+        .map_or(0, |rest| rest.split(',').next().unwrap().parse().unwrap())
+}
+
+/// Quota leases in the gateway: two nginx of two workers each spend a count of 100 a minute
+/// in batches of 10 from their shared dicts. Every unit spent was counted by the server when
+/// taken, so within the window no more than 100 are admitted, and no fewer than 100 less a
+/// batch per nginx (what the other may hold unspent); the server sees about a call per batch,
+/// not one per request; once the limit binds, each nginx refuses from its dict until the
+/// retry_after the server gave; and closing gives back what is unspent.
+#[test]
+fn quota_leases_hold_the_limit_within_their_bound_with_a_call_per_batch() {
+    let server = Server::start();
+    let quota = "require(\"resty.ratelimit_module.quota\").new(
+        require(\"resty.ratelimit_module.count\").new(REDIS, 100, 60),
+        { dict = \"ratelimit_quota\", batch = 10, hold = 30 })";
+    let locations = format!(
+        "{}        location /close {{
+            content_by_lua_block {{
+                local q = assert({quota})
+                q:close(ngx.var.arg_k)
+                ngx.say(\"closed\")
+            }}
+        }}
+",
+        location("/quota", quota)
+    );
+    let config = http(&redis_options(server.port(), ""), &locations);
+    let (a, b) = (Nginx::start_with(&config, 2), Nginx::start_with(&config, 2));
+    let mut con = server.connect();
+    // Four clients, each sending its requests one after another, to either nginx.
+    let clients: Vec<_> = [a.port(), b.port(), a.port(), b.port()]
+        .into_iter()
+        .map(|port| {
+            thread::spawn(move || {
+                (0..60)
+                    .map(|_| support::nginx::request(port, "GET", "/quota?k=hot", &[], "").status)
+                    .collect::<Vec<u16>>()
+            })
+        })
+        .collect();
+    let statuses: Vec<u16> = clients
+        .into_iter()
+        .flat_map(|client| client.join().unwrap())
+        .collect();
+    let admitted = statuses.iter().filter(|&&status| status == 200).count();
+    let refused = statuses.iter().filter(|&&status| status == 503).count();
+    assert_eq!(admitted + refused, 240, "{statuses:?}\n{}", a.log());
+    assert!((80..=100).contains(&admitted), "{admitted} admitted");
+    // A call per batch of 10, a few for the requests that found a batch being taken, and a
+    // refused batch call per nginx: far fewer than the 240 requests.
+    let calls = server_calls(&mut con, "rl.window");
+    eprintln!("quota: {admitted} admitted, {calls} server calls for 240 requests");
+    assert!(calls <= 60, "{calls} calls for 240 requests");
+    // The limit binds: more requests are refused from the dicts, without a call.
+    for port in [a.port(), b.port()] {
+        for _ in 0..20 {
+            let response = support::nginx::request(port, "GET", "/quota?k=hot", &[], "");
+            assert_eq!(response.status, 503);
+        }
+    }
+    assert_eq!(server_calls(&mut con, "rl.window"), calls);
+    // Closing gives back what each nginx holds: the server then counts what was admitted.
+    for nginx in [&a, &b] {
+        assert_eq!(nginx.get("/close?k=hot").status, 200);
+    }
+    let peek: Vec<i64> = query(
+        &mut con,
+        &["RL.WINDOW_RO", "hot", "100", "60", "0", "ANCHORED"],
+    );
+    assert_eq!(peek[2], 100 - admitted as i64, "{peek:?}");
+}
+
+/// A server with a password, and a database other than 0: each new connection of the
+/// package authenticates and selects before its first command (and a wrong password is an
+/// error the limiter returns).
+#[test]
+fn a_password_and_a_database_are_set_up_on_each_new_connection() {
+    let server = Server::start();
+    let mut con = server.connect();
+    let _: () = query(&mut con, &["CONFIG", "SET", "requirepass", "s3cret"]);
+    let locations = [
+        location(
+            "/good",
+            "require(\"resty.ratelimit_module.count\").new(REDIS, 3, 60)",
+        ),
+        location(
+            "/bad",
+            "require(\"resty.ratelimit_module.count\").new(BAD, 3, 60)",
+        ),
+    ]
+    .concat();
+    let options = redis_options(server.port(), ", password = \"s3cret\", db = 2");
+    let bad = redis_options(server.port(), ", password = \"wrong\"");
+    let nginx = Nginx::start(&http(&format!("{options}; BAD = {bad}"), &locations));
+    let states: Vec<String> = (0..4)
+        .map(|_| {
+            let response = nginx.get("/good?k=db");
+            format!("{} {}", response.status, response.header("X-State").unwrap_or("-"))
+        })
+        .collect();
+    assert_eq!(states, ["200 2", "200 1", "200 0", "503 -"], "{}", nginx.log());
+    let _: () = query(&mut con, &["SELECT", "2"]);
+    let exists: i64 = query(&mut con, &["EXISTS", "db"]);
+    assert_eq!(exists, 1, "the key is in database 2");
+    let response = nginx.get("/bad?k=db");
+    assert_eq!(response.status, 500);
+    let error = response.header("X-Error").unwrap_or_default();
+    assert!(error.starts_with("AUTH: WRONGPASS"), "{error}");
 }

@@ -22,6 +22,8 @@
 --   shadow                true: decide and count as usual, but let refused requests through
 --                         (marked in the metrics and in the log)
 --   name                  the policy's name in metrics and HTTP fields (the limiter's kind)
+--   fields                false: note no decision for the HTTP fields (resty.ratelimit_module
+--                         .fields), for a gateway that never sets them (true)
 --   lease                 conn only: how long a connection's slot is held at most, in s (60)
 --   prefix                put before every key this limiter is given (""): what the original's
 --                         shared dict was, a namespace, for limiters called with one key
@@ -34,11 +36,16 @@ if not found then
 end
 
 local ngx = ngx
+local ngx_now, tcp, null = ngx.now, ngx.socket.tcp, ngx.null
 local band, bxor, lshift, rshift = bit.band, bit.bxor, bit.lshift, bit.rshift
 local byte, find, sub, format = string.byte, string.find, string.sub, string.format
 local concat, unpack = table.concat, unpack
 local floor, max = math.floor, math.max
 local tonumber, tostring, type, setmetatable = tonumber, tostring, type, setmetatable
+local found_new_tab, new_tab = pcall(require, "table.new")
+if not found_new_tab then
+    new_tab = function() return {} end
+end
 
 local _M = { _VERSION = "0.3.0" }
 local mt = { __index = _M }
@@ -90,7 +97,7 @@ local function signature(opts)
         ((opts.host or "127.0.0.1") .. ":" .. (opts.port or 6379))
     return concat({ seeds, tostring(opts.db or 0), opts.password or "",
         tostring(opts.timeout or 1000), tostring(opts.on_error), opts.deny_cache or "",
-        opts.metrics or "", tostring(opts.shadow) }, "|")
+        opts.metrics or "", tostring(opts.shadow), tostring(opts.fields) }, "|")
 end
 
 --- The client for `opts`, made on first use in this worker.
@@ -136,6 +143,7 @@ function _M.get(opts)
         deny_cache = deny_cache,
         metrics = metrics,
         shadow = opts.shadow and true or false,
+        fields = opts.fields ~= false,
         pools = {},        -- "host:port" -> the options of its connection pool
         slots = nil,       -- slot -> "host:port", on a Cluster
         reload = false,    -- read the slot map again before the next call (a slot moved)
@@ -158,28 +166,217 @@ end
 
 local function now_precise()
     ngx.update_time()
-    return ngx.now()
+    return ngx_now()
+end
+
+-- RESP, the protocol, for the limiters' own calls: a command is one string, sent in one write
+-- (a table of fragments costs the socket a C API call per fragment, more than the string
+-- costs to build), and a reply is read with as few reads as it arrives in (usually one),
+-- where lua-resty-redis reads each line of an array apart. What it returns is what
+-- lua-resty-redis returns: a string, a number, ngx.null, a table, or false and the error text
+-- for an error reply ({false, text} inside an array).
+
+--- The RESP of `args` from `first` to `last` (the end, by default), each a bulk string
+--- (numbers as tostring writes them), without the array's header.
+local function encode_args(args, first, last)
+    local n = last or #args
+    local fragments = new_tab(2 * (n - first + 1), 0)
+    local at = 0
+    for i = first, n do
+        local arg = args[i]
+        if type(arg) ~= "string" then
+            arg = tostring(arg)
+        end
+        fragments[at + 1] = "$" .. #arg .. "\r\n"
+        fragments[at + 2] = arg .. "\r\n"
+        at = at + 2
+    end
+    return concat(fragments)
+end
+
+--- The command `args` (strings and numbers; numbers as tostring writes them) as RESP.
+local function encode(args)
+    return "*" .. #args .. "\r\n" .. encode_args(args, 1)
+end
+_M.encode = encode
+_M.encode_args = encode_args
+
+--- A command whose arguments are all known but its key, the second: what `with_key` makes
+--- a command of, at the cost of one concatenation. For a limiter's calls, made when its
+--- parameters are set.
+function _M.template(args)
+    return { head = "*" .. #args .. "\r\n" .. encode_args({ args[1] }, 1),
+        tail = encode_args(args, 3) }
+end
+
+--- The command of `template` (from `template`) for `key`: what `encode` gives of the same
+--- arguments.
+function _M.with_key(template, key)
+    return template.head .. "$" .. #key .. "\r\n" .. key .. "\r\n" .. template.tail
+end
+
+-- Parses one reply from `buf` at `pos`: the value and the position after it, or nil when
+-- `buf` does not hold all of it yet. An error reply is false and its text.
+local function parse(buf, pos)
+    local eol = find(buf, "\r\n", pos, true)
+    if not eol then
+        return nil
+    end
+    local prefix = byte(buf, pos)
+    if prefix == 58 then -- ':'
+        return tonumber(sub(buf, pos + 1, eol - 1)), eol + 2
+    elseif prefix == 42 then -- '*'
+        local n = tonumber(sub(buf, pos + 1, eol - 1))
+        if not n or n < 0 then
+            return null, eol + 2
+        end
+        local vals = new_tab(n, 0)
+        local at = eol + 2
+        for i = 1, n do
+            if byte(buf, at) == 58 then
+                -- An integer, the limiters' usual element, read here rather than by a call.
+                local line_end = find(buf, "\r\n", at, true)
+                if not line_end then
+                    return nil
+                end
+                vals[i] = tonumber(sub(buf, at + 1, line_end - 1))
+                at = line_end + 2
+            else
+                local value, next_at, err = parse(buf, at)
+                if next_at == nil then
+                    return nil, nil, err
+                end
+                vals[i] = value == false and { false, err } or value
+                at = next_at
+            end
+        end
+        return vals, at
+    elseif prefix == 36 then -- '$'
+        local len = tonumber(sub(buf, pos + 1, eol - 1))
+        if not len or len < 0 then
+            return null, eol + 2
+        end
+        local last = eol + 1 + len
+        if #buf < last + 2 then
+            return nil
+        end
+        return sub(buf, eol + 2, last), last + 3
+    elseif prefix == 43 then -- '+'
+        return sub(buf, pos + 1, eol - 1), eol + 2
+    elseif prefix == 45 then -- '-'
+        return false, eol + 2, sub(buf, pos + 1, eol - 1)
+    end
+    return nil, nil, "bad reply"
+end
+_M.parse = parse
+
+-- Reads one reply from `sock`: the value, or nil and the error when the socket failed
+-- (then not reusable), or false and the text of an error reply.
+local function read_reply(sock)
+    local buf, err = sock:receiveany(4096)
+    if not buf then
+        return nil, err
+    end
+    while true do
+        local value, after, text = parse(buf, 1)
+        if after then
+            if after <= #buf then
+                return nil, "more than one reply"
+            end
+            if value == false then
+                return false, text
+            end
+            return value
+        elseif text then
+            return nil, text
+        end
+        local more
+        more, err = sock:receiveany(65536)
+        if not more then
+            return nil, err
+        end
+        buf = buf .. more
+    end
+end
+
+-- Sends `args` (a list, or a command already encoded) on `sock` and reads the reply, as
+-- read_reply returns it.
+local function command(sock, args)
+    local ok, err = sock:send(type(args) == "string" and args or encode(args))
+    if not ok then
+        return nil, err
+    end
+    return read_reply(sock)
+end
+_M.read_reply = read_reply
+
+-- The pool options of `host:port`: one pool per node, database and password, so that a
+-- pooled connection is already set up.
+local function pool_options(self, host, port)
+    local node = host .. ":" .. port
+    local options = self.pools[node]
+    if not options then
+        local pool = format("ratelimit_module:%s:%d:%s", node, self.db,
+            self.password and ngx.crc32_long(self.password) or "")
+        options = { pool = pool, pool_size = self.pool_size }
+        self.pools[node] = options
+    end
+    return options
+end
+
+-- Connects a raw socket to `host:port` within `timeout` ms: a pooled connection, or a new
+-- one, authenticated and on its database (its setup within what is left of `deadline`, read
+-- only then: a reused connection costs no clock read).
+local function connect_socket(self, host, port, timeout, deadline)
+    local sock = tcp()
+    sock:settimeout(timeout)
+    -- The server's pool options, kept apart: a call to it builds no node name.
+    local options
+    if host == self.host and port == self.port then
+        options = self.main_pool
+        if not options then
+            options = pool_options(self, host, port)
+            self.main_pool = options
+        end
+    else
+        options = pool_options(self, host, port)
+    end
+    local ok, err = sock:connect(host, port, options)
+    if not ok then
+        return nil, err
+    end
+    if (self.password or self.db ~= 0) and sock:getreusedtimes() == 0 then
+        local res
+        if self.password then
+            res, err = command(sock, { "auth", self.password })
+            if not res then
+                sock:close()
+                return nil, "AUTH: " .. tostring(err)
+            end
+        end
+        if self.db ~= 0 then
+            res, err = command(sock, { "select", self.db })
+            if not res then
+                sock:close()
+                return nil, "SELECT: " .. tostring(err)
+            end
+        end
+        sock:settimeout(max(1, floor((deadline - now_precise()) * 1000)))
+    end
+    return sock
 end
 
 -- Connects to `host:port` within what is left until `deadline`: a pooled connection, or a
--- new one, authenticated and on its database.
+-- new one, authenticated and on its database (lua-resty-redis, for the transactions and the
+-- slot map).
 local function connect(self, host, port, deadline)
     local red, err = redis:new()
     if not red then
         return nil, err
     end
     red:set_timeout(max(1, floor((deadline - now_precise()) * 1000)))
-    local node = host .. ":" .. port
-    local options = self.pools[node]
-    if not options then
-        -- One pool per node, database and password: a pooled connection is already set up.
-        local pool = format("ratelimit_module:%s:%d:%s", node, self.db,
-            self.password and ngx.crc32_long(self.password) or "")
-        options = { pool = pool, pool_size = self.pool_size }
-        self.pools[node] = options
-    end
     local ok
-    ok, err = red:connect(host, port, options)
+    ok, err = red:connect(host, port, pool_options(self, host, port))
     if not ok then
         return nil, err
     end
@@ -258,47 +455,53 @@ local function node_for(self, key, deadline)
 end
 
 -- Sends `args` (the command, then its arguments) on a connection to host:port, after ASKING
--- when `asking`. The reply, or nil and the error; `failed` when the server did not answer.
-local function send(self, host, port, args, asking, deadline)
-    local red, err = connect(self, host, port, deadline)
-    if not red then
+-- when `asking`, within `timeout` ms (`deadline` bounds a new connection's setup). The reply,
+-- or nil and the error; `failed` when the server did not answer.
+local function send(self, host, port, args, asking, timeout, deadline)
+    local sock, err = connect_socket(self, host, port, timeout, deadline)
+    if not sock then
         return nil, err, true
-    end
-    if asking then
-        local ok
-        ok, err = red:asking()
-        if not ok then
-            red:close()
-            return nil, err, ok == nil
-        end
     end
     local res
-    res, err = red[args[1]](red, unpack(args, 2))
+    if asking then
+        res, err = command(sock, { "asking" })
+        if not res then
+            sock:close()
+            return nil, err, res == nil
+        end
+    end
+    res, err = command(sock, args)
     if res == nil then
         -- No answer (a timeout, a closed connection): the connection is not reused.
-        red:close()
+        sock:close()
         return nil, err, true
     end
-    red:set_keepalive(self.keepalive, self.pool_size)
+    sock:setkeepalive(self.keepalive, self.pool_size)
     if res == false then
         return nil, err, false
     end
     return res
 end
 
---- Sends the command `args` (its name first, lower case) for `key`: its reply, or nil, the
+--- Sends the command `args` (its name first, lower case; or the command encoded, by
+--- `encode` or `with_key`) for `key`: its reply, or nil, the
 --- error, and whether the server failed (could not be reached, did not answer in time, or
 --- cannot serve), which the limiter then decides by `on_error`. Within the circuit's
---- cool-down after a failure, fails at once without asking.
+--- cool-down after a failure, fails at once without asking. The clock is read only with
+--- metrics (the call's latency), on a new connection, or when a Cluster redirects the call.
 function _M.call(self, key, args)
-    local start = now_precise()
-    if start < self.open_until then
+    local now = ngx_now()
+    if now < self.open_until then
         return nil, "the server failed less than a cool-down ago", true
     end
-    local deadline = start + self.timeout / 1000
+    local start = self.metrics and now_precise()
+    local timeout = self.timeout
+    -- From the cached clock when nothing read it: at most an event loop's turn early, which
+    -- only shortens the bound of a new connection's setup or a redirected call.
+    local deadline = (start or now) + timeout / 1000
     local host, port, asking = nil, nil, false
     local res, err, failed
-    for _ = 1, 5 do
+    for attempt = 1, 5 do
         if not host then
             host, port = node_for(self, key, deadline)
             if not host then
@@ -306,7 +509,10 @@ function _M.call(self, key, args)
                 break
             end
         end
-        res, err, failed = send(self, host, port, args, asking, deadline)
+        if attempt > 1 then
+            timeout = max(1, floor((deadline - now_precise()) * 1000))
+        end
+        res, err, failed = send(self, host, port, args, asking, timeout, deadline)
         if res ~= nil or failed then
             break
         end
@@ -327,10 +533,11 @@ function _M.call(self, key, args)
             break
         end
     end
-    local finish = now_precise()
-    self:observe(finish - start)
+    if start then
+        self:observe(now_precise() - start)
+    end
     if failed then
-        self.open_until = finish + self.cooldown
+        self.open_until = now_precise() + self.cooldown
         self:log_error(format("%s:%s: %s", tostring(host or self.host), tostring(port or self.port),
             tostring(err)))
     end

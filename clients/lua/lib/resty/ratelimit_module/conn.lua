@@ -70,8 +70,11 @@ local function admitted(self, conn)
     return 0, conn
 end
 
---- Notes a decision (its reply) for the HTTP fields.
+--- Notes a decision (its reply) for the HTTP fields (unless the options say `fields = false`).
 function _M.note(self, reply)
+    if not self.client.fields then
+        return
+    end
     local limit = limit_of(self)
     fields.note(self.name, self.max, self.lease, self.max - (limit - reply[3]), reply[5] / 1e6,
         reply[1] == 1, reply[4] >= 0 and reply[4] / 1e6 or nil)
@@ -195,11 +198,13 @@ end
 --- A new maximum of concurrent requests.
 function _M.set_conn(self, conn)
     self.max = conn
+    self.version = (self.version or 0) + 1
 end
 
 --- A new burst.
 function _M.set_burst(self, burst)
     self.burst = burst
+    self.version = (self.version or 0) + 1
 end
 
 --- What `traffic.combine` sends for this limiter in one `RL.ALL`, and how to read its reply

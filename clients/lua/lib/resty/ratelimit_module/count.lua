@@ -26,10 +26,17 @@ function _M.new(redis, limit, window)
         limit = floor(limit), window_us = floor(window * 1e6 + 0.5), window = window }, mt)
 end
 
---- Notes a decision (its reply) for the HTTP fields.
+--- The HTTP fields of a decision (its reply), as `fields.note` takes them.
+function _M.fields(self, reply)
+    return self.name, self.limit, self.window, reply[3], reply[5] / 1e6, reply[1] == 1,
+        reply[4] >= 0 and reply[4] / 1e6 or nil
+end
+
+--- Notes a decision (its reply) for the HTTP fields (unless the options say `fields = false`).
 function _M.note(self, reply)
-    fields.note(self.name, self.limit, self.window, reply[3], reply[5] / 1e6, reply[1] == 1,
-        reply[4] >= 0 and reply[4] / 1e6 or nil)
+    if self.client.fields then
+        fields.defer(self, reply)
+    end
 end
 
 --- The command `incoming(key, commit)` sends.
@@ -40,22 +47,39 @@ function _M.command(self, key, commit)
     }
 end
 
+--- The command `incoming(key, commit)` sends, encoded: from templates made once (what
+--- `client.encode` gives of `command`).
+function _M.encoded(self, key, commit)
+    local templates = self.templates
+    if not templates then
+        templates = { [true] = client.template(self:command("", true)),
+            [false] = client.template(self:command("", false)) }
+        self.templates = templates
+    end
+    return client.with_key(templates[commit and true or false], key)
+end
+
 --- Sees a request for `key`: 0 and the requests remaining in its window, or nil and
 --- "rejected". With `commit` false, nothing is recorded.
 function _M.incoming(self, key, commit)
     local c, name = self.client, self.name
-    key = self.prefix .. key
+    local prefix = self.prefix
+    if prefix ~= "" then
+        key = prefix .. key
+    end
     local id = c.deny_cache and ("count|" .. key .. "|" .. self.limit .. "|" .. self.window_us)
-    local denied = c:denied(id)
+    local denied = id and c:denied(id)
     if denied then
         c:count(name, "deny_cache")
-        fields.note(name, self.limit, self.window, 0, denied, true, denied)
+        if c.fields then
+            fields.note(name, self.limit, self.window, 0, denied, true, denied)
+        end
         if c.shadow then
             return 0, 0
         end
         return nil, "rejected"
     end
-    local reply, err, failed = c:call(key, self:command(key, commit))
+    local reply, err, failed = c:call(key, self:encoded(key, commit))
     if not reply then
         if failed then
             local admit = c:on_failure(name)
@@ -89,6 +113,29 @@ function _M.uncommit(self, key)
         return nil, err
     end
     return reply[3]
+end
+
+--- Takes up to `units` of `key` at once, what fits now (`AT_MOST`), for a quota
+--- (resty.ratelimit_module.quota): the units taken, and when none, the seconds until one
+--- fits (nil when none ever will); or nil, the error, and whether the server failed.
+function _M.lease(self, key, units)
+    key = self.prefix .. key
+    local reply, err, failed = self.client:call(key, {
+        "rl.window", key, self.limit, self.window_us, units, "ANCHORED", "US", "AT_MOST",
+    })
+    if not reply then
+        return nil, err, failed
+    end
+    local granted = reply[1] == 0 and reply[6] or 0
+    return granted, granted == 0 and reply[4] >= 0 and reply[4] / 1e6 or nil
+end
+
+--- Gives back `units` of `key` a quota took and did not spend.
+function _M.give_back(self, key, units)
+    key = self.prefix .. key
+    return self.client:call(key, {
+        "rl.window", key, self.limit, self.window_us, units, "ANCHORED", "US", "REFUND",
+    })
 end
 
 --- What `traffic.combine` sends for this limiter in one `RL.ALL`, and how to read its reply.

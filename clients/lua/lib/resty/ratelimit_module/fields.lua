@@ -19,18 +19,42 @@ local function seconds(value)
 end
 _M.seconds = seconds
 
---- Notes a decision of the policy `name`: a quota of `q` per `w` seconds, `r` remaining,
---- full again in `t` seconds, and, when refused, the seconds until it would be admitted
---- (`retry`, nil when it never would).
-function _M.note(name, q, w, r, t, refused, retry)
+-- The decisions noted in this request: pairs of a limiter and its reply, whose fields are
+-- computed only if the headers are asked for (`limiter:fields(reply)`), or of false and the
+-- fields themselves.
+local function noted_list()
     local ctx = ngx.ctx
     local noted = ctx.ratelimit_module_fields
     if not noted then
         noted = {}
         ctx.ratelimit_module_fields = noted
     end
-    noted[#noted + 1] = { name = name, q = floor(q), w = seconds(w), r = max(0, floor(r)),
-        t = seconds(t), refused = refused, retry = retry }
+    return noted
+end
+
+local function record(name, q, w, r, t, refused, retry)
+    return { name = name, q = floor(q), w = seconds(w), r = max(0, floor(r)), t = seconds(t),
+        refused = refused, retry = retry }
+end
+
+--- Notes a decision of the policy `name`: a quota of `q` per `w` seconds, `r` remaining,
+--- full again in `t` seconds, and, when refused, the seconds until it would be admitted
+--- (`retry`, nil when it never would).
+function _M.note(name, q, w, r, t, refused, retry)
+    local noted = noted_list()
+    local n = #noted
+    noted[n + 1] = false
+    noted[n + 2] = record(name, q, w, r, t, refused, retry)
+end
+
+--- Notes that `limiter` decided `reply`: what `note` would note of `limiter:fields(reply)`,
+--- computed when the headers are asked for, so that a request whose fields nobody sets
+--- pays only for the note.
+function _M.defer(limiter, reply)
+    local noted = noted_list()
+    local n = #noted
+    noted[n + 1] = limiter
+    noted[n + 2] = reply
 end
 
 --- The fields for the decisions noted so far in this request: a table of header names to
@@ -42,9 +66,13 @@ function _M.headers()
         return fields
     end
     local policies, states, retry = {}, {}, nil
-    for i, one in ipairs(noted) do
-        policies[i] = format('"%s";q=%d;w=%d', one.name, one.q, one.w)
-        states[i] = format('"%s";r=%d;t=%d', one.name, one.r, one.t)
+    for i = 1, #noted, 2 do
+        local limiter, one = noted[i], noted[i + 1]
+        if limiter then
+            one = record(limiter:fields(one))
+        end
+        policies[#policies + 1] = format('"%s";q=%d;w=%d', one.name, one.q, one.w)
+        states[#states + 1] = format('"%s";r=%d;t=%d', one.name, one.r, one.t)
         if one.refused and one.retry then
             retry = max(retry or 0, one.retry)
         end

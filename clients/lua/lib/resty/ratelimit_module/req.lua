@@ -38,11 +38,15 @@ end
 function _M.set_rate(self, rate)
     self.rate = rate
     self.count = max(1, floor(rate * 1000 + 0.5))
+    self.templates = nil
+    self.version = (self.version or 0) + 1
 end
 
 --- A new burst: how many requests may queue beyond the rate.
 function _M.set_burst(self, burst)
     self.burst = burst
+    self.templates = nil
+    self.version = (self.version or 0) + 1
 end
 
 -- The bucket's whole requests beyond the first: `max_burst`, the same in every command this
@@ -68,15 +72,22 @@ local function wait_of(self, reply)
     return wait >= 1 and wait or 0
 end
 
---- Notes a decision (its reply) for the HTTP fields: a quota of the burst plus one,
---- refilled at the rate; what remains of the queue; when it is empty.
-function _M.note(self, reply)
+--- The HTTP fields of a decision (its reply), as `fields.note` takes them: a quota of the
+--- burst plus one, refilled at the rate; what remains of the queue; when it is empty.
+function _M.fields(self, reply)
     local q = floor(self.burst) + 1
     local wait = wait_of(self, reply)
     local excess = wait / 1e6 * self.rate
     local refused = reply[1] == 1
-    fields.note(self.name, q, q / self.rate, refused and 0 or self.burst - excess, reply[5] / 1e6,
-        refused, reply[4] >= 0 and reply[4] / 1e6 or nil)
+    return self.name, q, q / self.rate, refused and 0 or self.burst - excess, reply[5] / 1e6,
+        refused, reply[4] >= 0 and reply[4] / 1e6 or nil
+end
+
+--- Notes a decision (its reply) for the HTTP fields (unless the options say `fields = false`).
+function _M.note(self, reply)
+    if self.client.fields then
+        fields.defer(self, reply)
+    end
 end
 
 --- The command `incoming(key, commit)` sends.
@@ -92,24 +103,41 @@ function _M.command(self, key, commit)
     return command
 end
 
+--- The command `incoming(key, commit)` sends, encoded: from templates made once per
+--- parameters (what `client.encode` gives of `command`).
+function _M.encoded(self, key, commit)
+    local templates = self.templates
+    if not templates then
+        templates = { [true] = client.template(self:command("", true)),
+            [false] = client.template(self:command("", false)) }
+        self.templates = templates
+    end
+    return client.with_key(templates[commit and true or false], key)
+end
+
 --- Sees a request for `key`: its delay in seconds and the excess (requests queued ahead of
 --- it, itself included, per second of rate), or nil and "rejected" when the queue is full.
 --- With `commit` false, nothing is recorded.
 function _M.incoming(self, key, commit)
     local c, name = self.client, self.name
-    key = self.prefix .. key
+    local prefix = self.prefix
+    if prefix ~= "" then
+        key = prefix .. key
+    end
     local id = c.deny_cache and ("req|" .. key .. "|" .. self.count .. "|" .. self.burst)
-    local denied = c:denied(id)
+    local denied = id and c:denied(id)
     if denied then
         c:count(name, "deny_cache")
-        fields.note(name, floor(self.burst) + 1, (floor(self.burst) + 1) / self.rate, 0, denied,
-            true, denied)
+        if c.fields then
+            fields.note(name, floor(self.burst) + 1, (floor(self.burst) + 1) / self.rate, 0,
+                denied, true, denied)
+        end
         if c.shadow then
             return 0, self.burst
         end
         return nil, "rejected"
     end
-    local reply, err, failed = c:call(key, self:command(key, commit))
+    local reply, err, failed = c:call(key, self:encoded(key, commit))
     if not reply then
         if failed then
             local admit = c:on_failure(name)
@@ -145,6 +173,29 @@ function _M.uncommit(self, key)
         return nil, err
     end
     return true
+end
+
+--- Takes up to `units` of `key` at once, what fits now (`AT_MOST`), for a quota
+--- (resty.ratelimit_module.quota): the units taken, and when none, the seconds until one
+--- fits (nil when none ever will); or nil, the error, and whether the server failed.
+function _M.lease(self, key, units)
+    key = self.prefix .. key
+    local reply, err, failed = self.client:call(key, {
+        "cl.throttle", key, whole_burst(self), self.count, PERIOD_US, units, "US", "AT_MOST",
+    })
+    if not reply then
+        return nil, err, failed
+    end
+    local granted = reply[1] == 0 and reply[6] or 0
+    return granted, granted == 0 and reply[4] >= 0 and reply[4] / 1e6 or nil
+end
+
+--- Gives back `units` of `key` a quota took and did not spend.
+function _M.give_back(self, key, units)
+    key = self.prefix .. key
+    return self.client:call(key, {
+        "cl.throttle", key, whole_burst(self), self.count, PERIOD_US, units, "US", "REFUND",
+    })
 end
 
 --- What `traffic.combine` sends for this limiter in one `RL.ALL`: GCRA with the burst as

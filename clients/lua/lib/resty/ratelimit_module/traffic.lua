@@ -12,7 +12,10 @@
 -- key, as in `incoming`. Any other limiter (another package's, with `incoming` and
 -- `uncommit`, or this package's on another server) is combined as the original does, one by
 -- one; an error is returned (nil, err), never raised.
+local client = require "resty.ratelimit_module.client"
+
 local tonumber, tostring, type, pcall = tonumber, tostring, type, pcall
+local setmetatable = setmetatable
 local max, concat = math.max, table.concat
 
 local _M = { _VERSION = "0.3.0" }
@@ -73,6 +76,76 @@ local function one_by_one(limiters, keys, states)
     return max_delay
 end
 
+-- What a combination of limiters sends, made once per combination and kept (the limiters
+-- as keys, nested, weakly: a combination goes with its limiters), and made again when a
+-- limiter's parameters changed (its `version`, which its setters move): the words of its
+-- `RL.ALL` but the keys, encoded, its readers, and its policy's name.
+local prepared = setmetatable({}, { __mode = "k" })
+
+local function prepare(limiters)
+    local node = prepared
+    for i = 1, #limiters do
+        local next_node = node[limiters[i]]
+        if not next_node then
+            next_node = setmetatable({}, { __mode = "k" })
+            node[limiters[i]] = next_node
+        end
+        node = next_node
+    end
+    local n = #limiters
+    local combination = node[true]
+    if combination then
+        local versions = combination.versions
+        local current = true
+        for i = 1, n do
+            if versions[i] ~= (limiters[i].version or 0) then
+                current = false
+                break
+            end
+        end
+        if current then
+            return combination
+        end
+    end
+    local keys, names, versions = {}, {}, {}
+    for i = 1, n do
+        keys[i] = ""
+        names[i] = limiters[i].name
+        versions[i] = limiters[i].version or 0
+    end
+    local args, readers = _M.command(limiters, keys)
+    combination = {
+        -- The array's header, the command's name and the count; then the keys; then the rest.
+        head = "*" .. #args .. "\r\n" .. client.encode_args(args, 1, 2),
+        tail = client.encode_args(args, 3 + n),
+        readers = readers,
+        policy = concat(names, "+"),
+        versions = versions,
+    }
+    node[true] = combination
+    return combination
+end
+
+-- The RL.ALL of `combination` for `keys` (each limiter's prefix put before its key), encoded,
+-- and the first key (where a Cluster routes it).
+local function encoded(combination, limiters, keys)
+    local n = #limiters
+    local parts = {}
+    local first
+    for i = 1, n do
+        local key = limiters[i].prefix .. keys[i]
+        first = first or key
+        parts[i] = "$" .. #key .. "\r\n" .. key .. "\r\n"
+    end
+    return combination.head .. concat(parts) .. combination.tail, first
+end
+
+--- The one `RL.ALL` call for `limiters[i]` on `keys[i]`, encoded, as `combine` sends it:
+--- what `client.encode` gives of `command`'s words, from the combination's cached parts.
+function _M.encode(limiters, keys)
+    return (encoded(prepare(limiters), limiters, keys))
+end
+
 -- Whether every limiter is this package's on one server: then one RL.ALL decides them all.
 local function one_call(limiters)
     local c = limiters[1].client
@@ -104,14 +177,12 @@ function _M.combine(limiters, keys, states)
         return delay, err
     end
     local c = limiters[1].client
-    local names = {}
-    for i = 1, n do
-        names[i] = limiters[i].name
-    end
-    local args, readers = _M.command(limiters, keys)
-    local policy = concat(names, "+")
-    local id = c.deny_cache and ("all|" .. concat(args, "|", 3))
-    local denied = c:denied(id)
+    local combination = prepare(limiters)
+    local readers, policy = combination.readers, combination.policy
+    local command, first_key = encoded(combination, limiters, keys)
+    -- The encoded call names every key and parameter: the deny cache's entry.
+    local id = c.deny_cache and ("all|" .. command)
+    local denied = id and c:denied(id)
     if denied then
         c:count(policy, "deny_cache")
         if not c.shadow then
@@ -119,7 +190,7 @@ function _M.combine(limiters, keys, states)
         end
         return 0
     end
-    local reply, err, failed = c:call(args[3], args)
+    local reply, err, failed = c:call(first_key, command)
     if not reply then
         if failed then
             local admit = c:on_failure(policy)
@@ -139,14 +210,15 @@ function _M.combine(limiters, keys, states)
     end
     if tonumber(reply[1]) == 1 then
         c:deny(id, reply[4] >= 0 and reply[4] / 1e6 or nil)
-        if c:refused(policy, args[3]) then
+        if c:refused(policy, first_key) then
             return 0
         end
         return nil, "rejected"
     end
     local max_delay = 0
     for i = 1, n do
-        local delay, state = readers[i](reply[first + i - 1], lease_id, args[2 + i])
+        local delay, state = readers[i](reply[first + i - 1], lease_id,
+            limiters[i].prefix .. keys[i])
         if states then
             states[i] = state
         end

@@ -1,0 +1,152 @@
+-- Quota leases for one hot limit, in the gateway: the workers of one nginx share units taken
+-- from the server in batches, in a lua_shared_dict, so that most requests are decided in the
+-- dict without a round trip. The Quota of the Python and Node packages, for nginx:
+--
+--   lua_shared_dict ratelimit_quota 1m;
+--   local q = quota.new(lim, { dict = "ratelimit_quota", batch = 100, hold = 0.5 })
+--   local delay, err = q:incoming(key)    -- 0; or nil, "rejected"; or nil, err
+--
+-- `lim` is a `req` or `count` limiter of this package. A request spends one unit the dict
+-- holds for its key; when none is left, one worker takes up to `batch` more in one call
+-- (`AT_MOST`: what fits now), and the workers that find that call under way ask the server
+-- for their own request alone. Units unspent `hold` seconds after they were taken go back
+-- (`REFUND`).
+--
+-- The bound: every unit spent was counted by the server when it was taken, and an nginx
+-- holds at most `batch` taken earlier (one batch is taken at a time, once the last is spent).
+-- So in any window, what N nginx admit exceeds what the server alone would admit by at most
+-- N x batch, whatever their workers. `req` is then a bucket without its queue: a request is
+-- admitted at once or refused (nodelay).
+--
+-- While the limit binds, a batch call that takes nothing answers when the next unit fits
+-- (`retry_after`): until then the workers refuse from the dict, so a refused quota costs the
+-- server one call per retry_after, not one per request.
+local ngx = ngx
+local ngx_now = ngx.now
+local max = math.max
+local setmetatable, tostring = setmetatable, tostring
+
+local _M = { _VERSION = "0.3.0" }
+local mt = { __index = _M }
+
+-- Subtracted at once to take every unit left (far above any batch).
+local ALL = 2 ^ 40
+
+--- A quota over `limiter` (this package's `req` or `count`); `options`: `dict`, the
+--- lua_shared_dict's name (required), `batch` (units per server call, 100) and `hold`
+--- (seconds before unspent units go back, 1).
+function _M.new(limiter, options)
+    options = options or {}
+    local dict = options.dict and ngx.shared[options.dict]
+    if not dict then
+        return nil, "dict: a lua_shared_dict's name is required"
+    end
+    if not limiter or not limiter.lease then
+        return nil, "the limiter is this package's req or count"
+    end
+    local batch, hold = options.batch or 100, options.hold or 1
+    if batch < 1 or hold <= 0 then
+        return nil, "batch is at least 1 and hold more than 0 seconds"
+    end
+    -- The dict's keys name the limiter by its kind and parameters, so that the workers of an
+    -- nginx, which each make their own, share them, and two limiters never do.
+    local prefix = table.concat({ limiter.name, limiter.prefix, limiter.count or limiter.limit,
+        limiter.burst or limiter.window_us, "" }, "|")
+    return setmetatable({ limiter = limiter, dict = dict, batch = batch, hold = hold,
+        prefix = prefix }, mt)
+end
+
+-- Gives back what is left of `key`'s units (the timer at a batch's hold end): all of them at
+-- once, atomically, so that no worker spends a unit that goes back.
+local function give_back(premature, self, key)
+    local dict = self.dict
+    local units = self.prefix .. "u|" .. key
+    local after = dict:incr(units, -ALL, 0)
+    if not after then
+        return
+    end
+    local had = after + ALL
+    local taken = max(had, 0)
+    -- What was not ours to take (a worker's spend under way, undone on its own) is left.
+    dict:incr(units, ALL - taken, 0)
+    if taken > 0 then
+        local _, err = self.limiter:give_back(key, taken)
+        if err and not premature then
+            ngx.log(ngx.WARN, "ratelimit_module: quota: giving back ", taken, " of ", key, ": ", err)
+        end
+    end
+end
+
+-- Takes a batch for `key` (this worker holds the lock): the units into the dict, and a timer
+-- to give back what is unspent after `hold`. Whether the request that found none is admitted:
+-- true, false (refused), or nil and the error.
+local function refill(self, key)
+    local dict = self.dict
+    local granted, retry_or_err, failed = self.limiter:lease(key, self.batch)
+    dict:delete(self.prefix .. "l|" .. key)
+    if not granted then
+        if failed then
+            local admit = self.limiter.client:on_failure(self.limiter.name)
+            if admit ~= nil then
+                return admit
+            end
+        end
+        return nil, retry_or_err
+    end
+    if granted == 0 then
+        if retry_or_err then
+            dict:set(self.prefix .. "r|" .. key, ngx_now() + retry_or_err, retry_or_err)
+        end
+        self.limiter.client:count(self.limiter.name, "refused")
+        return false
+    end
+    -- One unit is this request's; the rest are the workers'.
+    if granted > 1 then
+        dict:incr(self.prefix .. "u|" .. key, granted - 1, 0)
+        ngx.timer.at(self.hold, give_back, self, key)
+    end
+    self.limiter.client:count(self.limiter.name, "allowed")
+    return true
+end
+
+--- Sees a request for `key`: 0 when admitted, or nil and "rejected", or nil and the error
+--- (or what `on_error` decides, when the server failed).
+function _M.incoming(self, key)
+    local dict, prefix = self.dict, self.prefix
+    local left = dict:incr(prefix .. "u|" .. key, -1, 0)
+    if left and left >= 0 then
+        self.limiter.client:count(self.limiter.name, "quota")
+        return 0
+    end
+    -- None left: undo, then take a batch, unless the limit binds for a while yet.
+    dict:incr(prefix .. "u|" .. key, 1, 0)
+    local refused_until = dict:get(prefix .. "r|" .. key)
+    if refused_until and refused_until > ngx_now() then
+        return nil, "rejected"
+    end
+    local admitted, err
+    if dict:add(prefix .. "l|" .. key, true, max(1, self.limiter.client.timeout / 1000)) then
+        admitted, err = refill(self, key)
+    else
+        -- Another worker is taking the batch: this request asks for itself.
+        local delay
+        delay, err = self.limiter:incoming(key, true)
+        admitted = delay ~= nil
+        if not admitted and err == "rejected" then
+            admitted, err = false, nil
+        end
+    end
+    if admitted then
+        return 0
+    elseif admitted == false then
+        return nil, "rejected"
+    end
+    return nil, tostring(err)
+end
+
+--- Gives back what `key`'s units still hold now (as the hold's end would).
+function _M.close(self, key)
+    give_back(false, self, key)
+end
+
+return _M

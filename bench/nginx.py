@@ -1,11 +1,15 @@
 """Through nginx: requests per second and latency with each limiter of the Lua package, with
-nginx alone, and with the EVAL fixed window that Kong and APISIX run, by wrk.
+nginx alone, a bare PING on a pooled connection, and the EVAL fixed window that Kong and
+APISIX run, by wrk.
 
 One nginx worker, one server with the module and one wrk thread share the machine; every
-request is admitted (limits far above the load), keys spread over 10,000 callers. The
-added latency is a route's percentile less nginx alone's. Where the time goes: the CPU
-seconds nginx, the server and wrk each used during the run. Run by bench/run.py (make
-bench), or alone:
+request is admitted (limits far above the load), keys spread over 10,000 callers, but for
+the quota routes, which limit one hot key (a global limit, what a quota is for). The added
+latency is a route's percentile less nginx alone's. Where the time goes: the CPU seconds
+nginx, the server and wrk each used during the run, and, counted by callgrind in a single
+nginx process, the instructions the worker spends per request on each route (the same for
+the same build whatever the machine does). A second pass runs two workers. Run by
+bench/run.py (make bench), or alone:
 
     python3 bench/nginx.py [path/to/libredis_ratelimit.so]
 """
@@ -37,11 +41,19 @@ end
 return {redis.call('incrby', KEYS[1], -1), ttl}
 """
 
+# The quota routes' batch, and the hot key they limit.
+QUOTA_BATCH = 100
+
 ROUTES = {
     "nginx alone": ("/alone", ""),
-    "req (CL.THROTTLE ... DELAY)": ("/req", """
+    "req (CL.THROTTLE)": ("/req", """
         local delay, err = LIMIT_REQ:incoming(ngx.var.arg_k, true)
         if not delay then return ngx.exit(err == "rejected" and 429 or 500) end
+    """),
+    "req, its HTTP fields noted and set (the default)": ("/req_fields", """
+        local delay, err = LIMIT_REQ_FIELDS:incoming(ngx.var.arg_k, true)
+        if not delay then return ngx.exit(err == "rejected" and 429 or 500) end
+        FIELDS.set()
     """),
     "count (RL.WINDOW ... ANCHORED)": ("/count", """
         local delay, err = LIMIT_COUNT:incoming(ngx.var.arg_k, true)
@@ -51,6 +63,14 @@ ROUTES = {
         local key = ngx.var.arg_k
         local delay, err = require("resty.ratelimit_module.traffic").combine(
             { LIMIT_REQ, LIMIT_COUNT }, { "{" .. key .. "}:req", "{" .. key .. "}:count" }, {})
+        if not delay then return ngx.exit(err == "rejected" and 429 or 500) end
+    """),
+    f"count, quota of {QUOTA_BATCH} (one hot key)": ("/count_quota", """
+        local delay, err = QUOTA_COUNT:incoming("global")
+        if not delay then return ngx.exit(err == "rejected" and 429 or 500) end
+    """),
+    f"req, quota of {QUOTA_BATCH} (one hot key)": ("/req_quota", """
+        local delay, err = QUOTA_REQ:incoming("global")
         if not delay then return ngx.exit(err == "rejected" and 429 or 500) end
     """),
     "PING on a pooled connection (the round trip alone)": ("/ping", """
@@ -74,7 +94,15 @@ ROUTES = {
 }
 
 
-def nginx_config(prefix: Path, port: int, redis_port: int) -> str:
+# Routes of the second pass, with two workers.
+TWO_WORKER_ROUTES = ("nginx alone", "req (CL.THROTTLE)",
+                     "PING on a pooled connection (the round trip alone)",
+                     "EVAL fixed window (Kong, APISIX)", f"count, quota of {QUOTA_BATCH} (one hot key)",
+                     f"req, quota of {QUOTA_BATCH} (one hot key)")
+
+
+def nginx_config(prefix: Path, port: int, redis_port: int, workers: int = 1,
+                 single_process: bool = False) -> str:
     locations = "\n".join(
         f"""        location = {path} {{
             access_by_lua_block {{ {body} }}
@@ -87,7 +115,8 @@ def nginx_config(prefix: Path, port: int, redis_port: int) -> str:
     return f"""
 load_module /usr/lib/nginx/modules/ndk_http_module.so;
 load_module /usr/lib/nginx/modules/ngx_http_lua_module.so;
-worker_processes 1;
+worker_processes {workers};
+{"master_process off;" if single_process else ""}
 error_log {prefix}/error.log warn;
 pid {prefix}/nginx.pid;
 events {{ worker_connections 1024; }}
@@ -95,10 +124,25 @@ http {{
     access_log off;
     client_body_temp_path {prefix}/tmp;
     lua_package_path "{ROOT}/clients/lua/lib/?.lua;/usr/share/lua/5.1/?.lua;;";
+    lua_shared_dict ratelimit_quota 1m;
     init_by_lua_block {{
-        REDIS = {{ host = "127.0.0.1", port = {redis_port}, timeout = 1000 }}
+        -- As the PING and EVAL routes, the limiters' routes set no HTTP fields: they note
+        -- none (fields = false); one route keeps the default and sets them.
+        REDIS = {{ host = "127.0.0.1", port = {redis_port}, timeout = 1000, fields = false }}
+        local with_fields = {{ host = "127.0.0.1", port = {redis_port}, timeout = 1000,
+            prefix = "fields:" }}
+        FIELDS = require("resty.ratelimit_module.fields")
         LIMIT_REQ = assert(require("resty.ratelimit_module.req").new(REDIS, 1000000, 1000))
+        LIMIT_REQ_FIELDS = assert(require("resty.ratelimit_module.req").new(with_fields, 1000000, 1000))
         LIMIT_COUNT = assert(require("resty.ratelimit_module.count").new(REDIS, 1000000000, 60))
+        local quota = require("resty.ratelimit_module.quota")
+        local options = {{ dict = "ratelimit_quota", batch = {QUOTA_BATCH}, hold = 1 }}
+        QUOTA_COUNT = assert(quota.new(assert(require("resty.ratelimit_module.count").new(
+            {{ host = "127.0.0.1", port = {redis_port}, timeout = 1000, fields = false,
+               prefix = "quota-count:" }}, 1000000000, 60)), options))
+        QUOTA_REQ = assert(quota.new(assert(require("resty.ratelimit_module.req").new(
+            {{ host = "127.0.0.1", port = {redis_port}, timeout = 1000, fields = false,
+               prefix = "quota-req:" }}, 100000000, 100000)), options))
         local found, lib = pcall(require, "resty.redis")
         REDIS_LIB = found and lib or require("nginx.redis")
         EVAL_SCRIPT = "{script}"
@@ -164,19 +208,33 @@ def wrk(url: str, seconds: int, script: Path) -> tuple[subprocess.Popen, callabl
     return process, result
 
 
-def measure_nginx(module: Path) -> dict | None:
-    for tool in ("nginx", "wrk"):
-        if not shutil.which(tool):
-            print(f"  skipped: no {tool} (make deps-bench installs it)")
-            return None
+def start_server(module: Path, port: int) -> subprocess.Popen:
+    return subprocess.Popen(
+        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+         "--appendonly", "no", "--loadmodule", str(module)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def wait_for(ports: list[int], log: Path) -> None:
+    import socket
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        try:
+            for port in ports:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.1)
+    sys.exit("nginx or the server did not start:\n" + (log.read_text() if log.exists() else ""))
+
+
+def run_pass(module: Path, workers: int, routes: list[str]) -> list:
+    """wrk on each of `routes` through an nginx of `workers` workers: a row per route."""
     work = Path(tempfile.mkdtemp(prefix="ratelimit-bench-nginx-"))
     (work / "tmp").mkdir()
     redis_port, port = free_port(), free_port()
-    server = subprocess.Popen(
-        ["redis-server", "--port", str(redis_port), "--bind", "127.0.0.1", "--save", "",
-         "--appendonly", "no", "--loadmodule", str(module)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    (work / "nginx.conf").write_text(nginx_config(work, port, redis_port))
+    server = start_server(module, redis_port)
+    (work / "nginx.conf").write_text(nginx_config(work, port, redis_port, workers))
     nginx = subprocess.Popen(["nginx", "-p", str(work), "-c", "nginx.conf", "-g", "daemon off;"],
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     script = work / "keys.lua"
@@ -184,24 +242,16 @@ def measure_nginx(module: Path) -> dict | None:
         f'request = function() return wrk.format(nil, wrk.path .. "?k=" .. math.random({KEYS})) end\n')
     rows = []
     try:
-        deadline = time.time() + 10
-        while time.time() < deadline:
-            try:
-                import socket
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                socket.create_connection(("127.0.0.1", redis_port), timeout=1).close()
-                break
-            except OSError:
-                time.sleep(0.1)
-        else:
-            sys.exit("nginx or the server did not start:\n" + (work / "error.log").read_text())
-        workers = children(nginx.pid)
-        for name, (path, _) in ROUTES.items():
+        wait_for([port, redis_port], work / "error.log")
+        nginx_pids = children(nginx.pid)
+        for name in routes:
+            path = ROUTES[name][0]
             url = f"http://127.0.0.1:{port}{path}"
             warm, result = wrk(url, 1, script)
             result()
             before = {who: cpu_seconds(pids) for who, pids in
-                      (("nginx", workers), ("server", [server.pid]))}
+                      (("nginx", nginx_pids), ("server", [server.pid]))}
+            calls_before = server_calls(redis_port)
             process, result = wrk(url, DURATION, script)
             wrk_cpu = 0.0
             while process.poll() is None:
@@ -209,11 +259,14 @@ def measure_nginx(module: Path) -> dict | None:
                 time.sleep(0.2)
             figures = result()
             figures["cpu"] = {who: (cpu_seconds(pids) - before[who]) / DURATION for who, pids in
-                              (("nginx", workers), ("server", [server.pid]))}
+                              (("nginx", nginx_pids), ("server", [server.pid]))}
             figures["cpu"]["wrk"] = wrk_cpu / DURATION
+            # The INFO call itself is one of them.
+            figures["calls"] = (server_calls(redis_port) - calls_before - 1) / (
+                figures["rps"] * DURATION)
             rows.append((name, figures))
-            print(f"  {name}: {figures['rps']:.0f} requests/s, p50 {figures['p50']:.2f} ms, "
-                  f"p99 {figures['p99']:.2f} ms", flush=True)
+            print(f"  {workers} worker(s), {name}: {figures['rps']:.0f} requests/s, "
+                  f"p50 {figures['p50']:.2f} ms, p99 {figures['p99']:.2f} ms", flush=True)
             if figures["errors"]:
                 sys.exit(f"{name}: {figures['errors']} responses not 2xx:\n"
                          + (work / "error.log").read_text()[-3000:])
@@ -223,35 +276,145 @@ def measure_nginx(module: Path) -> dict | None:
         nginx.wait()
         server.wait()
         shutil.rmtree(work, ignore_errors=True)
-    return {"rows": rows, "cores": os.cpu_count()}
+    return rows
+
+
+# Requests per route under callgrind: warm ones first (JIT traces, the connection pool), then
+# the counted ones.
+CALLGRIND_WARM, CALLGRIND_COUNTED = 3_000, 2_000
+
+
+def worker_instructions(module: Path) -> dict | None:
+    """Instructions a single nginx process spends per request on each route, by callgrind:
+    the requests are sent one after another on one keep-alive connection, and counted from
+    zeroed counters to a dump after the last."""
+    if not shutil.which("valgrind") or not shutil.which("callgrind_control"):
+        print("  skipped the instruction counts: no valgrind")
+        return None
+    import http.client
+    work = Path(tempfile.mkdtemp(prefix="ratelimit-bench-nginx-cg-"))
+    (work / "tmp").mkdir()
+    redis_port, port = free_port(), free_port()
+    server = start_server(module, redis_port)
+    (work / "nginx.conf").write_text(nginx_config(work, port, redis_port, 1, single_process=True))
+    out = work / "callgrind.out"
+    nginx = subprocess.Popen(
+        ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", "--dump-instr=no",
+         "nginx", "-p", str(work), "-c", "nginx.conf", "-g", "daemon off;"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    counts = {}
+    try:
+        wait_for([port, redis_port], work / "error.log")
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+
+        def send(path: str, count: int) -> None:
+            for i in range(count):
+                connection.request("GET", f"{path}?k={i % KEYS}")
+                response = connection.getresponse()
+                response.read()
+                if response.status != 200:
+                    sys.exit(f"{path}: {response.status}\n" + (work / "error.log").read_text()[-3000:])
+
+        for name, (path, _) in ROUTES.items():
+            send(path, CALLGRIND_WARM)
+            subprocess.run(["callgrind_control", "-z", str(nginx.pid)], capture_output=True, check=True)
+            send(path, CALLGRIND_COUNTED)
+            subprocess.run(["callgrind_control", "-d", str(nginx.pid)], capture_output=True, check=True)
+            dumps = sorted(work.glob("callgrind.out.*"), key=lambda dump: dump.stat().st_mtime)
+            total = next(int(line.split()[1]) for line in dumps[-1].read_text().splitlines()
+                         if line.startswith(("summary:", "totals:")))
+            counts[name] = total / CALLGRIND_COUNTED
+            print(f"  {name}: {counts[name]:,.0f} instructions a request in the worker", flush=True)
+    finally:
+        nginx.terminate()
+        server.terminate()
+        nginx.wait()
+        server.wait()
+        shutil.rmtree(work, ignore_errors=True)
+    return counts
+
+
+def server_calls(port: int) -> int:
+    """Every command the server has run (INFO commandstats)."""
+    info = subprocess.run(["redis-cli", "-p", str(port), "INFO", "commandstats"],
+                          capture_output=True, text=True, check=True).stdout
+    return sum(int(match) for match in re.findall(r"calls=(\d+)", info))
+
+
+def measure_nginx(module: Path) -> dict | None:
+    for tool in ("nginx", "wrk"):
+        if not shutil.which(tool):
+            print(f"  skipped: no {tool} (make deps-bench installs it)")
+            return None
+    rows = run_pass(module, 1, list(ROUTES))
+    two = run_pass(module, 2, list(TWO_WORKER_ROUTES))
+    instructions = worker_instructions(module)
+    return {"rows": rows, "two_workers": two, "instructions": instructions,
+            "cores": os.cpu_count()}
 
 
 def nginx_section(result) -> list[str]:
     if not result:
         return []
-    alone = result["rows"][0][1]
+
+    def table(rows) -> list[str]:
+        alone = rows[0][1]
+        ping = dict(rows).get("PING on a pooled connection (the round trip alone)")
+        lines = [
+            "| Route | Requests/s | Of nginx alone | Of PING | p50 ms (added) | p99 ms (added) "
+            "| Server calls a request | CPU nginx | CPU server | CPU wrk |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        ]
+        for name, row in rows:
+            cpu = row["cpu"]
+            p50_added, p99_added = ("", "") if row is alone else (
+                f" (+{row['p50'] - alone['p50']:.2f})", f" (+{row['p99'] - alone['p99']:.2f})")
+            of_ping = f"{row['rps'] / ping['rps']:.0%}" if ping else ""
+            lines.append(
+                f"| {name} | {row['rps']:,.0f} | {row['rps'] / alone['rps']:.0%} | {of_ping} | "
+                f"{row['p50']:.2f}{p50_added} | {row['p99']:.2f}{p99_added} | "
+                f"{row['calls']:.3f} | {cpu['nginx']:.2f} | {cpu['server']:.2f} | {cpu['wrk']:.2f} |")
+        return lines
+
     lines = [
         "## Through nginx",
         "",
         f"wrk (one thread, {CONNECTIONS} connections, {DURATION} s a route, keys spread over "
-        f"{KEYS:,} callers) against one nginx worker with the Lua package, and the server, on "
-        f"the same {result['cores']} cores ([bench/nginx.py](bench/nginx.py)). Every request "
-        "is admitted; each limited one is one call on a pooled connection. Added latency is "
-        "the route's less nginx alone's. CPU is each process' share of a core during the run: "
-        "where the time goes.",
+        f"{KEYS:,} callers; the quota routes limit one hot key, a global limit) against nginx "
+        f"with the Lua package, and the server, on the same {result['cores']} cores "
+        "([bench/nginx.py](bench/nginx.py)). Every request is admitted; each limited one is one "
+        "call on a pooled connection, but on the quota routes, which take a batch of "
+        f"{QUOTA_BATCH} units per call into a shared dict. As the PING and EVAL routes, the "
+        "limiters' routes note no HTTP fields (`fields = false`), but one, which sets them. "
+        "Added latency is the route's less nginx alone's. CPU is each process' share of a core "
+        "during the run: where the time goes.",
         "",
-        "| Route | Requests/s | Of nginx alone | p50 ms (added) | p99 ms (added) | CPU nginx | CPU server | CPU wrk |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        "One worker:",
+        "",
+        *table(result["rows"]),
+        "",
+        "Two workers:",
+        "",
+        *table(result["two_workers"]),
+        "",
     ]
-    for name, row in result["rows"]:
-        cpu = row["cpu"]
-        p50_added, p99_added = ("", "") if row is alone else (
-            f" (+{row['p50'] - alone['p50']:.2f})", f" (+{row['p99'] - alone['p99']:.2f})")
-        lines.append(
-            f"| {name} | {row['rps']:,.0f} | {row['rps'] / alone['rps']:.0%} | "
-            f"{row['p50']:.2f}{p50_added} | {row['p99']:.2f}{p99_added} | "
-            f"{cpu['nginx']:.2f} | {cpu['server']:.2f} | {cpu['wrk']:.2f} |")
-    lines.append("")
+    counts = result.get("instructions")
+    if counts:
+        ping = counts.get("PING on a pooled connection (the round trip alone)")
+        lines += [
+            "Instructions the nginx worker spends a request, counted by callgrind in a single "
+            f"nginx process ({CALLGRIND_COUNTED:,} requests one after another on one connection, "
+            f"after {CALLGRIND_WARM:,} to warm up): what a route costs the worker, the same for "
+            "the same build whatever else the machine does. With one worker saturated, requests "
+            "per second go as its inverse.",
+            "",
+            "| Route | Instructions a request | PING's over the route's |",
+            "|---|---:|---:|",
+        ]
+        for name, count in counts.items():
+            ratio = f"{ping / count:.0%}" if ping else ""
+            lines.append(f"| {name} | {count:,.0f} | {ratio} |")
+        lines.append("")
     return lines
 
 

@@ -1006,7 +1006,12 @@ fn the_lua_package_builds_and_reads_as_the_conformance_table_says() {
     let lua_part = &text[text.find("\"lua\"").expect("a lua part")..];
     let cases = lua_part.matches("\"limiter\"").count();
     assert!(cases >= 9, "{cases} cases");
-    assert_eq!(response.body.trim(), format!("ok {cases}"), "{}", response.body);
+    assert_eq!(
+        response.body.trim(),
+        format!("ok {cases}"),
+        "{}",
+        response.body
+    );
 }
 
 /// Shadow mode: a refused request goes through, counted as `shadow` in the metrics and
@@ -1495,10 +1500,19 @@ fn a_password_and_a_database_are_set_up_on_each_new_connection() {
     let states: Vec<String> = (0..4)
         .map(|_| {
             let response = nginx.get("/good?k=db");
-            format!("{} {}", response.status, response.header("X-State").unwrap_or("-"))
+            format!(
+                "{} {}",
+                response.status,
+                response.header("X-State").unwrap_or("-")
+            )
         })
         .collect();
-    assert_eq!(states, ["200 2", "200 1", "200 0", "503 -"], "{}", nginx.log());
+    assert_eq!(
+        states,
+        ["200 2", "200 1", "200 0", "503 -"],
+        "{}",
+        nginx.log()
+    );
     let _: () = query(&mut con, &["SELECT", "2"]);
     let exists: i64 = query(&mut con, &["EXISTS", "db"]);
     assert_eq!(exists, 1, "the key is in database 2");

@@ -7,13 +7,15 @@
 --   local delay, err = q:incoming(key)    -- 0; or nil, "rejected"; or nil, err
 --
 -- `lim` is a `req` or `count` limiter of this package. A request spends one unit the dict
--- holds for its key; when none is left, one worker takes up to `batch` more in one call
--- (`AT_MOST`: what fits now), and the workers that find that call under way ask the server
--- for their own request alone. Units unspent `hold` seconds after they were taken go back
--- (`REFUND`).
+-- holds for its key. When what is left falls below half the batch, the request that saw it
+-- tops the dict up to `batch` in the background (a timer, so that no request waits for it);
+-- when none is left, one request takes up to `batch` in one call (`AT_MOST`: what fits now)
+-- and the requests that find a call under way ask the server for themselves alone. Units
+-- unspent `hold` seconds after they were taken go back (`REFUND`).
 --
 -- The bound: every unit spent was counted by the server when it was taken, and an nginx
--- holds at most `batch` taken earlier (one batch is taken at a time, once the last is spent).
+-- holds at most `batch` taken earlier (one call at a time takes units, never more than the
+-- batch less what is left).
 -- So in any window, what N nginx admit exceeds what the server alone would admit by at most
 -- N x batch, whatever their workers. `req` is then a bucket without its queue: a request is
 -- admitted at once or refused (nodelay).
@@ -53,13 +55,15 @@ function _M.new(limiter, options)
     local prefix = table.concat({ limiter.name, limiter.prefix, limiter.count or limiter.limit,
         limiter.burst or limiter.window_us, "" }, "|")
     return setmetatable({ limiter = limiter, dict = dict, batch = batch, hold = hold,
-        prefix = prefix }, mt)
+        low = batch / 2, prefix = prefix, names = {}, named = 0, counter = limiter.client,
+        policy = limiter.name }, mt)
 end
 
 -- Gives back what is left of `key`'s units (the timer at a batch's hold end): all of them at
 -- once, atomically, so that no worker spends a unit that goes back.
 local function give_back(premature, self, key)
     local dict = self.dict
+    dict:delete(self.prefix .. "t|" .. key)
     local units = self.prefix .. "u|" .. key
     local after = dict:incr(units, -ALL, 0)
     if not after then
@@ -72,17 +76,19 @@ local function give_back(premature, self, key)
     if taken > 0 then
         local _, err = self.limiter:give_back(key, taken)
         if err and not premature then
-            ngx.log(ngx.WARN, "ratelimit_module: quota: giving back ", taken, " of ", key, ": ", err)
+            ngx.log(ngx.WARN, "ratelimit_module: quota: giving back ", taken, " of ", key, ": ",
+                err)
         end
     end
 end
 
--- Takes a batch for `key` (this worker holds the lock): the units into the dict, and a timer
--- to give back what is unspent after `hold`. Whether the request that found none is admitted:
--- true, false (refused), or nil and the error.
-local function refill(self, key)
+-- Takes up to `wanted` units for `key` (this worker holds the lock): the units into the dict
+-- (one kept for the request that found none, when `keep`), and a timer to give back what is
+-- unspent after `hold`. Whether that request is admitted: true, false (refused), or nil and
+-- the error.
+local function refill(self, key, wanted, keep)
     local dict = self.dict
-    local granted, retry_or_err, failed = self.limiter:lease(key, self.batch)
+    local granted, retry_or_err, failed = self.limiter:lease(key, wanted)
     dict:delete(self.prefix .. "l|" .. key)
     if not granted then
         if failed then
@@ -100,33 +106,84 @@ local function refill(self, key)
         self.limiter.client:count(self.limiter.name, "refused")
         return false
     end
-    -- One unit is this request's; the rest are the workers'.
-    if granted > 1 then
-        dict:incr(self.prefix .. "u|" .. key, granted - 1, 0)
-        ngx.timer.at(self.hold, give_back, self, key)
+    -- One unit is this request's, when it found none; the rest are the workers'.
+    local stored = keep and granted - 1 or granted
+    if stored > 0 then
+        dict:incr(self.prefix .. "u|" .. key, stored, 0)
+        -- One give-back pending per key and nginx: it takes back what is left then, the
+        -- units of later top-ups included (they are given back early, never late).
+        if dict:add(self.prefix .. "t|" .. key, true, self.hold) then
+            local ok = ngx.timer.at(self.hold, give_back, self, key)
+            if not ok then
+                dict:delete(self.prefix .. "t|" .. key)
+            end
+        end
     end
-    self.limiter.client:count(self.limiter.name, "allowed")
+    if keep then
+        self.limiter.client:count(self.limiter.name, "allowed")
+    end
     return true
+end
+
+-- The background top-up (a timer's function).
+local function top_up(premature, self, key, wanted)
+    if premature then
+        self.dict:delete(self.prefix .. "l|" .. key)
+        return
+    end
+    local ok, err = refill(self, key, wanted, false)
+    if ok == nil and err then
+        ngx.log(ngx.WARN, "ratelimit_module: quota: topping up ", key, ": ", err)
+    end
+end
+
+-- Takes the lock on `key`'s calls: true when this request may call (no call under way).
+local function lock(self, key)
+    return self.dict:add(self.prefix .. "l|" .. key, true,
+        max(1, self.limiter.client.timeout / 1000))
+end
+
+-- The dict's key of `key`'s units, kept per worker (a quota limits a few hot keys; the
+-- names are made again past 10,000 of them).
+local function units_key(self, key)
+    local names = self.names
+    local name = names[key]
+    if not name then
+        if self.named >= 10000 then
+            names = {}
+            self.names, self.named = names, 0
+        end
+        name = self.prefix .. "u|" .. key
+        names[key] = name
+        self.named = self.named + 1
+    end
+    return name
 end
 
 --- Sees a request for `key`: 0 when admitted, or nil and "rejected", or nil and the error
 --- (or what `on_error` decides, when the server failed).
 function _M.incoming(self, key)
     local dict, prefix = self.dict, self.prefix
-    local left = dict:incr(prefix .. "u|" .. key, -1, 0)
+    local left = dict:incr(units_key(self, key), -1, 0)
     if left and left >= 0 then
-        self.limiter.client:count(self.limiter.name, "quota")
+        self.counter:count(self.policy, "quota")
+        if left < self.low and lock(self, key) then
+            local ok = ngx.timer.at(0, top_up, self, key, self.batch - left)
+            if not ok then
+                dict:delete(prefix .. "l|" .. key)
+            end
+        end
         return 0
     end
     -- None left: undo, then take a batch, unless the limit binds for a while yet.
-    dict:incr(prefix .. "u|" .. key, 1, 0)
+    dict:incr(units_key(self, key), 1, 0)
     local refused_until = dict:get(prefix .. "r|" .. key)
     if refused_until and refused_until > ngx_now() then
         return nil, "rejected"
     end
     local admitted, err
-    if dict:add(prefix .. "l|" .. key, true, max(1, self.limiter.client.timeout / 1000)) then
-        admitted, err = refill(self, key)
+    if lock(self, key) then
+        admitted, err = refill(self, key, self.batch, true)
     else
         -- Another worker is taking the batch: this request asks for itself.
         local delay

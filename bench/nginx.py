@@ -368,7 +368,7 @@ def nginx_section(result) -> list[str]:
         for name, row in rows:
             cpu = row["cpu"]
             p50_added, p99_added = ("", "") if row is alone else (
-                f" (+{row['p50'] - alone['p50']:.2f})", f" (+{row['p99'] - alone['p99']:.2f})")
+                f" ({row['p50'] - alone['p50']:+.2f})", f" ({row['p99'] - alone['p99']:+.2f})")
             of_ping = f"{row['rps'] / ping['rps']:.0%}" if ping else ""
             lines.append(
                 f"| {name} | {row['rps']:,.0f} | {row['rps'] / alone['rps']:.0%} | {of_ping} | "

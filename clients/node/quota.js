@@ -7,6 +7,10 @@
 // admit by at most N x batch (each holds at most `batch` taken earlier; every unit it spends
 // was counted by the server when taken). `batch: 1` is one call per decision, as check().
 //
+// While the limit binds, a take that gets nothing learns when one unit fits (retry_after):
+// until then take() refuses without asking, so a refused quota costs the server one call
+// per retry_after, not one per request.
+//
 //     const quota = new Quota(limiter, [window("api:global", 10000, 1)], { batch: 50, hold: 0.5 });
 //     if (await quota.take()) { ... }
 "use strict";
@@ -23,6 +27,8 @@ class Quota {
     this.held = 0;
     this.expiresAt = null;
     this.timer = null;
+    // Refused by the server: no call before then (the clock's ms).
+    this.refusedUntil = -Infinity;
     // Decisions taken, units admitted, calls to the server: what a lease saves.
     this.decisions = 0;
     this.admitted = 0;
@@ -59,10 +65,14 @@ class Quota {
       this.limiter.count(this.limiters.map((one) => one.name).join("+"), "quota");
       return true;
     }
+    if (this.clock() < this.refusedUntil) return false;
     const wanted = Math.max(this.batch, quantity) - this.held;
     const result = await this.limiter.check(this.limiters, { quantity: wanted, atMost: true });
     this.calls += 1;
     if (result.failed) return result.allowed; // decided by onError: nothing taken
+    if (!result.allowed && result.retryAfter !== null) {
+      this.refusedUntil = this.clock() + result.retryAfter * 1000;
+    }
     if (result.granted > 0) {
       if (this.held === 0) this.expiresAt = this.clock() + this.hold * 1000;
       this.held += result.granted;

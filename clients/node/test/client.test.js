@@ -243,6 +243,22 @@ test("quota leases: batch 1 is a call per decision; a batch is given back on clo
   assert.equal((await new RateLimiter(io).counts(log(`${key}:hold`, 10, 60))).count, 1);
 });
 
+test("quota leases: a refused quota asks the server once per retry_after, not once per take", async () => {
+  const key = `${prefix}:quota-refused`;
+  let now = 1_000_000;
+  const quota = new Quota(new RateLimiter(io), [log(key, 3, 60)], { batch: 2, hold: 600, clock: () => now });
+  const taken = [];
+  for (let i = 0; i < 1000; i++) taken.push(await quota.take());
+  // Two grants (2, then the 1 left), then one refusal that says when a unit fits.
+  assert.deepEqual(taken.slice(0, 4), [true, true, true, false]);
+  assert.ok(taken.slice(3).every((one) => !one));
+  assert.equal(quota.calls, 3);
+  // Past its retry_after (60 s here, by the quota's clock), it asks again.
+  now += 61_000;
+  await quota.take();
+  assert.equal(quota.calls, 4);
+});
+
 test("quota leases: several processes admit at most the limit plus N x batch in any window", async () => {
   const { fork } = require("node:child_process");
   const [limit, windowSeconds, batch, processes] = [40, 0.5, 10, 4];

@@ -281,6 +281,35 @@ class QuotaTest(unittest.TestCase):
         self.assertEqual(RateLimiter(client).counts(limits[0]).count, 1)
         client.close()
 
+    def test_a_refused_quota_asks_the_server_once_per_retry_after(self) -> None:
+        client = redis.Redis.from_url(URL)
+        key = f"py:{uuid.uuid4().hex}:refused"
+        now = [1_000.0]
+        quota = Quota(
+            RateLimiter(client), [Log(key, 3, 60)], batch=2, hold=600, clock=lambda: now[0]
+        )
+        taken = [quota.take() for _ in range(1000)]
+        # Two grants (2, then the 1 left), then one refusal that says when a unit fits.
+        self.assertEqual(taken[:4], [True, True, True, False])
+        self.assertFalse(any(taken[3:]))
+        self.assertEqual(quota.ledger.calls, 3)
+        # Past its retry_after (60 s here, by the quota's clock), it asks again.
+        now[0] += 61
+        quota.take()
+        self.assertEqual(quota.ledger.calls, 4)
+
+        async def run() -> None:
+            async_client = redis.asyncio.Redis.from_url(URL)
+            later = AsyncQuota(
+                AsyncRateLimiter(async_client), [Log(key, 3, 60)], batch=2, clock=lambda: now[0]
+            )
+            self.assertEqual([await later.take() for _ in range(100)], [False] * 100)
+            self.assertEqual(later.ledger.calls, 1)
+            await async_client.aclose()
+
+        asyncio.run(run())
+        client.close()
+
     def test_unused_units_go_back_after_hold(self) -> None:
         async def run() -> None:
             client = redis.asyncio.Redis.from_url(URL)

@@ -7,6 +7,10 @@ The bound: in any window, what N processes admit exceeds what the server alone w
 by at most N x batch (each process holds at most `batch` taken earlier; every unit it spends
 was counted by the server when taken). `batch=1` is one call per decision, as `check`.
 
+While the limit binds, a take that gets nothing learns when one unit fits (`retry_after`):
+until then `take()` refuses without asking, so a refused quota costs the server one call per
+`retry_after`, not one per request.
+
     quota = Quota(limiter, [Window("api:global", 10_000, 1)], batch=50, hold=0.5)
     if quota.take():
         ...
@@ -35,6 +39,8 @@ class _Ledger:
         self.batch, self.hold, self.clock = batch, hold, clock
         self.held = 0
         self.expires_at: Optional[float] = None
+        # Refused by the server: no call before then.
+        self.refused_until = float("-inf")
         # Decisions taken, units admitted, and calls to the server: what a lease saves.
         self.decisions = self.admitted = self.calls = 0
 
@@ -59,6 +65,15 @@ class _Ledger:
     def wanted(self, quantity: int) -> int:
         """How much to ask for: enough to hold `batch` (or `quantity`, if more)."""
         return max(self.batch, quantity) - self.held
+
+    def refused(self) -> bool:
+        """Whether the server refused recently enough that asking again is pointless."""
+        return self.clock() < self.refused_until
+
+    def refused_for(self, retry_after: Optional[float]) -> None:
+        """The server took nothing and said when one unit fits (None: never, at this size)."""
+        if retry_after is not None:
+            self.refused_until = self.clock() + retry_after
 
     def granted(self, units: int) -> None:
         self.calls += 1
@@ -100,10 +115,14 @@ class Quota:
             if self.ledger.spend(quantity):
                 self.limiter.decisions.count(policy_name(self.limiters), "quota")
                 return True
+            if self.ledger.refused():
+                return False
             result = self.limiter.check(self.limiters, self.ledger.wanted(quantity), at_most=True)
             if result.failed:  # decided by on_error; nothing taken
                 self.ledger.granted(0)
                 return result.allowed
+            if not result.allowed:
+                self.ledger.refused_for(result.retry_after)
             self.ledger.granted(result.granted or 0)
             self._arm()
             return self.ledger.spend(quantity)
@@ -158,12 +177,16 @@ class AsyncQuota:
             if self.ledger.spend(quantity):
                 self.limiter.decisions.count(policy_name(self.limiters), "quota")
                 return True
+            if self.ledger.refused():
+                return False
             result = await self.limiter.check(
                 self.limiters, self.ledger.wanted(quantity), at_most=True
             )
             if result.failed:
                 self.ledger.granted(0)
                 return result.allowed
+            if not result.allowed:
+                self.ledger.refused_for(result.retry_after)
             self.ledger.granted(result.granted or 0)
             self._arm()
             return self.ledger.spend(quantity)

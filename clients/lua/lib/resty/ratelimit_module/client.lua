@@ -215,6 +215,26 @@ function _M.with_key(template, key)
     return template.head .. "$" .. #key .. "\r\n" .. key .. "\r\n" .. template.tail
 end
 
+--- `limiter:command(key, commit)` encoded, from the two templates the limiter keeps in its
+--- `templates` (made on first use; a limiter clears them when its parameters change). A
+--- limiter's `encoded` method.
+function _M.encoded(limiter, key, commit)
+    local templates = limiter.templates
+    if not templates then
+        templates = { [true] = _M.template(limiter:command("", true)),
+            [false] = _M.template(limiter:command("", false)) }
+        limiter.templates = templates
+    end
+    return _M.with_key(templates[commit and true or false], key)
+end
+
+--- What a call with `AT_MOST` took, from its reply: the units granted, and when none, the
+--- seconds until one fits (nil when none ever will).
+function _M.granted(reply)
+    local granted = reply[1] == 0 and reply[6] or 0
+    return granted, granted == 0 and reply[4] >= 0 and reply[4] / 1e6 or nil
+end
+
 -- Parses one reply from `buf` at `pos`: the value and the position after it, or nil when
 -- `buf` does not hold all of it yet. An error reply is false and its text.
 local function parse(buf, pos)

@@ -47,17 +47,8 @@ function _M.command(self, key, commit)
     }
 end
 
---- The command `incoming(key, commit)` sends, encoded: from templates made once (what
---- `client.encode` gives of `command`).
-function _M.encoded(self, key, commit)
-    local templates = self.templates
-    if not templates then
-        templates = { [true] = client.template(self:command("", true)),
-            [false] = client.template(self:command("", false)) }
-        self.templates = templates
-    end
-    return client.with_key(templates[commit and true or false], key)
-end
+--- The command `incoming(key, commit)` sends, encoded, from templates the limiter keeps.
+_M.encoded = client.encoded
 
 --- Sees a request for `key`: 0 and the requests remaining in its window, or nil and
 --- "rejected". With `commit` false, nothing is recorded.
@@ -126,8 +117,7 @@ function _M.lease(self, key, units)
     if not reply then
         return nil, err, failed
     end
-    local granted = reply[1] == 0 and reply[6] or 0
-    return granted, granted == 0 and reply[4] >= 0 and reply[4] / 1e6 or nil
+    return client.granted(reply)
 end
 
 --- Gives back `units` of `key` a quota took and did not spend.

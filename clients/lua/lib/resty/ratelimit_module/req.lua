@@ -103,17 +103,8 @@ function _M.command(self, key, commit)
     return command
 end
 
---- The command `incoming(key, commit)` sends, encoded: from templates made once per
---- parameters (what `client.encode` gives of `command`).
-function _M.encoded(self, key, commit)
-    local templates = self.templates
-    if not templates then
-        templates = { [true] = client.template(self:command("", true)),
-            [false] = client.template(self:command("", false)) }
-        self.templates = templates
-    end
-    return client.with_key(templates[commit and true or false], key)
-end
+--- The command `incoming(key, commit)` sends, encoded, from templates the limiter keeps.
+_M.encoded = client.encoded
 
 --- Sees a request for `key`: its delay in seconds and the excess (requests queued ahead of
 --- it, itself included, per second of rate), or nil and "rejected" when the queue is full.
@@ -186,8 +177,7 @@ function _M.lease(self, key, units)
     if not reply then
         return nil, err, failed
     end
-    local granted = reply[1] == 0 and reply[6] or 0
-    return granted, granted == 0 and reply[4] >= 0 and reply[4] / 1e6 or nil
+    return client.granted(reply)
 end
 
 --- Gives back `units` of `key` a quota took and did not spend.

@@ -228,6 +228,15 @@ def wait_for(ports: list[int], log: Path) -> None:
     sys.exit("nginx or the server did not start:\n" + (log.read_text() if log.exists() else ""))
 
 
+def stop(nginx: subprocess.Popen, server: subprocess.Popen, work: Path) -> None:
+    """Stops nginx and the server, and removes their directory."""
+    for process in (nginx, server):
+        process.terminate()
+    for process in (nginx, server):
+        process.wait()
+    shutil.rmtree(work, ignore_errors=True)
+
+
 def run_pass(module: Path, workers: int, routes: list[str]) -> list:
     """wrk on each of `routes` through an nginx of `workers` workers: a row per route."""
     work = Path(tempfile.mkdtemp(prefix="ratelimit-bench-nginx-"))
@@ -271,11 +280,7 @@ def run_pass(module: Path, workers: int, routes: list[str]) -> list:
                 sys.exit(f"{name}: {figures['errors']} responses not 2xx:\n"
                          + (work / "error.log").read_text()[-3000:])
     finally:
-        nginx.terminate()
-        server.terminate()
-        nginx.wait()
-        server.wait()
-        shutil.rmtree(work, ignore_errors=True)
+        stop(nginx, server, work)
     return rows
 
 
@@ -326,11 +331,7 @@ def worker_instructions(module: Path) -> dict | None:
             counts[name] = total / CALLGRIND_COUNTED
             print(f"  {name}: {counts[name]:,.0f} instructions a request in the worker", flush=True)
     finally:
-        nginx.terminate()
-        server.terminate()
-        nginx.wait()
-        server.wait()
-        shutil.rmtree(work, ignore_errors=True)
+        stop(nginx, server, work)
     return counts
 
 

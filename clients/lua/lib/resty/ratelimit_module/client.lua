@@ -228,9 +228,14 @@ function _M.encoded(limiter, key, commit)
     return _M.with_key(templates[commit and true or false], key)
 end
 
---- What a call with `AT_MOST` took, from its reply: the units granted, and when none, the
---- seconds until one fits (nil when none ever will).
-function _M.granted(reply)
+--- Sends `args`, a take with `AT_MOST` (in µs), for `key`: the units granted, and when none,
+--- the seconds until one fits (nil when none ever will); or nil, the error, and whether the
+--- server failed. A limiter's `lease` for resty.ratelimit_module.quota.
+function _M.lease(self, key, args)
+    local reply, err, failed = self:call(key, args)
+    if not reply then
+        return nil, err, failed
+    end
     local granted = reply[1] == 0 and reply[6] or 0
     return granted, granted == 0 and reply[4] >= 0 and reply[4] / 1e6 or nil
 end

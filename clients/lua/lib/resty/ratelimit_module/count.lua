@@ -111,13 +111,9 @@ end
 --- fits (nil when none ever will); or nil, the error, and whether the server failed.
 function _M.lease(self, key, units)
     key = self.prefix .. key
-    local reply, err, failed = self.client:call(key, {
+    return self.client:lease(key, {
         "rl.window", key, self.limit, self.window_us, units, "ANCHORED", "US", "AT_MOST",
     })
-    if not reply then
-        return nil, err, failed
-    end
-    return client.granted(reply)
 end
 
 --- Gives back `units` of `key` a quota took and did not spend.

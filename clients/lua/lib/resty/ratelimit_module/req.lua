@@ -171,13 +171,9 @@ end
 --- fits (nil when none ever will); or nil, the error, and whether the server failed.
 function _M.lease(self, key, units)
     key = self.prefix .. key
-    local reply, err, failed = self.client:call(key, {
+    return self.client:lease(key, {
         "cl.throttle", key, whole_burst(self), self.count, PERIOD_US, units, "US", "AT_MOST",
     })
-    if not reply then
-        return nil, err, failed
-    end
-    return client.granted(reply)
 end
 
 --- Gives back `units` of `key` a quota took and did not spend.

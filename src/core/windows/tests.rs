@@ -443,6 +443,22 @@ impl Model {
         (i128::from(t) * i128::from(self.per_window()) / i128::from(self.window)) as i64
     }
 
+    /// What `ANCHORED` counts at `now`: a window starts at the first request admitted after
+    /// the last one ended.
+    fn anchored_used(&self, now: i64) -> u64 {
+        let mut window: Option<(i64, u64)> = None;
+        for &(t, q) in &self.admitted {
+            window = match window {
+                Some((start, used)) if t < start + self.window => Some((start, used + q)),
+                _ => Some((t, q)),
+            };
+        }
+        match window {
+            Some((start, used)) if now < start + self.window => used,
+            _ => 0,
+        }
+    }
+
     fn count(&self, buckets: impl Fn(i64) -> bool) -> u64 {
         self.admitted
             .iter()
@@ -464,18 +480,7 @@ impl Model {
                 (&move |q| limit - used - q as i128, 1)
             }
             Algorithm::Anchored => {
-                // A window starts at the first request admitted after the last one ended.
-                let mut window: Option<(i64, u64)> = None;
-                for &(t, q) in &self.admitted {
-                    window = match window {
-                        Some((start, used)) if t < start + self.window => Some((start, used + q)),
-                        _ => Some((t, q)),
-                    };
-                }
-                let used = match window {
-                    Some((start, used)) if now < start + self.window => i128::from(used),
-                    _ => 0,
-                };
+                let used = i128::from(self.anchored_used(now));
                 (&move |q| limit - used - q as i128, 1)
             }
             Algorithm::Sliding => {
@@ -752,17 +757,7 @@ proptest! {
         let current = model.bucket(now);
         let expected = match algorithm {
             Algorithm::Fixed => new_limit.saturating_sub(carried(model.count(|b| b == current))),
-            Algorithm::Anchored => {
-                let mut anchored: Option<(i64, u64)> = None;
-                for &(t, q) in &model.admitted {
-                    anchored = match anchored {
-                        Some((start, used)) if t < start + window => Some((start, used + q)),
-                        _ => Some((t, q)),
-                    };
-                }
-                let used = anchored.filter(|&(start, _)| now < start + window).map_or(0, |(_, used)| used);
-                new_limit.saturating_sub(carried(used))
-            }
+            Algorithm::Anchored => new_limit.saturating_sub(carried(model.anchored_used(now))),
             Algorithm::Sliding => {
                 let w = i128::from(window);
                 let elapsed = i128::from(now) - i128::from(current) * w;

@@ -13,15 +13,7 @@
 # lists the differences.
 set -eu
 [ $# -eq 1 ] || { sed -n '2,13p' "$0"; exit 2; }
-root=$(cd "$(dirname "$0")/../.." && pwd)
-module=${RATELIMIT_MODULE:-$root/target/release/libredis_ratelimit.so}
-work=$(mktemp -d)
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-cleanup() {
-    redis-cli -p "$port" shutdown nosave >/dev/null 2>&1 || true
-    rm -rf "$work"
-}
-trap cleanup EXIT
+. "$(dirname "$0")/server.sh"
 cp -r "$1/." "$work/"
 cd "$work"
 # Only what the library tests need (its other dev tools are left out).
@@ -62,8 +54,6 @@ export class MemoryStore extends RateLimitModuleStore {
 }
 TS
 fi
-redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --daemonize yes \
-    --dir "$work" --logfile "$work/redis.log" --loadmodule "$module"
-sleep 0.5
+start_server
 # A test of the store's internals under fake timers waits out its whole timeout: 5 s, not 30.
 REDIS_URL=redis://127.0.0.1:$port npx jest --coverage=false --forceExit --testTimeout=5000 || true

@@ -16,26 +16,11 @@
 # original package's tests unchanged, for comparison. docs/nginx.md lists the differences.
 set -eu
 [ $# -eq 2 ] || { sed -n '2,16p' "$0"; exit 2; }
-root=$(cd "$(dirname "$0")/../.." && pwd)
 peer=$(cd "$1" && pwd)
 test_nginx=$(cd "$2" && pwd)
-module=${RATELIMIT_MODULE:-$root/target/release/libredis_ratelimit.so}
 modules=${NGINX_MODULES:-/usr/lib/nginx/modules}
-work=$(mktemp -d)
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-cleanup() {
-    redis-cli -p "$port" shutdown nosave >/dev/null 2>&1 || true
-    rm -rf "$work"
-}
-trap cleanup EXIT
-redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --daemonize yes \
-    --dir "$work" --logfile "$work/redis.log" --loadmodule "$module"
-tries=0
-until redis-cli -p "$port" ping >/dev/null 2>&1; do
-    tries=$((tries + 1))
-    [ "$tries" -lt 100 ] || { cat "$work/redis.log"; exit 1; }
-    sleep 0.1
-done
+. "$(dirname "$0")/server.sh"
+start_server
 mkdir "$work/t"
 if [ "${ORIGINAL:-0}" = 1 ]; then
     cp "$peer"/t/*.t "$work/t/"

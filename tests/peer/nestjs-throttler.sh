@@ -13,15 +13,7 @@
 # lists the differences.
 set -eu
 [ $# -eq 1 ] || { sed -n '2,13p' "$0"; exit 2; }
-root=$(cd "$(dirname "$0")/../.." && pwd)
-module=${RATELIMIT_MODULE:-$root/target/release/libredis_ratelimit.so}
-work=$(mktemp -d)
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-cleanup() {
-    redis-cli -p "$port" shutdown nosave >/dev/null 2>&1 || true
-    rm -rf "$work"
-}
-trap cleanup EXIT
+. "$(dirname "$0")/server.sh"
 cp -r "$1/." "$work/"
 cd "$work"
 # Its test dependencies, without the release and lint tools.
@@ -57,7 +49,5 @@ assert "RateLimitModuleThrottlerStorage(shared" in source
 open(path, "w").write(source)
 PY
 fi
-redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --daemonize yes \
-    --dir "$work" --logfile "$work/redis.log" --loadmodule "$module"
-sleep 0.5
+start_server
 REDIS_URL=redis://127.0.0.1:$port npx jest --config ./test/jest-e2e.json --forceExit || true

@@ -258,22 +258,12 @@ local function parse(buf, pos)
         local vals = new_tab(n, 0)
         local at = eol + 2
         for i = 1, n do
-            if byte(buf, at) == 58 then
-                -- An integer, the limiters' usual element, read here rather than by a call.
-                local line_end = find(buf, "\r\n", at, true)
-                if not line_end then
-                    return nil
-                end
-                vals[i] = tonumber(sub(buf, at + 1, line_end - 1))
-                at = line_end + 2
-            else
-                local value, next_at, err = parse(buf, at)
-                if next_at == nil then
-                    return nil, nil, err
-                end
-                vals[i] = value == false and { false, err } or value
-                at = next_at
+            local value, next_at, err = parse(buf, at)
+            if next_at == nil then
+                return nil, nil, err
             end
+            vals[i] = value == false and { false, err } or value
+            at = next_at
         end
         return vals, at
     elseif prefix == 36 then -- '$'

@@ -111,10 +111,7 @@ _M.encoded = client.encoded
 --- With `commit` false, nothing is recorded.
 function _M.incoming(self, key, commit)
     local c, name = self.client, self.name
-    local prefix = self.prefix
-    if prefix ~= "" then
-        key = prefix .. key
-    end
+    key = self.prefix .. key
     local id = c.deny_cache and ("req|" .. key .. "|" .. self.count .. "|" .. self.burst)
     local denied = id and c:denied(id)
     if denied then

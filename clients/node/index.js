@@ -28,6 +28,37 @@ function commandSender(client) {
   throw new TypeError("expected an ioredis or node-redis client");
 }
 
+/**
+ * A function that runs several commands as one transaction (MULTI/EXEC) and resolves with
+ * their replies: ioredis' `multi()` (a Cluster sends it to the keys' node) and node-redis'
+ * (a cluster's `multi(firstKey)` routes it to that key's node).
+ */
+function transactionSender(client) {
+  if (typeof client.call === "function") {
+    return async (key, commands) => {
+      const multi = client.multi();
+      for (const args of commands) multi.call(...args);
+      const replies = await multi.exec();
+      if (replies === null) throw new Error("the transaction was aborted");
+      for (const [error] of replies) if (error) throw error;
+      return replies.map(([, reply]) => reply);
+    };
+  }
+  if (typeof client.multi === "function") {
+    const cluster = client.sendCommand.length >= 3;
+    return async (key, commands) => {
+      const multi = cluster ? client.multi(key) : client.multi();
+      for (const args of commands) {
+        const strings = args.map(String);
+        if (cluster) multi.addCommand(key, false, strings);
+        else multi.addCommand(strings);
+      }
+      return multi.exec();
+    };
+  }
+  throw new TypeError("expected an ioredis or node-redis client");
+}
+
 // The first key of a limiter command: after the name, or after RL.ALL's numkeys.
 const keyOf = (args) => String(args[0].startsWith("RL.ALL") ? args[2] : args[1]);
 
@@ -332,19 +363,62 @@ class RateLimiter {
     return countsOf(limiter, await this.send(countsCommand(limiter)));
   }
 
-  /** RL.ACQUIRE: `quantity` of `limit` slots for `lease` seconds; `id` is 0 when refused. */
+  /**
+   * RL.ACQUIRE: `quantity` of `limit` slots for `lease` seconds; `id` is 0 when refused.
+   * Leases follow the failure policy: while the server fails, onError "allow" grants a
+   * lease with id 0 (`result.failed`: nothing to release), "deny" refuses it, "throw"
+   * throws ServerUnavailable.
+   */
   async acquireLease(key, limit, lease, quantity = 1) {
-    return leaseOf(await this.send(["RL.ACQUIRE", key, limit, millis(lease), quantity, "MS"]));
+    return this.lease(["RL.ACQUIRE", key, limit, millis(lease), quantity, "MS"]);
   }
 
   /** RL.ACQUIRE_RO: what acquireLease would answer, taking nothing (`id` 0). */
   async peekLease(key, limit, lease, quantity = 1) {
-    return leaseOf(await this.send(["RL.ACQUIRE_RO", key, limit, millis(lease), quantity, "MS"]));
+    return this.lease(["RL.ACQUIRE_RO", key, limit, millis(lease), quantity, "MS"]);
   }
 
-  /** RL.RELEASE: frees a lease at once; false when it was no longer held. */
+  async lease(args) {
+    const started = performance.now();
+    let reply;
+    try {
+      reply = await this.send(args);
+    } catch (error) {
+      if (!(error instanceof ServerUnavailable) || this.circuit.onError === "throw") throw error;
+      const allowed = this.circuit.onError === "allow";
+      this.count("lease", allowed ? "failed_open" : "failed_closed");
+      return { result: failureResult(allowed, error.retryAfter), allowed, id: 0 };
+    }
+    if (this.metrics) this.metrics.serverCall((performance.now() - started) / 1000);
+    const lease = leaseOf(reply);
+    this.count("lease", lease.allowed ? "allowed" : "refused");
+    return lease;
+  }
+
+  /** RL.RELEASE: frees a lease at once; false when it was no longer held, or when the
+   * server was not reached (the lease ends at its expiry). */
   async releaseLease(key, id) {
-    return Number(await this.send(["RL.RELEASE", key, id])) === 1;
+    if (Number(id) === 0) return false; // granted without the server: nothing to free
+    return this.held(["RL.RELEASE", key, id], false);
+  }
+
+  /** RL.RENEW: extends a held lease to `lease` seconds from now; while the server fails,
+   * true under onError "allow" (keep working), false under "deny". */
+  async renewLease(key, id, lease) {
+    if (Number(id) === 0) return this.held(null, true);
+    return this.held(["RL.RENEW", key, id, millis(lease), "MS"], true);
+  }
+
+  /** A release or renewal (`args`; null: none to send): the server's answer, or the
+   * failure policy's. */
+  async held(args, renewing) {
+    try {
+      if (args === null) throw this.circuit.unavailable();
+      return Number(await this.send(args)) === 1;
+    } catch (error) {
+      if (!(error instanceof ServerUnavailable) || this.circuit.onError === "throw") throw error;
+      return renewing && this.circuit.onError === "allow";
+    }
   }
 
   /**
@@ -365,11 +439,6 @@ class RateLimiter {
       replies.push(await this.send(["RL.TOP", count]));
     }
     return topKeys(replies, count);
-  }
-
-  /** RL.RENEW: extends a held lease to `lease` seconds from now. */
-  async renewLease(key, id, lease) {
-    return Number(await this.send(["RL.RENEW", key, id, millis(lease), "MS"])) === 1;
   }
 }
 
@@ -432,6 +501,7 @@ function hashOf(reply) {
 class SharedLists {
   constructor(client, hash, { every = 1, clock = () => performance.now() / 1000 } = {}) {
     this.send = commandSender(client);
+    this.transaction = transactionSender(client);
     this.hash = hash;
     this.every = every;
     this.clock = clock;
@@ -440,16 +510,20 @@ class SharedLists {
     this.nextCheck = -Infinity;
   }
 
-  /** Sets `item` of `list` to `value`, then increments the version. */
+  /** Sets `item` of `list` to `value` and increments the version, in one transaction. */
   async add(list, item, value = "1") {
-    await this.send(["HSET", this.hash, `${list}:${item}`, value]);
-    await this.send(["HINCRBY", this.hash, "version", 1]);
+    await this.transaction(this.hash, [
+      ["HSET", this.hash, `${list}:${item}`, value],
+      ["HINCRBY", this.hash, "version", 1],
+    ]);
   }
 
-  /** Removes `item` from `list`, then increments the version. */
+  /** Removes `item` from `list` and increments the version, in one transaction. */
   async remove(list, item) {
-    await this.send(["HDEL", this.hash, `${list}:${item}`]);
-    await this.send(["HINCRBY", this.hash, "version", 1]);
+    await this.transaction(this.hash, [
+      ["HDEL", this.hash, `${list}:${item}`],
+      ["HINCRBY", this.hash, "version", 1],
+    ]);
   }
 
   /** The lists, `{ list: { item: value } }`: the copy, checked against the version at most once per `every` seconds. */

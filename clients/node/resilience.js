@@ -1,8 +1,10 @@
 // What the client and the adapters do when the server fails, and under a flood: a call
 // bounded by a timeout that never waits on a reconnecting client's offline queue, a circuit
 // that stops asking for a cool-down after a failure (a dead server costs one timeout per
-// cool-down, not one per request), errors logged at most once a second, and the deny cache.
-// Clocks are injected (tests drive them).
+// cool-down, not one per request) and then lets one call probe the server while the others
+// keep deciding without it, errors logged at most once a second, and the deny cache.
+// Failures are told from bad calls by type, not by their text. Clocks are injected (tests
+// drive them).
 "use strict";
 
 const ON_ERROR = ["allow", "deny", "throw"];
@@ -17,8 +19,40 @@ class ServerUnavailable extends Error {
   }
 }
 
-// Replies that say the server cannot serve now, rather than that the call was wrong.
-const UNAVAILABLE = /^(LOADING|MASTERDOWN|CLUSTERDOWN|TRYAGAIN|READONLY|BUSY)\b/;
+/** The call had no answer within the timeout. */
+class CallTimedOut extends Error {
+  constructor(timeout) {
+    super(`no answer within ${timeout} ms`);
+    this.name = "CallTimedOut";
+  }
+}
+
+// The error codes of replies that say the server cannot serve now, rather than that the
+// call was wrong (a reply's code is its first word).
+const UNAVAILABLE = new Set(["LOADING", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "READONLY", "BUSY"]);
+
+/** Whether `error` is an error reply of the server (ioredis' ReplyError from redis-errors,
+ * node-redis' ErrorReply and its subclasses), by type. */
+function isReply(error) {
+  for (let type = error; type; type = Object.getPrototypeOf(type)) {
+    const name = type.constructor && type.constructor.name;
+    if (name === "ReplyError" || name === "ErrorReply") return true;
+  }
+  return false;
+}
+
+/**
+ * Whether a call's error means the server failed: a reply saying it cannot serve now, our
+ * timeout, or anything that is not a reply (the connection refused, reset or closed, the
+ * client closed: whatever the client library names it). A reply that the call is wrong,
+ * and the TypeError or RangeError of a bad argument, are not failures.
+ */
+function serverFailed(error) {
+  if (error instanceof CallTimedOut) return true;
+  if (error instanceof TypeError || error instanceof RangeError) return false;
+  if (isReply(error)) return UNAVAILABLE.has(String(error.message).split(" ", 1)[0]);
+  return error instanceof Error;
+}
 
 /** Whether a client lost its server and would queue a command until it reconnects
  * (ioredis' offline queue; node-redis while it reconnects). A client still making its first
@@ -40,18 +74,33 @@ class Circuit {
     this.clock = clock;
     this.logger = logger;
     this.openUntil = -Infinity;
+    // Half-open: a probe is out until then.
+    this.probeUntil = -Infinity;
     this.loggedAt = -Infinity;
     this.lastError = null;
   }
 
-  /** Whether calls are refused without asking (within a cool-down after a failure). */
+  /**
+   * Whether this call decides without asking: within a cool-down after a failure, or while
+   * another call probes the server. A call told false asks (after a failure, it is the
+   * probe); a probe that never reports back stops counting after a cool-down.
+   */
   open() {
-    return this.clock() < this.openUntil;
+    if (this.openUntil === -Infinity) return false;
+    const now = this.clock();
+    if (now < this.openUntil || now < this.probeUntil) return true;
+    this.probeUntil = now + this.cooldown;
+    return false;
   }
 
-  /** Seconds until the server is asked again. */
+  /** The server answered: the circuit closes. */
+  succeeded() {
+    this.openUntil = this.probeUntil = -Infinity;
+  }
+
+  /** Seconds until the server is asked again (or the probe out has its answer). */
   retryAfter() {
-    return Math.max(0, this.openUntil - this.clock()) / 1000;
+    return Math.max(0, this.openUntil - this.clock(), this.probeUntil - this.clock()) / 1000;
   }
 
   /** Notes a failure: opens for a cool-down, logs at most once a second. */
@@ -88,17 +137,16 @@ function guardedSender(client, send, circuit, timeout) {
     if (notReady(client)) return fail(circuit, new Error("the client is not connected"));
     let timer;
     const expired = new Promise((_, reject) => {
-      timer = setTimeout(() => reject(new Error(`no answer within ${timeout} ms`)), timeout);
+      timer = setTimeout(() => reject(new CallTimedOut(timeout)), timeout);
     });
     try {
-      return await Promise.race([send(args), expired]);
+      const reply = await Promise.race([send(args), expired]);
+      circuit.succeeded();
+      return reply;
     } catch (error) {
       if (error instanceof ServerUnavailable) throw error;
-      const message = String(error && error.message);
-      // ioredis and node-redis reject with these when the connection drops or closes.
-      const server =
-        /no answer within|not connected|Connection is closed|ECONNREFUSED|ECONNRESET|EPIPE|ETIMEDOUT|socket closed|The client is closed|Stream isn't writeable/i;
-      if (UNAVAILABLE.test(message) || server.test(message)) return fail(circuit, error);
+      if (serverFailed(error)) return fail(circuit, error);
+      circuit.succeeded(); // the server answered: the call was wrong
       throw error;
     } finally {
       clearTimeout(timer);
@@ -157,4 +205,4 @@ class DenyCache {
   }
 }
 
-module.exports = { Circuit, DenyCache, ServerUnavailable, guardedSender, ON_ERROR };
+module.exports = { CallTimedOut, Circuit, DenyCache, ServerUnavailable, guardedSender, serverFailed, ON_ERROR };

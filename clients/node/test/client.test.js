@@ -140,8 +140,54 @@ for (const [name, client] of [
     now = 2;
     assert.deepEqual(await reader.read(), { limit: { "/api": "5 1 1000" } });
     assert.equal(await io.hget(hash, "version"), "3");
+    // Each change is one transaction: the item and the version, never one alone.
+    const before = await commandCalls("exec");
+    await writer.add("allow", "svc-a");
+    await writer.remove("allow", "svc-a");
+    assert.equal((await commandCalls("exec")) - before, 2);
   });
 }
+
+/** How many times the server ran a built-in `command` (INFO commandstats). */
+async function commandCalls(command) {
+  const line = (await io.info("commandstats")).split("\r\n").find((one) => one.startsWith(`cmdstat_${command}:`));
+  return line ? Number(/calls=(\d+)/.exec(line)[1]) : 0;
+}
+
+test("leases follow the failure policy", async () => {
+  const gone = new Redis({ port: 1, retryStrategy: () => 1000, maxRetriesPerRequest: null });
+  gone.on("error", () => {});
+  const quiet = { error() {} };
+  try {
+    const allowing = new RateLimiter(gone, { onError: "allow", cooldown: 30_000, logger: quiet });
+    const granted = await allowing.acquireLease("node:gone:lease", 2, 10);
+    assert.deepEqual([granted.allowed, granted.id, granted.result.failed], [true, 0, true]);
+    assert.equal(await allowing.renewLease("node:gone:lease", 7, 10), true, "kept under allow");
+    assert.equal(await allowing.releaseLease("node:gone:lease", 7), false, "not released");
+    const denying = new RateLimiter(gone, { onError: "deny", cooldown: 30_000, logger: quiet });
+    const refused = await denying.acquireLease("node:gone:lease", 2, 10);
+    assert.deepEqual([refused.allowed, refused.id], [false, 0]);
+    assert.ok(Math.abs(refused.result.retryAfter - 30) < 1);
+    assert.equal(await denying.renewLease("node:gone:lease", 7, 10), false, "given up under deny");
+    const throwing = new RateLimiter(gone, { logger: quiet });
+    await assert.rejects(throwing.acquireLease("node:gone:lease", 2, 10), ServerUnavailable);
+  } finally {
+    gone.disconnect();
+  }
+});
+
+test("a client that gives up on its own is a failure, whatever its error says", async () => {
+  // ioredis rejects with MaxRetriesPerRequestError, whose text names no connection error.
+  const gone = new Redis({ port: 1, retryStrategy: () => 1000, maxRetriesPerRequest: 0 });
+  gone.on("error", () => {});
+  try {
+    const allowing = new RateLimiter(gone, { onError: "allow", logger: { error() {} } });
+    const decided = await allowing.check([log("node:gone", 5, 60)]);
+    assert.deepEqual([decided.allowed, decided.failed], [true, true]);
+  } finally {
+    gone.disconnect();
+  }
+});
 
 test("top() says when the server counts nothing, then lists refused keys", async () => {
   const limiter = new RateLimiter(io);

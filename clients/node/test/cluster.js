@@ -5,7 +5,7 @@
 const assert = require("node:assert/strict");
 const Redis = require("ioredis");
 const { createCluster } = require("redis");
-const { RateLimiter, log, throttle } = require("..");
+const { RateLimiter, SharedLists, log, throttle } = require("..");
 
 async function exercise(limiter, prefix) {
   for (let i = 0; i < 30; i++) {
@@ -26,13 +26,24 @@ async function exercise(limiter, prefix) {
   for (let i = 0; i < 10; i++) assert.equal(spread.get(`${prefix}:refused:${i}`), 1);
 }
 
+/** The lists' writes on a Cluster: one transaction on the hash's node. */
+async function lists(client, prefix) {
+  const shared = new SharedLists(client, `${prefix}:lists`);
+  await shared.add("deny", "203.0.113.7");
+  await shared.remove("deny", "203.0.113.7");
+  await shared.add("allow", "svc-a");
+  assert.deepEqual(await shared.read(), { allow: { "svc-a": "1" } });
+}
+
 async function main() {
   const url = new URL(process.env.REDIS_URL);
   const io = new Redis.Cluster([{ host: url.hostname, port: Number(url.port) }]);
   await exercise(new RateLimiter(io), "ioredis");
+  await lists(io, "ioredis");
   io.disconnect();
   const nodeRedis = await createCluster({ rootNodes: [{ url: process.env.REDIS_URL }] }).connect();
   await exercise(new RateLimiter(nodeRedis), "node-redis");
+  await lists(nodeRedis, "node-redis");
   await nodeRedis.quit();
   console.log("ok");
 }

@@ -5,7 +5,9 @@
 
 const assert = require("node:assert/strict");
 const { test } = require("node:test");
-const { Circuit, DenyCache } = require("../resilience");
+const { ErrorReply, SimpleError } = require("@redis/client/dist/lib/errors");
+const { ReplyError } = require("redis-errors");
+const { CallTimedOut, Circuit, DenyCache, serverFailed } = require("../resilience");
 
 /** A small seeded generator (mulberry32), so that a failing seed can be replayed. */
 function random(seed) {
@@ -94,4 +96,46 @@ test("a failure opens the circuit for the cool-down", () => {
   now = 2000;
   assert.equal(circuit.open(), false);
   assert.throws(() => new Circuit({ onError: "ignore" }), RangeError);
+});
+
+test("after the cool-down one call probes; the others keep the policy until it answers", () => {
+  let now = 0;
+  const circuit = new Circuit({ onError: "deny", cooldown: 1000, clock: () => now, logger: { error() {} } });
+  circuit.failed(new Error("gone"));
+  now = 1000;
+  assert.equal(circuit.open(), false, "the probe asks");
+  assert.deepEqual([circuit.open(), circuit.open()], [true, true], "the others do not");
+  assert.equal(circuit.retryAfter(), 1);
+  // The probe fails: open for another cool-down, then one probe again.
+  now = 1200;
+  circuit.failed(new Error("still gone"));
+  now = 2100;
+  assert.equal(circuit.open(), true);
+  now = 2200;
+  assert.deepEqual([circuit.open(), circuit.open()], [false, true]);
+  // It answers: closed, every call asks.
+  circuit.succeeded();
+  assert.deepEqual([circuit.open(), circuit.open()], [false, false]);
+  // A probe that never reports back stops counting after a cool-down.
+  circuit.failed(new Error("gone"));
+  now = 3200;
+  assert.deepEqual([circuit.open(), circuit.open()], [false, true]);
+  now = 4200;
+  assert.equal(circuit.open(), false);
+});
+
+test("failures are told from bad calls by type, not by text", () => {
+  // Replies: a failure only when their code says the server cannot serve now.
+  assert.equal(serverFailed(new ReplyError("LOADING Redis is loading the dataset in memory")), true);
+  assert.equal(serverFailed(new SimpleError("READONLY You can't write against a read only replica.")), true);
+  assert.equal(serverFailed(new ErrorReply("CLUSTERDOWN The cluster is down")), true);
+  assert.equal(serverFailed(new ReplyError("ERR limit must be at least 1 (ECONNREFUSED)")), false);
+  assert.equal(serverFailed(new SimpleError("WRONGTYPE Operation against a key")), false);
+  // Anything else the client rejects with is the connection's: whatever its text.
+  assert.equal(serverFailed(new CallTimedOut(1000)), true);
+  assert.equal(serverFailed(Object.assign(new Error("read ECONNRESET"), { code: "ECONNRESET" })), true);
+  assert.equal(serverFailed(new Error("Reached the max retries per request limit (which is 0).")), true);
+  // A bad argument is the caller's.
+  assert.equal(serverFailed(new TypeError("Invalid argument type")), false);
+  assert.equal(serverFailed(new RangeError("quantity")), false);
 });

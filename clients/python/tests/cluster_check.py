@@ -10,7 +10,14 @@ import os
 import redis.asyncio.cluster
 from redis.cluster import RedisCluster
 
-from ratelimit_module import AsyncRateLimiter, Log, RateLimiter, Throttle
+from ratelimit_module import (
+    AsyncRateLimiter,
+    AsyncSharedLists,
+    Log,
+    RateLimiter,
+    SharedLists,
+    Throttle,
+)
 
 URL = os.environ["REDIS_URL"]
 
@@ -30,6 +37,14 @@ def check_sync() -> None:
     refused = {row.key: row.refusals for row in top}
     assert all(refused.get(f"sync:{i}") == 1 for i in range(30)), top
     assert refused["{sync}:b"] == 1, top
+    # The lists' writes: one transaction on the hash's node.
+    cluster = RedisCluster.from_url(URL)
+    lists = SharedLists(cluster, "sync:lists")
+    lists.add("deny", "203.0.113.7")
+    lists.remove("deny", "203.0.113.7")
+    lists.add("allow", "svc-a")
+    assert lists.read() == {"allow": {"svc-a": "1"}}, lists.read()
+    assert cluster.hget("sync:lists", "version") == b"3"
 
 
 async def check_async() -> None:
@@ -44,6 +59,12 @@ async def check_async() -> None:
     assert not (await limiter.check(both)).allowed
     top = {row.key: row.refusals for row in await limiter.top(100)}
     assert top["{async}:b"] == 1 and "async:0" not in top, top  # peeks are not refusals
+    lists = AsyncSharedLists(client, "async:lists")
+    await lists.add("deny", "203.0.113.7")
+    await lists.remove("deny", "203.0.113.7")
+    await lists.add("allow", "svc-a")
+    assert await lists.read() == {"allow": {"svc-a": "1"}}
+    assert await client.hget("async:lists", "version") == b"3"
     await client.aclose()
 
 

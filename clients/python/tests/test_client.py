@@ -7,9 +7,11 @@ every option, the fields, and the `limits` storage through `limits`' own strateg
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import multiprocessing
 import os
 import socket
+import threading
 import time
 import unittest
 import uuid
@@ -23,6 +25,9 @@ from limits.strategies import (
     MovingWindowRateLimiter,
     SlidingWindowCounterRateLimiter,
 )
+from prometheus_client import CollectorRegistry
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 import ratelimit_module.limits_storage  # noqa: F401  (registers ratelimit://)
 from ratelimit_module import (
@@ -40,6 +45,7 @@ from ratelimit_module import (
     Window,
     headers,
 )
+from ratelimit_module.metrics import PrometheusMetrics
 
 URL = os.environ["REDIS_URL"]
 
@@ -186,10 +192,126 @@ def calls(client: redis.Redis, command: str) -> int:
     )
 
 
+def commands(client: redis.Redis, command: str) -> int:
+    """How many times the server ran a built-in `command` (INFO commandstats)."""
+    return int(client.info("commandstats").get(f"cmdstat_{command}", {"calls": 0})["calls"])
+
+
+def decisions(registry: CollectorRegistry, policy: str, outcome: str) -> float:
+    value = registry.get_sample_value(
+        "ratelimit_decisions_total", {"policy": policy, "outcome": outcome}
+    )
+    return value or 0.0
+
+
 def closed_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+class BlackHole:
+    """A port that accepts connections and never answers: a server frozen (`SIGSTOP`) as
+    its clients see it. Counts the connections made to it."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.port = self.sock.getsockname()[1]
+        self.accepted: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                self.accepted.append(self.sock.accept()[0])
+            except OSError:
+                return
+
+    def close(self) -> None:
+        self.sock.close()
+        for conn in self.accepted:
+            conn.close()
+
+
+def bounded(call, seconds: float = 10.0):  # type: ignore[no-untyped-def]
+    """`call()`'s answer, or a failure when it has none within `seconds`: what keeps a test
+    of a deadline from hanging when the deadline is missing."""
+    answers: list = []
+
+    def run() -> None:
+        try:
+            answers.append((call(), None))
+        except Exception as error:  # raised again on the test's thread
+            answers.append((None, error))
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if not answers:
+        raise AssertionError(f"no answer within {seconds} s")
+    answer, error = answers[0]
+    if error is not None:
+        raise error
+    return answer
+
+
+class DeadlineTest(unittest.IsolatedAsyncioTestCase):
+    """Every call answers within the package's own deadline, whatever the client does: here
+    redis-py's defaults, which wait for a frozen server forever."""
+
+    def setUp(self) -> None:
+        self.hole = BlackHole()
+
+    def tearDown(self) -> None:
+        self.hole.close()
+
+    def test_a_sync_call_answers_within_its_deadline(self) -> None:
+        client = redis.Redis(port=self.hole.port, retry=Retry(NoBackoff(), 50))
+        limiter = RateLimiter(client, timeout=0.5, on_error="allow")
+        decided = bounded(lambda: limiter.check([Log("py:frozen", 5, 60)]))
+        self.assertEqual((decided.allowed, decided.failed), (True, True))
+        lists = SharedLists(client, "py:frozen:lists", timeout=0.5)
+        with self.assertRaises(redis.TimeoutError):
+            bounded(lambda: lists.add("deny", "x"))
+
+    async def test_an_async_call_answers_within_its_deadline(self) -> None:
+        client = redis.asyncio.Redis(port=self.hole.port, retry=Retry(NoBackoff(), 50))
+        limiter = AsyncRateLimiter(client, timeout=0.5, on_error="deny", cooldown=5)
+        limits = [Log("py:frozen", 5, 60)]
+        decided = await asyncio.wait_for(limiter.check(limits), 10)
+        self.assertEqual((decided.allowed, decided.failed), (False, True))
+        lease = await limiter.acquire_lease("py:frozen:lease", 2, 10)
+        self.assertEqual((lease.allowed, lease.id, lease.result.failed), (False, 0, True))
+
+    def test_after_the_cooldown_one_call_probes_and_the_others_keep_the_policy(self) -> None:
+        client = redis.Redis(port=self.hole.port)
+        now = [0.0]
+        limiter = RateLimiter(
+            client, timeout=0.3, on_error="deny", cooldown=1, clock=lambda: now[0]
+        )
+        limits = [Log("py:probe", 5, 60)]
+        self.assertTrue(bounded(lambda: limiter.check(limits)).failed)
+        # The connection is made once the call is sent (accepted in the background).
+        self.assertTrue(wait_for(lambda: len(self.hole.accepted) == 1))
+        now[0] = 1.0  # the cool-down is over
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            answers = list(pool.map(lambda _: limiter.check(limits), range(8)))
+        self.assertTrue(all(answer.failed and not answer.allowed for answer in answers))
+        # The first call's connection still waits; the probe made the only other one.
+        self.assertTrue(wait_for(lambda: len(self.hole.accepted) >= 2))
+        self.assertEqual(len(self.hole.accepted), 2)
+
+
+def wait_for(condition, seconds: float = 10.0) -> bool:  # type: ignore[no-untyped-def]
+    """Whether `condition()` holds within `seconds` (polled)."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        if condition():
+            return True
+        time.sleep(0.01)
+    return condition()
 
 
 class FailuresAndFloodsTest(unittest.TestCase):
@@ -212,6 +334,30 @@ class FailuresAndFloodsTest(unittest.TestCase):
             raising.check(limits)
         with self.assertRaises(ServerUnavailable):
             raising.check(limits)
+
+    def test_leases_follow_the_failure_policy(self) -> None:
+        gone = redis.Redis(port=closed_port(), socket_timeout=0.5, socket_connect_timeout=0.5)
+        registry = CollectorRegistry()
+        metrics = PrometheusMetrics(registry)
+        allowing = RateLimiter(gone, on_error="allow", cooldown=30, metrics=metrics)
+        granted = allowing.acquire_lease("py:gone:lease", 2, 10)
+        self.assertEqual((granted.allowed, granted.id, granted.result.failed), (True, 0, True))
+        # Within the cool-down: decided without the server, counted.
+        self.assertTrue(allowing.acquire_lease("py:gone:lease", 2, 10).allowed)
+        self.assertTrue(allowing.renew_lease("py:gone:lease", 7, 10), "kept under allow")
+        self.assertFalse(allowing.release_lease("py:gone:lease", 7), "not released")
+        self.assertFalse(allowing.release_lease("py:gone:lease", granted.id))
+        self.assertEqual(decisions(registry, "lease", "failed_open"), 2)
+        denying = RateLimiter(gone, on_error="deny", cooldown=30)
+        refused = denying.acquire_lease("py:gone:lease", 2, 10)
+        self.assertEqual((refused.allowed, refused.id), (False, 0))
+        self.assertAlmostEqual(refused.result.retry_after, 30, delta=1)
+        self.assertFalse(denying.renew_lease("py:gone:lease", 7, 10), "given up under deny")
+        raising = RateLimiter(gone)
+        with self.assertRaises(redis.ConnectionError):
+            raising.acquire_lease("py:gone:lease", 2, 10)
+        with self.assertRaises(ServerUnavailable):
+            raising.renew_lease("py:gone:lease", 7, 10)
 
     def test_the_deny_cache_answers_a_flood_with_one_call(self) -> None:
         client = redis.Redis.from_url(URL)
@@ -353,6 +499,11 @@ class SharedListsTest(unittest.IsolatedAsyncioTestCase):
         now[0] = 2.0
         self.assertEqual(reader.read(), {"allow": {"svc-a": "1"}, "limit": {"/api": "5 1 1000"}})
         self.assertEqual(client.hget(hash, "version"), b"4")
+        # Each change is one transaction: the item and the version, never one alone.
+        before = commands(client, "exec")
+        writer.add("deny", "198.51.100.1")
+        await async_lists.remove("allow", "svc-a")
+        self.assertEqual(commands(client, "exec") - before, 2)
         client.delete(hash)
         client.close()
         await async_client.aclose()

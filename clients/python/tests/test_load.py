@@ -138,7 +138,7 @@ class SyncShedderTest(unittest.TestCase):
         shedder.report()
         self.assertEqual(shedder.standing.level, 2)
         # The server stops answering: the level holds for the report's ttl (3 intervals).
-        shedder.client = redis.Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.2)
+        shedder.call.client = redis.Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.2)
         self.assertIsNone(shedder.report())
         clock.now = 2.9
         self.assertEqual(shedder.standing.level, 2)

@@ -309,6 +309,16 @@ def lease_command(
     return [name, key, limit, millis(lease), quantity, "MS"]
 
 
+def release_command(key: str, lease_id: int) -> list:
+    """`RL.RELEASE`: frees a held lease."""
+    return ["RL.RELEASE", key, lease_id]
+
+
+def renew_command(key: str, lease_id: int, lease: float) -> list:
+    """`RL.RENEW`: extends a held lease to `lease` seconds from now."""
+    return ["RL.RENEW", key, lease_id, millis(lease), "MS"]
+
+
 @dataclass(frozen=True)
 class Lease:
     """`RL.ACQUIRE`'s answer: the five fields, and the lease's id (0 when refused)."""

@@ -3,7 +3,9 @@ async clients share it, and its clock is injected (tests drive it).
 
 - `Circuit`: after a failed call, decide by `on_error` without asking the server for a
   cool-down, so that a dead server costs one timeout per cool-down, not one per request;
-  errors are logged at most once a second.
+  then one call (the probe) asks the server while the others keep deciding by `on_error`,
+  until the probe's answer closes the circuit or its failure opens it again; errors are
+  logged at most once a second.
 - `DenyCache`: a refusal with a `retry_after` is answered locally until then, for the same
   command and a quantity not smaller; bounded, least recently used out.
 """
@@ -11,6 +13,7 @@ async clients share it, and its clock is injected (tests drive it).
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections import OrderedDict
 from dataclasses import replace
@@ -18,7 +21,8 @@ from typing import Any, Callable, Hashable, Optional, Sequence
 
 import redis.exceptions
 
-from ._protocol import Limiter, Options, RateLimit, command
+from ._calls import DeadlineExceeded
+from ._protocol import Lease, Limiter, Options, RateLimit, command
 
 LOG = logging.getLogger("ratelimit_module")
 
@@ -27,6 +31,7 @@ ON_ERROR = ("allow", "deny", "raise")
 # The server failed, as opposed to refusing a bad call: unreachable, timed out, loading,
 # failing over, or its Cluster down.
 SERVER_FAILURES = (
+    DeadlineExceeded,
     redis.exceptions.ConnectionError,
     redis.exceptions.TimeoutError,
     redis.exceptions.ClusterDownError,
@@ -54,8 +59,16 @@ def failure_result(allowed: bool, retry_after: float) -> RateLimit:
     )
 
 
+CLOSED = float("-inf")
+
+
 class Circuit:
-    """The failure policy of one client: `on_error` is "allow", "deny" or "raise"."""
+    """The failure policy of one client: `on_error` is "allow", "deny" or "raise".
+
+    Closed, every call asks the server. A failure opens it for `cooldown` seconds: no call
+    asks. Then it is half-open: the first call to ask is the probe, and until its answer
+    closes the circuit (`succeeded`) or its failure opens it again, the others decide as
+    while open. A probe that never reports back stops counting after a cool-down."""
 
     def __init__(
         self,
@@ -66,13 +79,32 @@ class Circuit:
         if on_error not in ON_ERROR:
             raise ValueError(f"on_error is one of {', '.join(ON_ERROR)}, not {on_error!r}")
         self.on_error, self.cooldown, self.clock = on_error, cooldown, clock
-        self.open_until = float("-inf")
+        self.open_until = CLOSED
+        # Half-open: a probe is out until then.
+        self.probe_until = CLOSED
         self.logged_at = float("-inf")
         self.last_error: Optional[BaseException] = None
+        self._lock = threading.Lock()
 
     def open(self) -> bool:
-        """Whether calls are refused without asking (within a cool-down after a failure)."""
-        return self.clock() < self.open_until
+        """Whether this call decides without asking: within a cool-down after a failure, or
+        while another call probes the server. A call told False asks (after a failure, it
+        is the probe)."""
+        if self.open_until == CLOSED:
+            return False
+        now = self.clock()
+        if now < self.open_until:
+            return True
+        with self._lock:
+            if now < self.probe_until:
+                return True
+            self.probe_until = now + self.cooldown
+            return False
+
+    def succeeded(self) -> None:
+        """The server answered: the circuit closes."""
+        if self.open_until != CLOSED:
+            self.open_until = self.probe_until = CLOSED
 
     def failed(self, error: BaseException) -> None:
         """Notes a failed call: opens for a cool-down, logs at most once a second."""
@@ -95,7 +127,11 @@ class Circuit:
             raise ServerUnavailable(
                 f"the server failed less than {self.cooldown} s ago: {self.last_error}"
             ) from self.last_error
-        return failure_result(self.on_error == "allow", max(self.open_until - self.clock(), 0.0))
+        return failure_result(self.on_error == "allow", self.retry_after())
+
+    def retry_after(self) -> float:
+        """Seconds until the server is asked again (or the probe out has its answer)."""
+        return max(self.open_until - self.clock(), self.probe_until - self.clock(), 0.0)
 
 
 class DenyCache:
@@ -135,6 +171,16 @@ class DenyCache:
         self.entries.move_to_end(key)
         while len(self.entries) > self.max_keys:
             self.entries.popitem(last=False)
+
+
+class _LeasePolicy:
+    """What lease decisions are counted under in the metrics."""
+
+    name = "lease"
+    key = ""
+
+
+LEASES: Sequence[Any] = (_LeasePolicy(),)
 
 
 def policy_name(limiters: Sequence[Limiter]) -> str:
@@ -197,8 +243,7 @@ class Decisions:
     ) -> RateLimit:
         """The server's decision, taken `seconds` after asking: counted, cached, and let
         through in shadow mode."""
-        if self.metrics is not None:
-            self.metrics.server_call(seconds)
+        self.answered(seconds)
         # A request shed by load is a draw, not a standing refusal: never cached.
         if key is not None and not decided.shed_level:
             self.deny_cache.put(key, options.quantity, decided)  # type: ignore[union-attr]
@@ -207,6 +252,42 @@ class Decisions:
             return self._refused(limiters, decided, outcome, shadow)
         self.count(policy_name(limiters), "delayed" if decided.wait > 0 else "allowed")
         return decided
+
+    def answered(self, seconds: float) -> None:
+        """The server answered a call after `seconds`: timed, and the circuit closes."""
+        self.circuit.succeeded()
+        if self.metrics is not None:
+            self.metrics.server_call(seconds)
+
+    # Leases go through the same policy: while the server fails, `on_error` decides whether
+    # a lease is granted (id 0, `failed`: there is nothing to release), and whether a held
+    # one may be kept (`renew` answers True under "allow", False under "deny"); a release
+    # that did not reach the server answers False (the lease ends at its expiry anyway).
+
+    def lease_before(self) -> Optional[Lease]:
+        """The lease decided without the server while the circuit is open."""
+        if self.circuit.open():
+            return Lease(self._without_server(LEASES), 0)
+        return None
+
+    def lease_failed(self, error: BaseException) -> Lease:
+        return Lease(self.failed(error, LEASES), 0)
+
+    def lease_after(self, lease: Lease, seconds: float) -> Lease:
+        self.answered(seconds)
+        self.count(LEASES[0].name, "allowed" if lease.allowed else "refused")
+        return lease
+
+    def kept_without_server(self, error: Optional[BaseException] = None) -> bool:
+        """A renewal or release the server did not answer (`error`) or was not asked
+        (circuit open): True when `on_error` keeps the lease ("allow")."""
+        if error is not None:
+            self.circuit.failed(error)
+            if self.circuit.on_error == "raise":
+                raise error
+        else:
+            self.circuit.decide()  # raises ServerUnavailable under "raise"
+        return self.circuit.on_error == "allow"
 
     def _without_server(self, limiters: Sequence[Limiter]) -> RateLimit:
         decided = self.circuit.decide()

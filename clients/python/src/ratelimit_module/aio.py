@@ -7,6 +7,7 @@ import asyncio
 import time
 from typing import Any, Callable, Optional, Sequence
 
+from ._calls import DEFAULT_TIMEOUT, AsyncCalls
 from ._protocol import (
     Counts,
     Lease,
@@ -18,8 +19,9 @@ from ._protocol import (
     counts_command,
     counts_result,
     lease_command,
-    millis,
     node_replies,
+    release_command,
+    renew_command,
     result,
     top_keys,
 )
@@ -27,14 +29,15 @@ from ._resilience import SERVER_FAILURES, Decisions
 
 
 class AsyncRateLimiter:
-    """Every command of the module on one asyncio client, with typed results; `on_error`,
-    `cooldown`, `deny_cache`, `metrics` and `shadow` as for `RateLimiter` (a call waits at
-    most the client's `socket_timeout`)."""
+    """Every command of the module on one asyncio client, with typed results; `timeout`,
+    `on_error`, `cooldown`, `deny_cache`, `metrics` and `shadow` as for `RateLimiter` (a
+    call is awaited at most `timeout` seconds, whatever the client's retries)."""
 
     def __init__(
         self,
         client: Any,
         *,
+        timeout: Optional[float] = DEFAULT_TIMEOUT,
         on_error: str = "raise",
         cooldown: float = 1.0,
         deny_cache: Optional[int] = None,
@@ -43,6 +46,7 @@ class AsyncRateLimiter:
         clock: Callable[[], float] = time.monotonic,
     ):
         self.client = client
+        self.call = AsyncCalls(client, timeout)
         self.decisions = Decisions(on_error, cooldown, deny_cache, metrics, shadow, clock)
 
     async def _decide(
@@ -53,7 +57,7 @@ class AsyncRateLimiter:
             return decided
         started = time.perf_counter()
         try:
-            reply = await self.client.execute_command(*command(limiters, options))
+            reply = await self.call(*command(limiters, options))
         except SERVER_FAILURES as error:
             return self.decisions.failed(error, limiters)
         return self.decisions.after(
@@ -98,35 +102,51 @@ class AsyncRateLimiter:
         return outcome
 
     async def counts(self, limiter: Limiter) -> Counts:
-        reply = await self.client.execute_command(*counts_command(limiter))
-        return counts_result(limiter, reply)
+        return counts_result(limiter, await self.call(*counts_command(limiter)))
+
+    async def _lease(self, args: list) -> Lease:
+        decided = self.decisions.lease_before()
+        if decided is not None:
+            return decided
+        started = time.perf_counter()
+        try:
+            reply = await self.call(*args)
+        except SERVER_FAILURES as error:
+            return self.decisions.lease_failed(error)
+        return self.decisions.lease_after(Lease.from_reply(reply), time.perf_counter() - started)
+
+    async def _held(self, args: list, renewing: bool) -> bool:
+        if self.decisions.circuit.open():
+            return self.decisions.kept_without_server() and renewing
+        started = time.perf_counter()
+        try:
+            reply = await self.call(*args)
+        except SERVER_FAILURES as error:
+            return self.decisions.kept_without_server(error) and renewing
+        self.decisions.answered(time.perf_counter() - started)
+        return int(reply) == 1
 
     async def acquire_lease(self, key: str, limit: int, lease: float, quantity: int = 1) -> Lease:
-        return Lease.from_reply(
-            await self.client.execute_command(*lease_command(key, limit, lease, quantity))
-        )
+        return await self._lease(lease_command(key, limit, lease, quantity))
 
     async def peek_lease(self, key: str, limit: int, lease: float, quantity: int = 1) -> Lease:
-        return Lease.from_reply(
-            await self.client.execute_command(*lease_command(key, limit, lease, quantity, True))
-        )
+        return await self._lease(lease_command(key, limit, lease, quantity, True))
 
     async def release_lease(self, key: str, lease_id: int) -> bool:
-        return int(await self.client.execute_command("RL.RELEASE", key, lease_id)) == 1
+        if lease_id == 0:
+            return False
+        return await self._held(release_command(key, lease_id), renewing=False)
 
     async def renew_lease(self, key: str, lease_id: int, lease: float) -> bool:
-        return (
-            int(await self.client.execute_command("RL.RENEW", key, lease_id, millis(lease), "MS"))
-            == 1
-        )
+        if lease_id == 0:
+            return self.decisions.kept_without_server()
+        return await self._held(renew_command(key, lease_id, lease), renewing=True)
 
     async def top(self, count: int = 10) -> list[TopKey]:
         """`RL.TOP`: the keys refused most over the current and the previous minute, on the
         server, or merged from every primary of a Cluster."""
         if hasattr(self.client, "get_primaries"):
-            reply = await self.client.execute_command(
-                "RL.TOP", count, target_nodes=self.client.PRIMARIES
-            )
+            reply = await self.call("RL.TOP", count, target_nodes=self.client.PRIMARIES)
         else:
-            reply = await self.client.execute_command("RL.TOP", count)
+            reply = await self.call("RL.TOP", count)
         return top_keys(node_replies(reply), count)

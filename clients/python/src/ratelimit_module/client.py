@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Optional, Sequence
 
+from ._calls import DEFAULT_TIMEOUT, SyncCalls
 from ._protocol import (
     Counts,
     Lease,
@@ -16,8 +17,9 @@ from ._protocol import (
     counts_command,
     counts_result,
     lease_command,
-    millis,
     node_replies,
+    release_command,
+    renew_command,
     result,
     top_keys,
 )
@@ -30,12 +32,15 @@ class RateLimiter:
     On a Cluster client, the keys of one call (several limiters) must share a hash slot:
     give them the same `{tag}`.
 
-    A call waits at most the client's own `socket_timeout` (give it one: redis-py waits
-    forever by default). When the server fails (cannot be reached, times out, is loading or
-    failing over), `on_error` decides: "raise" (the default, as redis-py and limits' storages
-    do) raises, "allow" admits and "deny" refuses (`RateLimit.failed`, nothing counted); for
-    `cooldown` seconds after a failure, decisions are taken that way without asking the
-    server. `deny_cache=N` answers up to N standing refusals locally; `metrics` (a
+    A call waits at most `timeout` seconds (1 by default, as the Node and nginx packages),
+    whatever the client's own timeouts and retries: it runs on a worker thread of the
+    limiter's (`None`: on the caller's thread, bounded only by the client's timeouts). When
+    the server fails (cannot be reached, times out, is loading or failing over), `on_error`
+    decides: "raise" (the default, as redis-py and limits' storages do) raises, "allow"
+    admits and "deny" refuses (`RateLimit.failed`, nothing counted); for `cooldown` seconds
+    after a failure, decisions are taken that way without asking the server, then one call
+    probes it while the others still decide that way. Leases follow the same policy.
+    `deny_cache=N` answers up to N standing refusals locally; `metrics` (a
     `ratelimit_module.metrics.PrometheusMetrics`) counts decisions and times server calls;
     `shadow=True` lets refused requests through, counted and logged (docs/clients.md).
     """
@@ -45,6 +50,7 @@ class RateLimiter:
         client: Any,
         sleep: Callable[[float], None] = time.sleep,
         *,
+        timeout: Optional[float] = DEFAULT_TIMEOUT,
         on_error: str = "raise",
         cooldown: float = 1.0,
         deny_cache: Optional[int] = None,
@@ -53,6 +59,7 @@ class RateLimiter:
         clock: Callable[[], float] = time.monotonic,
     ):
         self.client = client
+        self.call = SyncCalls(client, timeout)
         self._sleep = sleep
         self.decisions = Decisions(on_error, cooldown, deny_cache, metrics, shadow, clock)
 
@@ -65,7 +72,7 @@ class RateLimiter:
             return decided
         started = time.perf_counter()
         try:
-            reply = self.client.execute_command(*command(limiters, options))
+            reply = self.call(*command(limiters, options))
         except SERVER_FAILURES as error:
             return self.decisions.failed(error, limiters)
         return self.decisions.after(
@@ -114,34 +121,60 @@ class RateLimiter:
     def counts(self, limiter: Limiter) -> Counts:
         """What a `FIXED` or `SLIDING` window or a log counts (`RL.WINDOW.COUNTS`,
         `RL.LOG.COUNTS`), without writing."""
-        return counts_result(limiter, self.client.execute_command(*counts_command(limiter)))
+        return counts_result(limiter, self.call(*counts_command(limiter)))
+
+    def _lease(self, args: list) -> Lease:
+        decided = self.decisions.lease_before()
+        if decided is not None:
+            return decided
+        started = time.perf_counter()
+        try:
+            reply = self.call(*args)
+        except SERVER_FAILURES as error:
+            return self.decisions.lease_failed(error)
+        return self.decisions.lease_after(Lease.from_reply(reply), time.perf_counter() - started)
+
+    def _held(self, args: list, renewing: bool) -> bool:
+        """`RL.RENEW` or `RL.RELEASE`: the server's answer, or the policy's while it fails
+        (a release not made answers False)."""
+        if self.decisions.circuit.open():
+            return self.decisions.kept_without_server() and renewing
+        started = time.perf_counter()
+        try:
+            reply = self.call(*args)
+        except SERVER_FAILURES as error:
+            return self.decisions.kept_without_server(error) and renewing
+        self.decisions.answered(time.perf_counter() - started)
+        return int(reply) == 1
 
     def acquire_lease(self, key: str, limit: int, lease: float, quantity: int = 1) -> Lease:
-        """`RL.ACQUIRE`: `quantity` of `limit` slots for `lease` seconds."""
-        return Lease.from_reply(
-            self.client.execute_command(*lease_command(key, limit, lease, quantity))
-        )
+        """`RL.ACQUIRE`: `quantity` of `limit` slots for `lease` seconds (through the
+        failure policy: under "allow" a lease with id 0 while the server fails)."""
+        return self._lease(lease_command(key, limit, lease, quantity))
 
     def peek_lease(self, key: str, limit: int, lease: float, quantity: int = 1) -> Lease:
         """`RL.ACQUIRE_RO`: what `acquire_lease` would answer, taking nothing (id 0)."""
-        return Lease.from_reply(
-            self.client.execute_command(*lease_command(key, limit, lease, quantity, True))
-        )
+        return self._lease(lease_command(key, limit, lease, quantity, True))
 
     def release_lease(self, key: str, lease_id: int) -> bool:
-        """`RL.RELEASE`: frees a lease at once; False when it was no longer held."""
-        return int(self.client.execute_command("RL.RELEASE", key, lease_id)) == 1
+        """`RL.RELEASE`: frees a lease at once; False when it was no longer held, or the
+        server was not reached (it ends at its expiry)."""
+        if lease_id == 0:
+            return False  # granted without the server: nothing to free
+        return self._held(release_command(key, lease_id), renewing=False)
 
     def renew_lease(self, key: str, lease_id: int, lease: float) -> bool:
-        """`RL.RENEW`: extends a held lease to `lease` seconds from now."""
-        reply = self.client.execute_command("RL.RENEW", key, lease_id, millis(lease), "MS")
-        return int(reply) == 1
+        """`RL.RENEW`: extends a held lease to `lease` seconds from now (while the server
+        fails: True under "allow", False under "deny")."""
+        if lease_id == 0:
+            return self.decisions.kept_without_server()
+        return self._held(renew_command(key, lease_id, lease), renewing=True)
 
     def top(self, count: int = 10) -> list[TopKey]:
         """`RL.TOP`: the keys refused most over the current and the previous minute, on the
         server, or merged from every primary of a Cluster."""
         if hasattr(self.client, "get_primaries"):
-            reply = self.client.execute_command("RL.TOP", count, target_nodes=self.client.PRIMARIES)
+            reply = self.call("RL.TOP", count, target_nodes=self.client.PRIMARIES)
         else:
-            reply = self.client.execute_command("RL.TOP", count)
+            reply = self.call("RL.TOP", count)
         return top_keys(node_replies(reply), count)

@@ -39,6 +39,8 @@ from limits.aio.storage import Storage as AsyncStorage
 from limits.storage import MovingWindowSupport, SlidingWindowCounterSupport, Storage
 from limits.storage.base import TimestampedSlidingWindow
 
+from ._calls import DEFAULT_TIMEOUT, AsyncCalls, SyncCalls
+
 # A fixed window's count never reaches it: `incr` counts every hit, as `limits` wants.
 _UNBOUNDED = 1 << 62
 # Reading a fixed window's count: a key lives exactly its window, so any window as long as
@@ -126,10 +128,17 @@ class _Commands:
 def _client_options(options: dict) -> dict:
     """The options of the redis-py client: a call bounded by a timeout unless said, without
     the storage's own."""
-    options = {name: value for name, value in options.items() if name not in ("metrics", "shadow")}
+    own = ("metrics", "shadow", "timeout")
+    options = {name: value for name, value in options.items() if name not in own}
     options.setdefault("socket_timeout", _TIMEOUT)
     options.setdefault("socket_connect_timeout", _TIMEOUT)
     return options
+
+
+def deadline(options: dict) -> Optional[float]:
+    """The package's own deadline on each call (`timeout`, seconds; 1 by default, whatever
+    the client's retries)."""
+    return options.get("timeout", DEFAULT_TIMEOUT)
 
 
 class _Observer:
@@ -173,7 +182,7 @@ class RateLimitModuleStorage(
         self.commands = _Commands(key_prefix)
         self.observer = _Observer(options)
         scheme, rest = uri.split("://", 1)
-        options = _client_options(options)
+        options_given, options = options, _client_options(options)
         if scheme == "ratelimit+cluster":
             from redis.cluster import RedisCluster
 
@@ -181,6 +190,7 @@ class RateLimitModuleStorage(
         else:
             target = "rediss" if scheme == "ratelimits" else "redis"
             self.client = redis.Redis.from_url(f"{target}://{rest}", **options)
+        self.call = SyncCalls(self.client, deadline(options_given))
 
     @property
     def base_exceptions(self) -> type[Exception] | tuple[type[Exception], ...]:
@@ -189,7 +199,7 @@ class RateLimitModuleStorage(
     def _run(self, call: Call) -> Any:
         command, read = call
         started = time.perf_counter()
-        reply = self.client.execute_command(*command)
+        reply = self.call(*command)
         self.observer.timed(time.perf_counter() - started)
         return read(reply)
 
@@ -258,7 +268,7 @@ class AsyncRateLimitModuleStorage(
         self.commands = _Commands(key_prefix)
         self.observer = _Observer(options)
         scheme, rest = uri.split("://", 1)
-        options = _client_options(options)
+        options_given, options = options, _client_options(options)
         if scheme == "async+ratelimit+cluster":
             from redis.asyncio.cluster import RedisCluster
 
@@ -266,6 +276,7 @@ class AsyncRateLimitModuleStorage(
         else:
             target = "rediss" if scheme == "async+ratelimits" else "redis"
             self.client = redis.asyncio.Redis.from_url(f"{target}://{rest}", **options)
+        self.call = AsyncCalls(self.client, deadline(options_given))
 
     @property
     def base_exceptions(self) -> type[Exception] | tuple[type[Exception], ...]:
@@ -274,7 +285,7 @@ class AsyncRateLimitModuleStorage(
     async def _run(self, call: Call) -> Any:
         command, read = call
         started = time.perf_counter()
-        reply = await self.client.execute_command(*command)
+        reply = await self.call(*command)
         self.observer.timed(time.perf_counter() - started)
         return read(reply)
 

@@ -3,6 +3,10 @@
 field that every change increments. The nginx package (`resty.ratelimit_module.lists`)
 reads and writes the same hash, so a deny list written here reaches every gateway.
 
+A change writes its item and increments the version in one transaction (`MULTI`/`EXEC` on
+the node that owns the hash, Cluster or not), so no reader sees one without the other; every
+call waits at most `timeout` seconds (1 by default), as the limiters' do.
+
 A reader keeps a copy and asks only for the version, at most once per `every` seconds; it
 reads the hash again when the version changed. A change increments the version after
 writing its item, so a reader that saw the new version reads the new item.
@@ -12,6 +16,8 @@ from __future__ import annotations
 
 import time
 from typing import Any, Callable, Dict, Optional
+
+from ._calls import DEFAULT_TIMEOUT, AsyncCalls, SyncCalls
 
 Lists = Dict[str, Dict[str, str]]
 
@@ -29,6 +35,16 @@ def parse(flat: Dict[Any, Any]) -> Lists:
         if colon:
             lists.setdefault(name, {})[item] = _text(value)
     return lists
+
+
+def add_commands(hash: str, list: str, item: str, value: str) -> list:
+    """The transaction that sets `item` of `list` (as the nginx package writes it)."""
+    return [["HSET", hash, f"{list}:{item}", value], ["HINCRBY", hash, "version", 1]]
+
+
+def remove_commands(hash: str, list: str, item: str) -> list:
+    """The transaction that removes `item` from `list`."""
+    return [["HDEL", hash, f"{list}:{item}"], ["HINCRBY", hash, "version", 1]]
 
 
 class _Copy:
@@ -61,28 +77,28 @@ class SharedLists:
         hash: str,
         every: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
+        timeout: Optional[float] = DEFAULT_TIMEOUT,
     ):
         self.client, self.hash = client, hash
+        self.call = SyncCalls(client, timeout)
         self._copy = _Copy(every, clock)
 
     def add(self, list: str, item: str, value: str = "1") -> None:
-        """Sets `item` of `list` to `value`, then increments the version."""
-        self.client.execute_command("HSET", self.hash, f"{list}:{item}", value)
-        self.client.execute_command("HINCRBY", self.hash, "version", 1)
+        """Sets `item` of `list` to `value` and increments the version, in one transaction."""
+        self.call.transaction(self.hash, add_commands(self.hash, list, item, value))
 
     def remove(self, list: str, item: str) -> None:
-        """Removes `item` from `list`, then increments the version."""
-        self.client.execute_command("HDEL", self.hash, f"{list}:{item}")
-        self.client.execute_command("HINCRBY", self.hash, "version", 1)
+        """Removes `item` from `list` and increments the version, in one transaction."""
+        self.call.transaction(self.hash, remove_commands(self.hash, list, item))
 
     def read(self) -> Lists:
         """The lists, `{list: {item: value}}`: the copy, checked against the version at most
         once per `every` seconds and read again when it changed."""
         copy = self._copy
         if copy.due():
-            version = self.client.execute_command("HGET", self.hash, "version")
+            version = self.call("HGET", self.hash, "version")
             if copy.version is None or version != copy.version:
-                copy.lists = parse(self.client.execute_command("HGETALL", self.hash) or {})
+                copy.lists = parse(self.call("HGETALL", self.hash) or {})
                 copy.version = version
             copy.checked()
         return copy.lists
@@ -97,24 +113,24 @@ class AsyncSharedLists:
         hash: str,
         every: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
+        timeout: Optional[float] = DEFAULT_TIMEOUT,
     ):
         self.client, self.hash = client, hash
+        self.call = AsyncCalls(client, timeout)
         self._copy = _Copy(every, clock)
 
     async def add(self, list: str, item: str, value: str = "1") -> None:
-        await self.client.execute_command("HSET", self.hash, f"{list}:{item}", value)
-        await self.client.execute_command("HINCRBY", self.hash, "version", 1)
+        await self.call.transaction(self.hash, add_commands(self.hash, list, item, value))
 
     async def remove(self, list: str, item: str) -> None:
-        await self.client.execute_command("HDEL", self.hash, f"{list}:{item}")
-        await self.client.execute_command("HINCRBY", self.hash, "version", 1)
+        await self.call.transaction(self.hash, remove_commands(self.hash, list, item))
 
     async def read(self) -> Lists:
         copy = self._copy
         if copy.due():
-            version = await self.client.execute_command("HGET", self.hash, "version")
+            version = await self.call("HGET", self.hash, "version")
             if copy.version is None or version != copy.version:
-                flat = await self.client.execute_command("HGETALL", self.hash)
+                flat = await self.call("HGETALL", self.hash)
                 copy.lists, copy.version = parse(flat or {}), version
             copy.checked()
         return copy.lists

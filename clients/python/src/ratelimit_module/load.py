@@ -32,6 +32,7 @@ import threading
 import time
 from typing import Any, Callable, Optional
 
+from ._calls import DEFAULT_TIMEOUT, AsyncCalls, SyncCalls
 from ._protocol import PRIORITIES, LoadStanding, report_command, report_result
 from ._resilience import SERVER_FAILURES
 from .signals import Signals
@@ -149,7 +150,8 @@ class LoadShedder(_Shedding):
     redis-py client (`Redis` or `RedisCluster`); `admit` decides from the last report.
 
     `service` is the service's key; `instance` this process's name (`host:pid`); `ttl` how
-    long a report counts (3 intervals); `metrics` a `PrometheusMetrics`; `factors` a function
+    long a report counts (3 intervals); `timeout` the most a report waits (1 s, whatever the
+    client's retries); `metrics` a `PrometheusMetrics`; `factors` a function
     answering the application's own factors to add to each report (`{"queue": len(jobs)}`:
     a queue's backlog, a pool's waiters, any number a policy names)."""
 
@@ -167,18 +169,20 @@ class LoadShedder(_Shedding):
         factors: Optional[Callable[[], dict]] = None,
         draw: Callable[[], float] = random.random,
         clock: Callable[[], float] = time.monotonic,
+        timeout: Optional[float] = DEFAULT_TIMEOUT,
     ):
         super().__init__(
             service, instance, interval, ttl, shadow, metrics, signals, factors, draw, clock
         )
         self.client = client
+        self.call = SyncCalls(client, timeout)
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
 
     def report(self) -> Optional[LoadStanding]:
         """Reports now; the standing the server answered, or None when it failed."""
         try:
-            return self._reported(self.client.execute_command(*self._command()))
+            return self._reported(self.call(*self._command()))
         except SERVER_FAILURES as error:
             self._report_failed(error)
             return None
@@ -221,17 +225,19 @@ class AsyncLoadShedder(_Shedding):
         factors: Optional[Callable[[], dict]] = None,
         draw: Callable[[], float] = random.random,
         clock: Callable[[], float] = time.monotonic,
+        timeout: Optional[float] = DEFAULT_TIMEOUT,
     ):
         super().__init__(
             service, instance, interval, ttl, shadow, metrics, signals, factors, draw, clock
         )
         self.client = client
+        self.call = AsyncCalls(client, timeout)
         self._task: Optional[asyncio.Task] = None
 
     async def report(self) -> Optional[LoadStanding]:
         """Reports now; the standing the server answered, or None when it failed."""
         try:
-            return self._reported(await self.client.execute_command(*self._command()))
+            return self._reported(await self.call(*self._command()))
         except SERVER_FAILURES as error:
             self._report_failed(error)
             return None

@@ -581,6 +581,50 @@ fn a_frozen_or_gone_server_costs_at_most_the_timeout_and_service_resumes() {
     assert!(logged <= 20, "{logged} lines:\n{}", nginx.log());
 }
 
+/// After the cool-down, one request probes the server and the others keep the policy: a
+/// server that stays frozen is asked once per cool-down, not once per request waiting. The
+/// "server" is a port that accepts connections and never answers (a frozen server as its
+/// clients see it), counting the connections made to it.
+#[test]
+fn after_the_cool_down_one_request_probes_a_frozen_server_and_the_others_keep_the_policy() {
+    let hole = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = hole.local_addr().unwrap().port();
+    let accepted = Arc::new(Mutex::new(Vec::new()));
+    {
+        let accepted = accepted.clone();
+        thread::spawn(move || {
+            for conn in hole.incoming().flatten() {
+                accepted.lock().unwrap().push(conn);
+            }
+        });
+    }
+    let connections = || accepted.lock().unwrap().len();
+    let options = redis_options(
+        port,
+        ", timeout = 200, cooldown = 4000, on_error = \"deny\"",
+    );
+    let locations = location(
+        "/deny",
+        "require(\"resty.ratelimit_module.count\").new(REDIS, 1000, 60)",
+    );
+    let nginx = Nginx::start_with(&http(&options, &locations), 1);
+    // The first request waits its timeout and opens the circuit.
+    assert_eq!(nginx.get("/deny").status, 503);
+    assert!(support::wait_until(Duration::from_secs(5), || connections() == 1));
+    // Within the cool-down: nobody asks.
+    let refused = burst(&[&nginx], "/deny", 8);
+    assert!(refused.iter().all(|response| response.status == 503));
+    assert_eq!(connections(), 1, "asked within the cool-down");
+    // After it, eight at once: one probes, on a connection of its own; the others are
+    // answered by the policy, within its timeout and the next cool-down.
+    thread::sleep(Duration::from_millis(4_100));
+    let answers = burst(&[&nginx], "/deny", 8);
+    assert!(answers.iter().all(|response| response.status == 503));
+    assert!(support::wait_until(Duration::from_secs(5), || connections() >= 2));
+    thread::sleep(Duration::from_millis(100));
+    assert_eq!(connections(), 2, "{}", nginx.log());
+}
+
 #[test]
 fn on_a_cluster_keys_are_routed_by_slot_and_a_slot_moving_under_traffic_stays_exact() {
     let cluster = Cluster::start(3, 0);

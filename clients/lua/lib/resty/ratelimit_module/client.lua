@@ -14,7 +14,9 @@
 --                         reached or does not answer in time; unset, the limiter returns
 --                         nil and the error
 --   cooldown              ms during which a worker does not ask a server that just failed
---                         (1000): the calls meanwhile go by on_error at once
+--                         (1000): the calls meanwhile go by on_error at once; then one
+--                         call probes the server while the others still do, until its
+--                         answer closes the circuit or its failure opens it again
 --   deny_cache            a lua_shared_dict's name: a refusal is answered from it, without
 --                         asking the server, until its retry_after has passed
 --   metrics               a lua_shared_dict's name: decisions and call latencies counted there
@@ -147,7 +149,8 @@ function _M.get(opts)
         pools = {},        -- "host:port" -> the options of its connection pool
         slots = nil,       -- slot -> "host:port", on a Cluster
         reload = false,    -- read the slot map again before the next call (a slot moved)
-        open_until = 0,    -- the circuit: no call to the server before then
+        open_until = 0,    -- the circuit: no call to the server before then (0: closed)
+        probe_until = 0,   -- half-open: a call probes the server until then
         logged_at = 0,     -- when an error was last logged
     }, mt)
     clients[key] = client
@@ -506,8 +509,13 @@ end
 --- metrics (the call's latency), on a new connection, or when a Cluster redirects the call.
 function _M.call(self, key, args)
     local now = ngx_now()
-    if now < self.open_until then
-        return nil, "the server failed less than a cool-down ago", true
+    if self.open_until > 0 then
+        -- Open, or half-open with a probe out: decided without asking. Otherwise this call
+        -- is the probe, and the worker's other requests wait for its answer until then.
+        if now < self.open_until or now < self.probe_until then
+            return nil, "the server failed less than a cool-down ago", true
+        end
+        self.probe_until = now + self.cooldown
     end
     local start = self.metrics and now_precise()
     local timeout = self.timeout
@@ -555,6 +563,9 @@ function _M.call(self, key, args)
         self.open_until = now_precise() + self.cooldown
         self:log_error(format("%s:%s: %s", tostring(host or self.host), tostring(port or self.port),
             tostring(err)))
+    elseif self.open_until > 0 then
+        -- The probe's answer: the circuit closes.
+        self.open_until, self.probe_until = 0, 0
     end
     return res, err, failed
 end

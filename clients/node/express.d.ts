@@ -25,4 +25,5 @@ export class RateLimitModuleStore {
   get(key: string): Promise<{ totalHits: number; resetTime: Date } | undefined>;
   decrement(key: string): Promise<void>;
   resetKey(key: string): Promise<void>;
+  resetAll(): Promise<void>;
 }

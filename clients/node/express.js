@@ -12,15 +12,12 @@
 // sliding, or an exact log; a refused request counts nothing).
 "use strict";
 
-const { commandSender } = require("./index");
+const { commandSender, primarySenders } = require("./index");
 const { Circuit, ServerUnavailable, guardedSender } = require("./resilience");
 
 // The count of an ANCHORED window never reaches it: every hit is counted, as
 // express-rate-limit's stores count (2^50, exact as a JavaScript number).
 const UNBOUNDED = 2 ** 50;
-// Reading an ANCHORED window's count: a key lives exactly its window, so any window as long
-// as the stored one reads the same count while the key exists (285 years, in ms).
-const LONGEST_WINDOW_MS = 9_000_000_000_000;
 
 class RateLimitModuleStore {
   /**
@@ -51,10 +48,14 @@ class RateLimitModuleStore {
   }) {
     this.circuit = new Circuit({ onError, cooldown, logger });
     Object.assign(this, { metrics, shadow, logger });
+    this.client = client;
     this.send = guardedSender(client, commandSender(client), this.circuit, timeout);
     this.algorithm = algorithm;
     this.prefix = prefix;
     this.localKeys = false;
+    // express-rate-limit's defaults, until `init` gives its options.
+    this.windowMs = 60_000;
+    this.limit = 5;
     // Module-decided algorithms: refused requests express-rate-limit may still decrement,
     // per key, with when each one's window ends (after which it no longer decrements it).
     this.uncounted = new Map();
@@ -165,10 +166,11 @@ class RateLimitModuleStore {
   async get(key) {
     if (this.counting) {
       const [, , current, currentEndsIn] = await this.call(
-        ["RL.WINDOW.COUNTS", this.prefix + key, LONGEST_WINDOW_MS, "ANCHORED", "MS"],
+        ["RL.WINDOW.COUNTS", this.prefix + key, this.windowMs, "ANCHORED", "MS"],
         [0, 0, 0, 0],
       );
-      return current > 0 ? { totalHits: current, resetTime: new Date(Date.now() + currentEndsIn) } : undefined;
+      // A key decremented to zero still runs its window (MemoryStore's answer); none, no key.
+      return currentEndsIn > 0 ? { totalHits: current, resetTime: new Date(Date.now() + currentEndsIn) } : undefined;
     }
     if (this.limitFor() === 0) return undefined;
     const reply = await this.call(this.command(key, 0, [], true), [0, this.limit, this.limit, -1, 0]);
@@ -192,6 +194,23 @@ class RateLimitModuleStore {
   async resetKey(key) {
     this.uncounted.delete(key);
     await this.send(["DEL", this.prefix + key]);
+  }
+
+  /** Deletes every key of this store (its prefix), on every primary of a Cluster: what
+   * MemoryStore's resetAll does. SCAN, so the server is never held long. */
+  async resetAll() {
+    this.uncounted.clear();
+    const pattern = `${this.prefix.replace(/[*?[\]\\]/g, "\\$&")}*`;
+    const primaries = (await primarySenders(this.client)) ?? [commandSender(this.client)];
+    for (const scan of primaries) {
+      let cursor = "0";
+      do {
+        const [next, keys] = await scan(["SCAN", cursor, "MATCH", pattern, "COUNT", 1000]);
+        cursor = String(next);
+        // One key a call: on a Cluster the keys of one node are in many slots.
+        for (const key of keys) await this.send(["UNLINK", String(key)]);
+      } while (cursor !== "0");
+    }
   }
 
   /** Forgets the refusals whose window ended, for every key. */

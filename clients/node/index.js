@@ -29,6 +29,21 @@ function commandSender(client) {
 }
 
 /**
+ * On a Cluster (ioredis or node-redis), a function per primary that sends it one command;
+ * null for a single server.
+ */
+async function primarySenders(client) {
+  if (typeof client.nodes === "function") {
+    return client.nodes("master").map((node) => (args) => node.call(...args));
+  }
+  if (Array.isArray(client.masters)) {
+    const nodes = await Promise.all(client.masters.map((master) => client.nodeClient(master)));
+    return nodes.map((node) => (args) => node.sendCommand(args.map(String)));
+  }
+  return null;
+}
+
+/**
  * A function that runs several commands as one transaction (MULTI/EXEC) and resolves with
  * their replies: ioredis' `multi()` (a Cluster sends it to the keys' node) and node-redis'
  * (a cluster's `multi(firstKey)` routes it to that key's node).
@@ -428,16 +443,9 @@ class RateLimiter {
    */
   async top(count = 10) {
     const replies = [];
-    if (typeof this.client.nodes === "function") {
-      for (const node of this.client.nodes("master")) replies.push(await node.call("RL.TOP", count));
-    } else if (Array.isArray(this.client.masters)) {
-      for (const master of this.client.masters) {
-        const node = await this.client.nodeClient(master);
-        replies.push(await node.sendCommand(["RL.TOP", String(count)]));
-      }
-    } else {
-      replies.push(await this.send(["RL.TOP", count]));
-    }
+    const primaries = await primarySenders(this.client);
+    if (primaries === null) replies.push(await this.send(["RL.TOP", count]));
+    else for (const send of primaries) replies.push(await send(["RL.TOP", count]));
     return topKeys(replies, count);
   }
 }
@@ -540,6 +548,7 @@ class SharedLists {
 }
 
 module.exports = {
+  primarySenders,
   RateLimiter,
   Quota,
   SharedLists,

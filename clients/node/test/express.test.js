@@ -197,6 +197,42 @@ for (const [index, { paths, ...options }] of scenarios.entries()) {
   });
 }
 
+test("get() and resetAll() answer as MemoryStore does", async () => {
+  const prefix = `express:${randomUUID()}:`;
+  const other = `express:${randomUUID()}:`;
+  const options = { windowMs: 60_000, limit: 5 };
+  const memory = new MemoryStore();
+  const store = new RateLimitModuleStore({ client: redis, prefix });
+  const neighbour = new RateLimitModuleStore({ client: redis, prefix: other });
+  for (const one of [memory, store, neighbour]) one.init(options);
+  try {
+    for (const one of [memory, store]) {
+      assert.equal(await one.get("a"), undefined, "never hit");
+      const { resetTime } = await one.increment("a");
+      await one.decrement("a");
+      // Decremented to zero: the window runs on, with its reset time.
+      const zero = await one.get("a");
+      assert.equal(zero.totalHits, 0);
+      assert.ok(Math.abs(zero.resetTime - resetTime) < 1000, `${zero.resetTime} ${resetTime}`);
+      // The next hit counts in the same window.
+      const next = await one.increment("a");
+      assert.deepEqual(next.totalHits, 1);
+      assert.ok(Math.abs(next.resetTime - resetTime) < 1000);
+      await one.increment("b");
+      await one.resetAll();
+      assert.deepEqual([await one.get("a"), await one.get("b")], [undefined, undefined]);
+    }
+    // Only this store's keys: another prefix keeps its own.
+    await neighbour.increment("a");
+    await store.increment("a");
+    await store.resetAll();
+    assert.equal((await neighbour.get("a")).totalHits, 1);
+  } finally {
+    memory.shutdown();
+    await neighbour.resetAll();
+  }
+});
+
 test("the window starts at the first hit, as the reset field says", async () => {
   const prefix = `express:${randomUUID()}:`;
   const app = express();

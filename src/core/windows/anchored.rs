@@ -38,26 +38,31 @@ impl WindowLimiter {
         now: i64,
         carry: bool,
     ) -> Result<Anchored, StateError> {
-        let fresh = Anchored {
+        Ok(self.stored_window(stored, now, carry)?.unwrap_or(Anchored {
             start: now,
             count: 0,
-        };
+        }))
+    }
+
+    /// The stored window, while `now` is within it (see [`WindowLimiter::load_anchored`]).
+    fn stored_window(
+        &self,
+        stored: Option<&[u8]>,
+        now: i64,
+        carry: bool,
+    ) -> Result<Option<Anchored>, StateError> {
         let Some(stored) = stored else {
-            return Ok(fresh);
+            return Ok(None);
         };
         let (stored, stored_limit) = decode(stored)?;
-        Ok(if now < stored.start.saturating_add(self.window) {
-            Anchored {
-                count: if carry {
-                    self.carried(stored.count, stored_limit)
-                } else {
-                    stored.count
-                },
-                ..stored
-            }
-        } else {
-            fresh
-        })
+        Ok((now < stored.start.saturating_add(self.window)).then(|| Anchored {
+            count: if carry {
+                self.carried(stored.count, stored_limit)
+            } else {
+                stored.count
+            },
+            ..stored
+        }))
     }
 
     /// When the window of `state` ends.
@@ -131,13 +136,13 @@ impl WindowLimiter {
         if returned > 0 {
             self.encode_anchored(&state, value);
         }
-        // A window scheduled ahead of `now` (`DELAY`, `FORCE`) stands for the one before it,
-        // which it no longer holds: it stays until it begins, even empty.
-        let end = (state.count > 0 || state.start > now).then(|| self.anchored_end(&state));
+        // The window stays anchored until it ends, even emptied: the next request counts in
+        // it, as `DECR` leaves an `INCR` counter at 0 with its TTL (express-rate-limit's
+        // stores answer a key decremented to zero with its reset time).
         Ok(WindowRefund {
             verdict: self.anchored_verdict(&state, now, false, true),
             changed: returned > 0,
-            expire_at: end.map(ceil_millis),
+            expire_at: Some(ceil_millis(self.anchored_end(&state))),
             placement: Placement::WHOLE,
         })
     }
@@ -148,17 +153,15 @@ impl WindowLimiter {
         stored: Option<&[u8]>,
         now: i64,
     ) -> Result<WindowCounts, StateError> {
-        let state = self.load_anchored(stored, now, false)?;
-        let ends = if state.count > 0 {
-            self.anchored_end(&state)
-        } else {
-            now
-        };
+        let state = self.stored_window(stored, now, false)?;
         Ok(WindowCounts {
             previous: 0,
             previous_ends_at: Micros::saturating(now),
-            current: state.count,
-            current_ends_at: Micros::saturating(ends),
+            current: state.map_or(0, |state| state.count),
+            // An emptied window still runs to its end (a missing one: none).
+            current_ends_at: Micros::saturating(
+                state.map_or(now, |state| self.anchored_end(&state)),
+            ),
         })
     }
 

@@ -681,6 +681,43 @@ proptest! {
 }
 
 #[test]
+fn an_anchored_window_refunded_to_zero_stays_anchored_until_it_ends() {
+    // 5 a second from the first request; two counted at 100 ms, both given back at 200.
+    let mut key = Key::new(5, 1_000, Algorithm::Anchored);
+    key.call(T0 + ms(100), 2);
+    let mut value = Vec::new();
+    let refund = key
+        .limiter
+        .refund(
+            key.value.as_deref(),
+            Micros::saturating(T0 + ms(200)),
+            2,
+            true,
+            &mut key.scratch,
+            &mut value,
+        )
+        .unwrap();
+    assert!(refund.changed);
+    // Kept until the window's end, as `DECR` leaves an `INCR` counter at 0 with its TTL.
+    assert_eq!(refund.expire_at.map(|at| at.get()), Some((T0 + ms(1_100)) / 1_000));
+    key.value = Some(value);
+    let counts = key
+        .limiter
+        .counts(key.value.as_deref(), Micros::saturating(T0 + ms(250)))
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (counts.current, counts.current_ends_at),
+        (0, Micros::saturating(T0 + ms(1_100)))
+    );
+    // The next request counts in the same window: it resets at 1,100 ms, not 1,300.
+    assert_eq!(key.call(T0 + ms(300), 1), [0, 5, 4, -1, 800]);
+    // A missing key counts nothing, and no window runs.
+    let none = key.limiter.counts(None, Micros::saturating(T0)).unwrap().unwrap();
+    assert_eq!((none.current, none.current_ends_at), (0, Micros::saturating(T0)));
+}
+
+#[test]
 fn counts_are_read_as_the_calls_read_them() {
     // 10 per second, sliding: 4 in the window starting at T0, 3 in the next.
     let mut key = Key::new(10, 1_000, Algorithm::Sliding);

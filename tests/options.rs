@@ -208,6 +208,51 @@ fn every_algorithm_blocks_exactly_for_its_duration() {
     }
 }
 
+/// A block starts from none: what the key counted is dropped when the block starts, so the
+/// refusal that starts it waits exactly the block, the key lives exactly as long, and once it
+/// ends the key admits a full limit again, though the limit's own window (a minute) is far
+/// from over.
+#[test]
+fn a_block_starts_from_none_and_its_end_admits_a_full_limit() {
+    let server = Server::start();
+    let mut con = server.connect();
+    let limiters: [&[&str]; 7] = [
+        &["CL.THROTTLE", "n:gcra", "1", "1", "60000"],
+        &["RL.WINDOW", "n:fixed", "2", "60000", "FIXED"],
+        &["RL.WINDOW", "n:sliding", "2", "60000", "SLIDING"],
+        &["RL.WINDOW", "n:buckets", "2", "60000", "BUCKETS", "4"],
+        &["RL.WINDOW", "n:anchored", "2", "60000", "ANCHORED"],
+        &["RL.LOG", "n:log", "2", "60000"],
+        &["RL.ALL", "1", "n:all", "LOG", "2", "60000"],
+    ];
+    let blocking = |limiter: &[&'static str]| [limiter, &["MS", "BLOCK", "300"]].concat();
+    let key = |limiter: &[&str]| limiter[if limiter[0] == "RL.ALL" { 2 } else { 1 }].to_owned();
+    for limiter in limiters {
+        // Until refused (a FIXED window may roll over between two calls).
+        let refused = (0..5)
+            .map(|_| ints(&mut con, &blocking(limiter)))
+            .find(|reply| reply[0] == 1)
+            .expect("a refusal");
+        assert_eq!(refused, [1, 2, 0, 300, 300], "{limiter:?}");
+        let pttl: i64 = query(&mut con, &["PTTL", &key(limiter)]);
+        // The block's end, in µs, rounded up to the millisecond.
+        assert!((1..=301).contains(&pttl), "{limiter:?}: PTTL {pttl}");
+        // Refused while it lasts, and nothing else waits behind it.
+        let during = ints(&mut con, &[limiter, &["MS"]].concat());
+        assert_eq!(during[..3], [1, 2, 0], "{limiter:?}");
+        assert!(
+            during[3] <= 300 && during[3] == during[4],
+            "{limiter:?}: {during:?}"
+        );
+        // The wait the server gave, then a full limit.
+        thread::sleep(Duration::from_millis(during[3] as u64 + 5));
+        for _ in 0..2 {
+            let after = ints(&mut con, &[limiter, &["MS"]].concat());
+            assert_eq!(after[0], 0, "{limiter:?}: {after:?}");
+        }
+    }
+}
+
 #[test]
 fn a_quantity_that_never_fits_starts_no_block() {
     let server = Server::start();

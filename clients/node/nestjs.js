@@ -2,7 +2,7 @@
 // storage does: each hit leaves `ttl` after it (a log: RL.LOG), a refused hit counts
 // nothing, `blockDuration` refuses every hit until it ends (BLOCK) and the hits start again
 // from none when it does, and the reset the guard sends runs to the end of a window that
-// starts at a key's first hit. One RL.ALL call a request (and one more when a block starts).
+// starts at a key's first hit. One RL.ALL call a request, a block's start included.
 //
 //     ThrottlerModule.forRoot({ throttlers: [{ ttl: 60_000, limit: 10 }],
 //                               storage: new RateLimitModuleThrottlerStorage(redis) })
@@ -101,18 +101,9 @@ class RateLimitModuleThrottlerStorage {
       return { totalHits: limit, timeToExpire: seconds(window[4]), isBlocked: false, timeToBlockExpire: 0 };
     }
     this.metrics?.decision(throttlerName, "refused");
-    let retryAfter = Math.max(hits[3], 0);
-    if (blockDuration > 0 && hits[3] >= blockDuration) {
-      // This refusal started the block: the throttler's storage starts the hits again from
-      // none when it ends, so they are given back now (the block stays; nothing is admitted
-      // during it, so no call in between can tell).
-      const refund =
-        this.algorithm === "LOG"
-          ? ["RL.LOG", `${tag}:hits`, limit, ttl, limit, "MS", "REFUND"]
-          : ["RL.WINDOW", `${tag}:hits`, limit, ttl, limit, this.algorithm, "MS", "REFUND"];
-      await this.send(refund).catch((error) => this.circuit.logger.error(`rate limiter: ${error.message}`));
-      retryAfter = blockDuration; // the block alone stands now
-    }
+    // A refusal that starts a block starts it from none (the module drops the hits), as the
+    // throttler's storage starts the hits again when the block ends: one call.
+    const retryAfter = Math.max(hits[3], 0);
     return {
       totalHits: limit + 1,
       timeToExpire: seconds(window[4]),

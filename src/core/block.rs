@@ -11,6 +11,10 @@
 //! - A block starts when a take is refused because the limit is used up (the algorithm has
 //!   a retry time), never for a quantity that can never fit nor for a peek, and that
 //!   refusal already replies as blocked.
+//! - A block starts from none: what the key counted is dropped when it starts, so that when
+//!   it ends the key admits a full limit again (the penalty is served; as @nestjs/throttler's
+//!   storage and rate-limiter-flexible's `blockDuration` do). The refusal that starts it
+//!   replies so: `retry_after` and `reset_after` are the block's length.
 
 use super::request::{Action, Request};
 use super::time::Micros;
@@ -24,7 +28,7 @@ pub enum Write {
     /// The algorithm's new state (an admitted take, or a refund that gave something back),
     /// keeping any block in force.
     State,
-    /// The same state, blocked until this instant.
+    /// No state, blocked until this instant: the block starts from none.
     StartBlock(Micros),
 }
 
@@ -99,8 +103,16 @@ pub fn decide(
             // A peek (0) only looks, even at a limiter over its limit: it starts nothing.
             Some(duration) if verdict.retry_after.is_some() && request.quantity > 0 => {
                 let until = now.saturating_add(duration);
+                let left = (until - now).ticks();
+                // What was counted is dropped: the block alone stands.
                 Decision {
-                    verdict: blocked_verdict(verdict, until, now),
+                    verdict: Verdict {
+                        limited: true,
+                        remaining: 0,
+                        retry_after: RetryAfter::of(left),
+                        reset_after: left,
+                        ..verdict
+                    },
                     write: Write::StartBlock(until),
                 }
             }
@@ -152,7 +164,8 @@ mod tests {
         );
         assert_eq!(decision.write, Write::StartBlock(micros(1_000)));
         assert_eq!(decision.verdict, verdict(true, 0, Some(1_000), 1_000));
-        // The algorithm's own wait, when longer, is kept.
+        // The block starts from none: its length is the wait and the reset, even shorter
+        // than the algorithm's own (what made it wait is dropped).
         let decision = decide(
             &request(Action::Take, 1, Some(100)),
             Micros::ZERO,
@@ -160,7 +173,7 @@ mod tests {
             refused,
             false,
         );
-        assert_eq!(decision.verdict, verdict(true, 0, Some(300), 900));
+        assert_eq!(decision.verdict, verdict(true, 0, Some(100), 100));
     }
 
     #[test]

@@ -461,6 +461,8 @@ impl LogEffect {
                 });
             }
             LogChange::Block { until } => {
+                // The block starts from none (see `block`).
+                log.clear();
                 log.set_blocked_until(until);
                 block = block::in_force(until, now);
             }

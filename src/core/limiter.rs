@@ -179,12 +179,11 @@ pub fn decide_string(
             },
         },
         Write::StartBlock(until) => {
+            // The block starts from none: the header alone, until its end.
             value.clear();
             push_blocked_header(until, value);
-            value.extend_from_slice(own_state.unwrap_or_default());
-            let own_end = (now.ticks() + own.verdict.reset_after).ceil_millis();
             StringWrite::Store {
-                expire_at: own_end.max(until.ceil_millis()),
+                expire_at: until.ceil_millis(),
                 placement: Placement::WHOLE,
             }
         }

@@ -171,6 +171,11 @@ impl SlidingLog {
         self.ring.shrink_if_sparse();
     }
 
+    /// Drops every entry (a block starting from none).
+    pub fn clear(&mut self) {
+        self.drop_oldest_entries(self.len());
+    }
+
     /// Drops the `units` oldest units of quantity, splitting an entry if need be.
     fn drop_oldest_units(&mut self, mut units: u64) {
         let mut total = self.total();

@@ -49,10 +49,23 @@ test("the limit holds under concurrent requests, with a block, and refused ones 
   const app = await NestFactory.create(appModule(storage), { logger: false });
   await app.listen(0, "127.0.0.1");
   const base = `http://127.0.0.1:${app.getHttpServer().address().port}`;
+  // Every command the server runs on this test's keys.
+  const monitor = await redis.monitor();
+  const commands = [];
+  monitor.on("monitor", (_, args) => {
+    if (args.some((arg) => String(arg).includes(prefix))) commands.push(args[0].toUpperCase());
+  });
   try {
     const responses = await burst(`${base}/`, 20);
     assert.equal(counted(responses, 200), 5);
     assert.equal(counted(responses, 429), 15);
+    // One call a request, the one that started the block included. The feed is in order:
+    // once it shows a last command, it showed every one before.
+    await redis.exists(`${prefix}end`);
+    for (let waited = 0; !commands.includes("EXISTS") && waited < 5000; waited += 10) {
+      await new Promise((resolve) => setTimeout(resolve, 10));
+    }
+    assert.deepEqual(commands, [...Array(20).fill("RL.ALL"), "EXISTS"]);
     const admitted = responses.find((one) => one.status === 200);
     assert.equal(admitted.headers.get("x-ratelimit-limit"), "5");
     const refused = responses.find((one) => one.status === 429);
@@ -64,6 +77,7 @@ test("the limit holds under concurrent requests, with a block, and refused ones 
     assert.equal(keys.length, 2);
     assert.match(keys[0], /^\{.*\}:hits$/);
   } finally {
+    monitor.disconnect();
     await app.close();
   }
 });

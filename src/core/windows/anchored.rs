@@ -55,14 +55,16 @@ impl WindowLimiter {
             return Ok(None);
         };
         let (stored, stored_limit) = decode(stored)?;
-        Ok((now < stored.start.saturating_add(self.window)).then(|| Anchored {
-            count: if carry {
-                self.carried(stored.count, stored_limit)
-            } else {
-                stored.count
-            },
-            ..stored
-        }))
+        Ok(
+            (now < stored.start.saturating_add(self.window)).then(|| Anchored {
+                count: if carry {
+                    self.carried(stored.count, stored_limit)
+                } else {
+                    stored.count
+                },
+                ..stored
+            }),
+        )
     }
 
     /// When the window of `state` ends.

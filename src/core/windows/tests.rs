@@ -699,7 +699,10 @@ fn an_anchored_window_refunded_to_zero_stays_anchored_until_it_ends() {
         .unwrap();
     assert!(refund.changed);
     // Kept until the window's end, as `DECR` leaves an `INCR` counter at 0 with its TTL.
-    assert_eq!(refund.expire_at.map(|at| at.get()), Some((T0 + ms(1_100)) / 1_000));
+    assert_eq!(
+        refund.expire_at.map(|at| at.get()),
+        Some((T0 + ms(1_100)) / 1_000)
+    );
     key.value = Some(value);
     let counts = key
         .limiter
@@ -713,8 +716,15 @@ fn an_anchored_window_refunded_to_zero_stays_anchored_until_it_ends() {
     // The next request counts in the same window: it resets at 1,100 ms, not 1,300.
     assert_eq!(key.call(T0 + ms(300), 1), [0, 5, 4, -1, 800]);
     // A missing key counts nothing, and no window runs.
-    let none = key.limiter.counts(None, Micros::saturating(T0)).unwrap().unwrap();
-    assert_eq!((none.current, none.current_ends_at), (0, Micros::saturating(T0)));
+    let none = key
+        .limiter
+        .counts(None, Micros::saturating(T0))
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (none.current, none.current_ends_at),
+        (0, Micros::saturating(T0))
+    );
 }
 
 #[test]

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import queue
 import threading
+import time
 from typing import Any, Callable, Optional, Sequence
 
 import redis.asyncio
@@ -45,13 +46,13 @@ def _run_transaction(client: Any, key: str, commands: Sequence[Sequence[Any]]) -
 
 
 class _Job:
-    __slots__ = ("call", "done", "reply", "error", "abandoned")
+    """A call for a worker, and where its answer goes: the calling thread's own queue, with
+    the call's number (a late answer to a call given up on is told apart and dropped)."""
 
-    def __init__(self, call: Callable[[], Any]) -> None:
-        self.call = call
-        self.done = threading.Event()
-        self.reply: Any = None
-        self.error: Optional[BaseException] = None
+    __slots__ = ("call", "answers", "number", "abandoned")
+
+    def __init__(self, call: Callable[[], Any], answers: queue.SimpleQueue, number: int) -> None:
+        self.call, self.answers, self.number = call, answers, number
         self.abandoned = False
 
 
@@ -66,6 +67,7 @@ class SyncCalls:
         self._jobs: queue.SimpleQueue[_Job] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._threads = self._idle = 0
+        self._local = threading.local()
 
     def __call__(self, *args: Any, **options: Any) -> Any:
         """One command (`options` as redis-py's `execute_command` takes them)."""
@@ -80,7 +82,13 @@ class SyncCalls:
         return self._within(lambda: _run_transaction(self.client, key, commands))
 
     def _within(self, call: Callable[[], Any]) -> Any:
-        job = _Job(call)
+        local = self._local
+        answers = getattr(local, "answers", None)
+        if answers is None:
+            answers = local.answers = queue.SimpleQueue()
+            local.number = 0
+        local.number += 1
+        job = _Job(call, answers, local.number)
         with self._lock:
             start = self._idle == 0 and self._threads < self.workers
             if start:
@@ -90,22 +98,27 @@ class SyncCalls:
         if start:
             threading.Thread(target=self._work, name="ratelimit-call", daemon=True).start()
         self._jobs.put(job)
-        if not job.done.wait(self.timeout):
-            job.abandoned = True
-            raise DeadlineExceeded(f"no answer within {self.timeout} s")
-        if job.error is not None:
-            raise job.error
-        return job.reply
+        deadline = time.monotonic() + self.timeout  # type: ignore[operator]
+        while True:
+            try:
+                number, reply, error = answers.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                job.abandoned = True
+                raise DeadlineExceeded(f"no answer within {self.timeout} s") from None
+            if number == job.number:
+                break
+        if error is not None:
+            raise error
+        return reply
 
     def _work(self) -> None:
         while True:
             job = self._jobs.get()
             if not job.abandoned:
                 try:
-                    job.reply = job.call()
+                    job.answers.put((job.number, job.call(), None))
                 except BaseException as error:  # handed to the caller, raised there
-                    job.error = error
-                job.done.set()
+                    job.answers.put((job.number, None, error))
             with self._lock:
                 self._idle += 1
 

@@ -49,6 +49,8 @@ CLIENTS_PYTHON := $(CLIENTS_VENV)/bin/python
 # limits' own tests, unpacked from its source distribution.
 LIMITS_VERSION := $(shell sed -n 's/^limits==//p' clients/python/requirements-test.txt)
 LIMITS_SUITE := $(CURDIR)/target/framework-tests/limits-$(LIMITS_VERSION)
+# Where the Rust crate under clients/rust and the Rust example build.
+RUST_CLIENTS_TARGET := $(CURDIR)/target/rust-clients
 # The client packages' own version (clients/python/pyproject.toml, clients/node/package.json).
 CLIENTS_VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' clients/python/pyproject.toml)
 
@@ -57,7 +59,7 @@ CLIENTS_VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' clients/python/py
 # trixie. Redis 8.0 is the line Debian 13 ships; redis:8 is the newest 8.x.
 OTHER_SERVERS := redis:8.0 redis:8 valkey:8 valkey:9
 
-.PHONY: all build run test test-servers dist lint bench bench-update deps-bench stress valgrind deps-build deps-server deps-nginx deps-examples examples-deps clients-deps clean
+.PHONY: all build run test test-servers dist lint bench bench-update deps-bench stress valgrind deps-build deps-server deps-nginx deps-examples examples-deps clients-deps rust-clients clean
 
 all: build
 
@@ -74,7 +76,6 @@ test: deps-server deps-nginx build examples-deps clients-deps dist
 # The integration tests (not the unit tests, which involve no server) against each of
 # OTHER_SERVERS, built by tests/servers/build.sh on the first run.
 test-servers: deps-server deps-nginx build examples-deps clients-deps dist
-	$(CARGO) build --release --examples
 	@for spec in $(OTHER_SERVERS); do \
 	  server=$$(tests/servers/build.sh $${spec%%:*} $${spec##*:}) || exit 1; \
 	  echo "== the integration tests against $$server ($$($$server --version | cut -d' ' -f1-3))"; \
@@ -155,6 +156,10 @@ lint: deps-build clients-deps
 	luacheck --config clients/lua/.luacheckrc clients/lua/lib examples/nginx/lua
 	cd clients/python && $(CLIENTS_PYTHON) -m ruff check . && $(CLIENTS_PYTHON) -m ruff format --check .
 	npm run lint --silent --prefix clients/node
+	cd clients/rust && CARGO_TARGET_DIR=$(RUST_CLIENTS_TARGET) $(CARGO) fmt --check && \
+	  CARGO_TARGET_DIR=$(RUST_CLIENTS_TARGET) $(CARGO) clippy --all-targets -- -D warnings
+	cd examples/rust && CARGO_TARGET_DIR=$(RUST_CLIENTS_TARGET) $(CARGO) fmt --check && \
+	  CARGO_TARGET_DIR=$(RUST_CLIENTS_TARGET) $(CARGO) clippy --all-targets -- -D warnings
 
 deps-build:
 	@$(call ensure_packages,$(BUILD_PACKAGES))
@@ -198,7 +203,15 @@ examples/node/node_modules/.package-lock.json: examples/node/package-lock.json \
 # from its source distribution (not kept in the repository), which tests/clients.rs runs
 # against the package's storages.
 clients-deps: deps-examples $(CLIENTS_VENV)/installed clients/node/node_modules/.package-lock.json \
-		$(LIMITS_SUITE)/pytest.ini
+		$(LIMITS_SUITE)/pytest.ini rust-clients
+
+# The Rust crate's tests and the Rust example, built (tests/clients.rs and tests/examples.rs
+# run them), in a target directory of their own.
+rust-clients:
+	CARGO_TARGET_DIR=$(RUST_CLIENTS_TARGET) $(CARGO) test --no-run --quiet \
+	  --manifest-path clients/rust/Cargo.toml
+	CARGO_TARGET_DIR=$(RUST_CLIENTS_TARGET) $(CARGO) build --quiet \
+	  --manifest-path examples/rust/Cargo.toml
 
 $(LIMITS_SUITE)/pytest.ini: clients/python/requirements-test.txt | $(CLIENTS_VENV)/installed
 	rm -rf $(LIMITS_SUITE) && mkdir -p $(dir $(LIMITS_SUITE))

@@ -4,7 +4,8 @@
 //! exactly in their real frameworks over real HTTP: slowapi on FastAPI and Flask-Limiter on
 //! Flask (through the `limits` storage, every strategy), the package's own FastAPI
 //! dependency and Starlette middleware. Refused requests cost nothing where the strategy
-//! says so. Both packages also run on a Cluster, sync and async, ioredis and node-redis.
+//! says so. The Rust crate passes its own tests, its tower layer in a real axum app. Every
+//! package also runs on a Cluster, sync and async, ioredis and node-redis.
 //!
 //! `make test` installs the frameworks, pinned (clients/python/requirements-test.txt,
 //! clients/node/package-lock.json).
@@ -103,6 +104,27 @@ fn the_node_package_passes_its_tests_with_express_and_nestjs() {
         .map(|name| format!("clients/node/test/{name}.test.js"));
     let mut command = Command::new("node");
     command.arg("--test").args(tests).current_dir(repository());
+    run(&server, command);
+}
+
+/// The Rust crate's tests (`make test` builds them in target/rust-clients): its clients,
+/// its quota leases, its metrics and its tower layer in a real axum app over real HTTP,
+/// against a server of their own; the Cluster's are in `every_package_works_on_a_cluster`.
+#[test]
+fn the_rust_crate_passes_its_tests_with_axum() {
+    let server = Server::start();
+    let mut command = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    command
+        .args([
+            "test",
+            "--quiet",
+            "--manifest-path",
+            "clients/rust/Cargo.toml",
+            "--",
+        ])
+        .args(["--skip", "on_a_cluster"])
+        .env("CARGO_TARGET_DIR", repository().join("target/rust-clients"))
+        .current_dir(repository());
     run(&server, command);
 }
 
@@ -424,7 +446,7 @@ fn starlette_sheds_by_load_and_priority() {
 }
 
 #[test]
-fn both_packages_work_on_a_cluster() {
+fn every_package_works_on_a_cluster() {
     let cluster = Cluster::start(3, 0);
     // RL.TOP on, on every primary, as an operator turns it on: top() merges them.
     for master in cluster.masters() {
@@ -433,13 +455,25 @@ fn both_packages_work_on_a_cluster() {
     }
     let node = &cluster.masters()[0];
     let url = format!("redis://127.0.0.1:{}", node.port);
+    let cargo = PathBuf::from(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    let rust = [
+        "test",
+        "--quiet",
+        "--manifest-path",
+        "clients/rust/Cargo.toml",
+        "--test",
+        "cluster",
+    ];
     for (program, args) in [
         (python(), vec!["clients/python/tests/cluster_check.py"]),
         (PathBuf::from("node"), vec!["clients/node/test/cluster.js"]),
+        (cargo, rust.to_vec()),
     ] {
         let output = Command::new(&program)
             .args(&args)
             .env("REDIS_URL", &url)
+            .env("REDIS_CLUSTER_URL", &url)
+            .env("CARGO_TARGET_DIR", repository().join("target/rust-clients"))
             .current_dir(repository())
             .output()
             .unwrap();

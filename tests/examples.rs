@@ -120,14 +120,14 @@ fn the_node_demo_prints_typed_results() {
 #[test]
 fn the_rust_client_example_reads_typed_results() {
     let server = Server::start();
-    // `cargo test` builds the examples beside the test binaries.
-    let program = std::env::current_exe()
-        .unwrap()
-        .parent()
-        .and_then(|deps| deps.parent())
-        .unwrap()
-        .join("examples/rate_limit");
-    assert!(program.is_file(), "{} is not built", program.display());
+    // The example is a package of its own over the crate under clients/rust: `make test`
+    // builds it in target/rust-clients (`make rust-clients`).
+    let program = repository().join("target/rust-clients/debug/rate_limit");
+    assert!(
+        program.is_file(),
+        "{} is not built: run `make test` (or `make rust-clients`)",
+        program.display()
+    );
     assert_eq!(run_example(&server, Command::new(program)), CLIENT_OUTPUT);
 }
 

@@ -1,0 +1,241 @@
+//! The async client, over the redis crate's tokio connections: a `MultiplexedConnection`, a
+//! `ConnectionManager` or a Cluster's connection, each call within a deadline of its own.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use redis::aio::ConnectionLike;
+use redis::Value;
+
+use crate::policy::{Config, Policy};
+use crate::protocol::{
+    cmd, command_words, counts_words, integers, lease_words, release_words, renew_words, result,
+    top_keys, Counts, Lease, Limiter, Options, RateLimit, TopKey,
+};
+use crate::resilience::Error;
+
+/// Every command of the module on one async connection, with typed results.
+///
+/// The connection is cloned for each call (the redis crate's multiplexed and Cluster
+/// connections are cheap to clone). Every call waits at most [`Config::timeout`]; when the
+/// server fails, [`Config::on_error`] decides, and for [`Config::cooldown`] after a failure
+/// decisions are taken that way without asking, then one call probes the server while the
+/// others still decide that way. Leases follow the same policy.
+pub struct AsyncRateLimiter<C> {
+    connection: C,
+    policy: Policy,
+    timeout: Duration,
+}
+
+impl<C> AsyncRateLimiter<C>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    /// A limiter over `connection` with `config`.
+    pub fn new(connection: C, config: Config) -> Self {
+        AsyncRateLimiter {
+            connection,
+            policy: Policy::new(&config),
+            timeout: config.timeout,
+        }
+    }
+
+    /// A limiter shared by tasks and the tower layer.
+    pub fn shared(connection: C, config: Config) -> Arc<Self> {
+        Arc::new(Self::new(connection, config))
+    }
+
+    /// Sends `words` within the deadline.
+    async fn send(&self, words: &[String]) -> Result<Value, Error> {
+        let mut connection = self.connection.clone();
+        let timeout = self.timeout;
+        match tokio::time::timeout(timeout, cmd(words).query_async(&mut connection)).await {
+            Ok(reply) => reply.map_err(Error::from_redis),
+            Err(_) => Err(Error::Timeout(timeout)),
+        }
+    }
+
+    async fn decide(
+        &self,
+        limiters: &[Limiter],
+        options: &Options,
+        shadow: Option<bool>,
+    ) -> Result<RateLimit, Error> {
+        let (key, decided) = self.policy.before(limiters, options, shadow)?;
+        if let Some(decided) = decided {
+            return Ok(decided);
+        }
+        let started = Instant::now();
+        let reply = match self.send(&command_words(limiters, options)).await {
+            Ok(reply) => reply,
+            Err(error) => return self.policy.failed(error, limiters),
+        };
+        let decided = result(&reply, limiters, options)?;
+        Ok(self
+            .policy
+            .after(key, limiters, options, decided, started.elapsed(), shadow))
+    }
+
+    /// One request against every limiter, all or nothing, in one call.
+    pub async fn check(&self, limiters: &[Limiter], options: Options) -> Result<RateLimit, Error> {
+        self.decide(limiters, &options, None).await
+    }
+
+    /// [`AsyncRateLimiter::check`] with this call's shadow mode.
+    pub async fn check_shadow(
+        &self,
+        limiters: &[Limiter],
+        options: Options,
+        shadow: bool,
+    ) -> Result<RateLimit, Error> {
+        self.decide(limiters, &options, Some(shadow)).await
+    }
+
+    /// What `check` would answer now, without writing (the `_RO` variants).
+    pub async fn peek(&self, limiters: &[Limiter], quantity: u64) -> Result<RateLimit, Error> {
+        let options = Options::new().quantity(quantity).read_only();
+        self.decide(limiters, &options, None).await
+    }
+
+    /// Waits for a slot, as Guava's `tryAcquire(timeout)`: one call with `DELAY`, then a
+    /// sleep of the wait the module gives; at once, refused, when the turn is further than
+    /// `timeout` away. No polling: the module keeps the queue.
+    pub async fn acquire(
+        &self,
+        limiters: &[Limiter],
+        quantity: u64,
+        timeout: Duration,
+    ) -> Result<RateLimit, Error> {
+        let options = Options::new().quantity(quantity).delay(timeout);
+        let outcome = self.decide(limiters, &options, None).await?;
+        if outcome.allowed && !outcome.wait.is_zero() {
+            tokio::time::sleep(outcome.wait).await;
+        }
+        Ok(outcome)
+    }
+
+    async fn lease(&self, words: Vec<String>) -> Result<Lease, Error> {
+        if let Some(decided) = self.policy.lease_before()? {
+            return Ok(decided);
+        }
+        let started = Instant::now();
+        match self.send(&words).await {
+            Ok(reply) => Ok(self
+                .policy
+                .lease_after(Lease::from_reply(&reply)?, started.elapsed())),
+            Err(error) => self.policy.lease_failed(error),
+        }
+    }
+
+    async fn held(&self, words: Option<Vec<String>>, renewing: bool) -> Result<bool, Error> {
+        let Some(words) = words.filter(|_| !self.policy.circuit.open()) else {
+            return self.policy.held_without_server(None, renewing);
+        };
+        let started = Instant::now();
+        match self.send(&words).await {
+            Ok(reply) => {
+                self.policy.answered(started.elapsed());
+                Ok(matches!(reply, Value::Int(1)))
+            }
+            Err(error) => self.policy.held_without_server(Some(error), renewing),
+        }
+    }
+
+    /// `RL.ACQUIRE`: `quantity` of `limit` slots for `lease`; id 0 when refused, or when
+    /// granted by [`crate::OnError::Allow`] while the server fails.
+    pub async fn acquire_lease(
+        &self,
+        key: &str,
+        limit: u64,
+        lease: Duration,
+        quantity: u64,
+    ) -> Result<Lease, Error> {
+        self.lease(lease_words(key, limit, lease, quantity, false))
+            .await
+    }
+
+    /// `RL.ACQUIRE_RO`: what `acquire_lease` would answer, taking nothing.
+    pub async fn peek_lease(
+        &self,
+        key: &str,
+        limit: u64,
+        lease: Duration,
+        quantity: u64,
+    ) -> Result<Lease, Error> {
+        self.lease(lease_words(key, limit, lease, quantity, true))
+            .await
+    }
+
+    /// `RL.RELEASE`: frees a lease at once; false when it was no longer held, or when the
+    /// server was not reached (it ends at its expiry).
+    pub async fn release_lease(&self, key: &str, id: i64) -> Result<bool, Error> {
+        if id == 0 {
+            return Ok(false); // granted without the server: nothing to free
+        }
+        self.held(Some(release_words(key, id)), false).await
+    }
+
+    /// `RL.RENEW`: extends a held lease to `lease` from now; while the server fails, true
+    /// under Allow (keep working), false under Deny.
+    pub async fn renew_lease(&self, key: &str, id: i64, lease: Duration) -> Result<bool, Error> {
+        let words = (id != 0).then(|| renew_words(key, id, lease));
+        self.held(words, true).await
+    }
+
+    /// `RL.TOP` of one server: the keys refused most over the current and the previous
+    /// minute (on a Cluster, use [`AsyncRateLimiter::top_of`] with each primary's
+    /// connection).
+    pub async fn top(&self, count: usize) -> Result<Vec<TopKey>, Error> {
+        let reply = self.send(&["RL.TOP".into(), count.to_string()]).await?;
+        Ok(top_keys(&[reply], count)?)
+    }
+
+    /// `RL.TOP` asked of every connection given (each primary of a Cluster), merged.
+    pub async fn top_of(connections: &mut [C], count: usize) -> Result<Vec<TopKey>, Error> {
+        let mut replies = Vec::new();
+        for connection in connections {
+            let reply: Value = cmd(&["RL.TOP".into(), count.to_string()])
+                .query_async(connection)
+                .await
+                .map_err(Error::from_redis)?;
+            replies.push(reply);
+        }
+        Ok(top_keys(&replies, count)?)
+    }
+
+    /// Any command through the deadline (not the failure policy): the shared lists, the
+    /// counts, a report.
+    pub async fn call(&self, words: &[String]) -> Result<Value, Error> {
+        self.send(words).await
+    }
+
+    /// Several commands on one key's node, in one transaction (`MULTI`/`EXEC`), within the
+    /// deadline.
+    pub async fn transaction(&self, commands: &[Vec<String>]) -> Result<Value, Error> {
+        let mut pipe = redis::pipe();
+        pipe.atomic();
+        for words in commands {
+            pipe.add_command(cmd(words));
+        }
+        let mut connection = self.connection.clone();
+        let timeout = self.timeout;
+        match tokio::time::timeout(timeout, pipe.query_async(&mut connection)).await {
+            Ok(reply) => reply.map_err(Error::from_redis),
+            Err(_) => Err(Error::Timeout(timeout)),
+        }
+    }
+
+    pub(crate) fn policy(&self) -> &Policy {
+        &self.policy
+    }
+
+    /// What a `FIXED`, `SLIDING` or `ANCHORED` window or a log counts
+    /// (`RL.WINDOW.COUNTS`, `RL.LOG.COUNTS`), without writing.
+    pub async fn counts(&self, limiter: &Limiter) -> Result<Counts, Error> {
+        let words = counts_words(limiter)?;
+        Ok(Counts::from_fields(
+            limiter,
+            &integers(&self.send(&words).await?)?,
+        )?)
+    }
+}

@@ -1,0 +1,191 @@
+//! The server frozen (`SIGSTOP`, as a stalled or partitioned server looks to its clients):
+//! every call answers within the client's deadline with what `on_error` says, leases
+//! included; after the cool-down one call probes while the others keep the policy; the
+//! tower layer answers 503 under `Deny`; and service resumes once the server does. The
+//! server is `REDIS_URL`'s, on this machine (its pid from `INFO`); this binary holds one
+//! test, so that nothing else runs while it is frozen.
+
+mod common;
+
+use std::process::Command;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::routing::get;
+use axum::Router;
+use common::connection;
+use ratelimit_module::layer::RateLimitLayer;
+use ratelimit_module::{AsyncRateLimiter, Config, Error, Limiter, OnError, Options};
+
+/// Continues the server when dropped, whatever happened.
+struct Frozen(u32);
+
+impl Frozen {
+    fn freeze(pid: u32) -> Frozen {
+        signal("-STOP", pid);
+        Frozen(pid)
+    }
+}
+
+impl Drop for Frozen {
+    fn drop(&mut self) {
+        signal("-CONT", self.0);
+    }
+}
+
+fn signal(which: &str, pid: u32) {
+    let status = Command::new("kill")
+        .args([which, &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success(), "kill {which} {pid}");
+}
+
+async fn info(section: &str) -> String {
+    redis::cmd("INFO")
+        .arg(section)
+        .query_async(&mut connection().await)
+        .await
+        .unwrap()
+}
+
+async fn log_calls() -> i64 {
+    let info = info("ratelimit").await;
+    info.lines()
+        .find_map(|line| line.strip_prefix("ratelimit_rl.log:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |calls| calls.parse().unwrap())
+}
+
+const TIMEOUT: Duration = Duration::from_millis(200);
+const LONG: Duration = Duration::from_secs(30);
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_frozen_server_costs_the_deadline_then_the_policy_decides() {
+    let pid: u32 = info("server")
+        .await
+        .lines()
+        .find_map(|line| line.strip_prefix("process_id:"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let config = |on_error| {
+        Config::default()
+            .timeout(TIMEOUT)
+            .on_error(on_error)
+            .cooldown(LONG)
+    };
+    let allowing = AsyncRateLimiter::new(connection().await, config(OnError::Allow));
+    let denying = AsyncRateLimiter::new(connection().await, config(OnError::Deny));
+    let raising = AsyncRateLimiter::new(connection().await, config(OnError::Raise));
+    // The probing limiter's clock is the test's: its cool-down ends when the test says.
+    let now = Arc::new(AtomicU64::new(0));
+    let read = now.clone();
+    let probing = Arc::new(AsyncRateLimiter::new(
+        connection().await,
+        config(OnError::Deny)
+            .cooldown(Duration::from_secs(1))
+            .clock(Arc::new(move || {
+                Duration::from_millis(read.load(Ordering::SeqCst))
+            })),
+    ));
+    let layered = AsyncRateLimiter::shared(connection().await, config(OnError::Deny));
+    let layer = RateLimitLayer::new(
+        layered,
+        vec![Limiter::log("rs:frozen:http:", 5, LONG)],
+        |_: &http::request::Parts| Some("k".into()),
+    );
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+        let app = Router::new()
+            .route("/", get(|| async { "hello" }))
+            .layer(layer);
+        axum::serve(listener, app).await.unwrap();
+    });
+    let limits = [Limiter::log("rs:frozen", 5, LONG)];
+    let before = log_calls().await;
+
+    let frozen = Frozen::freeze(pid);
+    let allowed = allowing.check(&limits, Options::new()).await.unwrap();
+    assert_eq!((allowed.allowed, allowed.failed), (true, true));
+    let denied = denying.check(&limits, Options::new()).await.unwrap();
+    assert_eq!((denied.allowed, denied.failed), (false, true));
+    assert!(denied.retry_after.unwrap() > LONG - Duration::from_secs(5));
+    match raising.check(&limits, Options::new()).await {
+        Err(Error::Timeout(after)) => assert_eq!(after, TIMEOUT),
+        other => panic!("{other:?}"),
+    }
+    match raising.check(&limits, Options::new()).await {
+        Err(Error::Unavailable { .. }) => {}
+        other => panic!("{other:?}"),
+    }
+    // Leases follow the policy, without asking (the circuits are open).
+    let lease = allowing
+        .acquire_lease("rs:frozen:lease", 2, LONG, 1)
+        .await
+        .unwrap();
+    assert_eq!(
+        (lease.allowed(), lease.id, lease.result.failed),
+        (true, 0, true)
+    );
+    assert!(allowing
+        .renew_lease("rs:frozen:lease", 7, LONG)
+        .await
+        .unwrap());
+    assert!(!allowing.release_lease("rs:frozen:lease", 7).await.unwrap());
+    let refused = denying
+        .acquire_lease("rs:frozen:lease", 2, LONG, 1)
+        .await
+        .unwrap();
+    assert_eq!((refused.allowed(), refused.id), (false, 0));
+    assert!(!denying
+        .renew_lease("rs:frozen:lease", 7, LONG)
+        .await
+        .unwrap());
+    // The probe: the first call fails; after the cool-down, eight at once send one.
+    assert!(probing.check(&limits, Options::new()).await.unwrap().failed);
+    now.store(1_000, Ordering::SeqCst);
+    let mut waiting = Vec::new();
+    for _ in 0..8 {
+        let probing = probing.clone();
+        let limits = limits.clone();
+        waiting.push(tokio::spawn(async move {
+            probing.check(&limits, Options::new()).await.unwrap()
+        }));
+    }
+    for answer in waiting {
+        let answer = answer.await.unwrap();
+        assert!(answer.failed && !answer.allowed);
+    }
+    // Over HTTP, under Deny: 503 with when to come back.
+    let refused = tokio::task::spawn_blocking(move || common::get(port, "/", &[]))
+        .await
+        .unwrap();
+    assert_eq!(refused.status, 503);
+    assert!(refused.header("retry-after").is_some());
+    drop(frozen);
+
+    // What was sent reaches the server once it runs: the three first calls, the probing
+    // limiter's first call and its one probe, the layer's one call.
+    let sent = 3 + 2 + 1;
+    // Bounded: 10 s for the server to read what waits in its sockets.
+    for _ in 0..500 {
+        if log_calls().await - before >= sent {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(log_calls().await - before, sent, "one probe, not eight");
+    // Service resumes: a limiter with a short cool-down asks again and is answered.
+    let resumed = AsyncRateLimiter::new(
+        connection().await,
+        config(OnError::Deny).cooldown(Duration::from_millis(100)),
+    );
+    assert!(!resumed.check(&limits, Options::new()).await.unwrap().failed);
+}

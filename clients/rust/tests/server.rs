@@ -1,0 +1,310 @@
+//! The async and sync clients against a live server with the module (`REDIS_URL`): every
+//! command and option typed, quota leases and their bound, and the shared lists.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{client, connection, unique};
+use ratelimit_module::{
+    add_words, parse_lists, remove_words, Algorithm, AsyncRateLimiter, Config, Counts, Error,
+    Limiter, OnError, Options, Quota, RateLimit, RateLimiter,
+};
+
+const SECOND: Duration = Duration::from_secs(1);
+
+fn ms(millis: u64) -> Duration {
+    Duration::from_millis(millis)
+}
+
+#[tokio::test]
+async fn every_option_answers_typed() {
+    let limiter = AsyncRateLimiter::new(connection().await, Config::default());
+    let key = unique("options");
+    let gcra = [Limiter::throttle(format!("{key}:gcra"), 1, 1, 10 * SECOND)];
+    let first = limiter.check(&gcra, Options::new()).await.unwrap();
+    assert_eq!(
+        first,
+        RateLimit {
+            allowed: true,
+            limit: 2,
+            remaining: 1,
+            retry_after: None,
+            reset_after: first.reset_after,
+            ..RateLimit::default()
+        }
+    );
+    assert!(first.reset_after > 9 * SECOND && first.reset_after <= 10 * SECOND);
+    limiter.check(&gcra, Options::new()).await.unwrap();
+    // DELAY: the third waits its turn, 10 s on; a fourth would wait 20 s: refused.
+    let delayed = limiter
+        .check(&gcra, Options::new().delay(30 * SECOND))
+        .await
+        .unwrap();
+    assert!(delayed.allowed && delayed.wait > 9 * SECOND && delayed.wait <= 10 * SECOND);
+    let refused = limiter
+        .check(&gcra, Options::new().delay(5 * SECOND))
+        .await
+        .unwrap();
+    assert!(!refused.allowed);
+    // AT_MOST: what fits.
+    let batch =
+        [Limiter::window(format!("{key}:window"), 5, 60 * SECOND).algorithm(Algorithm::Anchored)];
+    let at_most = Options::new().quantity(3).at_most();
+    assert_eq!(
+        limiter.check(&batch, at_most).await.unwrap().granted,
+        Some(3)
+    );
+    assert_eq!(
+        limiter.check(&batch, at_most).await.unwrap().granted,
+        Some(2)
+    );
+    // FORCE takes it all, owing what does not fit.
+    let owed = [Limiter::log(format!("{key}:owed"), 3, 60 * SECOND)];
+    let forced = limiter
+        .check(&owed, Options::new().quantity(5).force())
+        .await
+        .unwrap();
+    assert_eq!((forced.allowed, forced.remaining), (true, 0));
+    // A refund gives back; a peek and the counts write nothing.
+    let log = [Limiter::log(format!("{key}:log"), 3, 60 * SECOND)];
+    limiter
+        .check(&log, Options::new().quantity(2))
+        .await
+        .unwrap();
+    let back = limiter
+        .check(&log, Options::new().quantity(1).refund())
+        .await
+        .unwrap();
+    assert_eq!(back.remaining, 2);
+    // What taking 1 more would leave.
+    assert_eq!(limiter.peek(&log, 1).await.unwrap().remaining, 1);
+    let Counts::Log {
+        count,
+        newest_ends_in,
+        ..
+    } = limiter.counts(&log[0]).await.unwrap()
+    else {
+        panic!("a log's counts")
+    };
+    assert_eq!(count, 1);
+    assert!(newest_ends_in > 59 * SECOND && newest_ends_in <= 60 * SECOND);
+    // Several limiters, all or nothing, each one's own result.
+    let both = [
+        Limiter::window(format!("{{{key}}}:a"), 2, 60 * SECOND).named("minute"),
+        Limiter::log(format!("{{{key}}}:b"), 1, 60 * SECOND).named("strict"),
+    ];
+    let first = limiter.check(&both, Options::new()).await.unwrap();
+    assert!(first.allowed);
+    assert_eq!(
+        first
+            .each
+            .iter()
+            .map(|one| one.remaining)
+            .collect::<Vec<_>>(),
+        [1, 0]
+    );
+    let second = limiter.check(&both, Options::new()).await.unwrap();
+    assert!(!second.allowed);
+    assert_eq!(
+        second.each[0].remaining, 1,
+        "the refusal counted nothing anywhere"
+    );
+    // BLOCK: a block starts from none and refuses while it lasts.
+    let login = [Limiter::log(format!("{key}:login"), 1, 60 * SECOND)];
+    let blocking = Options::new().block(ms(200));
+    limiter.check(&login, blocking).await.unwrap();
+    let blocked = limiter.check(&login, blocking).await.unwrap();
+    assert_eq!(blocked.retry_after, Some(ms(200)));
+    tokio::time::sleep(blocked.retry_after.unwrap() + ms(5)).await;
+    assert!(limiter.check(&login, Options::new()).await.unwrap().allowed);
+}
+
+#[tokio::test]
+async fn leases_are_held_released_and_renewed() {
+    let limiter = AsyncRateLimiter::new(connection().await, Config::default());
+    let key = unique("lease");
+    let one = limiter
+        .acquire_lease(&key, 2, 10 * SECOND, 1)
+        .await
+        .unwrap();
+    let two = limiter
+        .acquire_lease(&key, 2, 10 * SECOND, 1)
+        .await
+        .unwrap();
+    assert!(one.allowed() && two.allowed() && one.id != two.id);
+    let full = limiter
+        .acquire_lease(&key, 2, 10 * SECOND, 1)
+        .await
+        .unwrap();
+    assert_eq!((full.allowed(), full.id), (false, 0));
+    assert!(!limiter
+        .peek_lease(&key, 2, 10 * SECOND, 1)
+        .await
+        .unwrap()
+        .allowed());
+    assert!(limiter
+        .renew_lease(&key, one.id, 20 * SECOND)
+        .await
+        .unwrap());
+    assert!(limiter.release_lease(&key, one.id).await.unwrap());
+    assert!(
+        !limiter.release_lease(&key, one.id).await.unwrap(),
+        "no longer held"
+    );
+    assert!(limiter
+        .acquire_lease(&key, 2, 10 * SECOND, 1)
+        .await
+        .unwrap()
+        .allowed());
+}
+
+#[tokio::test]
+async fn top_lists_the_keys_refused_most() {
+    let mut admin = connection().await;
+    let _: () = redis::cmd("CONFIG")
+        .arg(&["SET", "ratelimit.top-keys", "128"][..])
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let limiter = AsyncRateLimiter::new(connection().await, Config::default());
+    let key = unique("top");
+    for _ in 0..3 {
+        limiter
+            .check(&[Limiter::log(&key, 1, 60 * SECOND)], Options::new())
+            .await
+            .unwrap();
+    }
+    let top = limiter.top(128).await.unwrap();
+    let row = top
+        .iter()
+        .find(|row| row.key == key)
+        .expect("the refused key");
+    assert_eq!((row.refusals, row.error), (2, 0));
+}
+
+#[tokio::test]
+async fn a_load_gate_sheds_by_priority_in_the_same_call() {
+    let mut admin = connection().await;
+    let service = unique("load");
+    let _: String = redis::cmd("RL.LOAD.POLICY")
+        .arg(&service)
+        .arg(&["HOLD", "0", "FACTOR", "hot", "MAX", "LEVEL", "hot", "0.5"][..])
+        .arg(&["SHARES", "1", "1", "0", "0"][..])
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let _: redis::Value = redis::cmd("RL.LOAD.REPORT")
+        .arg(&service)
+        .arg(&["hot-1", "60000", "hot", "1"][..])
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let limiter = AsyncRateLimiter::new(connection().await, Config::default());
+    let limit = Limiter::log(format!("{{{service}}}:limit"), 100, 60 * SECOND);
+    let gate = |priority| Limiter::load(&service, priority);
+    let shed = limiter
+        .check(
+            &[limit.clone(), gate(ratelimit_module::Priority::Sheddable)],
+            Options::new(),
+        )
+        .await
+        .unwrap();
+    assert_eq!((shed.allowed, shed.shed_level), (false, 1));
+    let kept = limiter
+        .check(
+            &[limit.clone(), gate(ratelimit_module::Priority::Critical)],
+            Options::new(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (kept.allowed, kept.shed_level, kept.each.len()),
+        (true, 0, 1)
+    );
+    assert_eq!(kept.each[0].remaining, 99, "the shed request wrote nothing");
+}
+
+#[test]
+fn the_sync_client_answers_as_the_async_one() {
+    let limiter = RateLimiter::new(client().get_connection().unwrap(), Config::default()).unwrap();
+    let key = unique("sync");
+    let limits = [Limiter::log(&key, 2, 60 * SECOND)];
+    let answers: Vec<bool> = (0..3)
+        .map(|_| limiter.check(&limits, Options::new()).unwrap().allowed)
+        .collect();
+    assert_eq!(answers, [true, true, false]);
+    let lease = limiter
+        .acquire_lease(&format!("{key}:lease"), 1, 10 * SECOND, 1)
+        .unwrap();
+    assert!(
+        lease.allowed()
+            && limiter
+                .release_lease(&format!("{key}:lease"), lease.id)
+                .unwrap()
+    );
+}
+
+#[test]
+fn a_sync_quota_spends_what_it_took() {
+    let limiter = RateLimiter::new(client().get_connection().unwrap(), Config::default()).unwrap();
+    let key = unique("syncquota");
+    let limits = vec![Limiter::window(&key, 1 << 40, 60 * SECOND).algorithm(Algorithm::Fixed)];
+    let quota = Quota::new(
+        &limiter,
+        limits.clone(),
+        50,
+        60 * SECOND,
+        ratelimit_module::monotonic(),
+    );
+    for _ in 0..500 {
+        assert!(quota.take(1).unwrap());
+    }
+    let ledger = quota.ledger.lock().unwrap();
+    assert_eq!((ledger.admitted, ledger.calls), (500, 10));
+}
+
+#[tokio::test]
+async fn the_shared_lists_change_in_one_transaction() {
+    let limiter = AsyncRateLimiter::new(connection().await, Config::default());
+    let hash = unique("lists");
+    limiter
+        .transaction(&add_words(&hash, "deny", "203.0.113.7", "1"))
+        .await
+        .unwrap();
+    limiter
+        .transaction(&add_words(&hash, "allow", "svc-a", "1"))
+        .await
+        .unwrap();
+    limiter
+        .transaction(&remove_words(&hash, "deny", "203.0.113.7"))
+        .await
+        .unwrap();
+    let all = limiter
+        .call(&["HGETALL".into(), hash.clone()])
+        .await
+        .unwrap();
+    let lists = parse_lists(&all);
+    assert_eq!(lists.len(), 1);
+    assert_eq!(lists["allow"]["svc-a"], "1");
+    let version = limiter
+        .call(&["HGET".into(), hash, "version".into()])
+        .await
+        .unwrap();
+    assert_eq!(version, redis::Value::BulkString(b"3".to_vec()));
+}
+
+#[test]
+fn errors_are_told_apart_by_kind() {
+    let limiter = RateLimiter::new(
+        client().get_connection().unwrap(),
+        Config::default().on_error(OnError::Allow),
+    )
+    .unwrap();
+    // A bad call is the caller's, whatever the policy: returned, not decided.
+    let bad = limiter.check(&[Limiter::log(unique("bad"), 0, SECOND)], Options::new());
+    match bad {
+        Err(Error::Refused(error)) => assert!(error.to_string().contains("limit")),
+        other => panic!("{other:?}"),
+    }
+}

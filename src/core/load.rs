@@ -160,6 +160,8 @@ pub enum LoadError {
     TooMany,
     /// A name that is empty or too long.
     BadName,
+    /// `FACTOR` naming a built-in factor.
+    BuiltInFactor,
     /// A duration or a parameter out of range.
     BadParameter,
 }
@@ -175,6 +177,7 @@ impl LoadError {
             LoadError::PriorityOutOfOrder => c"ERR shares out of order: a level admits a class at least as much as every less important one (critical_plus >= critical >= sheddable_plus >= sheddable)",
             LoadError::TooMany => c"ERR too many: at most 8 levels of 8 thresholds, 16 custom factors, 16 factors a report and 1024 instances a service",
             LoadError::BadName => c"ERR a name must have 1 to 64 bytes",
+            LoadError::BuiltInFactor => c"ERR FACTOR declares a factor of the application's own, not a built-in one (cpu, memory, inflight, queue, latency, errors, load, max_rps, min_rt, requests, successes, bbr, admission): a threshold names those as they are",
             LoadError::BadParameter => c"ERR a parameter is out of range",
         }
     }
@@ -318,7 +321,7 @@ impl Policy {
                     .iter()
                     .any(|known| known.as_bytes() == name.as_slice());
             if built_in {
-                return Err(LoadError::BadName);
+                return Err(LoadError::BuiltInFactor);
             }
         }
         let known = |name: &[u8]| {

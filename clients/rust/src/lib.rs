@@ -34,12 +34,16 @@ mod resilience;
 mod asynchronous;
 #[cfg(feature = "tower")]
 pub mod layer;
+#[cfg(feature = "tokio")]
+mod load;
 
 #[cfg(feature = "tokio")]
 pub use asynchronous::AsyncRateLimiter;
 pub use blocking::{BlockingConnection, RateLimiter};
 pub use fields::{fields, seconds};
 pub use lists::{add_words, parse_lists, remove_words, Lists};
+#[cfg(feature = "tokio")]
+pub use load::{LoadShedder, NOTHING_SHED};
 pub use policy::{policy_name, Config};
 pub use protocol::{
     command_words, counts_words, lease_words, millis, release_words, renew_words, report_words,

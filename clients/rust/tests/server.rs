@@ -8,7 +8,7 @@ use std::time::Duration;
 use common::{client, connection, unique};
 use ratelimit_module::{
     add_words, parse_lists, remove_words, Algorithm, AsyncRateLimiter, Config, Counts, Error,
-    Limiter, OnError, Options, Quota, RateLimit, RateLimiter,
+    Limiter, LoadShedder, OnError, Options, Priority, Quota, RateLimit, RateLimiter,
 };
 
 const SECOND: Duration = Duration::from_secs(1);
@@ -307,4 +307,54 @@ fn errors_are_told_apart_by_kind() {
         Err(Error::Refused(error)) => assert!(error.to_string().contains("limit")),
         other => panic!("{other:?}"),
     }
+}
+
+#[tokio::test]
+async fn a_load_shedder_reports_its_factors_and_sheds_by_priority() {
+    let service = unique("shedder");
+    let mut admin = connection().await;
+    let _: String = redis::cmd("RL.LOAD.POLICY")
+        .arg(&service)
+        .arg(&["HOLD", "0", "LEVEL", "queue", "10"][..])
+        .arg(&["SHARES", "1", "1", "0", "0"][..])
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let limiter = AsyncRateLimiter::shared(connection().await, Config::default());
+    let now = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let read = now.clone();
+    let clock: ratelimit_module::Clock = std::sync::Arc::new(move || {
+        Duration::from_millis(read.load(std::sync::atomic::Ordering::SeqCst))
+    });
+    let shedder = LoadShedder::new(
+        limiter.clone(),
+        &service,
+        "web-1",
+        SECOND,
+        || vec![("queue".to_owned(), 20.0)],
+        clock,
+    );
+    // Nothing is shed before a report answers.
+    assert!(shedder.admit(Priority::Sheddable));
+    let standing = shedder.report().await.unwrap();
+    assert_eq!((standing.level, standing.instances), (1, 1));
+    assert_eq!(standing.shares, [1.0, 1.0, 0.0, 0.0]);
+    assert!(!shedder.admit(Priority::Sheddable));
+    assert!(!shedder.admit(Priority::SheddablePlus));
+    assert!(shedder.admit(Priority::Critical) && shedder.admit(Priority::CriticalPlus));
+    assert_eq!(shedder.retry_after(), SECOND);
+    // The report counted the decisions before it; the level holds for 3 intervals.
+    let status: Vec<redis::Value> = redis::cmd("RL.LOAD.STATUS")
+        .arg(&service)
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    assert!(format!("{status:?}").contains("requests"), "{status:?}");
+    now.store(3_000, std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(shedder.standing().level, 1);
+    now.store(3_001, std::sync::atomic::Ordering::SeqCst);
+    assert!(
+        shedder.admit(Priority::Sheddable),
+        "a stale level sheds nothing"
+    );
 }

@@ -54,3 +54,8 @@ pub use protocol::{
 pub use quota::AsyncQuota;
 pub use quota::{Ledger, Quota};
 pub use resilience::{monotonic, server_failed, Circuit, Clock, DenyCache, Error, OnError};
+
+/// The README's examples, compiled as doc tests.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

@@ -129,6 +129,8 @@ deps-bench: deps-nginx
 	@command -v python3 >/dev/null 2>&1 || { missing=" python3"; $(install_missing); }
 	@command -v valgrind >/dev/null 2>&1 || { missing=" valgrind"; $(install_missing); }
 	@$(call ensure_packages,$(BENCH_PACKAGES))
+	CARGO_TARGET_DIR=$(RUST_CLIENTS_TARGET) $(CARGO) build --release --quiet --example bench \
+	  --manifest-path clients/rust/Cargo.toml
 
 # Far more fuzzing, differential calls and soak than `make test`, each with its own seed.
 stress: deps-server build

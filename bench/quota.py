@@ -1,7 +1,9 @@
 """Quota leases for one hot limit: decisions per second and server calls per decision with
 batch 1, 10, 50 and 100 and 1, 2, 4 and 8 processes (Python, `ratelimit_module.Quota`,
 every process on one key); then, with a limit that binds, the most any window admitted
-against the bound (the limit plus processes x batch). Needs the Python package and redis-py
+against the bound (the limit plus processes x batch); then, on the same server, the Rust
+crate on one task (clients/rust/examples/bench.rs, built by `make deps-bench`): `governor`
+in the process, batch 1 and quota leases. Needs the Python package and redis-py
 (the clients' virtualenv `make test` makes); run by bench/run.py (make bench), or alone:
 
     target/clients-venv/bin/python bench/quota.py [path/to/libredis_ratelimit.so] [--json]
@@ -64,6 +66,16 @@ def worst_window(times: list[float], window: float) -> int:
     return worst
 
 
+RUST_BENCH = ROOT / "target/rust-clients/release/examples/bench"
+
+
+def measure_rust(port: int) -> list[dict]:
+    """The Rust crate's rows (clients/rust/examples/bench.rs), against the server on `port`."""
+    out = subprocess.run([str(RUST_BENCH), str(port), str(SECONDS)], check=True,
+                         capture_output=True, text=True).stdout
+    return json.loads(out)["rows"]
+
+
 def measure_quota(module: Path) -> dict:
     port = free_port()
     work = tempfile.mkdtemp(prefix="ratelimit-bench-quota-")
@@ -106,7 +118,7 @@ def measure_quota(module: Path) -> dict:
                         print(f"  batch {batch}, {processes} processes"
                               f"{' (binding)' if binding else ''}: done", file=sys.stderr,
                               flush=True)
-        return {"rows": rows, "bound": bound_rows}
+        return {"rows": rows, "bound": bound_rows, "rust": measure_rust(port)}
     finally:
         server.terminate()
         server.wait()

@@ -41,6 +41,23 @@ def quota_section(result) -> list[str]:
     for row in result["bound"]:
         lines.append(f"| {row['batch']} | {row['processes']} | {row['worst']} | {row['bound']} |")
     lines.append("")
+    if result.get("rust"):
+        lines += [
+            "The Rust crate on one tokio task, on the same server in the same run "
+            "([clients/rust/examples/bench.rs](clients/rust/examples/bench.rs)), a limit far "
+            "above the load: `governor` in the process (its limits hold in one process only), "
+            "`AsyncRateLimiter::check` (a server call per decision) and `AsyncQuota`.",
+            "",
+            "| Rust | Batch | Decisions/s | Server calls per decision |",
+            "|---|---:|---:|---:|",
+        ]
+        for row in result["rust"]:
+            name = {"governor": "`governor` (in-process)", "check": "`check`",
+                    "quota": "`AsyncQuota`"}[row["name"]]
+            batch = "—" if row["name"] == "governor" else str(row["batch"])
+            lines.append(f"| {name} | {batch} | {row['per_second']:,.0f} | "
+                         f"{row['calls_per_decision']:.3f} |")
+        lines.append("")
     return lines
 
 

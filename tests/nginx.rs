@@ -965,8 +965,9 @@ fn every_configuration_in_the_docs_runs() {
 }
 
 /// The `lua` part of clients/conformance.json, the table every client package is tested
-/// against: the words each limiter sends, and the HTTP fields each reply gives, checked in
-/// nginx by the package's own functions (no call is made).
+/// against: the words each limiter sends, and the HTTP fields each reply gives, and the
+/// parts the package writes besides (leases' release and renewal, the lists' transactions,
+/// the load reports), checked in nginx by the package's own functions (no call is made).
 #[test]
 fn the_lua_package_builds_and_reads_as_the_conformance_table_says() {
     let table = support::repository().join("clients/conformance.json");
@@ -1033,7 +1034,50 @@ fn the_lua_package_builds_and_reads_as_the_conformance_table_says() {
             end
             checked = checked + 1
         end
-        ngx.say(#failures == 0 and ("ok " .. checked) or table.concat(failures, "\n"))
+        -- The parts the package writes besides its limiters: leases' release and renewal,
+        -- the lists' transactions, the load reports (their factors in any order).
+        local lists = require "resty.ratelimit_module.lists"
+        local load = require "resty.ratelimit_module.load"
+        local others = 0
+        local function same(built, wanted, what)
+            local got = {}
+            for j, value in ipairs(built) do got[j] = word(value) end
+            got[1] = string.upper(got[1])
+            if table.concat(got, " ") ~= table.concat(wanted, " ") then
+                failures[#failures + 1] = what .. ": " .. table.concat(got, " ")
+            end
+            others = others + 1
+        end
+        for i, case in ipairs(table_.leases) do
+            if case.call == "release" then
+                same(client.release_args(case.key, case.id), case.words, "release " .. i)
+            elseif case.call == "renew" then
+                same(client.renew_args(case.key, case.id, case.lease), case.words, "renew " .. i)
+            end
+        end
+        for i, case in ipairs(table_.lists) do
+            local built = case.change == "add"
+                and lists.add_commands(case.hash, case.list, case.item, case.value)
+                or lists.remove_commands(case.hash, case.list, case.item)
+            for j, command in ipairs(built) do same(command, case.commands[j], "lists " .. i) end
+        end
+        for i, case in ipairs(table_.load) do
+            local factors, wanted = {}, {}
+            for _, pair in ipairs(case.factors) do factors[pair[1]] = pair[2] end
+            local built = load.report_command(case.service, case.instance, case.ttl, factors)
+            for j = 5, #case.words, 2 do wanted[case.words[j]] = case.words[j + 1] end
+            for j = 5, #built, 2 do
+                if wanted[built[j]] ~= built[j + 1] then
+                    failures[#failures + 1] = "load " .. i .. ": " .. built[j] .. " " .. built[j + 1]
+                end
+                wanted[built[j]] = nil
+            end
+            if next(wanted) ~= nil or #built ~= #case.words then
+                failures[#failures + 1] = "load " .. i .. ": factors"
+            end
+            same({ unpack(built, 1, 4) }, { unpack(case.words, 1, 4) }, "load " .. i)
+        end
+        ngx.say(#failures == 0 and ("ok " .. checked .. " " .. others) or table.concat(failures, "\n"))
     "#;
     let server = Server::start();
     let options = redis_options(server.port(), "");
@@ -1050,9 +1094,18 @@ fn the_lua_package_builds_and_reads_as_the_conformance_table_says() {
     let lua_part = &text[text.find("\"lua\"").expect("a lua part")..];
     let cases = lua_part.matches("\"limiter\"").count();
     assert!(cases >= 9, "{cases} cases");
+    // And the other parts it reads: each release and renewal, each command of the lists'
+    // transactions, each load report.
+    let calls = ["\"call\": \"release\"", "\"call\": \"renew\""]
+        .iter()
+        .map(|call| text.matches(call).count())
+        .sum::<usize>();
+    let lists = text.matches("\"HINCRBY\"").count() * 2;
+    let reports = text.matches("\"instance\"").count();
+    assert!(calls >= 2 && lists >= 4 && reports >= 1);
     assert_eq!(
         response.body.trim(),
-        format!("ok {cases}"),
+        format!("ok {cases} {}", calls + lists + reports),
         "{}",
         response.body
     );

@@ -24,12 +24,14 @@ export interface RateLimit {
   shadow: boolean;
   /** With a load gate: the level that shed the request (answer 503, not 429); else 0. */
   shedLevel: number;
+  /** With a `slots` limiter (LEASE in RL.ALL): the lease's id, 0 when refused. */
+  leaseId: number;
 }
 
 /** A limiter: its command, key, arguments, and its policy's name and window. */
 export interface Limiter {
   command: "CL.THROTTLE" | "RL.WINDOW" | "RL.LOG" | "RL.ALL";
-  inAll: "THROTTLE" | "WINDOW" | "LOG" | "LOAD";
+  inAll: "THROTTLE" | "WINDOW" | "LOG" | "LOAD" | "LEASE";
   key: string;
   name: string;
   args: (string | number)[];
@@ -71,6 +73,8 @@ export function log(key: string, limit: number, seconds: number, options?: { nam
 /** A service's load gate (LOAD priority in RL.ALL); `priority` is critical_plus, critical,
  * sheddable_plus or sheddable (the default). */
 export function load(key: string, priority?: string): Limiter;
+/** A concurrency limit in RL.ALL (LEASE limit lease): `limit` leases of `seconds` at once. */
+export function slots(key: string, limit: number, seconds: number, options?: { name?: string }): Limiter;
 
 export function fromReply(
   reply: (number | string)[],
@@ -182,3 +186,18 @@ export class Quota {
 export function commandFor(limiters: Limiter[], options: CheckOptions, readOnly?: boolean): (string | number)[];
 /** The typed result of commandFor's reply. */
 export function resultOf(reply: unknown[], limiters: Limiter[], options: CheckOptions): RateLimit;
+export function leaseCommand(
+  key: string,
+  limit: number,
+  lease: number,
+  quantity?: number,
+  readOnly?: boolean,
+): (string | number)[];
+export function releaseCommand(key: string, id: number): (string | number)[];
+export function renewCommand(key: string, id: number, lease: number): (string | number)[];
+export function leaseOf(reply: unknown[]): Lease;
+export function addCommands(hash: string, list: string, item: string, value?: string): (string | number)[][];
+export function removeCommands(hash: string, list: string, item: string): (string | number)[][];
+export function countsCommand(limiter: Limiter): (string | number)[];
+export function countsOf(limiter: Limiter, reply: unknown[]): WindowCounts | LogCounts;
+export function topKeys(replies: unknown[][], count: number): TopKey[];

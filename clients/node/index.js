@@ -134,6 +134,24 @@ function load(key, priority = "sheddable") {
   };
 }
 
+/**
+ * A concurrency limit in RL.ALL (LEASE limit lease): at most `limit` leases held at once on
+ * `key`, each for `seconds`, taken only if every other limiter admits; the result's
+ * `leaseId` releases or renews it (RL.ACQUIRE's state: the lease calls work on the key).
+ */
+function slots(key, limit, seconds, { name = "slots" } = {}) {
+  return {
+    command: "RL.ALL",
+    inAll: "LEASE",
+    key,
+    name,
+    args: [limit, millis(seconds)],
+    keywords: [],
+    windowSeconds: seconds,
+    onlyInAll: true,
+  };
+}
+
 /** The limiters that limit a rate (the HTTP fields' policies): not a load gate. */
 const rateLimiters = (limiters) => limiters.filter((one) => !one.gate);
 
@@ -152,6 +170,7 @@ function fromReply(reply, { each = [], waitMs = 0, granted = null } = {}) {
     failed: false,
     shadow: false,
     shedLevel: 0,
+    leaseId: 0,
   };
 }
 
@@ -170,7 +189,7 @@ function optionWords({ quantity = 1, refund = false, block = null, delay = null,
 function commandFor(limiters, options, readOnly = false) {
   if (limiters.length === 0) throw new RangeError("at least one limiter");
   const suffix = readOnly ? "_RO" : "";
-  if (limiters.length === 1 && !limiters[0].gate) {
+  if (limiters.length === 1 && !limiters[0].gate && !limiters[0].onlyInAll) {
     const [one] = limiters;
     return [one.command + suffix, one.key, ...one.args, ...optionWords(options), ...one.keywords];
   }
@@ -180,9 +199,11 @@ function commandFor(limiters, options, readOnly = false) {
 }
 
 /** The typed result of commandFor's reply: the five integers, a sixth (a wait, a quantity
- * granted), then with a load gate the level that shed the request, then each limiter's own. */
+ * granted, a lease's id), then with a load gate the level that shed the request, then each
+ * limiter's own. */
 function resultOf(reply, limiters, options) {
-  const sixth = options.delay != null || options.atMost ? Number(reply[5]) : null;
+  const leased = limiters.some((one) => one.inAll === "LEASE");
+  const sixth = options.delay != null || options.atMost || leased ? Number(reply[5]) : null;
   let first = sixth === null ? 5 : 6;
   const gate = limiters.some((one) => one.gate);
   const shedLevel = gate ? Number(reply[first]) : 0;
@@ -199,7 +220,7 @@ function resultOf(reply, limiters, options) {
     waitMs: options.delay != null ? sixth : 0,
     granted: options.atMost ? sixth : null,
   });
-  return { ...result, shedLevel };
+  return { ...result, shedLevel, leaseId: leased ? sixth : 0 };
 }
 
 /** RL.WINDOW.COUNTS or RL.LOG.COUNTS for a FIXED or SLIDING window, or a log. */
@@ -247,7 +268,36 @@ function topKeys(replies, count) {
     .slice(0, count);
 }
 
+/** RL.ACQUIRE (or RL.ACQUIRE_RO, which takes nothing): `quantity` of `limit` slots for `lease` s. */
+const leaseCommand = (key, limit, lease, quantity = 1, readOnly = false) => [
+  readOnly ? "RL.ACQUIRE_RO" : "RL.ACQUIRE",
+  key,
+  limit,
+  millis(lease),
+  quantity,
+  "MS",
+];
+
+/** RL.RELEASE: frees a held lease. */
+const releaseCommand = (key, id) => ["RL.RELEASE", key, id];
+
+/** RL.RENEW: extends a held lease to `lease` seconds from now. */
+const renewCommand = (key, id, lease) => ["RL.RENEW", key, id, millis(lease), "MS"];
+
+/** RL.ACQUIRE's reply: the five fields and the lease's id (0 when refused). */
 const leaseOf = (reply) => ({ result: fromReply(reply), allowed: Number(reply[0]) === 0, id: Number(reply[5]) });
+
+/** The transaction that sets `item` of `list` (the shared lists' hash) and bumps the version. */
+const addCommands = (hash, list, item, value = "1") => [
+  ["HSET", hash, `${list}:${item}`, value],
+  ["HINCRBY", hash, "version", 1],
+];
+
+/** The transaction that removes `item` from `list` and bumps the version. */
+const removeCommands = (hash, list, item) => [
+  ["HDEL", hash, `${list}:${item}`],
+  ["HINCRBY", hash, "version", 1],
+];
 
 /** What `onError` decides without the server: nothing counted, no fields to send. */
 function failureResult(allowed, retryAfter) {
@@ -385,12 +435,12 @@ class RateLimiter {
    * throws ServerUnavailable.
    */
   async acquireLease(key, limit, lease, quantity = 1) {
-    return this.lease(["RL.ACQUIRE", key, limit, millis(lease), quantity, "MS"]);
+    return this.lease(leaseCommand(key, limit, lease, quantity));
   }
 
   /** RL.ACQUIRE_RO: what acquireLease would answer, taking nothing (`id` 0). */
   async peekLease(key, limit, lease, quantity = 1) {
-    return this.lease(["RL.ACQUIRE_RO", key, limit, millis(lease), quantity, "MS"]);
+    return this.lease(leaseCommand(key, limit, lease, quantity, true));
   }
 
   async lease(args) {
@@ -414,14 +464,14 @@ class RateLimiter {
    * server was not reached (the lease ends at its expiry). */
   async releaseLease(key, id) {
     if (Number(id) === 0) return false; // granted without the server: nothing to free
-    return this.held(["RL.RELEASE", key, id], false);
+    return this.held(releaseCommand(key, id), false);
   }
 
   /** RL.RENEW: extends a held lease to `lease` seconds from now; while the server fails,
    * true under onError "allow" (keep working), false under "deny". */
   async renewLease(key, id, lease) {
     if (Number(id) === 0) return this.held(null, true);
-    return this.held(["RL.RENEW", key, id, millis(lease), "MS"], true);
+    return this.held(renewCommand(key, id, lease), true);
   }
 
   /** A release or renewal (`args`; null: none to send): the server's answer, or the
@@ -520,18 +570,12 @@ class SharedLists {
 
   /** Sets `item` of `list` to `value` and increments the version, in one transaction. */
   async add(list, item, value = "1") {
-    await this.transaction(this.hash, [
-      ["HSET", this.hash, `${list}:${item}`, value],
-      ["HINCRBY", this.hash, "version", 1],
-    ]);
+    await this.transaction(this.hash, addCommands(this.hash, list, item, value));
   }
 
   /** Removes `item` from `list` and increments the version, in one transaction. */
   async remove(list, item) {
-    await this.transaction(this.hash, [
-      ["HDEL", this.hash, `${list}:${item}`],
-      ["HINCRBY", this.hash, "version", 1],
-    ]);
+    await this.transaction(this.hash, removeCommands(this.hash, list, item));
   }
 
   /** The lists, `{ list: { item: value } }`: the copy, checked against the version at most once per `every` seconds. */
@@ -557,7 +601,17 @@ module.exports = {
   window,
   log,
   load,
+  slots,
   rateLimiters,
+  leaseCommand,
+  releaseCommand,
+  renewCommand,
+  leaseOf,
+  addCommands,
+  removeCommands,
+  countsCommand,
+  countsOf,
+  topKeys,
   fromReply,
   headers,
   commandSender,

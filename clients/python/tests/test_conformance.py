@@ -1,6 +1,7 @@
 """clients/conformance.json, the table every client package is tested against: the command
-words each limiter spec and option must produce, and the result and HTTP fields each reply
-must give (no server).
+words each limiter spec and option must produce, the result and HTTP fields each reply must
+give, and the leases', RL.TOP's, the shared lists', the load reports' and the counts' words
+and replies (no server). Every part but `lua`, which the nginx package's test reads.
 
     python -m unittest clients/python/tests/test_conformance.py
 """
@@ -11,23 +12,72 @@ import json
 import unittest
 from pathlib import Path
 
-from ratelimit_module import Log, Throttle, Window, headers
-from ratelimit_module._protocol import Options, command, result
+from ratelimit_module import Load, Log, Slots, Throttle, Window, headers
+from ratelimit_module._protocol import (
+    Lease,
+    Options,
+    command,
+    counts_command,
+    counts_result,
+    lease_command,
+    release_command,
+    renew_command,
+    report_command,
+    report_result,
+    result,
+    top_keys,
+)
+from ratelimit_module.lists import add_commands, remove_commands
 
 TABLE = json.loads((Path(__file__).resolve().parents[2] / "conformance.json").read_text())
-KINDS = {"throttle": Throttle, "window": Window, "log": Log}
+KINDS = {"throttle": Throttle, "window": Window, "log": Log, "load": Load, "lease": Slots}
+# Every part this test reads; a part added to the table fails here until it is read.
+PARTS = {
+    "about",
+    "commands",
+    "replies",
+    "leases",
+    "lease_replies",
+    "top",
+    "lists",
+    "load",
+    "load_replies",
+    "counts",
+    "lua",
+}
+
+
+def limiter(spec: dict):
+    return KINDS[spec["kind"]](**{k: v for k, v in spec.items() if k != "kind"})
 
 
 def limiters(specs: list[dict]) -> list:
-    return [KINDS[spec["kind"]](**{k: v for k, v in spec.items() if k != "kind"}) for spec in specs]
+    return [limiter(spec) for spec in specs]
+
+
+def lease_words(case: dict) -> list:
+    """The words of one of `leases`' calls."""
+    key, call = case["key"], case["call"]
+    if call in ("acquire", "peek"):
+        return lease_command(key, case["limit"], case["lease"], case["quantity"], call == "peek")
+    if call == "release":
+        return release_command(key, case["id"])
+    return renew_command(key, case["id"], case["lease"])
+
+
+def words(built: list) -> list[str]:
+    return [str(word) for word in built]
 
 
 class ConformanceTest(unittest.TestCase):
+    def test_every_part_of_the_table_is_read(self) -> None:
+        self.assertEqual(set(TABLE), PARTS)
+
     def test_every_spec_builds_its_words(self) -> None:
         self.assertGreaterEqual(len(TABLE["commands"]), 10)
         for case in TABLE["commands"]:
-            words = command(limiters(case["limiters"]), Options(**case["options"]))
-            self.assertEqual([str(word) for word in words], case["words"], case)
+            built = command(limiters(case["limiters"]), Options(**case["options"]))
+            self.assertEqual(words(built), case["words"], case)
 
     def test_every_reply_gives_its_result_and_fields(self) -> None:
         for case in TABLE["replies"]:
@@ -41,6 +91,49 @@ class ConformanceTest(unittest.TestCase):
             for one, wanted in zip(got.each, each):
                 self.assertEqual({name: getattr(one, name) for name in wanted}, wanted)
             self.assertEqual(headers(got, specs), case["fields"], case)
+
+    def test_leases_build_their_words_and_read_their_replies(self) -> None:
+        for case in TABLE["leases"]:
+            self.assertEqual(words(lease_words(case)), case["words"], case)
+        for case in TABLE["lease_replies"]:
+            lease = Lease.from_reply(case["reply"])
+            self.assertEqual(
+                (lease.allowed, lease.id, lease.result.remaining, lease.result.retry_after),
+                (case["allowed"], case["id"], case["remaining"], case["retry_after"]),
+            )
+
+    def test_top_merges_every_primary(self) -> None:
+        for case in TABLE["top"]:
+            rows = top_keys(case["replies"], case["count"])
+            self.assertEqual([[row.key, row.refusals, row.error] for row in rows], case["rows"])
+
+    def test_the_lists_change_in_one_transaction(self) -> None:
+        for case in TABLE["lists"]:
+            if case["change"] == "add":
+                built = add_commands(case["hash"], case["list"], case["item"], case["value"])
+            else:
+                built = remove_commands(case["hash"], case["list"], case["item"])
+            self.assertEqual([words(one) for one in built], case["commands"])
+
+    def test_load_reports_build_their_words_and_read_their_replies(self) -> None:
+        for case in TABLE["load"]:
+            built = report_command(
+                case["service"], case["instance"], case["ttl"], dict(case["factors"])
+            )
+            self.assertEqual(words(built), case["words"])
+        for case in TABLE["load_replies"]:
+            standing = report_result(case["reply"])
+            self.assertEqual(
+                (standing.level, standing.instances, list(standing.shares)),
+                (case["level"], case["instances"], case["shares"]),
+            )
+
+    def test_counts_build_their_words_and_read_their_replies(self) -> None:
+        for case in TABLE["counts"]:
+            spec = limiter(case["limiter"])
+            self.assertEqual(words(counts_command(spec)), case["words"])
+            got = counts_result(spec, case["reply"])
+            self.assertEqual({name: getattr(got, name) for name in case["counts"]}, case["counts"])
 
 
 if __name__ == "__main__":

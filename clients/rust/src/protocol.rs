@@ -110,6 +110,10 @@ pub enum Kind {
     /// reports set admits a share of each priority class; a request it sheds is refused
     /// with nothing written ([`RateLimit::shed_level`]).
     Load { priority: Priority },
+    /// A concurrency limit in `RL.ALL` (`LEASE limit lease`): at most `limit` leases held
+    /// at once, each for `lease`, taken only if every other limiter admits; the result's
+    /// [`RateLimit::lease_id`] releases or renews it.
+    Lease { limit: u64, lease: Duration },
 }
 
 /// One limiter: a key, what limits it, and the name its policy has in the HTTP fields.
@@ -171,6 +175,15 @@ impl Limiter {
         }
     }
 
+    /// A concurrency limit in `RL.ALL`: `limit` leases of `lease` at once (named "slots").
+    pub fn slots(key: impl Into<String>, limit: u64, lease: Duration) -> Self {
+        Limiter {
+            key: key.into(),
+            name: "slots".into(),
+            kind: Kind::Lease { limit, lease },
+        }
+    }
+
     /// The same limiter under another policy name.
     pub fn named(mut self, name: impl Into<String>) -> Self {
         self.name = name.into();
@@ -197,13 +210,18 @@ impl Limiter {
         matches!(self.kind, Kind::Load { .. })
     }
 
+    /// Whether only `RL.ALL` takes it (a load gate, a lease).
+    fn only_in_all(&self) -> bool {
+        matches!(self.kind, Kind::Load { .. } | Kind::Lease { .. })
+    }
+
     /// The command of this limiter alone.
     fn command(&self) -> &'static str {
         match self.kind {
             Kind::Throttle { .. } => "CL.THROTTLE",
             Kind::Window { .. } => "RL.WINDOW",
             Kind::Log { .. } => "RL.LOG",
-            Kind::Load { .. } => "RL.ALL",
+            Kind::Load { .. } | Kind::Lease { .. } => "RL.ALL",
         }
     }
 
@@ -214,6 +232,7 @@ impl Limiter {
             Kind::Window { .. } => "WINDOW",
             Kind::Log { .. } => "LOG",
             Kind::Load { .. } => "LOAD",
+            Kind::Lease { .. } => "LEASE",
         }
     }
 
@@ -229,6 +248,7 @@ impl Limiter {
                 words.extend([limit.to_string(), millis(*window)])
             }
             Kind::Load { priority } => words.push(priority.as_str().into()),
+            Kind::Lease { limit, lease } => words.extend([limit.to_string(), millis(*lease)]),
         }
     }
 
@@ -259,6 +279,7 @@ impl Limiter {
                 Duration::from_nanos(filled.div_ceil(count).min(u64::MAX as u128) as u64)
             }
             Kind::Window { window, .. } | Kind::Log { window, .. } => *window,
+            Kind::Lease { lease, .. } => *lease,
             Kind::Load { .. } => Duration::ZERO,
         }
     }
@@ -407,7 +428,7 @@ pub fn command_words(limiters: &[Limiter], options: &Options) -> Vec<String> {
     let suffix = if options.read_only { "_RO" } else { "" };
     let mut words = Vec::with_capacity(16);
     match limiters {
-        [one] if !one.is_gate() => {
+        [one] if !one.only_in_all() => {
             words.extend([format!("{}{suffix}", one.command()), one.key.clone()]);
             one.arguments(&mut words);
             options.push_words(&mut words);
@@ -451,6 +472,9 @@ pub struct RateLimit {
     pub shadow: bool,
     /// With a load gate: the level that shed the request (answer 503, not 429); 0 if not shed.
     pub shed_level: i64,
+    /// With a `LEASE` limiter: the lease's id, for releasing or renewing it on each of its
+    /// keys (0 when refused).
+    pub lease_id: i64,
     /// Several limiters: each one's own result, in the order given (empty for one).
     pub each: Vec<RateLimit>,
 }
@@ -538,12 +562,16 @@ pub fn result(
     let mut outcome =
         RateLimit::from_fields(&head).ok_or_else(|| UnexpectedReply(format!("{reply:?}")))?;
     let mut next = 5;
-    if options.has_sixth() {
+    let leased = limiters
+        .iter()
+        .any(|one| matches!(one.kind, Kind::Lease { .. }));
+    if options.has_sixth() || leased {
         let sixth = *head
             .get(next)
             .ok_or_else(|| UnexpectedReply(format!("{reply:?}")))?;
         next += 1;
         match options.shortfall {
+            _ if leased => outcome.lease_id = sixth,
             Shortfall::Delay(_) => outcome.wait = Duration::from_millis(sixth.max(0) as u64),
             _ => outcome.granted = Some(sixth.max(0) as u64),
         }
@@ -553,7 +581,7 @@ pub fn result(
             .get(next)
             .ok_or_else(|| UnexpectedReply(format!("{reply:?}")))?;
     }
-    if limiters.len() > 1 || limiters.iter().any(Limiter::is_gate) {
+    if limiters.len() > 1 || limiters.iter().any(Limiter::only_in_all) {
         let details = &items[head.len()..];
         for (detail, limiter) in details.iter().zip(limiters) {
             if limiter.is_gate() {

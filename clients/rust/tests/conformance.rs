@@ -1,12 +1,16 @@
 //! clients/conformance.json, the table every client package is tested against: the words
-//! each limiter spec and option must produce, and the result and HTTP fields each reply must
-//! give (no server). Read from the repository's checkout.
+//! each limiter spec and option must produce, the result and HTTP fields each reply must
+//! give, and the leases', RL.TOP's, the shared lists', the load reports' and the counts'
+//! words and replies (no server). Every part but `lua`, which the nginx package's test
+//! reads. Read from the repository's checkout.
 
 use std::path::Path;
 use std::time::Duration;
 
 use ratelimit_module::{
-    command_words, fields, result, Algorithm, Limiter, Options, Priority, RateLimit,
+    add_words, command_words, counts_words, fields, lease_words, release_words, remove_words,
+    renew_words, report_words, result, top_keys, Algorithm, Counts, Lease, Limiter, LoadStanding,
+    Options, Priority, RateLimit,
 };
 use redis::Value;
 use serde_json::Value as Json;
@@ -71,6 +75,7 @@ fn limiter(spec: &Json) -> Limiter {
             one.algorithm(algorithm)
         }
         "log" => Limiter::log(key, number(spec, "limit"), seconds(&spec["window"])),
+        "lease" => Limiter::slots(key, number(spec, "limit"), seconds(&spec["lease"])),
         "load" => Limiter::load(
             key,
             Priority::parse(given(spec, "priority").and_then(Json::as_str).unwrap_or("")),
@@ -113,8 +118,13 @@ fn options(spec: &Json) -> Options {
 fn reply(json: &Json) -> Value {
     match json {
         Json::Array(items) => Value::Array(items.iter().map(reply).collect()),
+        Json::String(text) => Value::BulkString(text.as_bytes().to_vec()),
         other => Value::Int(other.as_i64().unwrap_or_else(|| panic!("{other}"))),
     }
+}
+
+fn strings(json: &Json) -> Vec<String> {
+    json.as_array().unwrap().iter().map(text).collect()
 }
 
 fn check_result(got: &RateLimit, wanted: &Json, case: &str) {
@@ -131,6 +141,7 @@ fn check_result(got: &RateLimit, wanted: &Json, case: &str) {
             "wait" => assert_eq!(Some(seconds_of(got.wait)), value.as_f64(), "{case}"),
             "granted" => assert_eq!(got.granted, value.as_u64(), "{case}"),
             "shed_level" => assert_eq!(Some(got.shed_level), value.as_i64(), "{case}"),
+            "lease_id" => assert_eq!(Some(got.lease_id), value.as_i64(), "{case}"),
             "each" => {
                 let each = value.as_array().unwrap();
                 assert_eq!(got.each.len(), each.len(), "{case}");
@@ -140,6 +151,162 @@ fn check_result(got: &RateLimit, wanted: &Json, case: &str) {
             }
             other => panic!("a result field the table has and this crate has not: {other}"),
         }
+    }
+}
+
+#[test]
+fn every_part_of_the_table_is_read() {
+    // A part added to the table fails here until it is read.
+    let table = table();
+    let mut parts: Vec<&str> = table
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    parts.sort();
+    let read = [
+        "about",
+        "commands",
+        "counts",
+        "lease_replies",
+        "leases",
+        "lists",
+        "load",
+        "load_replies",
+        "lua",
+        "replies",
+        "top",
+    ];
+    assert_eq!(parts, read);
+}
+
+#[test]
+fn leases_build_their_words_and_read_their_replies() {
+    let table = table();
+    for case in table["leases"].as_array().unwrap() {
+        let key = case["key"].as_str().unwrap();
+        let id = || case["id"].as_i64().unwrap();
+        let built = match case["call"].as_str().unwrap() {
+            call @ ("acquire" | "peek") => lease_words(
+                key,
+                number(case, "limit"),
+                seconds(&case["lease"]),
+                number(case, "quantity"),
+                call == "peek",
+            ),
+            "release" => release_words(key, id()),
+            _ => renew_words(key, id(), seconds(&case["lease"])),
+        };
+        assert_eq!(built, strings(&case["words"]), "{case}");
+    }
+    for case in table["lease_replies"].as_array().unwrap() {
+        let lease = Lease::from_reply(&reply(&case["reply"])).unwrap();
+        assert_eq!(Some(lease.allowed()), case["allowed"].as_bool());
+        assert_eq!(Some(lease.id), case["id"].as_i64());
+        assert_eq!(Some(lease.result.remaining), case["remaining"].as_i64());
+        assert_eq!(
+            lease.result.retry_after.map(|d| d.as_secs_f64()),
+            case["retry_after"].as_f64()
+        );
+    }
+}
+
+#[test]
+fn top_merges_every_primary() {
+    for case in table()["top"].as_array().unwrap() {
+        let replies: Vec<Value> = case["replies"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(reply)
+            .collect();
+        let rows = top_keys(&replies, case["count"].as_u64().unwrap() as usize).unwrap();
+        let got: Vec<Json> = rows
+            .iter()
+            .map(|row| serde_json::json!([row.key, row.refusals, row.error]))
+            .collect();
+        assert_eq!(Json::Array(got), case["rows"]);
+    }
+}
+
+#[test]
+fn the_lists_change_in_one_transaction() {
+    for case in table()["lists"].as_array().unwrap() {
+        let field = |name: &str| case[name].as_str().unwrap();
+        let built = match field("change") {
+            "add" => add_words(field("hash"), field("list"), field("item"), field("value")),
+            _ => remove_words(field("hash"), field("list"), field("item")),
+        };
+        let wanted: Vec<Vec<String>> = case["commands"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(strings)
+            .collect();
+        assert_eq!(built, wanted);
+    }
+}
+
+#[test]
+fn load_reports_build_their_words_and_read_their_replies() {
+    let table = table();
+    for case in table["load"].as_array().unwrap() {
+        let factors: Vec<(String, f64)> = case["factors"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|pair| (text(&pair[0]), pair[1].as_f64().unwrap()))
+            .collect();
+        let built = report_words(
+            case["service"].as_str().unwrap(),
+            case["instance"].as_str().unwrap(),
+            seconds(&case["ttl"]),
+            &factors,
+        );
+        assert_eq!(built, strings(&case["words"]));
+    }
+    for case in table["load_replies"].as_array().unwrap() {
+        let standing = LoadStanding::from_reply(&reply(&case["reply"])).unwrap();
+        assert_eq!(Some(standing.level), case["level"].as_i64());
+        assert_eq!(Some(standing.instances), case["instances"].as_i64());
+        let shares: Vec<f64> = case["shares"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|share| share.as_f64().unwrap())
+            .collect();
+        assert_eq!(standing.shares.to_vec(), shares);
+    }
+}
+
+#[test]
+fn counts_build_their_words_and_read_their_replies() {
+    for case in table()["counts"].as_array().unwrap() {
+        let spec = limiter(&case["limiter"]);
+        assert_eq!(counts_words(&spec).unwrap(), strings(&case["words"]));
+        let fields: Vec<i64> = case["reply"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_i64().unwrap())
+            .collect();
+        let wanted = &case["counts"];
+        let s = |name: &str| Duration::from_secs_f64(wanted[name].as_f64().unwrap());
+        let expected = match &spec.kind {
+            ratelimit_module::Kind::Log { .. } => Counts::Log {
+                count: wanted["count"].as_i64().unwrap(),
+                oldest_ends_in: s("oldest_ends_in"),
+                newest_ends_in: s("newest_ends_in"),
+            },
+            _ => Counts::Window {
+                previous: wanted["previous"].as_i64().unwrap(),
+                previous_ends_in: s("previous_ends_in"),
+                current: wanted["current"].as_i64().unwrap(),
+                current_ends_in: s("current_ends_in"),
+            },
+        };
+        assert_eq!(Counts::from_fields(&spec, &fields).unwrap(), expected);
     }
 }
 

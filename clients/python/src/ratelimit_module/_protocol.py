@@ -30,6 +30,9 @@ class RateLimit:
     # With a `Load` gate: the level that shed the request (refused by the service's load, not
     # by its limits: answer 503, not 429); 0 when not shed.
     shed_level: int = 0
+    # With a `Slots` limiter: the lease's id, for `release_lease` and `renew_lease` on each
+    # of its keys (0 when refused).
+    lease_id: int = 0
 
     @classmethod
     def from_fields(
@@ -149,7 +152,31 @@ class Load:
         return 0.0
 
 
-Limiter = Union[Throttle, Window, Log, Load]
+@dataclass(frozen=True)
+class Slots:
+    """A concurrency limit in `RL.ALL` (`LEASE limit lease`): at most `limit` leases held at
+    once on `key`, each for `lease` seconds, taken only if every other limiter admits; the
+    result's `lease_id` releases or renews it (`RL.ACQUIRE`'s state: `acquire_lease`,
+    `release_lease` and `renew_lease` work on the key unchanged)."""
+
+    key: str
+    limit: int
+    lease: float
+    name: str = "slots"
+
+    command, in_all = "RL.ALL", "LEASE"
+
+    def arguments(self) -> list:
+        return [self.limit, millis(self.lease)]
+
+    def keywords(self) -> list:
+        return []
+
+    def window_seconds(self) -> float:
+        return self.lease
+
+
+Limiter = Union[Throttle, Window, Log, Load, Slots]
 
 # The priority classes, most important first (Google's criticality).
 PRIORITIES = ("critical_plus", "critical", "sheddable_plus", "sheddable")
@@ -196,8 +223,8 @@ def command(limiters: Sequence[Limiter], options: Options) -> list:
     if not limiters:
         raise ValueError("at least one limiter")
     suffix = "_RO" if options.read_only else ""
-    gate = any(isinstance(one, Load) for one in limiters)
-    if len(limiters) == 1 and not gate:
+    only_in_all = any(isinstance(one, (Load, Slots)) for one in limiters)
+    if len(limiters) == 1 and not only_in_all:
         one = limiters[0]
         return [one.command + suffix, one.key, *one.arguments(), *options.words(), *one.keywords()]
     words = ["RL.ALL" + suffix, len(limiters), *(one.key for one in limiters)]
@@ -208,9 +235,10 @@ def command(limiters: Sequence[Limiter], options: Options) -> list:
 
 def result(reply: Sequence, limiters: Sequence[Limiter], options: Options) -> RateLimit:
     """The typed result of `command(limiters, options)`'s reply: the five integers, the
-    sixth (a wait, a quantity granted), then with a load gate the level that shed the
-    request, then each limiter's own (`DETAILS`)."""
-    sixth = int(reply[5]) if options.has_sixth() else None
+    sixth (a wait, a quantity granted, a lease's id), then with a load gate the level that
+    shed the request, then each limiter's own (`DETAILS`)."""
+    slots = any(isinstance(one, Slots) for one in limiters)
+    sixth = int(reply[5]) if options.has_sixth() or slots else None
     wait_ms = sixth if options.delay is not None else 0
     granted = sixth if options.at_most else None
     first = 6 if sixth is not None else 5
@@ -226,7 +254,7 @@ def result(reply: Sequence, limiters: Sequence[Limiter], options: Options) -> Ra
     outcome = RateLimit.from_fields(
         reply, each if many else [], wait_ms=wait_ms or 0, granted=granted
     )
-    return replace(outcome, shed_level=shed_level) if shed_level else outcome
+    return replace(outcome, shed_level=shed_level, lease_id=sixth if slots else 0)
 
 
 @dataclass(frozen=True)

@@ -231,6 +231,18 @@ function _M.encoded(limiter, key, commit)
     return _M.with_key(templates[commit and true or false], key)
 end
 
+--- `RL.RELEASE key id`: frees a held lease (the id as digits: a double prints exactly up to
+--- 2^53, which the module's ids stay under).
+function _M.release_args(key, id)
+    return { "rl.release", key, string.format("%.0f", id) }
+end
+
+--- `RL.RENEW key id lease MS`: extends a held lease to `lease` seconds from now.
+function _M.renew_args(key, id, lease)
+    local ms = math.max(1, math.floor(lease * 1000 + 0.5))
+    return { "rl.renew", key, string.format("%.0f", id), ms, "MS" }
+end
+
 --- Sends `args`, a take with `AT_MOST` (in µs), for `key`: the units granted, and when none,
 --- the seconds until one fits (nil when none ever will); or nil, the error, and whether the
 --- server failed. A limiter's `lease` for resty.ratelimit_module.quota.

@@ -134,7 +134,7 @@ local function release(premature, c, key, id)
     if premature then
         return -- The worker is exiting: the lease ends on its own.
     end
-    local _, err = c:call(key, { "rl.release", key, string.format("%.0f", id) })
+    local _, err = c:call(key, client.release_args(key, id))
     if err then
         c:log_error("RL.RELEASE " .. key .. ": " .. tostring(err))
     end
@@ -161,7 +161,7 @@ function _M.leaving(self, key, req_latency)
     end
     mine[key] = nil
     if COSOCKET_PHASES[ngx.get_phase()] then
-        local _, err = self.client:call(key, { "rl.release", key, string.format("%.0f", lease.id) })
+        local _, err = self.client:call(key, client.release_args(key, lease.id))
         if err then
             return nil, err
         end
@@ -188,7 +188,7 @@ function _M.uncommit(self, key)
         return nil, "not found"
     end
     mine[key] = nil
-    local _, err = self.client:call(key, { "rl.release", key, string.format("%.0f", lease.id) })
+    local _, err = self.client:call(key, client.release_args(key, lease.id))
     if err then
         return nil, err
     end

@@ -157,10 +157,23 @@ function _M.add(redis, hash, list, item, value)
     if not c then
         return nil, err
     end
-    return c:transaction(hash, {
+    return c:transaction(hash, _M.add_commands(hash, list, item, value))
+end
+
+--- The transaction that sets `item` of `list` and increments the version.
+function _M.add_commands(hash, list, item, value)
+    return {
         { "hset", hash, list .. ":" .. item, value or "1" },
         { "hincrby", hash, "version", 1 },
-    })
+    }
+end
+
+--- The transaction that removes `item` from `list` and increments the version.
+function _M.remove_commands(hash, list, item)
+    return {
+        { "hdel", hash, list .. ":" .. item },
+        { "hincrby", hash, "version", 1 },
+    }
 end
 
 --- Removes `item` from `list` in `hash`, and increments its version.
@@ -169,10 +182,7 @@ function _M.remove(redis, hash, list, item)
     if not c then
         return nil, err
     end
-    return c:transaction(hash, {
-        { "hdel", hash, list .. ":" .. item },
-        { "hincrby", hash, "version", 1 },
-    })
+    return c:transaction(hash, _M.remove_commands(hash, list, item))
 end
 
 return _M

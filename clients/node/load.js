@@ -14,6 +14,8 @@
 // level is 0 (nothing shed).
 "use strict";
 
+const { reportCommand, reportResult } = require("./protocol");
+
 const fs = require("node:fs");
 const os = require("node:os");
 const path = require("node:path");
@@ -36,22 +38,6 @@ function priorityOf(name) {
     .trim()
     .toLowerCase();
   return PRIORITIES.includes(priority) ? priority : "sheddable";
-}
-
-/** RL.LOAD.REPORT: an instance's factors, counting for `ttl` seconds. */
-function reportCommand(key, instance, ttl, factors) {
-  const words = ["RL.LOAD.REPORT", key, instance, Math.max(1, Math.round(ttl * 1000))];
-  for (const [name, value] of Object.entries(factors)) {
-    // Finite and not negative, as the module takes it; six significant digits.
-    const number = Number.isFinite(value) ? Math.min(Math.max(value, 0), 1e15) : 0;
-    words.push(name, String(Number(number.toPrecision(6))));
-  }
-  return words;
-}
-
-/** The standing a report answers: `[level, instances, share x 4]`. */
-function reportResult(reply) {
-  return { level: Number(reply[0]), instances: Number(reply[1]), shares: reply.slice(2, 6).map(Number) };
 }
 
 /** The share a standing admits of `priority`. */

@@ -44,6 +44,7 @@ for (const [name, client] of [
         failed: false,
         shadow: false,
         shedLevel: 0,
+        leaseId: 0,
       },
     );
     await limiter.check([gcra]);

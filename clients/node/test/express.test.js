@@ -19,7 +19,8 @@ for (const algorithm of ["ANCHORED", "FIXED", "SLIDING", "LOG"]) {
     const app = express();
     app.use(
       rateLimit({
-        windowMs: 60_000,
+        // An hour: a FIXED window on the clock rolls over within a test rarely enough.
+        windowMs: 3_600_000,
         limit: 5,
         standardHeaders: "draft-8",
         legacyHeaders: false,
@@ -33,27 +34,27 @@ for (const algorithm of ["ANCHORED", "FIXED", "SLIDING", "LOG"]) {
       assert.equal(counted(responses, 200), 5);
       assert.equal(counted(responses, 429), 15);
       const refused = responses.find((one) => one.status === 429);
-      assert.match(refused.headers.get("ratelimit-policy"), /q=5; ?w=60/);
+      assert.match(refused.headers.get("ratelimit-policy"), /q=5; ?w=3600/);
       assert.match(refused.headers.get("ratelimit"), /r=0/);
       assert.ok(Number(refused.headers.get("retry-after")) > 0);
       const keys = await redis.keys(`${prefix}*`);
       assert.equal(keys.length, 1);
       if (algorithm === "ANCHORED") {
         // Every hit counted, as express-rate-limit's own stores count them.
-        const counts = await redis.call("RL.WINDOW.COUNTS", keys[0], 60000, "ANCHORED", "MS");
+        const counts = await redis.call("RL.WINDOW.COUNTS", keys[0], 3600000, "ANCHORED", "MS");
         assert.equal(counts[2], 20);
         return;
       }
       // The module counted the five admitted, not the fifteen refused.
       const peek =
         algorithm === "LOG"
-          ? await redis.call("RL.LOG_RO", keys[0], 5, 60000, 0, "MS")
-          : await redis.call("RL.WINDOW_RO", keys[0], 5, 60000, 0, algorithm, "MS");
+          ? await redis.call("RL.LOG_RO", keys[0], 5, 3600000, 0, "MS")
+          : await redis.call("RL.WINDOW_RO", keys[0], 5, 3600000, 0, algorithm, "MS");
       assert.equal(peek[2], 0);
       const counts =
         algorithm === "LOG"
-          ? await redis.call("RL.LOG.COUNTS", keys[0], 60000, "MS")
-          : await redis.call("RL.WINDOW.COUNTS", keys[0], 60000, algorithm, "MS");
+          ? await redis.call("RL.LOG.COUNTS", keys[0], 3600000, "MS")
+          : await redis.call("RL.WINDOW.COUNTS", keys[0], 3600000, algorithm, "MS");
       assert.equal(algorithm === "LOG" ? counts[0] : counts[2], 5);
     } finally {
       server.close();
@@ -69,7 +70,7 @@ for (const algorithm of ["FIXED", "SLIDING", "LOG"]) {
     const app = express();
     app.use(
       rateLimit({
-        windowMs: 60_000,
+        windowMs: 3_600_000,
         limit: 2,
         skipFailedRequests: true,
         store: new RateLimitModuleStore({ client: redis, algorithm, prefix }),
@@ -93,8 +94,8 @@ for (const algorithm of ["FIXED", "SLIDING", "LOG"]) {
       const [key] = await redis.keys(`${prefix}*`);
       const counts =
         algorithm === "LOG"
-          ? await redis.call("RL.LOG.COUNTS", key, 60000, "MS")
-          : await redis.call("RL.WINDOW.COUNTS", key, 60000, algorithm, "MS");
+          ? await redis.call("RL.LOG.COUNTS", key, 3600000, "MS")
+          : await redis.call("RL.WINDOW.COUNTS", key, 3600000, algorithm, "MS");
       assert.equal(algorithm === "LOG" ? counts[0] : counts[2], 2);
     } finally {
       server.close();
@@ -106,7 +107,9 @@ for (const algorithm of ["FIXED", "SLIDING", "LOG"]) {
     const app = express();
     app.use(
       rateLimit({
-        windowMs: 60_000,
+        // An hour: a FIXED window on the clock rolls over within the test once in 18,000
+        // runs, not once in 300 as with a minute.
+        windowMs: 3_600_000,
         limit: 2,
         skipFailedRequests: true,
         store: new RateLimitModuleStore({ client: redis, algorithm, prefix }),

@@ -33,6 +33,7 @@ build = {
         ["resty.ratelimit_module.lists"] = "lib/resty/ratelimit_module/lists.lua",
         ["resty.ratelimit_module.load"] = "lib/resty/ratelimit_module/load.lua",
         ["resty.ratelimit_module.metrics"] = "lib/resty/ratelimit_module/metrics.lua",
+        ["resty.ratelimit_module.protocol"] = "lib/resty/ratelimit_module/protocol.lua",
         ["resty.ratelimit_module.quota"] = "lib/resty/ratelimit_module/quota.lua",
         ["resty.ratelimit_module.req"] = "lib/resty/ratelimit_module/req.lua",
         ["resty.ratelimit_module.traffic"] = "lib/resty/ratelimit_module/traffic.lua",

@@ -41,6 +41,8 @@ mod load;
 pub use asynchronous::AsyncRateLimiter;
 pub use blocking::{BlockingConnection, RateLimiter};
 pub use fields::{fields, seconds};
+#[cfg(feature = "tokio")]
+pub use lists::SharedLists;
 pub use lists::{add_words, parse_lists, remove_words, Lists};
 #[cfg(feature = "tokio")]
 pub use load::{LoadShedder, NOTHING_SHED};

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use common::{client, connection, unique};
 use ratelimit_module::{
-    add_words, parse_lists, remove_words, Algorithm, AsyncRateLimiter, Config, Counts, Error,
-    Limiter, LoadShedder, OnError, Options, Priority, Quota, RateLimit, RateLimiter,
+    parse_lists, Algorithm, AsyncRateLimiter, Config, Counts, Error, Limiter, LoadShedder, OnError,
+    Options, Priority, Quota, RateLimit, RateLimiter, SharedLists,
 };
 
 const SECOND: Duration = Duration::from_secs(1);
@@ -265,33 +265,38 @@ fn a_sync_quota_spends_what_it_took() {
 }
 
 #[tokio::test]
-async fn the_shared_lists_change_in_one_transaction() {
-    let limiter = AsyncRateLimiter::new(connection().await, Config::default());
+async fn the_shared_lists_change_in_one_transaction_and_are_read_by_version() {
+    let limiter = AsyncRateLimiter::shared(connection().await, Config::default());
     let hash = unique("lists");
-    limiter
-        .transaction(&add_words(&hash, "deny", "203.0.113.7", "1"))
-        .await
-        .unwrap();
-    limiter
-        .transaction(&add_words(&hash, "allow", "svc-a", "1"))
-        .await
-        .unwrap();
-    limiter
-        .transaction(&remove_words(&hash, "deny", "203.0.113.7"))
-        .await
-        .unwrap();
-    let all = limiter
-        .call(&["HGETALL".into(), hash.clone()])
-        .await
-        .unwrap();
-    let lists = parse_lists(&all);
-    assert_eq!(lists.len(), 1);
-    assert_eq!(lists["allow"]["svc-a"], "1");
+    let now = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let read = now.clone();
+    let clock: ratelimit_module::Clock = std::sync::Arc::new(move || {
+        Duration::from_millis(read.load(std::sync::atomic::Ordering::SeqCst))
+    });
+    let writer = SharedLists::new(limiter.clone(), &hash, SECOND, clock.clone());
+    let reader = SharedLists::new(limiter.clone(), &hash, SECOND, clock);
+    assert!(reader.read().await.unwrap().is_empty());
+    writer.add("deny", "203.0.113.7", "1").await.unwrap();
+    writer.add("allow", "svc-a", "1").await.unwrap();
+    assert!(
+        reader.read().await.unwrap().is_empty(),
+        "not before the next check"
+    );
+    now.store(1_000, std::sync::atomic::Ordering::SeqCst);
+    let lists = reader.read().await.unwrap();
+    assert_eq!(lists["deny"]["203.0.113.7"], "1");
+    writer.remove("deny", "203.0.113.7").await.unwrap();
+    now.store(2_000, std::sync::atomic::Ordering::SeqCst);
+    let lists = reader.read().await.unwrap();
+    assert_eq!((lists.len(), lists["allow"]["svc-a"].as_str()), (1, "1"));
+    // Each change one transaction: the version counts them.
     let version = limiter
-        .call(&["HGET".into(), hash, "version".into()])
+        .call(&["HGET".into(), hash.clone(), "version".into()])
         .await
         .unwrap();
     assert_eq!(version, redis::Value::BulkString(b"3".to_vec()));
+    let all = limiter.call(&["HGETALL".into(), hash]).await.unwrap();
+    assert_eq!(parse_lists(&all).len(), 1);
 }
 
 #[test]

@@ -49,6 +49,8 @@ if not found_new_tab then
     new_tab = function() return {} end
 end
 
+local protocol = require "resty.ratelimit_module.protocol"
+
 local _M = { _VERSION = "0.3.0" }
 local mt = { __index = _M }
 
@@ -231,17 +233,9 @@ function _M.encoded(limiter, key, commit)
     return _M.with_key(templates[commit and true or false], key)
 end
 
---- `RL.RELEASE key id`: frees a held lease (the id as digits: a double prints exactly up to
---- 2^53, which the module's ids stay under).
-function _M.release_args(key, id)
-    return { "rl.release", key, string.format("%.0f", id) }
-end
-
---- `RL.RENEW key id lease MS`: extends a held lease to `lease` seconds from now.
-function _M.renew_args(key, id, lease)
-    local ms = math.max(1, math.floor(lease * 1000 + 0.5))
-    return { "rl.renew", key, string.format("%.0f", id), ms, "MS" }
-end
+-- The lease commands every limiter sends through the client (resty.ratelimit_module.protocol).
+_M.release_args = protocol.release
+_M.renew_args = protocol.renew
 
 --- Sends `args`, a take with `AT_MOST` (in µs), for `key`: the units granted, and when none,
 --- the seconds until one fits (nil when none ever will); or nil, the error, and whether the

@@ -9,6 +9,7 @@
 --   local delay, conn = lim:incoming(key, true)          -- or nil, "rejected" / nil, err
 --   -- in log_by_lua*: lim:leaving(key, request_time - delay)
 local client = require "resty.ratelimit_module.client"
+local protocol = require "resty.ratelimit_module.protocol"
 local fields = require "resty.ratelimit_module.fields"
 
 local ngx = ngx
@@ -82,9 +83,7 @@ end
 
 --- The command `incoming(key, commit)` sends.
 function _M.command(self, key, commit)
-    return {
-        commit and "rl.acquire" or "rl.acquire_ro", key, limit_of(self), lease_us(self), 1, "US",
-    }
+    return protocol.acquire(key, limit_of(self), lease_us(self), commit)
 end
 
 --- Sees a request for `key`: its delay in seconds (0 within `max`) and the connections held
@@ -134,7 +133,7 @@ local function release(premature, c, key, id)
     if premature then
         return -- The worker is exiting: the lease ends on its own.
     end
-    local _, err = c:call(key, client.release_args(key, id))
+    local _, err = c:call(key, protocol.release(key, id))
     if err then
         c:log_error("RL.RELEASE " .. key .. ": " .. tostring(err))
     end
@@ -161,7 +160,7 @@ function _M.leaving(self, key, req_latency)
     end
     mine[key] = nil
     if COSOCKET_PHASES[ngx.get_phase()] then
-        local _, err = self.client:call(key, client.release_args(key, lease.id))
+        local _, err = self.client:call(key, protocol.release(key, lease.id))
         if err then
             return nil, err
         end
@@ -188,7 +187,7 @@ function _M.uncommit(self, key)
         return nil, "not found"
     end
     mine[key] = nil
-    local _, err = self.client:call(key, client.release_args(key, lease.id))
+    local _, err = self.client:call(key, protocol.release(key, lease.id))
     if err then
         return nil, err
     end

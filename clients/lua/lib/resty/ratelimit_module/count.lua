@@ -7,6 +7,7 @@
 --
 -- Unlike the original, a refused request counts nothing.
 local client = require "resty.ratelimit_module.client"
+local protocol = require "resty.ratelimit_module.protocol"
 local fields = require "resty.ratelimit_module.fields"
 
 local floor, tonumber, setmetatable, assert = math.floor, tonumber, setmetatable, assert
@@ -41,10 +42,7 @@ end
 
 --- The command `incoming(key, commit)` sends.
 function _M.command(self, key, commit)
-    return {
-        commit and "rl.window" or "rl.window_ro", key, self.limit, self.window_us, 1,
-        "ANCHORED", "US",
-    }
+    return protocol.window(key, self.limit, self.window_us, 1, commit)
 end
 
 --- The command `incoming(key, commit)` sends, encoded, from templates the limiter keeps.
@@ -94,9 +92,8 @@ end
 --- Gives back one request of `key`'s window: the requests remaining after.
 function _M.uncommit(self, key)
     key = self.prefix .. key
-    local reply, err = self.client:call(key, {
-        "rl.window", key, self.limit, self.window_us, 1, "ANCHORED", "US", "REFUND",
-    })
+    local reply, err = self.client:call(key,
+        protocol.window(key, self.limit, self.window_us, 1, true, "REFUND"))
     if not reply then
         return nil, err
     end
@@ -108,17 +105,15 @@ end
 --- fits (nil when none ever will); or nil, the error, and whether the server failed.
 function _M.lease(self, key, units)
     key = self.prefix .. key
-    return self.client:lease(key, {
-        "rl.window", key, self.limit, self.window_us, units, "ANCHORED", "US", "AT_MOST",
-    })
+    return self.client:lease(key,
+        protocol.window(key, self.limit, self.window_us, units, true, "AT_MOST"))
 end
 
 --- Gives back `units` of `key` a quota took and did not spend.
 function _M.give_back(self, key, units)
     key = self.prefix .. key
-    return self.client:call(key, {
-        "rl.window", key, self.limit, self.window_us, units, "ANCHORED", "US", "REFUND",
-    })
+    return self.client:call(key,
+        protocol.window(key, self.limit, self.window_us, units, true, "REFUND"))
 end
 
 --- What `traffic.combine` sends for this limiter in one `RL.ALL`, and how to read its reply.

@@ -16,6 +16,7 @@
 --   local lists = require("resty.ratelimit_module.lists").get("gateway:lists")
 --   if lists.deny[key] then ... end            -- lists.<list>[<item>] is the item's value
 local client = require "resty.ratelimit_module.client"
+local protocol = require "resty.ratelimit_module.protocol"
 
 local ngx = ngx
 local find, sub, tonumber, tostring, type = string.find, string.sub, tonumber, tostring, type
@@ -160,21 +161,9 @@ function _M.add(redis, hash, list, item, value)
     return c:transaction(hash, _M.add_commands(hash, list, item, value))
 end
 
---- The transaction that sets `item` of `list` and increments the version.
-function _M.add_commands(hash, list, item, value)
-    return {
-        { "hset", hash, list .. ":" .. item, value or "1" },
-        { "hincrby", hash, "version", 1 },
-    }
-end
-
---- The transaction that removes `item` from `list` and increments the version.
-function _M.remove_commands(hash, list, item)
-    return {
-        { "hdel", hash, list .. ":" .. item },
-        { "hincrby", hash, "version", 1 },
-    }
-end
+-- The transactions (resty.ratelimit_module.protocol).
+_M.add_commands = protocol.lists_add
+_M.remove_commands = protocol.lists_remove
 
 --- Removes `item` from `list` in `hash`, and increments its version.
 function _M.remove(redis, hash, list, item)

@@ -32,10 +32,11 @@
 -- of them is sheddable. A shed request gets 503 with Retry-After (one interval). When a report
 -- fails, the last level holds for the report's time to live, then the level is 0.
 local client = require "resty.ratelimit_module.client"
+local protocol = require "resty.ratelimit_module.protocol"
 
 local ngx = ngx
 local floor, min, max, random = math.floor, math.min, math.max, math.random
-local format, lower, concat = string.format, string.lower, table.concat
+local lower, concat = string.lower, table.concat
 local tonumber, tostring, type = tonumber, tostring, type
 
 local _M = { _VERSION = "0.3.0" }
@@ -53,19 +54,7 @@ function _M.priority(name)
 end
 
 --- The command of a report of `factors` (a table name -> number).
-function _M.report_command(key, instance, ttl, factors)
-    local words = { "rl.load.report", key, instance, max(1, floor(ttl * 1000 + 0.5)) }
-    for name, value in pairs(factors) do
-        value = tonumber(value) or 0
-        -- Finite and not negative, as the module takes it; six significant digits.
-        if value ~= value or value < 0 then
-            value = 0
-        end
-        words[#words + 1] = name
-        words[#words + 1] = format("%.6g", min(value, 1e15))
-    end
-    return words
-end
+_M.report_command = protocol.report
 
 local function set_level(dict, metrics, service, reply)
     dict:set("level", tonumber(reply[1]) or 0)

@@ -7,6 +7,7 @@
 --   local lim = req.new(redis_options, 200, 100)   -- 200 r/s, a queue of 100
 --   local delay, excess = lim:incoming(key, true)  -- or nil, "rejected" / nil, err
 local client = require "resty.ratelimit_module.client"
+local protocol = require "resty.ratelimit_module.protocol"
 local fields = require "resty.ratelimit_module.fields"
 
 local floor, ceil, max = math.floor, math.ceil, math.max
@@ -92,15 +93,9 @@ end
 
 --- The command `incoming(key, commit)` sends.
 function _M.command(self, key, commit)
-    local command = {
-        commit and "cl.throttle" or "cl.throttle_ro", key, whole_burst(self), self.count,
-        PERIOD_US, 1, "US",
-    }
     local fraction = fractional_wait(self)
-    if fraction then
-        command[8], command[9] = "DELAY", fraction
-    end
-    return command
+    return protocol.throttle(key, whole_burst(self), self.count, PERIOD_US, 1, commit,
+        fraction and "DELAY", fraction)
 end
 
 --- The command `incoming(key, commit)` sends, encoded, from templates the limiter keeps.
@@ -154,9 +149,8 @@ end
 --- excess by one request).
 function _M.uncommit(self, key)
     key = self.prefix .. key
-    local reply, err = self.client:call(key, {
-        "cl.throttle", key, whole_burst(self), self.count, PERIOD_US, 1, "US", "REFUND",
-    })
+    local reply, err = self.client:call(key,
+        protocol.throttle(key, whole_burst(self), self.count, PERIOD_US, 1, true, "REFUND"))
     if not reply then
         return nil, err
     end
@@ -168,17 +162,15 @@ end
 --- fits (nil when none ever will); or nil, the error, and whether the server failed.
 function _M.lease(self, key, units)
     key = self.prefix .. key
-    return self.client:lease(key, {
-        "cl.throttle", key, whole_burst(self), self.count, PERIOD_US, units, "US", "AT_MOST",
-    })
+    return self.client:lease(key,
+        protocol.throttle(key, whole_burst(self), self.count, PERIOD_US, units, true, "AT_MOST"))
 end
 
 --- Gives back `units` of `key` a quota took and did not spend.
 function _M.give_back(self, key, units)
     key = self.prefix .. key
-    return self.client:call(key, {
-        "cl.throttle", key, whole_burst(self), self.count, PERIOD_US, units, "US", "REFUND",
-    })
+    return self.client:call(key,
+        protocol.throttle(key, whole_burst(self), self.count, PERIOD_US, units, true, "REFUND"))
 end
 
 --- What `traffic.combine` sends for this limiter in one `RL.ALL`: GCRA with the burst as

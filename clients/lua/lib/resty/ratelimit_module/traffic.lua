@@ -13,6 +13,7 @@
 -- `uncommit`, or this package's on another server) is combined as the original does, one by
 -- one; an error is returned (nil, err), never raised.
 local client = require "resty.ratelimit_module.client"
+local protocol = require "resty.ratelimit_module.protocol"
 
 local tonumber, tostring, type, pcall = tonumber, tostring, type, pcall
 local setmetatable = setmetatable
@@ -24,21 +25,12 @@ local _M = { _VERSION = "0.3.0" }
 --- own reply.
 function _M.command(limiters, keys)
     local n = #limiters
-    local args, readers = { "rl.all", n }, {}
+    local prefixed, words, readers = {}, {}, {}
     for i = 1, n do
-        args[#args + 1] = limiters[i].prefix .. keys[i]
+        prefixed[i] = limiters[i].prefix .. keys[i]
+        words[i], readers[i] = limiters[i]:combined()
     end
-    for i = 1, n do
-        local words, reader = limiters[i]:combined()
-        readers[i] = reader
-        for _, word in ipairs(words) do
-            args[#args + 1] = word
-        end
-    end
-    args[#args + 1] = 1
-    args[#args + 1] = "US"
-    args[#args + 1] = "DETAILS"
-    return args, readers
+    return protocol.all(prefixed, words), readers
 end
 
 -- The original's combine, for limiters that cannot share one call (another package's, or

@@ -6,7 +6,8 @@
 #   make dist   the release tarball, dist/redis-ratelimit-<version>-<os>-<arch>.tar.gz
 #   make test-servers  the integration tests against the newest Redis 8.0, Redis 8, Valkey 8
 #               and Valkey 9, built from Debian's source packages (cached under target/servers/)
-#   make lint   rustfmt check, clippy with warnings as errors, luacheck, and ruff, eslint and
+#   make lint   rustfmt check, clippy with warnings as errors (the module, the Rust crate and
+#               example; the crate's `cargo package`), luacheck, and ruff, eslint and
 #               prettier on the client packages
 #   make stress longer fuzzing, differential and soak runs (minutes)
 #   make bench  the module against INCR, SET ... PX and Lua scripts, in three setups (a replica
@@ -159,7 +160,9 @@ lint: deps-build clients-deps
 	cd clients/python && $(CLIENTS_PYTHON) -m ruff check . && $(CLIENTS_PYTHON) -m ruff format --check .
 	npm run lint --silent --prefix clients/node
 	cd clients/rust && CARGO_TARGET_DIR=$(RUST_CLIENTS_TARGET) $(CARGO) fmt --check && \
-	  CARGO_TARGET_DIR=$(RUST_CLIENTS_TARGET) $(CARGO) clippy --all-targets -- -D warnings
+	  CARGO_TARGET_DIR=$(RUST_CLIENTS_TARGET) $(CARGO) clippy --all-targets -- -D warnings && \
+	  CARGO_TARGET_DIR=$(RUST_CLIENTS_TARGET) $(CARGO) clippy --no-default-features -- -D warnings && \
+	  CARGO_TARGET_DIR=$(RUST_CLIENTS_TARGET) $(CARGO) package --quiet --allow-dirty
 	cd examples/rust && CARGO_TARGET_DIR=$(RUST_CLIENTS_TARGET) $(CARGO) fmt --check && \
 	  CARGO_TARGET_DIR=$(RUST_CLIENTS_TARGET) $(CARGO) clippy --all-targets -- -D warnings
 

@@ -99,21 +99,7 @@ async fn in_shadow_mode_a_refused_request_goes_through() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_load_gate_sheds_by_priority_with_503() {
-    let service = unique("load");
-    let mut admin = connection().await;
-    let _: String = redis::cmd("RL.LOAD.POLICY")
-        .arg(&service)
-        .arg(&["HOLD", "0", "FACTOR", "hot", "MAX", "LEVEL", "hot", "0.5"][..])
-        .arg(&["SHARES", "1", "1", "0", "0"][..])
-        .query_async(&mut admin)
-        .await
-        .unwrap();
-    let _: redis::Value = redis::cmd("RL.LOAD.REPORT")
-        .arg(&service)
-        .arg(&["hot-1", "60000", "hot", "1"][..])
-        .query_async(&mut admin)
-        .await
-        .unwrap();
+    let service = common::hot_service("load").await;
     let limiter = AsyncRateLimiter::shared(connection().await, Config::default());
     let policies = vec![
         Limiter::window(format!("{{{service}}}:"), 100, Duration::from_secs(60))

@@ -185,21 +185,7 @@ async fn top_lists_the_keys_refused_most() {
 
 #[tokio::test]
 async fn a_load_gate_sheds_by_priority_in_the_same_call() {
-    let mut admin = connection().await;
-    let service = unique("load");
-    let _: String = redis::cmd("RL.LOAD.POLICY")
-        .arg(&service)
-        .arg(&["HOLD", "0", "FACTOR", "hot", "MAX", "LEVEL", "hot", "0.5"][..])
-        .arg(&["SHARES", "1", "1", "0", "0"][..])
-        .query_async(&mut admin)
-        .await
-        .unwrap();
-    let _: redis::Value = redis::cmd("RL.LOAD.REPORT")
-        .arg(&service)
-        .arg(&["hot-1", "60000", "hot", "1"][..])
-        .query_async(&mut admin)
-        .await
-        .unwrap();
+    let service = common::hot_service("load").await;
     let limiter = AsyncRateLimiter::new(connection().await, Config::default());
     let limit = Limiter::log(format!("{{{service}}}:limit"), 100, 60 * SECOND);
     let gate = |priority| Limiter::load(&service, priority);

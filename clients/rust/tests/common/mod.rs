@@ -130,3 +130,24 @@ pub fn get(port: u16, path: &str, headers: &[(&str, &str)]) -> Response {
         .collect();
     Response { status, headers }
 }
+
+/// A service whose load policy sheds the sheddable classes at level 1 (a factor `hot` at
+/// 0.5), and one instance reporting it hot for a minute: its key.
+pub async fn hot_service(name: &str) -> String {
+    let service = unique(name);
+    let mut admin = connection().await;
+    let _: String = redis::cmd("RL.LOAD.POLICY")
+        .arg(&service)
+        .arg(&["HOLD", "0", "FACTOR", "hot", "MAX", "LEVEL", "hot", "0.5"][..])
+        .arg(&["SHARES", "1", "1", "0", "0"][..])
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let _: redis::Value = redis::cmd("RL.LOAD.REPORT")
+        .arg(&service)
+        .arg(&["hot-1", "60000", "hot", "1"][..])
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    service
+}

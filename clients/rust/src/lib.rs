@@ -54,7 +54,7 @@ pub use protocol::{
 };
 #[cfg(feature = "tokio")]
 pub use quota::AsyncQuota;
-pub use quota::{Ledger, Quota};
+pub use quota::{Ledger, Quota, Take};
 pub use resilience::{monotonic, server_failed, Circuit, Clock, DenyCache, Error, OnError};
 
 /// The README's examples, compiled as doc tests.

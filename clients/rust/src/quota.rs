@@ -118,6 +118,21 @@ impl Ledger {
         }
     }
 
+    /// A take of `quantity` at `now`, before any call: the units whose hold ended, to give
+    /// back first, and what the take does.
+    pub fn begin(&mut self, now: Duration, quantity: u64) -> (u64, Take) {
+        self.decisions += 1;
+        let expired = self.expired(now);
+        let take = if self.spend(quantity) {
+            Take::Spent
+        } else if self.refused(now) {
+            Take::Refused
+        } else {
+            Take::Ask(Options::new().quantity(self.wanted(quantity)).at_most())
+        };
+        (expired, take)
+    }
+
     /// What a take decides from the server's answer to `AT_MOST` (`None`: decided by
     /// `on_error`, nothing taken: the answer's own).
     fn answered(&mut self, now: Duration, quantity: u64, result: &RateLimit) -> bool {
@@ -131,6 +146,17 @@ impl Ledger {
         self.granted(now, result.granted.unwrap_or(0));
         self.spend(quantity)
     }
+}
+
+/// What a take does once the ledger has looked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Take {
+    /// Admitted from what is held.
+    Spent,
+    /// Refused without asking: the server said when one unit fits, and that is not yet.
+    Refused,
+    /// Asks the server for this (`AT_MOST`).
+    Ask(Options),
 }
 
 /// Leases of `limiters` (one call's worth: taken all or nothing) through a blocking
@@ -165,21 +191,20 @@ impl<'a, C: BlockingConnection> Quota<'a, C> {
     /// taking up to `batch` more in one call.
     pub fn take(&self, quantity: u64) -> Result<bool, Error> {
         let mut ledger = self.ledger.lock().unwrap_or_else(|p| p.into_inner());
-        let now = (self.clock)();
-        ledger.decisions += 1;
-        self.give_back(ledger.expired(now))?;
-        if ledger.spend(quantity) {
-            self.limiter
-                .policy()
-                .count(&policy_name(&self.limiters), "quota");
-            return Ok(true);
+        let (expired, take) = ledger.begin((self.clock)(), quantity);
+        self.give_back(expired)?;
+        match take {
+            Take::Spent => {
+                let policy = policy_name(&self.limiters);
+                self.limiter.policy().count(&policy, "quota");
+                Ok(true)
+            }
+            Take::Refused => Ok(false),
+            Take::Ask(options) => {
+                let result = self.limiter.check(&self.limiters, options)?;
+                Ok(ledger.answered((self.clock)(), quantity, &result))
+            }
         }
-        if ledger.refused(now) {
-            return Ok(false);
-        }
-        let options = Options::new().quantity(ledger.wanted(quantity)).at_most();
-        let result = self.limiter.check(&self.limiters, options)?;
-        Ok(ledger.answered((self.clock)(), quantity, &result))
     }
 
     /// Gives back whatever is held.
@@ -246,19 +271,17 @@ mod tokio_quota {
         /// Whether a request of `quantity` may go ahead (see [`Quota::take`]).
         pub async fn take(self: &Arc<Self>, quantity: u64) -> Result<bool, Error> {
             let mut ledger = self.ledger.lock().await;
-            let now = (self.clock)();
-            ledger.decisions += 1;
-            self.give_back(ledger.expired(now)).await?;
-            if ledger.spend(quantity) {
-                self.limiter
-                    .policy()
-                    .count(&policy_name(&self.limiters), "quota");
-                return Ok(true);
-            }
-            if ledger.refused(now) {
-                return Ok(false);
-            }
-            let options = Options::new().quantity(ledger.wanted(quantity)).at_most();
+            let (expired, take) = ledger.begin((self.clock)(), quantity);
+            self.give_back(expired).await?;
+            let options = match take {
+                Take::Spent => {
+                    let policy = policy_name(&self.limiters);
+                    self.limiter.policy().count(&policy, "quota");
+                    return Ok(true);
+                }
+                Take::Refused => return Ok(false),
+                Take::Ask(options) => options,
+            };
             let result = self.limiter.check(&self.limiters, options).await?;
             let admitted = ledger.answered((self.clock)(), quantity, &result);
             if let Some(delay) = ledger.delay((self.clock)()) {
@@ -305,5 +328,48 @@ mod tokio_quota {
                 }
             });
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(millis: u64) -> Duration {
+        Duration::from_millis(millis)
+    }
+
+    fn granted(units: u64) -> RateLimit {
+        RateLimit {
+            allowed: units > 0,
+            granted: Some(units),
+            retry_after: (units == 0).then_some(ms(300)),
+            ..RateLimit::default()
+        }
+    }
+
+    #[test]
+    fn a_ledger_spends_what_it_took_asks_once_per_retry_after_and_gives_back_after_hold() {
+        let mut ledger = Ledger::new(10, ms(500));
+        let ask = |take| matches!(take, Take::Ask(o) if o.quantity == 10 && o.shortfall == crate::Shortfall::AtMost);
+        let (expired, take) = ledger.begin(ms(0), 1);
+        assert!(expired == 0 && ask(take));
+        assert!(ledger.answered(ms(0), 1, &granted(10)));
+        for _ in 0..9 {
+            assert_eq!(ledger.begin(ms(1), 1), (0, Take::Spent));
+        }
+        // Used up: the server grants nothing and says 300 ms; until then, no call.
+        let (_, take) = ledger.begin(ms(2), 1);
+        assert!(ask(take));
+        assert!(!ledger.answered(ms(2), 1, &granted(0)));
+        assert_eq!(ledger.begin(ms(301), 1), (0, Take::Refused));
+        assert!(ask(ledger.begin(ms(302), 1).1));
+        assert!(ledger.answered(ms(302), 1, &granted(4)));
+        // Held from 302 ms: what is left goes back at 802 ms.
+        assert_eq!(ledger.begin(ms(801), 1), (0, Take::Spent));
+        let (expired, take) = ledger.begin(ms(802), 1);
+        assert_eq!(expired, 2);
+        assert!(ask(take));
+        assert_eq!((ledger.admitted, ledger.calls), (12, 3));
     }
 }

@@ -89,8 +89,10 @@ class SyncCalls:
             local.number = 0
         local.number += 1
         job = _Job(call, answers, local.number)
+        # `_idle`: the workers waiting less the jobs queued for them (below 0 when every
+        # worker is busy and the pool is full: the job waits its turn, or its deadline).
         with self._lock:
-            start = self._idle == 0 and self._threads < self.workers
+            start = self._idle <= 0 and self._threads < self.workers
             if start:
                 self._threads += 1
             else:

@@ -276,6 +276,33 @@ fn a_block_starts_from_none_and_its_end_admits_a_full_limit() {
             assert_eq!(after[0], 0, "{limiter:?}: {after:?}");
         }
     }
+    // A throttle with WARMUP starts cold again, as a new key: once its block ends, it
+    // answers what a key never called answers.
+    let warm = |key: &str| -> Vec<String> {
+        [
+            "CL.THROTTLE",
+            key,
+            "4",
+            "10",
+            "1000",
+            "MS",
+            "WARMUP",
+            "60000",
+        ]
+        .iter()
+        .map(|word| word.to_string())
+        .collect()
+    };
+    while ints(&mut con, &warm("n:warm"))[0] == 0 {}
+    let mut blocked = warm("n:warm");
+    blocked.extend(["BLOCK".to_owned(), block_arg.clone()]);
+    let refused = ints(&mut con, &blocked);
+    assert_eq!(refused[..4], [1, refused[1], 0, block], "{refused:?}");
+    thread::sleep(Duration::from_millis(block as u64 + 5));
+    assert_eq!(
+        ints(&mut con, &warm("n:warm")),
+        ints(&mut con, &warm("n:new"))
+    );
 }
 
 #[test]

@@ -72,21 +72,30 @@ fn report(con: &mut Connection, key: &str, instance: &str, cpu: &str) -> Vec<Str
 fn reports_set_the_level_and_what_each_priority_is_admitted() {
     let server = Server::start();
     let mut con = server.connect();
-    // The default policy: 0.80 is its first level's cpu.
+    let memory = |con: &mut Connection, instance: &str, value: &str| {
+        items(
+            con,
+            &["RL.LOAD.REPORT", "svc", instance, "60000", "memory", value],
+        )
+    };
+    // The default policy: memory 0.9 is its first level's, the instance worst off counting.
+    assert_eq!(memory(&mut con, "a", "0.5"), ["0", "1", "1", "1", "1", "1"]);
     assert_eq!(
-        report(&mut con, "svc", "a", "0.5"),
+        memory(&mut con, "b", "0.93"),
+        ["1", "2", "1", "1", "1", "0.5"],
+        "max 0.93"
+    );
+    assert_eq!(
+        memory(&mut con, "a", "0.96"),
+        ["2", "2", "1", "1", "0.5", "0"],
+        "max 0.96"
+    );
+    // The CPU alone sets no level of the default policy, full as it may be.
+    assert_eq!(
+        report(&mut con, "cpu-bound", "a", "1"),
         ["0", "1", "1", "1", "1", "1"]
     );
-    assert_eq!(
-        report(&mut con, "svc", "b", "0.9"),
-        ["0", "2", "1", "1", "1", "1"],
-        "mean 0.7"
-    );
-    assert_eq!(
-        report(&mut con, "svc", "a", "0.92"),
-        ["2", "2", "1", "1", "0.5", "0"],
-        "mean 0.91"
-    );
+    report(&mut con, "svc", "a", "0.92");
     // Without a policy the key lives as long as its last report.
     let ttl: i64 = query(&mut con, &["PTTL", "svc"]);
     // (The expiry is the report's end, rounded up to a whole millisecond.)
@@ -96,7 +105,8 @@ fn reports_set_the_level_and_what_each_priority_is_admitted() {
     assert_eq!(query::<i64, _>(&mut con, &["PTTL", "svc"]), -1);
     assert_eq!(
         report(&mut con, "svc", "b", "0.9"),
-        ["2", "2", "1", "0.5", "0", "0"]
+        ["2", "2", "1", "0.5", "0", "0"],
+        "mean cpu 0.91"
     );
     let status = items(&mut con, &["RL.LOAD.STATUS", "svc"]);
     assert_eq!(&status[..2], ["level", "2"]);
@@ -119,6 +129,63 @@ fn reports_set_the_level_and_what_each_priority_is_admitted() {
         "OK"
     );
     assert!(query::<i64, _>(&mut con, &["PTTL", "svc"]) > 0);
+}
+
+/// The reports that shed a healthy service before: a serial worker at half its CPU holding
+/// two requests (`bbr` 4.86 from a pipe measured while idle), and a saturated one.
+#[test]
+fn the_default_policy_sheds_nothing_from_a_healthy_service() {
+    let server = Server::start();
+    let mut con = server.connect();
+    let words =
+        "RL.LOAD.REPORT svc w1 3000 cpu 0.47 inflight 2 latency 11.5 max_rps 96 min_rt 4.29";
+    let call: Vec<&str> = words.split(' ').collect();
+    assert_eq!(items(&mut con, &call), ["0", "1", "1", "1", "1", "1"]);
+    let status = items(&mut con, &["RL.LOAD.STATUS", "svc"]);
+    assert!(
+        !status[11].contains("bbr"),
+        "below the trigger, no bbr: {status:?}"
+    );
+    // Past the trigger (cpu 0.9) the same queue counts: 18 in flight over a pipe of 0.41
+    // requests is 44, the default's third level.
+    let words = "RL.LOAD.REPORT svc w1 3000 cpu 0.95 inflight 18 max_rps 96 min_rt 4.29";
+    let call: Vec<&str> = words.split(' ').collect();
+    assert_eq!(items(&mut con, &call), ["3", "1", "1", "0.5", "0", "0"]);
+}
+
+/// A policy's top level, left: one level a hold, never two at once, each class's share
+/// only rising as the shares ease (the server's replies, whatever the machine's pace).
+#[test]
+fn a_level_is_left_one_step_at_a_time_and_its_shares_ease() {
+    let server = Server::start();
+    let mut con = server.connect();
+    let policy = "RL.LOAD.POLICY svc HOLD 300 LEVEL cpu 0.5 SHARES 1 1 1 0.5 \
+        LEVEL cpu 0.7 SHARES 1 1 0.5 0 LEVEL cpu 0.9 SHARES 1 0.5 0 0";
+    let call: Vec<&str> = policy.split_whitespace().collect();
+    assert_eq!(query::<String, _>(&mut con, &call), "OK");
+    assert_eq!(report(&mut con, "svc", "a", "0.99")[0], "3");
+    let mut seen: Vec<(u8, [f64; 4])> = Vec::new();
+    assert!(
+        wait_until(Duration::from_secs(20), || {
+            let reply = report(&mut con, "svc", "a", "0.1");
+            let level: u8 = reply[0].parse().unwrap();
+            let shares = std::array::from_fn(|at| reply[2 + at].parse().unwrap());
+            seen.push((level, shares));
+            level == 0 && shares == [1.0; 4]
+        }),
+        "the level never came down: {seen:?}"
+    );
+    let mut levels: Vec<u8> = seen.iter().map(|(level, _)| *level).collect();
+    levels.dedup();
+    assert_eq!(levels, [3, 2, 1, 0], "{seen:?}");
+    for pair in seen.windows(2) {
+        for class in 0..4 {
+            assert!(
+                pair[1].1[class] >= pair[0].1[class],
+                "a share fell: {seen:?}"
+            );
+        }
+    }
 }
 
 #[test]

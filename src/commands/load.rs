@@ -18,8 +18,8 @@ use std::ffi::CStr;
 use crate::args::integer_argument;
 use crate::core::engine::{self, LoadChange, Store};
 use crate::core::load::{
-    parse_number, Admission, Aggregate, Level, LoadError, LoadState, Policy, Report, Standing,
-    DERIVED, MAX_LEVELS, MAX_THRESHOLDS, PRIORITIES, REPORTED, WHOLE,
+    parse_number, Admission, Aggregate, BbrTrigger, Level, LoadError, LoadState, Policy, Report,
+    Standing, DERIVED, MAX_LEVELS, MAX_THRESHOLDS, PRIORITIES, REPORTED, WHOLE,
 };
 use crate::core::time::Micros;
 use crate::error::CommandError;
@@ -33,7 +33,7 @@ pub(super) const REPORT_USAGE: CommandError = CommandError::Message(
 );
 
 pub(super) const POLICY_USAGE: CommandError = CommandError::Message(
-    c"ERR syntax error. Usage: RL.LOAD.POLICY key [DEFAULT | [HYSTERESIS share] [HOLD ms] [RETRY ms] [ADMISSION threshold aggression min_requests max_rejection] [FACTOR name MAX|MEAN|SUM ...] LEVEL factor threshold [factor threshold ...] SHARES share share share share [LEVEL ...]]",
+    c"ERR syntax error. Usage: RL.LOAD.POLICY key [DEFAULT | [HYSTERESIS share] [HOLD ms] [RETRY ms] [ADMISSION threshold aggression min_requests max_rejection] [BBR factor threshold] [FACTOR name MAX|MEAN|SUM ...] LEVEL factor threshold [factor threshold ...] SHARES share share share share [LEVEL ...]]",
 );
 
 impl From<LoadError> for CommandError {
@@ -81,18 +81,20 @@ fn millis(arg: &[u8], what: &'static CStr) -> Result<Micros, CommandError> {
         .ok_or(CommandError::Message(what))
 }
 
-/// The standing as a reply: `[level, instances, share ...]`.
-fn standing_items(standing: &Standing, instances: usize) -> Vec<Item> {
+/// The shares as a reply's doubles, 0 to 1.
+fn share_items(shares: [u16; 4]) -> impl Iterator<Item = Item> {
+    shares
+        .into_iter()
+        .map(|share| Item::Double(f64::from(share) / f64::from(WHOLE)))
+}
+
+/// The standing at `now` as a reply: `[level, instances, share ...]`, the shares eased.
+fn standing_items(standing: &Standing, instances: usize, now: Micros) -> Vec<Item> {
     let mut items = vec![
         Item::Integer(i64::from(standing.level)),
         Item::Integer(instances as i64),
     ];
-    items.extend(
-        standing
-            .shares
-            .iter()
-            .map(|&share| Item::Double(f64::from(share) / f64::from(WHOLE))),
-    );
+    items.extend(share_items(standing.shares_at(now)));
     items
 }
 
@@ -126,7 +128,7 @@ pub(super) fn report(call: &Invocation, _: Mode) -> Result<Reply, CommandError> 
     let mut buffer = Vec::new();
     let standing = engine::change_load(&mut key, LoadChange::Report(report), now, &mut buffer)??;
     let instances = engine::load_state(&key)?.map_or(0, |state| live(&state, now));
-    Ok(Reply::Items(standing_items(&standing, instances)))
+    Ok(Reply::Items(standing_items(&standing, instances, now)))
 }
 
 /// How many instances have a live report at `now`.
@@ -185,11 +187,7 @@ pub(super) fn status(call: &Invocation, _: Mode) -> Result<Reply, CommandError> 
             factors.push(Item::Double(value));
         }
     }
-    let shares = standing
-        .shares
-        .iter()
-        .map(|&share| Item::Double(f64::from(share) / f64::from(WHOLE)))
-        .collect();
+    let shares = share_items(standing.shares_at(now)).collect();
     let word = |text: &str| Item::Bulk(text.as_bytes().to_vec());
     Ok(Reply::Items(vec![
         word("level"),
@@ -220,6 +218,7 @@ fn parse_policy(args: &[&[u8]]) -> Result<Policy, CommandError> {
         hold: defaults.hold,
         retry: defaults.retry,
         admission: Admission::default(),
+        bbr: BbrTrigger::default(),
         custom: Vec::new(),
     };
     let mut rest = args;
@@ -246,6 +245,13 @@ fn parse_policy(args: &[&[u8]]) -> Result<Policy, CommandError> {
                     aggression: value(aggression)?,
                     min_requests: value(min_requests)?,
                     max_rejection: f64::from(share(max_rejection)?) / f64::from(WHOLE),
+                };
+                tail
+            }
+            [factor, threshold, ref tail @ ..] if is(word, "BBR") => {
+                policy.bbr = BbrTrigger {
+                    factor: name(factor)?,
+                    threshold: value(threshold)?,
                 };
                 tail
             }
@@ -318,6 +324,9 @@ fn policy_words(policy: &Policy) -> Vec<Vec<u8>> {
     ] {
         words.push(format!("{value}"));
     }
+    words.push("BBR".into());
+    words.push(String::from_utf8_lossy(&policy.bbr.factor).into_owned());
+    words.push(format!("{}", policy.bbr.threshold));
     for (name, aggregate) in &policy.custom {
         words.push("FACTOR".into());
         words.push(String::from_utf8_lossy(name).into_owned());
@@ -354,6 +363,9 @@ mod tests {
             "2",
             "10",
             "0.5",
+            "BBR",
+            "backlog",
+            "50",
             "FACTOR",
             "backlog",
             "SUM",
@@ -432,5 +444,23 @@ mod tests {
             "ERR a policy has at least one LEVEL (RL.LOAD.POLICY key DEFAULT sets the default)"
         );
         assert_eq!(error(&["SPEED", "1"]), POLICY_USAGE.text());
+        assert!(error(&[
+            "BBR",
+            "admission",
+            "0.1",
+            "LEVEL",
+            "cpu",
+            "0.8",
+            "SHARES",
+            "1",
+            "1",
+            "1",
+            "1"
+        ])
+        .starts_with("ERR BBR takes a factor the instances report"));
+        assert_eq!(
+            error(&["BBR", "cpu", "-1", "LEVEL", "cpu", "0.8", "SHARES", "1", "1", "1", "1"]),
+            "ERR a value must be a decimal number, not negative"
+        );
     }
 }

@@ -1,6 +1,11 @@
 use proptest::prelude::*;
 
-use super::*;
+use super::factors::{Admission, Aggregate, BbrTrigger, Report};
+use super::layout::{LoadStateBytes, LOAD_TAG, VERSION};
+use super::levels::LoadState;
+use super::policy::{parse_number, Level, LoadError, Policy};
+use super::priority::{admits, Priority, WHOLE};
+use crate::core::time::Micros;
 
 const T0: Micros = Micros::saturating(1_700_000_000_000_000);
 
@@ -36,6 +41,7 @@ fn policy() -> Policy {
         hold: ms(1_000),
         retry: ms(1_000),
         admission: Admission::default(),
+        bbr: BbrTrigger::default(),
         custom: Vec::new(),
     }
 }
@@ -104,8 +110,9 @@ fn a_report_expires_on_its_own_and_stops_counting() {
     // The hot report entered level 2; with the cool one the mean is 0.525, level 1's, but
     // level 2 holds for a second.
     assert_eq!(state.evaluate(T0).level, 2);
-    // The hot instance's report expired: only 0.1 counts, and the hold (from T0) has passed.
-    assert_eq!(state.evaluate(T0 + ms(1_500)).level, 0);
+    // The hot instance's report expired: only 0.1 counts, and the hold (from T0) has passed:
+    // one level down, not two.
+    assert_eq!(state.evaluate(T0 + ms(1_500)).level, 1);
     assert_eq!(state.factor(&policy(), b"cpu", T0 + ms(1_500)), Some(0.1));
     assert_eq!(state.factor(&policy(), b"cpu", T0 + ms(6_000)), None);
     assert_eq!(state.valid_until(T0), T0 + ms(500));
@@ -143,57 +150,114 @@ fn each_factor_aggregates_as_its_table_says() {
 }
 
 #[test]
-fn sentinels_check_is_in_flight_over_max_throughput_times_min_latency() {
+fn sentinels_check_is_in_flight_over_max_throughput_times_min_latency_past_its_trigger() {
     let mut state = LoadState::default();
     let until = T0 + ms(5_000);
-    // 100 requests a second at best, 20 ms at least: the pipe holds 2. 5 in flight: 2.5.
-    state
+    // 100 requests a second at best, 20 ms at least: the pipe holds 2. 18 in flight: 9, at
+    // a CPU past the trigger (0.9).
+    let busy = [
+        ("cpu", 0.95),
+        ("inflight", 18.0),
+        ("max_rps", 100.0),
+        ("min_rt", 20.0),
+    ];
+    state.report(report("a", until, &busy), T0).unwrap();
+    // The other instance keeps within its pipe: the worst one counts.
+    let calm = [
+        ("cpu", 0.95),
+        ("inflight", 1.0),
+        ("max_rps", 100.0),
+        ("min_rt", 20.0),
+    ];
+    state.report(report("b", until, &calm), T0).unwrap();
+    assert_eq!(state.factor(&Policy::default(), b"bbr", T0), Some(9.0));
+    assert_eq!(state.evaluate(T0).level, 2, "the default policy's bbr 8");
+    // Below the trigger, the same queue is not Sentinel's concern: no bbr, no level.
+    let mut cool = LoadState::default();
+    let below = [
+        ("cpu", 0.85),
+        ("inflight", 18.0),
+        ("max_rps", 100.0),
+        ("min_rt", 20.0),
+    ];
+    cool.report(report("a", until, &below), T0).unwrap();
+    assert_eq!(cool.factor(&Policy::default(), b"bbr", T0), None);
+    assert_eq!(cool.evaluate(T0).level, 0);
+    // A trigger on another factor, or at 0 (always, once the factor is reported).
+    let policy = Policy {
+        bbr: BbrTrigger {
+            factor: b"load".to_vec(),
+            threshold: 0.0,
+        },
+        ..Policy::default()
+    };
+    let mut loaded = state_with(policy.clone());
+    loaded
         .report(
             report(
                 "a",
                 until,
-                &[("inflight", 5.0), ("max_rps", 100.0), ("min_rt", 20.0)],
+                &[
+                    ("load", 0.1),
+                    ("inflight", 18.0),
+                    ("max_rps", 100.0),
+                    ("min_rt", 20.0),
+                ],
             ),
             T0,
         )
         .unwrap();
-    // The other instance keeps within its pipe: the worst one counts.
-    state
-        .report(
-            report(
-                "b",
-                until,
-                &[("inflight", 1.0), ("max_rps", 100.0), ("min_rt", 20.0)],
-            ),
-            T0,
-        )
+    assert_eq!(loaded.factor(&policy, b"bbr", T0), Some(9.0));
+}
+
+/// The two reports, on the default policy: a serial worker at half its CPU holding
+/// two requests sheds nothing; a saturated one with a deep queue and one calm second after
+/// no longer drops two levels at once.
+#[test]
+fn the_default_policy_sheds_nothing_from_a_healthy_service() {
+    let mut state = LoadState::default();
+    let healthy = [
+        ("cpu", 0.47),
+        ("inflight", 2.0),
+        ("latency", 11.5),
+        ("max_rps", 96.0),
+        ("min_rt", 4.29),
+    ];
+    let standing = state
+        .report(report("w1", T0 + ms(3_000), &healthy), T0)
         .unwrap();
-    assert_eq!(state.factor(&Policy::default(), b"bbr", T0), Some(2.5));
-    assert_eq!(state.evaluate(T0).level, 3, "the default policy's bbr 2.0");
+    assert_eq!(standing.level, 0);
+    assert_eq!(standing.shares_at(T0), [WHOLE; 4]);
+    // Full CPU alone is no level either: a service that sheds by itself runs it full.
+    let saturated = [("cpu", 1.0), ("inflight", 3.0), ("latency", 14.0)];
+    let standing = state
+        .report(report("w1", T0 + ms(4_000), &saturated), T0 + ms(1_000))
+        .unwrap();
+    assert_eq!(standing.level, 0);
 }
 
 #[test]
 fn success_rate_throttling_follows_envoys_formula() {
     let admission = Admission::default();
     // 100 requests, 95 successes: exactly the 95% threshold, nothing rejected.
-    assert_eq!(admission_rejection(&admission, 100.0, 95.0), 0.0);
+    assert_eq!(admission.rejection(100.0, 95.0), 0.0);
     // 100 requests, 50 successes: (100 - 50 / 0.95) / 101.
     let expected = (100.0 - 50.0 / 0.95) / 101.0;
-    assert!((admission_rejection(&admission, 100.0, 50.0) - expected).abs() < 1e-12);
+    assert!((admission.rejection(100.0, 50.0) - expected).abs() < 1e-12);
     // No success at all: capped at 80%.
-    assert_eq!(admission_rejection(&admission, 1_000.0, 0.0), 0.8);
+    assert_eq!(admission.rejection(1_000.0, 0.0), 0.8);
     // Aggression 2: the square root, more rejection at a small excess.
     let aggressive = Admission {
         aggression: 2.0,
         ..admission
     };
-    assert!((admission_rejection(&aggressive, 100.0, 50.0) - expected.sqrt()).abs() < 1e-12);
+    assert!((aggressive.rejection(100.0, 50.0) - expected.sqrt()).abs() < 1e-12);
     // Below the fewest requests: nothing.
     let quiet = Admission {
         min_requests: 200.0,
         ..admission
     };
-    assert_eq!(admission_rejection(&quiet, 100.0, 0.0), 0.0);
+    assert_eq!(quiet.rejection(100.0, 0.0), 0.0);
     // Summed over the fleet.
     let mut state = LoadState::default();
     let until = T0 + ms(5_000);
@@ -336,21 +400,134 @@ fn the_default_policy_checks_and_round_trips() {
     Policy::default().validate().unwrap();
     let mut state = LoadState::default();
     state
-        .report(report("a", T0 + ms(3_000), &[("cpu", 0.92)]), T0)
+        .report(report("a", T0 + ms(3_000), &[("memory", 0.96)]), T0)
         .unwrap();
     assert_eq!(state.level, 2);
     let mut bytes = Vec::new();
     state.encode(T0, &mut bytes);
     assert_eq!(LoadState::decode(&bytes), Some(state.clone()));
-    let (standing, retry) = LoadState::standing_in_header(&bytes, T0).unwrap();
+    let (standing, retry) = LoadStateBytes(&bytes).standing(T0).unwrap();
     assert_eq!(standing, state.evaluate(T0));
     assert_eq!(retry, Policy::default().retry);
     // After the first report expires, the header no longer stands.
-    assert_eq!(LoadState::standing_in_header(&bytes, T0 + ms(3_000)), None);
+    assert_eq!(LoadStateBytes(&bytes).standing(T0 + ms(3_000)), None);
 }
 
-/// What a model of the rules says the level is, step by step: the highest level reached;
-/// else the highest level at most the current one still within its hysteresis; never down
+fn hex(text: &str) -> Vec<u8> {
+    (0..text.len())
+        .step_by(2)
+        .map(|at| u8::from_str_radix(&text[at..at + 2], 16).unwrap())
+        .collect()
+}
+
+/// States of layout 1, as the module wrote them before the levels eased (bytes taken from
+/// that build): they load, their header decides, and they are written back in layout 2.
+#[test]
+fn states_of_layout_1_still_load() {
+    // policy() with a declared factor, and one report at cpu 0.85: level 2 since T0.
+    let with_policy = hex("f701020100401e18240a060040822d18240a0600102788130000000040420f0000000000e80340420f0000000000666666666666ee3f000000000000f03f00000000000000009a9999999999e93f01076261636b6c6f670202102710278813d0070103637075000000000000e03f102788130000000002036370759a9999999999e93f076c6174656e63790000000000c072400100057765622d31c0064c18240a06000403637075333333333333eb3f08696e666c696768740000000000001c40076d61785f7270730000000000005940066d696e5f72740000000000003440");
+    let state = LoadState::decode(&with_policy).expect("a layout 1 state with a policy");
+    let mut expected = state_with(policy());
+    let set = expected.policy.as_mut().unwrap();
+    set.custom.push((b"backlog".to_vec(), Aggregate::Sum));
+    assert_eq!(
+        state.policy, expected.policy,
+        "the BBR trigger is the default"
+    );
+    assert_eq!((state.level, state.since), (2, T0));
+    assert_eq!(state.reports.len(), 1);
+    assert_eq!(state.reports[0].value(b"inflight"), Some(7.0));
+    let (standing, retry) = LoadStateBytes(&with_policy).standing(T0 + ms(1)).unwrap();
+    assert_eq!(standing.level, 2);
+    assert_eq!(standing.shares_at(T0 + ms(1)), [WHOLE, 5_000, 0, 0]);
+    assert_eq!(retry, ms(1_000));
+    let mut again = Vec::new();
+    state.encode(T0, &mut again);
+    assert_eq!(again[1], VERSION);
+    assert_eq!(LoadState::decode(&again), Some(state));
+    // The default policy, one report at cpu 0.92 (level 2 then; the new default sees none).
+    let default = hex("f701020000401e18240a060080c43c18240a0600102710278813000040420f000000000001000161c0064c18240a06000103637075713d0ad7a370ed3f");
+    let state = LoadState::decode(&default).expect("a layout 1 state of the default policy");
+    assert_eq!(state.policy, None);
+    assert_eq!(state.level, 2, "as stored");
+    let (standing, _) = LoadStateBytes(&default).standing(T0).unwrap();
+    assert_eq!(
+        standing.level, 2,
+        "the header stands until its report expires"
+    );
+    assert_eq!(
+        state.evaluate(T0 + ms(2_000)).level,
+        1,
+        "then down one level at a time"
+    );
+}
+
+/// Going down, the shares move in a straight line from the level left to the level entered
+/// over the hold; the header says the same as the whole state; going up is at once.
+#[test]
+fn a_level_left_eases_its_shares_over_the_hold() {
+    let mut state = state_with(policy());
+    assert_eq!(cpu(&mut state, T0, 0.85), 2);
+    // Level 2 admits critical half, sheddable_plus none; level 1 all and half.
+    let standing = state.evaluate(T0 + ms(1_000));
+    assert_eq!(standing.level, 2);
+    let down = T0 + ms(1_000);
+    assert_eq!(cpu(&mut state, down, 0.6), 1);
+    let mut bytes = Vec::new();
+    for (after, critical, sheddable_plus, sheddable) in [
+        (0, 5_000, 0, 0),
+        (250, 6_250, 1_250, 500),
+        (500, 7_500, 2_500, 1_000),
+        (999, 9_995, 4_995, 1_998),
+        (1_000, WHOLE, 5_000, 2_000),
+        (2_500, WHOLE, 5_000, 2_000),
+    ] {
+        let now = down + ms(after);
+        let standing = state.evaluate(now);
+        assert_eq!(standing.level, 1);
+        let shares = [WHOLE, critical, sheddable_plus, sheddable];
+        assert_eq!(standing.shares_at(now), shares, "{after} ms after");
+        // While the header stands (until the report expires), it answers the same.
+        state.encode(down, &mut bytes);
+        if let Some((header, _)) = LoadStateBytes(&bytes).standing(now) {
+            assert_eq!(
+                header.shares_at(now),
+                shares,
+                "the header, {after} ms after"
+            );
+        }
+        let critical_admitted = (0..u64::from(WHOLE))
+            .filter(|&draw| {
+                state
+                    .decide(Priority::parse(b"critical").unwrap(), now, draw)
+                    .admitted
+            })
+            .count();
+        assert_eq!(critical_admitted, usize::from(critical));
+    }
+    // Up again at once, whatever the easing.
+    assert_eq!(cpu(&mut state, down + ms(100), 0.95), 2);
+    assert_eq!(
+        state.evaluate(down + ms(100)).shares_at(down + ms(100)),
+        [WHOLE, 5_000, 0, 0]
+    );
+}
+
+/// From the top level to none takes one hold a level, whatever the load fell to.
+#[test]
+fn levels_are_left_one_at_a_time() {
+    let policy = ladder_policy(&[0.3, 0.6, 0.9], 1_000, 1_000);
+    let mut state = state_with(policy);
+    assert_eq!(cpu(&mut state, T0, 0.95), 3);
+    let mut levels = Vec::new();
+    for second in 1..=4 {
+        levels.push(cpu(&mut state, T0 + ms(1_000 * second), 0.0));
+    }
+    assert_eq!(levels, [2, 1, 0, 0]);
+}
+
+/// What a model of the rules says the level is, step by step: the highest level reached, at
+/// once; else one level down when the current one is no longer within its hysteresis, never
 /// before the hold. Written apart from `evaluate`, on plain numbers.
 fn model_level(thresholds: &[f64], hysteresis: f64, hold: i64, steps: &[(i64, f64)]) -> Vec<u8> {
     let (mut level, mut since) = (0usize, i64::MIN / 2);
@@ -369,8 +546,12 @@ fn model_level(thresholds: &[f64], hysteresis: f64, hold: i64, steps: &[(i64, f6
             }
         }
         let target = entered.max(kept);
-        if target > level || (target < level && now >= since + hold) {
+        if target > level {
             level = target;
+            since = now;
+        } else if target < level && now >= since + hold {
+            // Down one level at a time.
+            level -= 1;
             since = now;
         }
         levels.push(level as u8);
@@ -398,6 +579,7 @@ fn ladder_policy(thresholds: &[f64], hysteresis: u16, hold: i64) -> Policy {
         hold: ms(hold),
         retry: ms(1_000),
         admission: Admission::default(),
+        bbr: BbrTrigger::default(),
         custom: Vec::new(),
     }
 }
@@ -429,7 +611,7 @@ proptest! {
             let mut bytes = Vec::new();
             state.encode(now, &mut bytes);
             prop_assert_eq!(LoadState::decode(&bytes), Some(state.clone()));
-            if let Some((header, _)) = LoadState::standing_in_header(&bytes, now) {
+            if let Some((header, _)) = LoadStateBytes(&bytes).standing(now) {
                 prop_assert_eq!(header, state.evaluate(now));
             }
         }
@@ -461,7 +643,7 @@ proptest! {
         let value = [0.0, 0.3, 0.6, 0.9][usize::from(level)];
         cpu(&mut state, T0, value);
         prop_assert_eq!(state.level, level);
-        let shares = shares_at(&policy, usize::from(level));
+        let shares = policy.shares_at(usize::from(level));
         for (class, share) in shares.iter().enumerate() {
             let priority = Priority::parse(&[b'0' + class as u8]).unwrap();
             let admitted = (0..WHOLE as u64)
@@ -483,7 +665,7 @@ proptest! {
             bytes[1] = VERSION;
             bytes[3] &= 1;
         }
-        let _ = LoadState::standing_in_header(&bytes, T0);
+        let _ = LoadStateBytes(&bytes).standing(T0);
         if let Some(state) = LoadState::decode(&bytes) {
             let mut again = Vec::new();
             state.encode(T0, &mut again);

@@ -100,7 +100,14 @@ fn the_node_package_passes_its_tests_with_express_and_nestjs() {
         modules.is_dir(),
         "the Node package's dependencies are not installed: run `make test`, which installs them"
     );
-    let tests = ["client", "resilience", "conformance", "express", "nestjs"]
+    let tests = [
+        "client",
+        "resilience",
+        "conformance",
+        "express",
+        "nestjs",
+        "load",
+    ]
         .map(|name| format!("clients/node/test/{name}.test.js"));
     let mut command = Command::new("node");
     command.arg("--test").args(tests).current_dir(repository());

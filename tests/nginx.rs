@@ -1077,7 +1077,40 @@ fn the_lua_package_builds_and_reads_as_the_conformance_table_says() {
             end
             same({ unpack(built, 1, 4) }, { unpack(case.words, 1, 4) }, "load " .. i)
         end
-        ngx.say(#failures == 0 and ("ok " .. checked .. " " .. others) or table.concat(failures, "\n"))
+        -- The local limit's traces: every step's decision, limit and congestion, exactly.
+        local concurrency = require "resty.ratelimit_module.concurrency"
+        local INDEX = { critical_plus = 1, critical = 2, sheddable_plus = 3, sheddable = 4 }
+        for name, value in pairs(table_.concurrency.defaults) do
+            local shipped = concurrency.DEFAULTS[name]
+            if type(value) == "table" then
+                for j = 1, 4 do
+                    if shipped[j] ~= value[j] then failures[#failures + 1] = "default " .. name end
+                end
+            elseif shipped ~= value then
+                failures[#failures + 1] = "default " .. name
+            end
+        end
+        local steps = 0
+        for _, trace in ipairs(table_.concurrency.traces) do
+            local limit = concurrency.new(trace.options)
+            for step, event in ipairs(trace.events) do
+                local decision = cjson.null
+                if event[2] == "admit" then
+                    decision = limit:admit(INDEX[event[3]], event[1])
+                else
+                    limit:finish(event[3], event[1])
+                end
+                local want = trace.expect[step]
+                if decision ~= want[1] or limit.limit ~= want[2] or limit.congested ~= want[3] then
+                    failures[#failures + 1] = trace.name .. " step " .. (step - 1) .. ": "
+                        .. tostring(decision) .. " " .. string.format("%.17g", limit.limit)
+                        .. " " .. tostring(limit.congested)
+                end
+                steps = steps + 1
+            end
+        end
+        ngx.say(#failures == 0 and ("ok " .. checked .. " " .. others .. " " .. steps)
+            or table.concat(failures, "\n", 1, math.min(#failures, 20)))
     "#;
     let server = Server::start();
     let options = redis_options(server.port(), "");
@@ -1103,9 +1136,12 @@ fn the_lua_package_builds_and_reads_as_the_conformance_table_says() {
     let lists = text.matches("\"HINCRBY\"").count() * 2;
     let reports = text.matches("\"instance\"").count();
     assert!(calls >= 2 && lists >= 4 && reports >= 1);
+    // And every step of the local limit's traces.
+    let steps = text.matches(", \"admit\", ").count() + text.matches(", \"finish\", ").count();
+    assert!(steps >= 1_000, "{steps} steps");
     assert_eq!(
         response.body.trim(),
-        format!("ok {cases} {}", calls + lists + reports),
+        format!("ok {cases} {} {steps}", calls + lists + reports),
         "{}",
         response.body
     );
@@ -1379,6 +1415,74 @@ fn a_gateway_whose_reports_fail_sheds_by_the_last_level_then_admits_everything()
         "{}",
         nginx.log()
     );
+}
+
+/// Each worker's own limit, with the server frozen: no level (the reports get no answer),
+/// yet a queue that stands at the upstream sheds the least important classes first. The
+/// upstream here is a location that sleeps as long as it is asked; what the test asserts
+/// follows from the latencies nginx measured, not from its own clock.
+#[test]
+fn a_workers_own_limit_sheds_by_priority_with_the_server_frozen() {
+    let server = Server::start();
+    server.signal(libc::SIGSTOP);
+    let http = format!(
+        "    lua_shared_dict ratelimit_load 1m;
+    init_worker_by_lua_block {{
+        require(\"resty.ratelimit_module.load\").start({}, {{ service = \"load:frozen\",
+            dict = \"ratelimit_load\", interval = 0.2, ttl = 1 }})
+    }}
+    server {{
+        listen {{listen}};
+        location / {{
+            access_by_lua_block {{
+                require(\"resty.ratelimit_module.load\").shed(ngx.var.http_x_priority)
+            }}
+            content_by_lua_block {{ ngx.sleep(tonumber(ngx.var.arg_sleep) or 0) ngx.say(\"ok\") }}
+            log_by_lua_block {{ require(\"resty.ratelimit_module.load\").record() }}
+        }}
+        location = /limit {{ content_by_lua_block {{
+            local limit = require(\"resty.ratelimit_module.load\").limit
+            ngx.say(limit.limit, \" \", tostring(limit.congested), \" \", limit.inflight)
+        }} }}
+    }}",
+        redis_options(server.port(), "")
+    );
+    let nginx = Nginx::start_with(&http, 1);
+    let get = |path: &str, priority: &str| nginx.get_with(path, &[("X-Priority", priority)]).status;
+    let at_once = |count: usize, path: &str, priority: &str| -> Vec<u16> {
+        std::thread::scope(|scope| {
+            let calls: Vec<_> = (0..count)
+                .map(|_| scope.spawn(|| get(path, priority)))
+                .collect();
+            calls.into_iter().map(|call| call.join().unwrap()).collect()
+        })
+    };
+    // The no-load latency: a request of a millisecond.
+    assert_eq!(get("/?sleep=0.001", "critical"), 200);
+    // A queue that stands: 15 requests at once, each a second long, under the limit of 20.
+    assert_eq!(at_once(15, "/?sleep=1", "critical"), [200; 15], "{}", nginx.log());
+    // Three more: the first of them to end closes the interval the 15 ended in, whose
+    // fastest took a second, over four times the target: congestion, the limit cut to 4.
+    assert_eq!(at_once(3, "/?sleep=1", "critical_plus"), [200; 3]);
+    let status = nginx.get("/limit").body;
+    assert!(status.starts_with("4 true"), "{status}\n{}", nginx.log());
+    // Three in flight of 4: only critical_plus has room (sheddable may fill 0.8, critical 2.4).
+    std::thread::scope(|scope| {
+        let held = scope.spawn(|| at_once(3, "/?sleep=1", "critical_plus"));
+        assert!(
+            support::wait_until(Duration::from_secs(20), || nginx
+                .get("/limit")
+                .body
+                .ends_with(" 3\n")),
+            "{}",
+            nginx.get("/limit").body
+        );
+        assert_eq!(get("/", "sheddable"), 503);
+        assert_eq!(get("/", "critical"), 503);
+        assert_eq!(get("/", "critical_plus"), 200);
+        assert_eq!(held.join().unwrap(), [200; 3]);
+    });
+    server.signal(libc::SIGCONT);
 }
 
 #[test]

@@ -1,5 +1,51 @@
-// Types of redis-ratelimit-module/load: graded limiting by load (docs/load.md).
+// Types of redis-ratelimit-module/load: load shedding (docs/load.md).
 import type { Client } from "./index";
+
+/** The local limit's parameters: times in whole microseconds, shares most important first. */
+export interface LimitOptions {
+  initial?: number;
+  floor?: number;
+  ceiling?: number;
+  intervalUs?: number;
+  targetUs?: number;
+  enter?: number;
+  deep?: number;
+  epochUs?: number;
+  decay?: number;
+  shares?: readonly number[];
+}
+
+/** The defaults every package ships. */
+export const LIMIT_DEFAULTS: Readonly<Required<LimitOptions>>;
+
+/** The process's own limit on requests in flight (docs/load.md, "The local limit"). */
+export class ConcurrencyLimit {
+  constructor(options?: LimitOptions);
+  readonly options: Required<LimitOptions>;
+  /** The limit now. */
+  limit: number;
+  /** Requests admitted and not finished. */
+  inflight: number;
+  /** Whether a standing queue was found and has not cleared. */
+  congested: boolean;
+  /** How many times the limit changed, and congestion began. */
+  changes: number;
+  congestions: number;
+  /** The no-load latency in µs (Infinity before any). */
+  readonly noload: number;
+  /** Whether a request of `priority` (a class's name or 0 to 3) is admitted at `now` (µs). */
+  admit(priority: string | number, now: number): boolean;
+  /** An admitted request ended at `now` after `latency` (µs both). */
+  finish(latency: number, now: number): void;
+}
+
+/** What `admit` gives a request that goes on, for `finished`. */
+export interface Ticket {
+  /** When it began, by the shedder's clock (seconds). */
+  started: number;
+  /** Whether the process's limit counts it in flight. */
+  counted: boolean;
+}
 
 /** The four priority classes, most important first. */
 export const PRIORITIES: readonly ["critical_plus", "critical", "sheddable_plus", "sheddable"];
@@ -25,8 +71,9 @@ export class Signals {
     load?: (() => number | null) | null;
   });
   started(): void;
-  /** A request ended after `latency` seconds with HTTP `status`. */
-  done(latency: number, status: number): void;
+  /** A request ended after `latency` seconds with HTTP `status`; `busy` when the process's
+   * limit was congested (only busy seconds count towards max_rps and min_rt). */
+  done(latency: number, status: number, busy?: boolean): void;
   /** The factors to report now. */
   sample(): Record<string, number>;
 }
@@ -63,7 +110,11 @@ export interface LoadShedderOptions {
   signals?: Signals | null;
   /** The application's own factors, added to each report: () => ({ queue: jobs.length }). */
   factors?: (() => Record<string, number>) | null;
+  /** The process's own limit on requests in flight: true (the default), a ConcurrencyLimit of
+   * your options, or false to shed by the level alone. */
+  limit?: boolean | ConcurrencyLimit | null;
   random?: () => number;
+  /** Seconds of a monotonic clock. */
   clock?: () => number;
   logger?: object;
 }
@@ -78,9 +129,12 @@ export class LoadShedder {
   report(): Promise<LoadStanding | null>;
   start(): this;
   stop(): void;
-  admit(priority: unknown): boolean;
-  started(): number;
-  finished(started: number, status: number): void;
+  /** The process's own limit, or null when off. */
+  limit: ConcurrencyLimit | null;
+  /** A ticket when both the level and the process's limit admit the request; null when shed. */
+  admit(priority: unknown): Ticket | null;
+  /** The request `admit` gave `ticket` ended with HTTP `status`. */
+  finished(ticket: Ticket, status: number): void;
 }
 
 /** Express middleware (and NestJS on express, through `app.use`). */

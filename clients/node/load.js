@@ -1,8 +1,13 @@
-// Graded limiting by load (docs/load.md): the process reports its health under a service's key
-// once an interval, with no code from the user (CPU of its cgroup or itself, memory of its
-// cgroup or the host, requests in flight, latency, 5xx share, and what `bbr` and `admission`
-// read), and learns in the same call the service's level and the share of each priority class
-// it admits; it then sheds requests by priority from those shares, with no call of its own.
+// Load shedding (docs/load.md), two checks on every request, neither a server call:
+// - the process's own limit on requests in flight (./concurrency): it follows the measured
+//   latency, cuts when a standing queue forms and, while congested, keeps its top places for
+//   the more important classes; it needs no server at all;
+// - the fleet's level: the process reports its health under a service's key once an interval,
+//   with no code from the user (CPU of its cgroup or itself, memory of its cgroup or the host,
+//   requests in flight, latency, 5xx share, the requests and their successes, and what `bbr`
+//   reads), and learns in the same call the service's level and the share of each priority
+//   class it admits.
+// A request goes on only when both admit it.
 //
 //     const { LoadShedder, loadShedding } = require("redis-ratelimit-module/load");
 //     const shedder = new LoadShedder(redis, "load:checkout");
@@ -11,7 +16,7 @@
 // A shed request is answered 503 with Retry-After; a priority the request does not name is
 // "sheddable". With `shadow: true` nothing is shed: what would be is counted ("shadow") and
 // logged. When a report fails, the last level holds for the report's time to live, then the
-// level is 0 (nothing shed).
+// level is 0 (nothing shed by level); the process's own limit goes on protecting it.
 "use strict";
 
 const { reportCommand, reportResult } = require("./protocol");
@@ -20,6 +25,7 @@ const fs = require("node:fs");
 const os = require("node:os");
 const path = require("node:path");
 const { commandSender } = require("./index");
+const { ConcurrencyLimit, LIMIT_DEFAULTS } = require("./concurrency");
 
 const PRIORITIES = ["critical_plus", "critical", "sheddable_plus", "sheddable"];
 const NOTHING_SHED = Object.freeze({ level: 0, instances: 0, shares: [1, 1, 1, 1] });
@@ -39,6 +45,9 @@ function priorityOf(name) {
     .toLowerCase();
   return PRIORITIES.includes(priority) ? priority : "sheddable";
 }
+
+/** Whole microseconds, as the process's limit counts time. */
+const micros = (seconds) => Math.round(seconds * 1e6);
 
 /** The share a standing admits of `priority`. */
 const shareOf = (standing, priority) => standing.shares[PRIORITIES.indexOf(priorityOf(priority))];
@@ -122,7 +131,9 @@ class Signals {
       latencies: 0,
       finished: 0,
       failed: 0,
-      // Per second of the window: [second, completed, least latency ms, requests, successes].
+      // Per second of the window: [second, completed, least latency ms, requests, successes,
+      // busy]. Only a busy second (the process's limit congested in it) counts towards
+      // max_rps and min_rt: a second when it was not busy measured the demand, not capacity.
       seconds: [],
     });
     // The CPU meter's first reading is its baseline: taken now, the first report has one.
@@ -132,7 +143,7 @@ class Signals {
   second(now) {
     const second = Math.floor(now);
     if (this.seconds.length === 0 || this.seconds.at(-1)[0] !== second) {
-      this.seconds.push([second, 0, Infinity, 0, 0]);
+      this.seconds.push([second, 0, Infinity, 0, 0, false]);
     }
     while (this.seconds.length && this.seconds[0][0] <= second - this.window) this.seconds.shift();
     return this.seconds.at(-1);
@@ -142,8 +153,9 @@ class Signals {
     this.inflight += 1;
   }
 
-  /** A request ended after `latency` seconds with HTTP `status` (5xx: failed). */
-  done(latency, status) {
+  /** A request ended after `latency` seconds with HTTP `status` (5xx: failed); `busy` when the
+   * process's limit was congested (its throughput was its capacity, not the demand). */
+  done(latency, status, busy = false) {
     this.inflight = Math.max(0, this.inflight - 1);
     this.latencies += latency;
     this.finished += 1;
@@ -154,6 +166,7 @@ class Signals {
     second[2] = Math.min(second[2], latency * 1000);
     second[3] += 1;
     second[4] += failed ? 0 : 1;
+    second[5] = second[5] || busy;
   }
 
   /** The factors to report now, and the interval starts again. */
@@ -170,7 +183,7 @@ class Signals {
       factors.latency = (this.latencies / this.finished) * 1000;
       factors.errors = this.failed / this.finished;
     }
-    const full = this.seconds.filter((second) => second[1] > 0);
+    const full = this.seconds.filter((second) => second[1] > 0 && second[5]);
     if (full.length) {
       factors.max_rps = Math.max(...full.map((second) => second[1]));
       factors.min_rt = Math.min(...full.map((second) => second[2]));
@@ -190,8 +203,9 @@ class Signals {
  * intervals: how long a report counts); `timeout` (ms, 1000) a report waits at most; `shadow`;
  * `metrics` (a PrometheusMetrics from ./metrics); `factors`, a function answering the
  * application's own factors to add to each report (`() => ({ queue: jobs.length })`: a queue's
- * backlog, a pool's waiters, any number a policy names); `signals`, `random`, `clock` (the
- * tests').
+ * backlog, a pool's waiters, any number a policy names); `limit`, the process's own limit on
+ * requests in flight (on by default: `true`; a ConcurrencyLimit of your options; `false` to shed
+ * by the level alone); `signals`, `random`, `clock` (seconds; the tests').
  */
 class LoadShedder {
   constructor(
@@ -209,9 +223,11 @@ class LoadShedder {
       random = Math.random,
       clock = () => performance.now() / 1000,
       logger = console,
+      limit = true,
     } = {},
   ) {
     Object.assign(this, { service, instance, interval, timeout, shadow, metrics, factors, random, clock, logger });
+    this.limit = limit === true ? new ConcurrencyLimit() : limit || null;
     this.ttl = ttl ?? 3 * interval;
     this.send = commandSender(client);
     this.signals = signals ?? new Signals({ clock });
@@ -280,18 +296,25 @@ class LoadShedder {
     this.timer = null;
   }
 
-  /** Whether a request of `priority` goes on: admitted with the share the level gives its
-   * class, at random; in shadow mode always, counting what would be shed. */
+  /** Whether a request of `priority` goes on: a ticket (for `finished`) when both the level (the
+   * share it gives the class, at random) and the process's limit admit it; null when it is shed.
+   * In shadow mode always a ticket, counting what would be shed ("shadow"). */
   admit(priority) {
     const name = priorityOf(priority);
     const standing = this.standing;
-    const admitted = this.random() < shareOf(standing, name);
-    const outcome = admitted ? "admitted" : this.shadow ? "shadow" : "shed";
+    const byLevel = this.random() < shareOf(standing, name);
+    const now = this.clock();
+    const counted = byLevel && this.limit !== null && this.limit.admit(PRIORITIES.indexOf(name), micros(now));
+    const admitted = byLevel && (counted || this.limit === null);
+    const outcome = admitted ? "admitted" : this.shadow ? "shadow" : byLevel ? "shed_local" : "shed";
     this.metrics?.loadDecision?.(this.service, name, outcome);
     if (outcome === "shadow") {
-      this.logger.info?.(`ratelimit: shadow: ${name} would be shed at level ${standing.level} of ${this.service}`);
+      const why = byLevel ? "by the process's limit" : `at level ${standing.level}`;
+      this.logger.info?.(`ratelimit: shadow: ${name} would be shed ${why} of ${this.service}`);
     }
-    return admitted || this.shadow;
+    if (!admitted && !this.shadow) return null;
+    this.signals.started();
+    return { started: now, counted };
   }
 
   /** What a shed request is told to wait: one interval, when the level may have changed. */
@@ -299,15 +322,12 @@ class LoadShedder {
     return this.interval;
   }
 
-  /** A request begins; returns its start, for `finished`. */
-  started() {
-    this.signals.started();
-    return performance.now();
-  }
-
-  /** The request begun at `started` ended with HTTP `status`. */
-  finished(started, status) {
-    this.signals.done((performance.now() - started) / 1000, status);
+  /** The request `admit` gave `ticket` ended with HTTP `status`. */
+  finished(ticket, status) {
+    const now = this.clock();
+    const latency = Math.max(0, now - ticket.started);
+    if (this.limit !== null && ticket.counted) this.limit.finish(micros(latency), micros(now));
+    this.signals.done(latency, status, this.limit?.congested ?? false);
   }
 }
 
@@ -320,21 +340,26 @@ function loadShedding(shedder, { priority = "x-priority" } = {}) {
   const priorityOfRequest = typeof priority === "function" ? priority : (req) => req.get(priority);
   shedder.start();
   return function shedByLoad(req, res, next) {
-    if (!shedder.admit(priorityOfRequest(req))) {
+    const ticket = shedder.admit(priorityOfRequest(req));
+    if (ticket === null) {
       res.set("Retry-After", String(Math.max(1, Math.ceil(shedder.retryAfter))));
       res.status(503).send("Service Unavailable");
       return;
     }
-    const started = shedder.started();
-    res.on("finish", () => shedder.finished(started, res.statusCode));
-    res.on("close", () => {
-      if (!res.writableFinished) shedder.finished(started, 499);
-    });
+    let done = false;
+    const finish = (status) => {
+      if (!done) shedder.finished(ticket, status);
+      done = true;
+    };
+    res.on("finish", () => finish(res.statusCode));
+    res.on("close", () => finish(res.writableFinished ? res.statusCode : 499));
     next();
   };
 }
 
 module.exports = {
+  ConcurrencyLimit,
+  LIMIT_DEFAULTS,
   LoadShedder,
   Signals,
   CpuMeter,

@@ -26,6 +26,7 @@ const {
   topKeys,
 } = require("..");
 const { reportCommand, reportResult } = require("../load");
+const { ConcurrencyLimit, LIMIT_DEFAULTS } = require("../concurrency");
 
 const table = require("../../conformance.json");
 
@@ -41,8 +42,13 @@ const PARTS = [
   "load",
   "load_replies",
   "counts",
+  "concurrency",
   "lua",
 ];
+
+/** The table's options (snake case, as every package's) in this package's names. */
+const limitOptions = ({ interval_us: intervalUs, target_us: targetUs, epoch_us: epochUs, ...rest }) =>
+  Object.fromEntries(Object.entries({ ...rest, intervalUs, targetUs, epochUs }).filter(([, v]) => v !== undefined));
 
 function limiterOf({ kind, key, name, ...spec }) {
   const named = name === undefined ? {} : { name };
@@ -143,5 +149,22 @@ test("counts build their words and read their replies", () => {
     assert.deepEqual(words(countsCommand(spec)), wanted);
     const got = countsOf(spec, reply);
     for (const [name, value] of Object.entries(counts)) assert.equal(got[camel(name)], value, name);
+  }
+});
+
+test("the local limit replays every trace", () => {
+  const { defaults, traces } = table.concurrency;
+  assert.deepEqual(
+    { ...LIMIT_DEFAULTS, shares: [...LIMIT_DEFAULTS.shares] },
+    limitOptions(defaults),
+    "the shipped defaults",
+  );
+  assert.ok(traces.length >= 3);
+  for (const { name, options, events, expect } of traces) {
+    const limit = new ConcurrencyLimit(limitOptions(options));
+    events.forEach(([at, kind, value], step) => {
+      const decision = kind === "admit" ? limit.admit(value, at) : (limit.finish(value, at), null);
+      assert.deepEqual([decision, limit.limit, limit.congested], expect[step], `${name}, step ${step}`);
+    });
   }
 });

@@ -1,7 +1,9 @@
-// Graded limiting by load against a live server: the shedder reports its own signals and sheds
-// by the level the server answers, per priority, in shadow mode too, with its metrics; a level
-// nobody reports any more sheds nothing; a load gate in a check sheds with nothing charged;
-// and in Express and NestJS over real HTTP, a shed request gets 503 with Retry-After.
+// Load shedding against a live server: the shedder reports its own signals and sheds by the
+// level the server answers, per priority, in shadow mode too, with its metrics; a level nobody
+// reports any more sheds nothing; a load gate in a check sheds with nothing charged; the
+// process's own limit sheds by priority once a queue stands, with the server answering or
+// frozen, and the defaults shed nothing from a healthy service; and in Express and NestJS over
+// real HTTP, a shed request gets 503 with Retry-After.
 "use strict";
 
 require("reflect-metadata");
@@ -14,7 +16,17 @@ const { after, test } = require("node:test");
 const express = require("express");
 const { Registry } = require("prom-client");
 const { RateLimiter, load, throttle } = require("../index");
-const { CpuMeter, LoadShedder, Signals, loadShedding, memoryShare, reportCommand, reportResult } = require("../load");
+const {
+  ConcurrencyLimit,
+  CpuMeter,
+  LoadShedder,
+  PRIORITIES,
+  Signals,
+  loadShedding,
+  memoryShare,
+  reportCommand,
+  reportResult,
+} = require("../load");
 const { PrometheusMetrics } = require("../metrics");
 const { ioredis, listen } = require("./helpers");
 
@@ -168,7 +180,94 @@ test("the signals count requests: latency, errors and the window's counts", () =
   assert.equal(sample.load, 0.25);
   assert.ok(Math.abs(sample.latency - 30) < 1e-9);
   assert.ok(Math.abs(sample.errors - 1 / 3) < 1e-9);
-  assert.deepEqual([sample.max_rps, sample.min_rt, sample.requests, sample.successes], [2, 10, 3, 2]);
+  assert.deepEqual([sample.requests, sample.successes], [3, 2]);
+  // No second was busy: the throughput measured the demand, not the capacity.
+  assert.deepEqual([sample.max_rps, sample.min_rt], [undefined, undefined]);
+  // A busy second (the process's limit congested) counts.
+  now = 12.3;
+  counted.started();
+  counted.started();
+  counted.done(0.04, 200, true);
+  counted.done(0.03, 200, true);
+  const busy = counted.sample();
+  assert.deepEqual([busy.max_rps, busy.min_rt], [2, 30]);
+});
+
+/** A no-load latency of 5 ms, then a queue that stands: 20 requests in flight, and every one of
+ * the next interval taking 100 ms (over four times the target of 10 ms). */
+function flood(shedder, clock) {
+  let ticket = shedder.admit("critical");
+  clock.now += 0.005;
+  shedder.finished(ticket, 200);
+  const tickets = Array.from({ length: 20 }, () => shedder.admit("critical"));
+  assert.ok(tickets.every(Boolean), "under the limit of 20, everything goes");
+  clock.now += 0.1;
+  for (ticket of tickets.slice(0, 10)) shedder.finished(ticket, 200);
+  clock.now += 0.1;
+  shedder.finished(tickets[10], 200);
+}
+
+test("defaults shed nothing from a healthy service", async () => {
+  // The documented setup, every option at its default, the default policy: the process's real
+  // signals reported, requests of every class through it.
+  const shedder = new LoadShedder(redis, `node:healthy:${randomUUID()}`, { logger: quiet });
+  assert.notEqual(await shedder.report(), null);
+  let refused = 0;
+  for (let number = 0; number < 400; number++) {
+    const ticket = shedder.admit(PRIORITIES[number % 4]);
+    if (ticket === null) refused += 1;
+    else shedder.finished(ticket, 200);
+    if (number % 100 === 0) assert.equal((await shedder.report()).level, 0);
+  }
+  assert.equal(refused, 0);
+  assert.equal(shedder.limit.congested, false);
+});
+
+test("a standing queue sheds the least important first, by the process's own limit", () => {
+  const clock = { now: 0 };
+  const shedder = new LoadShedder(redis, `node:flood:${randomUUID()}`, { clock: () => clock.now, logger: quiet });
+  flood(shedder, clock);
+  assert.equal(shedder.limit.congested, true);
+  // Cut to the peak times target / fastest, at least 0.2: 20 * 0.2 = 4; 9 in flight.
+  assert.deepEqual([shedder.limit.limit, shedder.limit.inflight], [4, 9]);
+  for (const priority of PRIORITIES) assert.equal(shedder.admit(priority), null, priority);
+  const own = new LoadShedder(redis, "node:own", { limit: new ConcurrencyLimit({ initial: 2 }), logger: quiet });
+  assert.ok(own.admit("sheddable") && own.admit("sheddable"));
+  assert.equal(own.admit("critical_plus"), null, "two in flight of two");
+  const none = new LoadShedder(redis, "node:none", { limit: false, logger: quiet });
+  assert.equal(none.limit, null);
+  assert.ok(Array.from({ length: 100 }, () => none.admit("sheddable")).every(Boolean));
+});
+
+test("with the server frozen, the process's own limit still protects", async () => {
+  const net = require("node:net");
+  const silent = net.createServer(() => {});
+  await new Promise((resolve) => silent.listen(0, "127.0.0.1", resolve));
+  const Redis = require("ioredis");
+  const frozen = new Redis({ port: silent.address().port, maxRetriesPerRequest: null, enableReadyCheck: false });
+  frozen.on("error", () => {});
+  try {
+    const clock = { now: 0 };
+    const shedder = new LoadShedder(frozen, "node:frozen", { clock: () => clock.now, timeout: 200, logger: quiet });
+    assert.equal(await shedder.report(), null, "no answer within the deadline");
+    assert.equal(shedder.standing.level, 0, "no level: nothing shed by one");
+    flood(shedder, clock);
+    assert.equal(shedder.admit("sheddable"), null, "shed by the process's own limit");
+    // The queue drains; an interval under half the limit ends congestion.
+    const limit = shedder.limit;
+    while (limit.inflight) limit.finish(5000, Math.round(clock.now * 1e6));
+    clock.now += 0.2;
+    const ticket = shedder.admit("critical_plus");
+    assert.notEqual(ticket, null, "the limit grows by one an interval while congested");
+    clock.now += 0.005;
+    shedder.finished(ticket, 200);
+    clock.now += 0.1;
+    assert.notEqual(shedder.admit("sheddable"), null);
+    assert.equal(limit.congested, false);
+  } finally {
+    frozen.disconnect();
+    silent.close();
+  }
 });
 
 test("cpu is the share of what the instance may use; memory of what is allowed", () => {

@@ -27,6 +27,7 @@ from ratelimit_module._protocol import (
     result,
     top_keys,
 )
+from ratelimit_module.concurrency import ConcurrencyLimit, LimitOptions
 from ratelimit_module.lists import add_commands, remove_commands
 
 TABLE = json.loads((Path(__file__).resolve().parents[2] / "conformance.json").read_text())
@@ -43,6 +44,7 @@ PARTS = {
     "load",
     "load_replies",
     "counts",
+    "concurrency",
     "lua",
 }
 
@@ -127,6 +129,22 @@ class ConformanceTest(unittest.TestCase):
                 (standing.level, standing.instances, list(standing.shares)),
                 (case["level"], case["instances"], case["shares"]),
             )
+
+    def test_the_local_limit_replays_every_trace(self) -> None:
+        part = TABLE["concurrency"]
+        defaults = LimitOptions()
+        table_defaults = dict(part["defaults"], shares=tuple(part["defaults"]["shares"]))
+        self.assertEqual(table_defaults, defaults.__dict__, "the shipped defaults")
+        for trace in part["traces"]:
+            options = dict(trace["options"])
+            if "shares" in options:
+                options["shares"] = tuple(options["shares"])
+            limit = ConcurrencyLimit(LimitOptions(**options))
+            for step, (event, expected) in enumerate(zip(trace["events"], trace["expect"])):
+                at, kind, value = event
+                decision = limit.admit(value, at) if kind == "admit" else limit.finish(value, at)
+                got = [decision, limit.limit, limit.congested]
+                self.assertEqual(got, expected, f"{trace['name']}, step {step}: {event}")
 
     def test_counts_build_their_words_and_read_their_replies(self) -> None:
         for case in TABLE["counts"]:

@@ -1,7 +1,9 @@
-"""Graded limiting by load against a live server (REDIS_URL): the shedders report their own
-signals and shed by the level the server answers, per priority, in shadow mode too, with
-their metrics; a report that fails leaves level 0 once its time to live ends; a `Load` gate
-in a check sheds with nothing charged. The signals read the process's CPU and memory.
+"""Load shedding against a live server (REDIS_URL): the shedders report their own signals
+and shed by the level the server answers, per priority, in shadow mode too, with their
+metrics; a report that fails leaves level 0 once its time to live ends; a `Load` gate in a
+check sheds with nothing charged. The instance's own limit sheds by priority once a queue
+stands, with the server answering or frozen, and the defaults shed nothing from a healthy
+service. The signals read the process's CPU and memory.
 
     python -m unittest clients/python/tests/test_load.py
 """
@@ -20,7 +22,8 @@ import redis.asyncio
 from prometheus_client import CollectorRegistry
 
 from ratelimit_module import AsyncLoadShedder, Load, LoadShedder, RateLimiter, Throttle
-from ratelimit_module._protocol import report_command, report_result
+from ratelimit_module._protocol import PRIORITIES, report_command, report_result
+from ratelimit_module.concurrency import ConcurrencyLimit
 from ratelimit_module.load import LoadSheddingWSGI, priority_of
 from ratelimit_module.metrics import PrometheusMetrics
 from ratelimit_module.signals import CpuMeter, Signals, memory_share
@@ -279,13 +282,140 @@ class SignalsTest(unittest.TestCase):
         self.assertEqual(sample["load"], 0.25)
         self.assertAlmostEqual(sample["latency"], 30.0)
         self.assertAlmostEqual(sample["errors"], 1 / 3)
-        self.assertEqual((sample["max_rps"], sample["min_rt"]), (2.0, 10.0))
         self.assertEqual((sample["requests"], sample["successes"]), (3.0, 2.0))
+        # No second was busy: the throughput measured the demand, not the capacity, and
+        # Sentinel's check has nothing to read.
+        self.assertNotIn("max_rps", sample)
+        self.assertNotIn("min_rt", sample)
+        # A busy second (the instance's limit congested) counts.
+        clock.now = 12.3
+        signals.started()
+        signals.started()
+        signals.done(0.040, 200, busy=True)
+        signals.done(0.030, 200, busy=True)
+        sample = signals.sample()
+        self.assertEqual((sample["max_rps"], sample["min_rt"]), (2.0, 30.0))
         # The interval starts again; the window keeps its seconds until they age out.
         clock.now = 25.0
         later = signals.sample()
         self.assertNotIn("latency", later)
         self.assertEqual(later["requests"], 0.0)
+
+
+def flood(shedder, clock: Clock) -> None:  # type: ignore[no-untyped-def]
+    """A no-load latency of 5 ms, then a queue that stands: 20 requests in flight, and every
+    one of the next interval taking 100 ms (over four times the target of 10 ms)."""
+    ticket = shedder.admit("critical")
+    clock.now += 0.005
+    shedder.finished(ticket, 200)
+    tickets = [shedder.admit("critical") for _ in range(20)]
+    assert all(tickets), "under the limit of 20, everything goes"
+    clock.now += 0.1
+    for ticket in tickets[:10]:
+        shedder.finished(ticket, 200)
+    clock.now += 0.1
+    shedder.finished(tickets[10], 200)
+
+
+class LocalLimitTest(unittest.TestCase):
+    """The instance's own limit in the shedder: no server call, priorities in order."""
+
+    def test_defaults_shed_nothing_from_a_healthy_service(self) -> None:
+        client = redis.Redis.from_url(URL)
+        service = f"py:healthy:{uuid.uuid4().hex}"
+        try:
+            # The documented setup, every option at its default, the default policy: the
+            # process's real signals reported, requests of every class through it.
+            shedder = LoadShedder(client, service)
+            self.assertIsNotNone(shedder.report())
+            refused = 0
+            for number in range(400):
+                ticket = shedder.admit(PRIORITIES[number % 4])
+                refused += ticket is None
+                if ticket is not None:
+                    shedder.finished(ticket, 200)
+                if number % 100 == 0:
+                    self.assertEqual(shedder.report().level, 0)
+            self.assertEqual(refused, 0)
+            self.assertFalse(shedder.limit.congested)
+        finally:
+            client.close()
+
+    def test_a_standing_queue_sheds_the_least_important_first(self) -> None:
+        clock = Clock()
+        client = redis.Redis.from_url(URL)
+        shedder = LoadShedder(client, f"py:flood:{uuid.uuid4().hex}", clock=clock)
+        try:
+            flood(shedder, clock)
+            limit = shedder.limit
+            self.assertTrue(limit.congested)
+            # Cut to the peak times target / fastest, at least 0.2: 20 * 0.2 = 4; 9 in flight.
+            self.assertEqual(limit.limit, 4.0)
+            self.assertEqual(limit.inflight, 9)
+            for priority in PRIORITIES:
+                self.assertIsNone(shedder.admit(priority), f"{priority}: 9 in flight of 4")
+        finally:
+            client.close()
+
+    def test_with_the_server_frozen_the_local_limit_still_protects(self) -> None:
+        from test_client import BlackHole
+
+        clock = Clock()
+        frozen = BlackHole()
+        client = redis.Redis(host="127.0.0.1", port=frozen.port)
+        try:
+            shedder = LoadShedder(client, "py:frozen", clock=clock, timeout=0.2)
+            # The report gets no answer within its deadline: no level, nothing shed by one.
+            self.assertIsNone(shedder.report())
+            self.assertEqual(shedder.standing.level, 0)
+            flood(shedder, clock)
+            self.assertTrue(shedder.limit.congested)
+            self.assertIsNone(shedder.admit("sheddable"), "shed by the instance's own limit")
+            # The queue drains: requests of the next interval fast again, under half the
+            # limit; congestion ends, and every class is admitted again.
+            clock.now += 0.01
+            for _ in range(9):
+                ticket = shedder.admit("critical_plus")
+                if ticket is None:
+                    break
+            while shedder.limit.inflight:
+                shedder.limit.finish(5_000, int(clock.now * 1e6))
+            clock.now += 0.2
+            ticket = shedder.admit("critical_plus")
+            self.assertIsNotNone(ticket, "the limit grows by one an interval while congested")
+            clock.now += 0.005
+            shedder.finished(ticket, 200)
+            clock.now += 0.1
+            self.assertIsNotNone(shedder.admit("sheddable"))
+            self.assertFalse(shedder.limit.congested, "an interval under half the limit")
+        finally:
+            client.close()
+            frozen.close()
+
+    def test_without_the_limit_only_the_level_sheds(self) -> None:
+        clock = Clock()
+        client = redis.Redis.from_url(URL)
+        shedder = LoadShedder(client, f"py:nolimit:{uuid.uuid4().hex}", clock=clock, limit=False)
+        try:
+            self.assertIsNone(shedder.limit)
+            tickets = [shedder.admit("sheddable") for _ in range(100)]
+            self.assertTrue(all(tickets))
+        finally:
+            client.close()
+
+    def test_a_limit_of_ones_own_options(self) -> None:
+        from ratelimit_module.concurrency import LimitOptions
+
+        limit = ConcurrencyLimit(LimitOptions(initial=2.0, floor=1.0))
+        client = redis.Redis.from_url(URL)
+        shedder = LoadShedder(client, f"py:own:{uuid.uuid4().hex}", limit=limit)
+        try:
+            self.assertIs(shedder.limit, limit)
+            self.assertIsNotNone(shedder.admit("sheddable"))
+            self.assertIsNotNone(shedder.admit("sheddable"))
+            self.assertIsNone(shedder.admit("critical_plus"), "two in flight of two")
+        finally:
+            client.close()
 
 
 if __name__ == "__main__":

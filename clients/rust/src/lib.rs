@@ -23,23 +23,27 @@
 //! ```
 
 mod blocking;
+mod concurrency;
 mod fields;
 mod lists;
 mod policy;
 mod protocol;
 mod quota;
 mod resilience;
+#[cfg(feature = "tokio")]
+mod signals;
 
 #[cfg(feature = "tokio")]
 mod asynchronous;
 #[cfg(feature = "tower")]
 pub mod layer;
 #[cfg(feature = "tokio")]
-mod load;
+pub mod load;
 
 #[cfg(feature = "tokio")]
 pub use asynchronous::AsyncRateLimiter;
 pub use blocking::{BlockingConnection, RateLimiter};
+pub use concurrency::{ConcurrencyLimit, LimitOptions};
 pub use fields::{fields, seconds};
 #[cfg(feature = "tokio")]
 pub use lists::SharedLists;
@@ -50,7 +54,7 @@ pub use policy::{policy_name, Config};
 pub use protocol::{
     command_words, counts_words, lease_words, millis, release_words, renew_words, report_words,
     result, top_keys, Algorithm, Counts, Kind, Lease, Limiter, LoadStanding, Options, Priority,
-    RateLimit, Shortfall, TopKey, UnexpectedReply,
+    RateLimit, Shortfall, TopKey, UnexpectedReply, UnknownPriority,
 };
 #[cfg(feature = "tokio")]
 pub use quota::AsyncQuota;

@@ -1,21 +1,51 @@
-//! Graded limiting by load, in the process: a [`LoadShedder`] reports this instance's
-//! factors to the service's key every interval (`RL.LOAD.REPORT`), learns the service's
-//! level from the reply, and admits each request with the share that level gives its
-//! priority class, without a call per request (as the Python and Node packages' shedders
-//! do). The factors are the application's own (a queue's backlog, in-flight requests, a
-//! latency, a CPU share: any number a policy names), plus `requests`, the requests this
-//! instance decided since its last report. Where a decision must also hold the limits in
-//! the same call, use the load gate instead ([`crate::Limiter::load`]).
+//! Load shedding in the process, two checks on every request, neither a server call:
+//!
+//! - **the process's own limit** on requests in flight ([`ConcurrencyLimit`]): it follows
+//!   the measured latency, cuts when a standing queue forms and, while congested, keeps its
+//!   top places for the more important classes. It decides at once and needs no server;
+//! - **the fleet's level**: a [`LoadShedder`] reports the process's health to the service's
+//!   key every interval (`RL.LOAD.REPORT`: CPU, memory, requests in flight, latency, 5xx
+//!   share, the requests and their successes, and what `bbr` reads, with no code from the
+//!   user), and learns the service's level and the share of each priority class it admits.
+//!   Every instance and gateway reporting to the key sheds by the same level.
+//!
+//! A request goes on only when both admit it. When the reports fail, the last level holds for
+//! the report's time to live (three intervals), then nothing is shed by level; the process's
+//! own limit goes on protecting it. The tower layer [`crate::layer::LoadSheddingLayer`] puts
+//! it in front of an axum or tonic service; where a decision must also hold the caller's
+//! limits in the same call, use the load gate instead ([`crate::Limiter::load`]).
+//!
+//! ```no_run
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! use ratelimit_module::load::LoadShedder;
+//! use ratelimit_module::{AsyncRateLimiter, Config, Priority};
+//!
+//! let connection = redis::Client::open("redis://127.0.0.1/")?
+//!     .get_multiplexed_async_connection()
+//!     .await?;
+//! let limiter = AsyncRateLimiter::shared(connection, Config::default());
+//! // Every option at its default: the process's own limit on, reports every second.
+//! let shedder = LoadShedder::builder(limiter, "load:checkout").build();
+//! shedder.start();
+//! if let Some(ticket) = shedder.admit(Priority::Critical) {
+//!     // ... serve the request, then:
+//!     shedder.finished(ticket, 200);
+//! }
+//! # Ok(())
+//! # }
+//! ```
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use redis::aio::ConnectionLike;
 
 use crate::asynchronous::AsyncRateLimiter;
+pub use crate::concurrency::{ConcurrencyLimit, LimitOptions};
 use crate::protocol::{report_words, LoadStanding, Priority};
-use crate::resilience::Clock;
+use crate::resilience::{monotonic, Clock};
+use crate::signals::Signals;
 
 /// Nothing shed: what a shedder stands on until a report answers, and once its last
 /// report's time to live has passed.
@@ -27,7 +57,23 @@ pub const NOTHING_SHED: LoadStanding = LoadStanding {
 
 type Factors = dyn Fn() -> Vec<(String, f64)> + Send + Sync;
 
-/// The shedder: see the module's documentation. Cheap to share (`Arc`).
+/// What [`LoadShedder::admit`] gives a request that goes on, for
+/// [`LoadShedder::finished`].
+#[derive(Clone, Copy, Debug)]
+#[must_use = "hand the ticket to `finished` when the request ends"]
+pub struct Ticket {
+    started: Duration,
+    counted: bool,
+}
+
+/// What the shedder keeps behind one lock: the process's limit and signals.
+struct Local {
+    limit: Option<ConcurrencyLimit>,
+    signals: Signals,
+}
+
+/// The shedder: see the module's documentation. Made with [`LoadShedder::builder`];
+/// shared as an `Arc`.
 pub struct LoadShedder<C> {
     limiter: Arc<AsyncRateLimiter<C>>,
     service: String,
@@ -35,49 +81,144 @@ pub struct LoadShedder<C> {
     interval: Duration,
     ttl: Duration,
     shadow: bool,
-    factors: Box<Factors>,
+    factors: Option<Box<Factors>>,
     clock: Clock,
+    local: Mutex<Local>,
     standing: Mutex<(LoadStanding, Option<Duration>)>,
-    decided: AtomicU64,
+    started: AtomicBool,
     seed: AtomicU64,
 }
 
-impl<C> LoadShedder<C>
-where
-    C: ConnectionLike + Clone + Send + Sync + 'static,
-{
-    /// A shedder reporting to `service` as `instance` every `interval` (each report counts
-    /// for three intervals), with the application's `factors`.
-    pub fn new(
-        limiter: Arc<AsyncRateLimiter<C>>,
-        service: impl Into<String>,
-        instance: impl Into<String>,
-        interval: Duration,
+/// Builds a [`LoadShedder`]; every option has a default.
+pub struct LoadShedderBuilder<C> {
+    limiter: Arc<AsyncRateLimiter<C>>,
+    service: String,
+    instance: Option<String>,
+    interval: Duration,
+    ttl: Option<Duration>,
+    shadow: bool,
+    factors: Option<Box<Factors>>,
+    limit: Option<LimitOptions>,
+    clock: Clock,
+}
+
+/// This process's name among the service's instances: `host:pid`.
+pub fn default_instance() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|name| name.trim().to_owned())
+        .ok()
+        .filter(|name| !name.is_empty())
+        .unwrap_or_else(|| "rust".into());
+    format!("{host}:{}", std::process::id())
+}
+
+impl<C> LoadShedderBuilder<C> {
+    /// This process's name among the service's instances (`host:pid` by default).
+    pub fn instance(mut self, instance: impl Into<String>) -> Self {
+        self.instance = Some(instance.into());
+        self
+    }
+
+    /// How often it reports (1 s by default).
+    pub fn interval(mut self, interval: Duration) -> Self {
+        self.interval = interval;
+        self
+    }
+
+    /// How long a report counts (three intervals by default).
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = Some(ttl);
+        self
+    }
+
+    /// Shadow mode: nothing is shed; what would be is counted (`outcome="shadow"`) and
+    /// logged. Off by default.
+    pub fn shadow(mut self, shadow: bool) -> Self {
+        self.shadow = shadow;
+        self
+    }
+
+    /// The application's own factors, added to each report (a queue's backlog, a pool's
+    /// waiters: any number a policy declares with `FACTOR`).
+    pub fn factors(
+        mut self,
         factors: impl Fn() -> Vec<(String, f64)> + Send + Sync + 'static,
-        clock: Clock,
-    ) -> Arc<Self> {
-        let seed = (clock)().as_nanos() as u64 | 1;
+    ) -> Self {
+        self.factors = Some(Box::new(factors));
+        self
+    }
+
+    /// The process's own limit with these options (the defaults, [`LimitOptions::default`],
+    /// are on unless [`LoadShedderBuilder::without_limit`]).
+    pub fn limit(mut self, options: LimitOptions) -> Self {
+        self.limit = Some(options);
+        self
+    }
+
+    /// No limit of the process's own: shed by the fleet's level alone.
+    pub fn without_limit(mut self) -> Self {
+        self.limit = None;
+        self
+    }
+
+    /// The clock of the limit, the signals and the reports' time to live (a monotonic one
+    /// by default; the tests move their own).
+    pub fn clock(mut self, clock: Clock) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// The shedder. It reports once [`LoadShedder::start`]ed (the layer starts it at its
+    /// first request).
+    pub fn build(self) -> Arc<LoadShedder<C>> {
+        let seed = (self.clock)().as_nanos() as u64 | 1;
         Arc::new(LoadShedder {
-            limiter,
-            service: service.into(),
-            instance: instance.into(),
-            interval,
-            ttl: interval * 3,
-            shadow: false,
-            factors: Box::new(factors),
-            clock,
+            limiter: self.limiter,
+            service: self.service,
+            instance: self.instance.unwrap_or_else(default_instance),
+            interval: self.interval,
+            ttl: self.ttl.unwrap_or(self.interval * 3),
+            shadow: self.shadow,
+            factors: self.factors,
+            local: Mutex::new(Local {
+                limit: self.limit.map(ConcurrencyLimit::new),
+                signals: Signals::new(10, self.clock.clone()),
+            }),
+            clock: self.clock,
             standing: Mutex::new((NOTHING_SHED, None)),
-            decided: AtomicU64::new(0),
+            started: AtomicBool::new(false),
             seed: AtomicU64::new(seed),
         })
     }
+}
 
-    /// The same shedder in shadow mode: nothing is shed, what would be is counted.
-    pub fn shadowed(self: Arc<Self>) -> Arc<Self> {
-        let mut shedder = Arc::try_unwrap(self)
-            .unwrap_or_else(|_| panic!("shadowed is set before the shedder is shared"));
-        shedder.shadow = true;
-        Arc::new(shedder)
+impl<C> LoadShedder<C> {
+    /// A builder for the shedder of `service` (the key its instances report to), reporting
+    /// through `limiter`.
+    pub fn builder(
+        limiter: Arc<AsyncRateLimiter<C>>,
+        service: impl Into<String>,
+    ) -> LoadShedderBuilder<C> {
+        LoadShedderBuilder {
+            limiter,
+            service: service.into(),
+            instance: None,
+            interval: Duration::from_secs(1),
+            ttl: None,
+            shadow: false,
+            factors: None,
+            limit: Some(LimitOptions::default()),
+            clock: monotonic(),
+        }
+    }
+
+    /// The service's key.
+    pub fn service(&self) -> &str {
+        &self.service
+    }
+
+    fn local(&self) -> MutexGuard<'_, Local> {
+        self.local.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The service's level and shares from the last report that answered; nothing shed
@@ -90,64 +231,39 @@ where
         }
     }
 
-    /// Reports now: the standing the server answered, or `None` when it failed (the last
-    /// one holds until its time to live ends).
-    pub async fn report(&self) -> Option<LoadStanding> {
-        let mut factors = (self.factors)();
-        let decided = self.decided.swap(0, Ordering::Relaxed);
-        factors.push(("requests".into(), decided as f64));
-        let words = report_words(&self.service, &self.instance, self.ttl, &factors);
-        match self.limiter.call(&words).await {
-            Ok(reply) => match LoadStanding::from_reply(&reply) {
-                Ok(standing) => {
-                    *self.standing.lock().unwrap_or_else(|p| p.into_inner()) =
-                        (standing, Some((self.clock)()));
-                    metrics::gauge!("ratelimit_load_level", "service" => self.service.clone())
-                        .set(standing.level as f64);
-                    Some(standing)
-                }
-                Err(error) => {
-                    eprintln!("ratelimit: the load report of {}: {error}", self.service);
-                    None
-                }
-            },
-            Err(error) => {
-                eprintln!(
-                    "ratelimit: the load report of {} failed: {error}",
-                    self.service
-                );
-                None
-            }
-        }
+    /// The process's own limit now (`None` when off): its limit, whether it is congested,
+    /// and the requests it counts in flight.
+    pub fn limit(&self) -> Option<(f64, bool, u64)> {
+        let local = self.local();
+        let limit = local.limit.as_ref()?;
+        Some((limit.limit(), limit.congested(), limit.inflight()))
     }
 
-    /// Reports every interval, on a task of its own, while the shedder is alive.
-    pub fn start(self: &Arc<Self>) {
-        let shedder = Arc::downgrade(self);
-        let interval = self.interval;
-        tokio::spawn(async move {
-            loop {
-                let Some(shedder) = shedder.upgrade() else {
-                    return;
-                };
-                shedder.report().await;
-                drop(shedder);
-                tokio::time::sleep(interval).await;
-            }
-        });
-    }
-
-    /// Whether a request of `priority` goes on: admitted with the share the service's
-    /// level gives its class, at random; in shadow mode always, counting what would be shed.
-    pub fn admit(&self, priority: Priority) -> bool {
-        self.decided.fetch_add(1, Ordering::Relaxed);
+    /// Whether a request of `priority` goes on: a [`Ticket`] (for [`LoadShedder::finished`])
+    /// when both the service's level (the share it gives the class, at random) and the
+    /// process's limit admit it; `None` when it is shed. In shadow mode always a ticket,
+    /// counting what would be shed.
+    pub fn admit(&self, priority: Priority) -> Option<Ticket> {
         let standing = self.standing();
-        let admitted = self.draw() < standing.share(priority);
-        let outcome = match (admitted, self.shadow) {
-            (true, _) => "admitted",
-            (false, true) => "shadow",
-            (false, false) => "shed",
+        let by_level = self.draw() < standing.share(priority);
+        let now = (self.clock)();
+        let mut local = self.local();
+        let counted = by_level
+            && local
+                .limit
+                .as_mut()
+                .is_some_and(|limit| limit.admit(priority, now));
+        let admitted = by_level && (counted || local.limit.is_none());
+        let outcome = match (admitted, self.shadow, by_level) {
+            (true, _, _) => "admitted",
+            (false, true, _) => "shadow",
+            (false, false, true) => "shed_local",
+            (false, false, false) => "shed",
         };
+        if admitted || self.shadow {
+            local.signals.started();
+        }
+        drop(local);
         metrics::counter!(
             "ratelimit_load_decisions_total",
             "service" => self.service.clone(),
@@ -155,7 +271,36 @@ where
             "outcome" => outcome
         )
         .increment(1);
-        admitted || self.shadow
+        if outcome == "shadow" {
+            tracing::info!(
+                service = %self.service,
+                priority = %priority,
+                level = standing.level,
+                by_level = !by_level,
+                "ratelimit: shadow: a request would be shed"
+            );
+        }
+        (admitted || self.shadow).then_some(Ticket {
+            started: now,
+            counted,
+        })
+    }
+
+    /// The request [`LoadShedder::admit`] gave `ticket` ended with HTTP `status`.
+    pub fn finished(&self, ticket: Ticket, status: u16) {
+        let now = (self.clock)();
+        let latency = now.saturating_sub(ticket.started);
+        let mut local = self.local();
+        let busy = match local.limit.as_mut() {
+            Some(limit) => {
+                if ticket.counted {
+                    limit.finish(latency, now);
+                }
+                limit.congested()
+            }
+            None => false,
+        };
+        local.signals.done(latency, status, busy);
     }
 
     /// What a shed request is told to wait: one report interval, when the level may have
@@ -172,5 +317,55 @@ where
         x ^= x >> 27;
         self.seed.store(x, Ordering::Relaxed);
         (x.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+impl<C> LoadShedder<C>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    /// Reports now: the standing the server answered, or `None` when it failed (the last
+    /// one holds until its time to live ends).
+    pub async fn report(&self) -> Option<LoadStanding> {
+        let mut factors = self.local().signals.sample();
+        if let Some(own) = &self.factors {
+            factors.extend(own());
+        }
+        let words = report_words(&self.service, &self.instance, self.ttl, &factors);
+        let failed = match self.limiter.call(&words).await {
+            Ok(reply) => match LoadStanding::from_reply(&reply) {
+                Ok(standing) => {
+                    *self.standing.lock().unwrap_or_else(|p| p.into_inner()) =
+                        (standing, Some((self.clock)()));
+                    metrics::gauge!("ratelimit_load_level", "service" => self.service.clone())
+                        .set(standing.level as f64);
+                    return Some(standing);
+                }
+                Err(error) => error.to_string(),
+            },
+            Err(error) => error.to_string(),
+        };
+        tracing::warn!(service = %self.service, error = %failed, "ratelimit: the load report failed");
+        None
+    }
+
+    /// Reports every interval, on a task of its own, while the shedder is alive; once,
+    /// whoever calls it first (the layer calls it at its first request).
+    pub fn start(self: &Arc<Self>) {
+        if self.started.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let shedder = Arc::downgrade(self);
+        let interval = self.interval;
+        tokio::spawn(async move {
+            loop {
+                let Some(shedder) = shedder.upgrade() else {
+                    return;
+                };
+                shedder.report().await;
+                drop(shedder);
+                tokio::time::sleep(interval).await;
+            }
+        });
     }
 }

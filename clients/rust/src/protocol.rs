@@ -67,17 +67,39 @@ impl Priority {
         }
     }
 
-    /// The class a name stands for (`sheddable` for a name it does not know, as the other
-    /// packages read an `X-Priority` field).
-    pub fn parse(name: &str) -> Priority {
+    /// Its number, 0 (most important) to 3.
+    pub(crate) fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// A name that is no priority class: [`Priority`]'s `FromStr` error. The caller chooses the
+/// fallback (`name.parse().unwrap_or(Priority::Sheddable)`, as the other packages read an
+/// `X-Priority` field).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UnknownPriority(pub String);
+
+impl fmt::Display for UnknownPriority {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "unknown priority {:?}: critical_plus, critical, sheddable_plus or sheddable",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for UnknownPriority {}
+
+impl std::str::FromStr for Priority {
+    type Err = UnknownPriority;
+
+    /// The class `name` names, in any case, spaces around it ignored.
+    fn from_str(name: &str) -> Result<Priority, UnknownPriority> {
         Priority::ALL
             .into_iter()
             .find(|priority| priority.as_str().eq_ignore_ascii_case(name.trim()))
-            .unwrap_or_default()
-    }
-
-    fn index(self) -> usize {
-        self as usize
+            .ok_or_else(|| UnknownPriority(name.to_owned()))
     }
 }
 
@@ -886,8 +908,12 @@ mod tests {
 
     #[test]
     fn priorities_read_as_the_other_packages_read_them() {
-        assert_eq!(Priority::parse("critical_plus"), Priority::CriticalPlus);
-        assert_eq!(Priority::parse(" Critical "), Priority::Critical);
-        assert_eq!(Priority::parse("whatever"), Priority::Sheddable);
+        assert_eq!("critical_plus".parse(), Ok(Priority::CriticalPlus));
+        assert_eq!(" Critical ".parse(), Ok(Priority::Critical));
+        let unknown = "whatever".parse::<Priority>().unwrap_err();
+        assert_eq!(unknown, UnknownPriority("whatever".into()));
+        assert!(unknown
+            .to_string()
+            .starts_with("unknown priority \"whatever\""));
     }
 }

@@ -1,6 +1,8 @@
-//! The tower layer in a real axum app over real HTTP, against a live server with the
+//! The tower layers in a real axum app over real HTTP, against a live server with the
 //! module (`REDIS_URL`): 429 with the IETF fields and `Retry-After`, requests without a key
-//! not limited, shadow mode, and the load gate's 503 by priority.
+//! not limited, shadow mode, the load gate's 503 by priority, and the load-shedding layer:
+//! nothing shed with its defaults, the level's 503 by priority, and the process's own limit
+//! shedding a standing queue by priority.
 
 mod common;
 
@@ -9,8 +11,8 @@ use std::time::Duration;
 use axum::routing::get;
 use axum::Router;
 use common::{connection, unique, Response};
-use ratelimit_module::layer::RateLimitLayer;
-use ratelimit_module::{Algorithm, AsyncRateLimiter, Config, Limiter, Priority};
+use ratelimit_module::layer::{LoadSheddingLayer, RateLimitLayer};
+use ratelimit_module::{Algorithm, AsyncRateLimiter, Config, Limiter, LoadShedder, Priority};
 
 /// Serves `router` on a free loopback port, on a runtime of its own; the port.
 fn serve(router: Router) -> u16 {
@@ -110,7 +112,8 @@ async fn the_load_gate_sheds_by_priority_with_503() {
     })
     .load_gate(service.clone(), |request: &http::request::Parts| {
         let priority = request.headers.get("x-priority");
-        Priority::parse(priority.and_then(|p| p.to_str().ok()).unwrap_or(""))
+        let name = priority.and_then(|p| p.to_str().ok()).unwrap_or("");
+        name.parse().unwrap_or(Priority::Sheddable)
     });
     let port = serve(
         Router::new()
@@ -122,4 +125,112 @@ async fn the_load_gate_sheds_by_priority_with_503() {
     let kept = fetch(port, &[("x-priority", "critical")]).await;
     assert_eq!(kept.status, 200);
     assert_eq!(kept.header("ratelimit"), Some("\"window\";r=99;t=60"));
+}
+
+/// A route that sleeps as many milliseconds as its `ms` query says.
+fn sleeping() -> Router {
+    Router::new().route(
+        "/",
+        get(|query: axum::extract::RawQuery| async move {
+            let millis = query
+                .0
+                .and_then(|q| q.strip_prefix("ms=").and_then(|n| n.parse().ok()))
+                .unwrap_or(0);
+            tokio::time::sleep(Duration::from_millis(millis)).await;
+            "hello"
+        }),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_shedding_layer_with_its_defaults_sheds_nothing_from_a_healthy_service() {
+    let limiter = AsyncRateLimiter::shared(connection().await, Config::default());
+    let shedder = LoadShedder::builder(limiter, unique("healthy-layer")).build();
+    let port = serve(sleeping().layer(LoadSheddingLayer::new(shedder.clone())));
+    const CLASSES: [&[(&str, &str)]; 4] = [
+        &[("x-priority", "critical_plus")],
+        &[("x-priority", "critical")],
+        &[("x-priority", "sheddable_plus")],
+        &[("x-priority", "sheddable")],
+    ];
+    for number in 0..40 {
+        let response = fetch(port, CLASSES[number % 4]).await;
+        assert_eq!(response.status, 200, "{:?}", CLASSES[number % 4]);
+    }
+    assert_eq!(shedder.report().await.unwrap().level, 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_shedding_layer_sheds_by_the_level_with_503() {
+    let service = unique("level-layer");
+    let mut admin = connection().await;
+    let _: String = redis::cmd("RL.LOAD.POLICY")
+        .arg(&service)
+        .arg(
+            &[
+                "HOLD", "0", "LEVEL", "queue", "10", "SHARES", "1", "1", "0", "0",
+            ][..],
+        )
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let limiter = AsyncRateLimiter::shared(connection().await, Config::default());
+    let shedder = LoadShedder::builder(limiter, &service)
+        .interval(Duration::from_secs(60))
+        .factors(|| vec![("queue".to_owned(), 20.0)])
+        .build();
+    assert_eq!(shedder.report().await.unwrap().level, 1);
+    let port = serve(sleeping().layer(LoadSheddingLayer::new(shedder)));
+    let shed = fetch(port, &[("x-priority", "sheddable")]).await;
+    assert_eq!((shed.status, shed.header("retry-after")), (503, Some("60")));
+    assert_eq!(
+        fetch(port, &[("x-priority", "no such class")]).await.status,
+        503
+    );
+    assert_eq!(fetch(port, &[("x-priority", "critical")]).await.status, 200);
+}
+
+/// The upstream's latency is the route's sleep; what the test asserts follows from the
+/// latencies the layer measured.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_shedding_layer_sheds_a_standing_queue_by_the_processs_own_limit() {
+    let limiter = AsyncRateLimiter::shared(connection().await, Config::default());
+    let shedder = LoadShedder::builder(limiter, unique("queue-layer")).build();
+    let port = serve(sleeping().layer(LoadSheddingLayer::new(shedder.clone())));
+    let at_once = |count: usize, path: &'static str, priority: &'static str| async move {
+        let calls: Vec<_> = (0..count)
+            .map(|_| {
+                tokio::task::spawn_blocking(move || {
+                    common::get(port, path, &[("x-priority", priority)]).status
+                })
+            })
+            .collect();
+        let mut statuses = Vec::new();
+        for call in calls {
+            statuses.push(call.await.unwrap());
+        }
+        statuses
+    };
+    // The no-load latency, then a queue that stands: 15 at once, a second each.
+    assert_eq!(at_once(1, "/?ms=1", "critical").await, [200]);
+    assert_eq!(at_once(15, "/?ms=1000", "critical").await, [200; 15]);
+    // The first of three more to end closes the interval the 15 ended in: congestion.
+    assert_eq!(at_once(3, "/?ms=1000", "critical_plus").await, [200; 3]);
+    assert_eq!(shedder.limit(), Some((4.0, true, 0)));
+    // Three in flight of 4: only critical_plus has room.
+    let held = tokio::spawn(at_once(3, "/?ms=1000", "critical_plus"));
+    for _ in 0..1_000 {
+        if shedder
+            .limit()
+            .is_some_and(|(_, _, inflight)| inflight == 3)
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(shedder.limit(), Some((4.0, true, 3)));
+    assert_eq!(at_once(1, "/", "sheddable").await, [503]);
+    assert_eq!(at_once(1, "/", "critical").await, [503]);
+    assert_eq!(at_once(1, "/", "critical_plus").await, [200]);
+    assert_eq!(held.await.unwrap(), [200; 3]);
 }

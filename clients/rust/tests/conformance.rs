@@ -12,6 +12,7 @@ use ratelimit_module::{
     renew_words, report_words, result, top_keys, Algorithm, Counts, Lease, Limiter, LoadStanding,
     Options, Priority, RateLimit,
 };
+use ratelimit_module::{ConcurrencyLimit, LimitOptions};
 use redis::Value;
 use serde_json::Value as Json;
 
@@ -78,7 +79,9 @@ fn limiter(spec: &Json) -> Limiter {
         "lease" => Limiter::slots(key, number(spec, "limit"), seconds(&spec["lease"])),
         "load" => Limiter::load(
             key,
-            Priority::parse(given(spec, "priority").and_then(Json::as_str).unwrap_or("")),
+            text(&spec["priority"])
+                .parse::<Priority>()
+                .expect("a priority class"),
         ),
         other => panic!("a limiter kind the table has and this crate has not: {other}"),
     };
@@ -168,6 +171,7 @@ fn every_part_of_the_table_is_read() {
     let read = [
         "about",
         "commands",
+        "concurrency",
         "counts",
         "lease_replies",
         "leases",
@@ -179,6 +183,74 @@ fn every_part_of_the_table_is_read() {
         "top",
     ];
     assert_eq!(parts, read);
+}
+
+/// The table's limit options (every package's names, times in whole µs).
+fn limit_options(json: &Json) -> LimitOptions {
+    let defaults = LimitOptions::default();
+    let float =
+        |name: &str, default: f64| given(json, name).map_or(default, |v| v.as_f64().unwrap());
+    let micros = |name: &str, default: Duration| {
+        given(json, name).map_or(default, |v| Duration::from_micros(v.as_u64().unwrap()))
+    };
+    let mut shares = defaults.shares;
+    if let Some(given) = given(json, "shares") {
+        for (share, value) in shares.iter_mut().zip(given.as_array().unwrap()) {
+            *share = value.as_f64().unwrap();
+        }
+    }
+    LimitOptions {
+        initial: float("initial", defaults.initial),
+        floor: float("floor", defaults.floor),
+        ceiling: float("ceiling", defaults.ceiling),
+        interval: micros("interval_us", defaults.interval),
+        target: micros("target_us", defaults.target),
+        enter: given(json, "enter").map_or(defaults.enter, |v| v.as_u64().unwrap() as u32),
+        deep: float("deep", defaults.deep),
+        epoch: micros("epoch_us", defaults.epoch),
+        decay: float("decay", defaults.decay),
+        shares,
+    }
+}
+
+#[test]
+fn the_local_limit_replays_every_trace() {
+    let table = table();
+    let part = &table["concurrency"];
+    assert_eq!(
+        limit_options(&part["defaults"]),
+        LimitOptions::default(),
+        "the shipped defaults"
+    );
+    let mut steps = 0;
+    for trace in part["traces"].as_array().unwrap() {
+        let name = trace["name"].as_str().unwrap();
+        let mut limit = ConcurrencyLimit::new(limit_options(&trace["options"]));
+        let expect = trace["expect"].as_array().unwrap();
+        for (step, (event, wanted)) in trace["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .zip(expect)
+            .enumerate()
+        {
+            let at = Duration::from_micros(event[0].as_u64().unwrap());
+            let decision = match event[1].as_str().unwrap() {
+                "admit" => {
+                    let priority: Priority = event[2].as_str().unwrap().parse().unwrap();
+                    Json::Bool(limit.admit(priority, at))
+                }
+                _ => {
+                    limit.finish(Duration::from_micros(event[2].as_u64().unwrap()), at);
+                    Json::Null
+                }
+            };
+            let got = serde_json::json!([decision, limit.limit(), limit.congested()]);
+            assert_eq!(&got, wanted, "{name}, step {step}: {event}");
+            steps += 1;
+        }
+    }
+    assert!(steps >= 1_000, "{steps} steps");
 }
 
 #[test]

@@ -1,7 +1,9 @@
 //! The server frozen (`SIGSTOP`, as a stalled or partitioned server looks to its clients):
 //! every call answers within the client's deadline with what `on_error` says, leases
 //! included; after the cool-down one call probes while the others keep the policy; the
-//! tower layer answers 503 under `Deny`; and service resumes once the server does. The
+//! tower layer answers 503 under `Deny`; the load shedder sheds no level it cannot learn, while
+//! the process's own limit still sheds a standing queue; and service resumes once the server
+//! does. The
 //! server is `REDIS_URL`'s, on this machine (its pid from `INFO`); this binary holds one
 //! test, so that nothing else runs while it is frozen.
 
@@ -15,7 +17,9 @@ use axum::routing::get;
 use axum::Router;
 use common::connection;
 use ratelimit_module::layer::RateLimitLayer;
-use ratelimit_module::{AsyncRateLimiter, Config, Error, Limiter, OnError, Options};
+use ratelimit_module::{
+    AsyncRateLimiter, Config, Error, Limiter, LoadShedder, OnError, Options, Priority,
+};
 
 /// Continues the server when dropped, whatever happened.
 struct Frozen(u32);
@@ -105,6 +109,7 @@ async fn a_frozen_server_costs_the_deadline_then_the_policy_decides() {
         axum::serve(listener, app).await.unwrap();
     });
     let limits = [Limiter::log("rs:frozen", 5, LONG)];
+    let shedding = AsyncRateLimiter::shared(connection().await, config(OnError::Allow));
     let before = log_calls().await;
 
     let frozen = Frozen::freeze(pid);
@@ -165,6 +170,23 @@ async fn a_frozen_server_costs_the_deadline_then_the_policy_decides() {
         .unwrap();
     assert_eq!(refused.status, 503);
     assert!(refused.header("retry-after").is_some());
+    // Load shedding: the report gets no answer within the deadline, so no level sheds; the
+    // process's own limit, which needs no server, still sheds a standing queue by priority.
+    let shed_clock = Arc::new(AtomicU64::new(0));
+    let read = shed_clock.clone();
+    let shedder = LoadShedder::builder(shedding, "rs:frozen:load")
+        .clock(Arc::new(move || {
+            Duration::from_millis(read.load(Ordering::SeqCst))
+        }))
+        .build();
+    assert_eq!(shedder.report().await, None);
+    assert_eq!(shedder.standing().level, 0);
+    common::flood(&shedder, &shed_clock);
+    assert!(shedder.admit(Priority::Sheddable).is_none());
+    assert!(
+        shedder.admit(Priority::CriticalPlus).is_none(),
+        "9 in flight of 4"
+    );
     drop(frozen);
 
     // What was sent reaches the server once it runs: the three first calls, the probing

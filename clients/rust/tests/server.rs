@@ -317,35 +317,106 @@ async fn a_load_shedder_reports_its_factors_and_sheds_by_priority() {
     let clock: ratelimit_module::Clock = std::sync::Arc::new(move || {
         Duration::from_millis(read.load(std::sync::atomic::Ordering::SeqCst))
     });
-    let shedder = LoadShedder::new(
-        limiter.clone(),
-        &service,
-        "web-1",
-        SECOND,
-        || vec![("queue".to_owned(), 20.0)],
-        clock,
-    );
+    let shedder = LoadShedder::builder(limiter.clone(), &service)
+        .instance("web-1")
+        .interval(SECOND)
+        .factors(|| vec![("queue".to_owned(), 20.0)])
+        .clock(clock)
+        .build();
     // Nothing is shed before a report answers.
-    assert!(shedder.admit(Priority::Sheddable));
+    let ticket = shedder
+        .admit(Priority::Sheddable)
+        .expect("nothing shed yet");
+    shedder.finished(ticket, 200);
     let standing = shedder.report().await.unwrap();
     assert_eq!((standing.level, standing.instances), (1, 1));
     assert_eq!(standing.shares, [1.0, 1.0, 0.0, 0.0]);
-    assert!(!shedder.admit(Priority::Sheddable));
-    assert!(!shedder.admit(Priority::SheddablePlus));
-    assert!(shedder.admit(Priority::Critical) && shedder.admit(Priority::CriticalPlus));
+    assert!(shedder.admit(Priority::Sheddable).is_none());
+    assert!(shedder.admit(Priority::SheddablePlus).is_none());
+    let critical = shedder.admit(Priority::Critical).expect("critical");
+    let top = shedder
+        .admit(Priority::CriticalPlus)
+        .expect("critical_plus");
+    shedder.finished(critical, 200);
+    shedder.finished(top, 503);
     assert_eq!(shedder.retry_after(), SECOND);
-    // The report counted the decisions before it; the level holds for 3 intervals.
+    // Each report carries the process's health and its requests and their successes.
+    shedder.report().await.unwrap();
     let status: Vec<redis::Value> = redis::cmd("RL.LOAD.STATUS")
         .arg(&service)
         .query_async(&mut admin)
         .await
         .unwrap();
-    assert!(format!("{status:?}").contains("requests"), "{status:?}");
+    let status = format!("{status:?}");
+    for factor in [
+        "requests",
+        "successes",
+        "inflight",
+        "latency",
+        "errors",
+        "cpu",
+        "memory",
+    ] {
+        assert!(status.contains(factor), "{factor} in {status}");
+    }
+    // The level holds for 3 intervals.
     now.store(3_000, std::sync::atomic::Ordering::SeqCst);
     assert_eq!(shedder.standing().level, 1);
     now.store(3_001, std::sync::atomic::Ordering::SeqCst);
     assert!(
-        shedder.admit(Priority::Sheddable),
+        shedder.admit(Priority::Sheddable).is_some(),
         "a stale level sheds nothing"
     );
+}
+
+/// The documented setup, every option at its default, the default policy: a healthy
+/// process sheds nothing, however many of its requests it reports.
+#[tokio::test]
+async fn a_load_shedder_with_its_defaults_sheds_nothing_from_a_healthy_service() {
+    let limiter = AsyncRateLimiter::shared(connection().await, Config::default());
+    let shedder = LoadShedder::builder(limiter, unique("healthy")).build();
+    assert_eq!(shedder.report().await.unwrap().level, 0);
+    let mut refused = 0;
+    for number in 0..400 {
+        match shedder.admit(Priority::ALL[number % 4]) {
+            Some(ticket) => shedder.finished(ticket, 200),
+            None => refused += 1,
+        }
+        if number % 100 == 0 {
+            assert_eq!(shedder.report().await.unwrap().level, 0);
+        }
+    }
+    assert_eq!(refused, 0);
+    assert_eq!(
+        shedder.limit().map(|(_, congested, _)| congested),
+        Some(false)
+    );
+}
+
+#[tokio::test]
+async fn a_standing_queue_sheds_the_least_important_first_by_the_processs_own_limit() {
+    let limiter = AsyncRateLimiter::shared(connection().await, Config::default());
+    let now = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let read = now.clone();
+    let clock: ratelimit_module::Clock = std::sync::Arc::new(move || {
+        Duration::from_millis(read.load(std::sync::atomic::Ordering::SeqCst))
+    });
+    let shedder = LoadShedder::builder(limiter.clone(), unique("flood"))
+        .clock(clock)
+        .build();
+    common::flood(&shedder, &now);
+    // Cut to the peak times target / fastest, at least 0.2: 20 * 0.2 = 4; 9 in flight.
+    assert_eq!(shedder.limit(), Some((4.0, true, 9)));
+    for priority in Priority::ALL {
+        assert!(
+            shedder.admit(priority).is_none(),
+            "{priority}: 9 in flight of 4"
+        );
+    }
+    // Without a limit of its own, only the level sheds.
+    let alone = LoadShedder::builder(limiter, unique("alone"))
+        .without_limit()
+        .build();
+    assert_eq!(alone.limit(), None);
+    assert!((0..100).all(|_| alone.admit(Priority::Sheddable).is_some()));
 }

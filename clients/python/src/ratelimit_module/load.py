@@ -1,9 +1,16 @@
-"""Graded limiting by load (docs/load.md): an instance reports its health under a service's
-key once an interval, with no code from the user (`Signals`: CPU, memory, requests in
-flight, latency, 5xx share, and what `bbr` and `admission` read), and learns in the same call
-the service's level and the share of each priority class it admits; it then sheds requests
-by priority from those shares, with no call of its own. Every instance and gateway reporting
-to the key sheds by the same level.
+"""Load shedding (docs/load.md), two checks on every request, neither a server call:
+
+- **the instance's own limit** on requests in flight (`ConcurrencyLimit`): it follows the
+  measured latency, cuts when a standing queue forms and, while congested, keeps its top
+  places for the more important classes. It decides at once, per request, and needs no
+  server at all;
+- **the fleet's level**: the instance reports its health under a service's key once an
+  interval, with no code from the user (`Signals`: CPU, memory, requests in flight, latency,
+  5xx share, the requests and their successes, and what `bbr` reads), and learns in the same
+  call the service's level and the share of each priority class it admits. Every instance
+  and gateway reporting to the key sheds by the same level.
+
+A request goes on only when both admit it.
 
     from ratelimit_module.load import AsyncLoadShedder
     from ratelimit_module.starlette import LoadSheddingMiddleware
@@ -17,8 +24,9 @@ service is overloaded), where a refusal by a limit is 429. With `shadow=True` no
 shed: what would be is counted (`shadow`) and logged.
 
 When a report fails, the last level holds until the report's time to live ends, then the
-level is 0 (nothing shed): shedding on a level nobody reports any more would refuse for no
-reason. The limits' own failure policy (`on_error`) is the limiter's.
+level is 0 (nothing shed by level): shedding on a level nobody reports any more would refuse
+for no reason. The instance's own limit goes on protecting it, server or not. The limits'
+own failure policy (`on_error`) is the limiter's.
 """
 
 from __future__ import annotations
@@ -35,9 +43,16 @@ from typing import Any, Callable, Optional
 from ._calls import DEFAULT_TIMEOUT, AsyncCalls, SyncCalls
 from ._protocol import PRIORITIES, LoadStanding, report_command, report_result
 from ._resilience import SERVER_FAILURES
+from .concurrency import ConcurrencyLimit
 from .signals import Signals
 
 LOG = logging.getLogger("ratelimit_module")
+
+
+def _micros(seconds: float) -> int:
+    """Whole microseconds, as the instance's limit counts time."""
+    return int(round(seconds * 1_000_000))
+
 
 # The standing before any report, and after the last one ended: level 0, everything admitted.
 NOTHING_SHED = LoadStanding(0, 0, (1.0, 1.0, 1.0, 1.0))
@@ -54,8 +69,26 @@ def priority_of(name: Optional[str]) -> str:
     return name if name in PRIORITIES else "sheddable"
 
 
+class Ticket:
+    """What `admit` gives a request that goes on, for `finished`: when it began, and whether
+    the instance's limit counts it in flight (not in shadow mode past a refusal)."""
+
+    __slots__ = ("started", "counted")
+
+    def __init__(self, started: float, counted: bool):
+        self.started, self.counted = started, counted
+
+
+def _local_limit(limit: Any) -> Optional[ConcurrencyLimit]:
+    """The instance's limit: a new one for True (the default), none for False or None."""
+    if limit is True:
+        return ConcurrencyLimit()
+    return limit or None
+
+
 class _Shedding:
-    """What the sync and async shedders share: the last standing, the decision, metrics."""
+    """What the sync and async shedders share: the instance's limit, the last standing, the
+    decision, metrics."""
 
     def __init__(
         self,
@@ -69,8 +102,10 @@ class _Shedding:
         factors: Optional[Callable[[], dict]],
         draw: Callable[[], float],
         clock: Callable[[], float],
+        limit: Any,
     ):
         self.service = service
+        self.limit = _local_limit(limit)
         self.instance = instance or default_instance()
         self.interval = interval
         self.ttl = ttl if ttl is not None else 3 * interval
@@ -110,24 +145,38 @@ class _Shedding:
                 LOG.warning("ratelimit: the load factors of %s failed: %s", self.service, error)
         return report_command(self.service, self.instance, self.ttl, factors)
 
-    def admit(self, priority: Optional[str]) -> bool:
-        """Whether a request of `priority` goes on: admitted with the share the service's
-        level gives its class, at random; in shadow mode always, counting what would be
-        shed."""
+    def admit(self, priority: Optional[str]) -> Optional[Ticket]:
+        """Whether a request of `priority` goes on: a `Ticket` (to hand to `finished` when
+        it ends) when both the service's level (the share it gives the class, at random) and
+        the instance's limit admit it; None when it is shed. In shadow mode always a
+        ticket, counting what would be shed (`shadow`)."""
         priority = priority_of(priority)
         standing = self.standing
-        admitted = self.draw() < standing.share(priority)
-        outcome = "admitted" if admitted else "shadow" if self.shadow else "shed"
+        by_level = self.draw() < standing.share(priority)
+        now = self.clock()
+        counted = (
+            by_level
+            and self.limit is not None
+            and self.limit.admit(PRIORITIES.index(priority), _micros(now))
+        )
+        admitted = by_level and (counted or self.limit is None)
+        if admitted:
+            outcome = "admitted"
+        else:
+            outcome = "shadow" if self.shadow else "shed" if not by_level else "shed_local"
         if self.metrics is not None and hasattr(self.metrics, "load_decision"):
             self.metrics.load_decision(self.service, priority, outcome)
         if outcome == "shadow":
             LOG.info(
-                "ratelimit: shadow: %s would be shed at level %d of %s",
+                "ratelimit: shadow: %s would be shed %s of %s",
                 priority,
-                standing.level,
+                f"at level {standing.level}" if not by_level else "by the instance's limit",
                 self.service,
             )
-        return admitted or self.shadow
+        if not (admitted or self.shadow):
+            return None
+        self.signals.started()
+        return Ticket(now, counted)
 
     @property
     def retry_after(self) -> float:
@@ -135,14 +184,16 @@ class _Shedding:
         have changed."""
         return self.interval
 
-    def started(self) -> float:
-        """A request begins: counted in flight; returns when, for `finished`."""
-        self.signals.started()
-        return time.perf_counter()
-
-    def finished(self, started: float, status: int) -> None:
-        """The request begun at `started` ended with HTTP `status`."""
-        self.signals.done(time.perf_counter() - started, status)
+    def finished(self, ticket: Ticket, status: int) -> None:
+        """The request `admit` gave `ticket` ended with HTTP `status`."""
+        now = self.clock()
+        latency = max(0.0, now - ticket.started)
+        congested = False
+        if self.limit is not None:
+            if ticket.counted:
+                self.limit.finish(_micros(latency), _micros(now))
+            congested = self.limit.congested
+        self.signals.done(latency, status, busy=congested)
 
 
 class LoadShedder(_Shedding):
@@ -153,7 +204,9 @@ class LoadShedder(_Shedding):
     long a report counts (3 intervals); `timeout` the most a report waits (1 s, whatever the
     client's retries); `metrics` a `PrometheusMetrics`; `factors` a function
     answering the application's own factors to add to each report (`{"queue": len(jobs)}`:
-    a queue's backlog, a pool's waiters, any number a policy names)."""
+    a queue's backlog, a pool's waiters, any number a policy names); `limit` the instance's
+    own limit on requests in flight (on by default; a `ConcurrencyLimit` of your options, or
+    False to shed by the level alone)."""
 
     def __init__(
         self,
@@ -170,9 +223,10 @@ class LoadShedder(_Shedding):
         draw: Callable[[], float] = random.random,
         clock: Callable[[], float] = time.monotonic,
         timeout: Optional[float] = DEFAULT_TIMEOUT,
+        limit: Any = True,
     ):
         super().__init__(
-            service, instance, interval, ttl, shadow, metrics, signals, factors, draw, clock
+            service, instance, interval, ttl, shadow, metrics, signals, factors, draw, clock, limit
         )
         self.client = client
         self.call = SyncCalls(client, timeout)
@@ -226,9 +280,10 @@ class AsyncLoadShedder(_Shedding):
         draw: Callable[[], float] = random.random,
         clock: Callable[[], float] = time.monotonic,
         timeout: Optional[float] = DEFAULT_TIMEOUT,
+        limit: Any = True,
     ):
         super().__init__(
-            service, instance, interval, ttl, shadow, metrics, signals, factors, draw, clock
+            service, instance, interval, ttl, shadow, metrics, signals, factors, draw, clock, limit
         )
         self.client = client
         self.call = AsyncCalls(client, timeout)
@@ -283,14 +338,14 @@ class LoadSheddingWSGI:
         shedder.start()
 
     def __call__(self, environ: dict, start_response: Callable) -> Any:
-        if not self.shedder.admit(self.priority(environ)):
+        ticket = self.shedder.admit(self.priority(environ))
+        if ticket is None:
             retry = str(max(1, round(self.shedder.retry_after)))
             start_response(
                 "503 Service Unavailable",
                 [("Content-Type", "text/plain"), ("Retry-After", retry)],
             )
             return [b"Service Unavailable"]
-        started = self.shedder.started()
         status = [500]
 
         def recording_start_response(line: str, headers: list, *rest: Any) -> Any:
@@ -300,14 +355,16 @@ class LoadSheddingWSGI:
         try:
             return self.app(environ, recording_start_response)
         finally:
-            self.shedder.finished(started, status[0])
+            self.shedder.finished(ticket, status[0])
 
 
 __all__ = [
     "AsyncLoadShedder",
+    "ConcurrencyLimit",
     "LoadShedder",
     "LoadSheddingWSGI",
     "NOTHING_SHED",
+    "Ticket",
     "default_instance",
     "priority_of",
 ]

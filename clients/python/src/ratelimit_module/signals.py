@@ -1,9 +1,10 @@
 """What an instance measures of itself between two reports of its load, with no code from
 the user: the process's or its cgroup's CPU and memory, the requests in flight, their
-latency and their 5xx share over the interval, and over a recent window the most requests
-completed in a second and the least latency (Sentinel's check, `bbr`) and the requests and
-successes (envoy's admission control, `admission`). Only the standard library; the clock
-and the files read are injectable, for the tests.
+latency and their 5xx share over the interval, and over a recent window the requests and
+successes (envoy's admission control, `admission`) and, from its busy seconds only, the most
+requests completed in a second and the least latency (Sentinel's check, `bbr`): a second
+when the service was not busy measures the demand, not the capacity. Only the standard
+library; the clock and the files read are injectable, for the tests.
 """
 
 from __future__ import annotations
@@ -134,13 +135,15 @@ class Signals:
         self.latencies = 0.0
         self.finished = 0
         self.failed = 0
-        # Per second of the window: (second, completed, least latency, requests, successes).
+        # Per second of the window: (second, completed, least latency, requests, successes,
+        # busy): only a busy second (the instance's limit congested in it, a queue standing)
+        # counts towards max_rps and min_rt, as TCP BBR keeps app-limited samples out.
         self.seconds: deque[list] = deque()
 
     def _second(self, now: float) -> list:
         second = math.floor(now)
         if not self.seconds or self.seconds[-1][0] != second:
-            self.seconds.append([second, 0, math.inf, 0, 0])
+            self.seconds.append([second, 0, math.inf, 0, 0, False])
         while self.seconds and self.seconds[0][0] <= second - self.window:
             self.seconds.popleft()
         return self.seconds[-1]
@@ -150,8 +153,10 @@ class Signals:
         with self.lock:
             self.inflight += 1
 
-    def done(self, latency: float, status: int) -> None:
-        """A request ended after `latency` seconds with HTTP `status` (5xx: failed)."""
+    def done(self, latency: float, status: int, busy: bool = False) -> None:
+        """A request ended after `latency` seconds with HTTP `status` (5xx: failed);
+        `busy` when the instance's limit was congested (its throughput was capacity, not
+        demand)."""
         with self.lock:
             self.inflight = max(0, self.inflight - 1)
             self.latencies += latency
@@ -163,6 +168,7 @@ class Signals:
             second[2] = min(second[2], latency * 1000)
             second[3] += 1
             second[4] += not failed
+            second[5] = second[5] or busy
 
     def sample(self) -> dict[str, float]:
         """The factors to report now, and the interval starts again."""
@@ -179,7 +185,7 @@ class Signals:
             if self.finished:
                 factors["latency"] = self.latencies / self.finished * 1000
                 factors["errors"] = self.failed / self.finished
-            full = [second for second in self.seconds if second[1]]
+            full = [second for second in self.seconds if second[1] and second[5]]
             if full:
                 factors["max_rps"] = float(max(second[1] for second in full))
                 factors["min_rt"] = min(second[2] for second in full)

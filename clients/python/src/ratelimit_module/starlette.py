@@ -123,10 +123,10 @@ def rate_limit(
 
 
 class LoadSheddingMiddleware:
-    """Sheds requests by a service's load (`AsyncLoadShedder`, docs/load.md): a request its
-    priority's share does not admit gets 503 with `Retry-After` without reaching the app;
-    every request is counted in the shedder's signals (in flight, latency, status), which
-    it reports once an interval. `priority` is a header's name (`X-Priority`) or a
+    """Sheds requests by load (`AsyncLoadShedder`, docs/load.md): a request that the
+    instance's own limit or the service's level does not admit gets 503 with `Retry-After`
+    without reaching the app; every request admitted is counted in the shedder's limit and
+    signals (in flight, latency, status). `priority` is a header's name (`X-Priority`) or a
     function of the request. The shedder starts reporting at the first request."""
 
     def __init__(self, app: ASGIApp, shedder: Any, priority: Any = "X-Priority") -> None:
@@ -145,14 +145,14 @@ class LoadSheddingMiddleware:
         priority = self.priority(Request(scope))
         if hasattr(priority, "__await__"):
             priority = await priority
-        if not self.shedder.admit(priority):
+        ticket = self.shedder.admit(priority)
+        if ticket is None:
             retry = str(max(1, seconds(self.shedder.retry_after)))
             response = PlainTextResponse(
                 "Service Unavailable", status_code=503, headers={"Retry-After": retry}
             )
             await response(scope, receive, send)
             return
-        started = self.shedder.started()
         status = [500]
 
         async def recording_send(message: Message) -> None:
@@ -163,7 +163,7 @@ class LoadSheddingMiddleware:
         try:
             await self.app(scope, receive, recording_send)
         finally:
-            self.shedder.finished(started, status[0])
+            self.shedder.finished(ticket, status[0])
 
 
 __all__ = ["LoadSheddingMiddleware", "RateLimitMiddleware", "rate_limit"]

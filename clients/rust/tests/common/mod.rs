@@ -151,3 +151,25 @@ pub async fn hot_service(name: &str) -> String {
         .unwrap();
     service
 }
+
+/// A no-load latency of 5 ms, then a queue that stands: 20 requests in flight, and every
+/// one of the next interval taking 100 ms (over four times the target of 10 ms).
+pub fn flood<C>(shedder: &ratelimit_module::LoadShedder<C>, now: &std::sync::atomic::AtomicU64) {
+    use std::sync::atomic::Ordering::SeqCst;
+    let ticket = shedder.admit(ratelimit_module::Priority::Critical).unwrap();
+    now.fetch_add(5, SeqCst);
+    shedder.finished(ticket, 200);
+    let tickets: Vec<_> = (0..20)
+        .map(|_| {
+            shedder
+                .admit(ratelimit_module::Priority::Critical)
+                .expect("under the limit of 20")
+        })
+        .collect();
+    now.fetch_add(100, SeqCst);
+    for ticket in &tickets[..10] {
+        shedder.finished(*ticket, 200);
+    }
+    now.fetch_add(100, SeqCst);
+    shedder.finished(tickets[10], 200);
+}

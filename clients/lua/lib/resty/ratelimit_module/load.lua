@@ -1,10 +1,16 @@
--- Graded limiting by load at the gateway (docs/load.md): nginx reports its upstreams' health
--- under a service's key once an interval (the requests in flight, the upstream response
--- time, the share of 5xx, and the counts `bbr` and `admission` read), and learns in the same
--- call the service's level and the share of each priority class it admits; every worker then
--- sheds by priority from those shares, with no call of its own. The signals, the level and
--- the shares live in a lua_shared_dict: every worker of one nginx counts and reads them, one
--- report goes out per interval, and a HUP reload keeps them.
+-- Load shedding at the gateway (docs/load.md), two checks on every request, neither a server
+-- call:
+-- - each worker's own limit on requests in flight to the upstream
+--   (resty.ratelimit_module.concurrency): it follows the upstream's response time, cuts when a
+--   standing queue forms and, while congested, keeps its top places for the more important
+--   classes; it needs no server at all;
+-- - the fleet's level: nginx reports its upstreams' health under a service's key once an
+--   interval (the requests in flight, the upstream response time, the share of 5xx, and the
+--   counts `bbr` and `admission` read), and learns in the same call the service's level and
+--   the share of each priority class it admits. The signals, the level and the shares live
+--   in a lua_shared_dict: every worker of one nginx counts and reads them, one report goes
+--   out per interval, and a HUP reload keeps them.
+-- A request goes on only when both admit it.
 --
 --   lua_shared_dict ratelimit_load 1m;
 --   init_worker_by_lua_block {
@@ -27,11 +33,16 @@
 --              resty.ratelimit_module.metrics serves
 --   factors    a function answering a table of the gateway's own factors (name -> number)
 --              to add to each report; a policy declares them (FACTOR name MAX|MEAN|SUM)
+--   limit      each worker's own limit on requests in flight: true (the default), a table
+--              of options over resty.ratelimit_module.concurrency's, or false to shed by
+--              the level alone
 --
 -- A priority is critical_plus, critical, sheddable_plus or sheddable; a request naming none
 -- of them is sheddable. A shed request gets 503 with Retry-After (one interval). When a report
--- fails, the last level holds for the report's time to live, then the level is 0.
+-- fails, the last level holds for the report's time to live, then the level is 0 (nothing shed
+-- by level); each worker's own limit goes on protecting the upstream.
 local client = require "resty.ratelimit_module.client"
+local concurrency = require "resty.ratelimit_module.concurrency"
 local protocol = require "resty.ratelimit_module.protocol"
 
 local ngx = ngx
@@ -44,8 +55,14 @@ local _M = { _VERSION = "0.3.0" }
 _M.PRIORITIES = { "critical_plus", "critical", "sheddable_plus", "sheddable" }
 local INDEX = { critical_plus = 1, critical = 2, sheddable_plus = 3, sheddable = 4 }
 
--- This worker's configuration, set by `start`.
+-- This worker's configuration, set by `start`, and its own limit (nil when off).
 local config
+local limit
+
+-- Whole microseconds, as the limit counts time.
+local function micros(seconds)
+    return floor(seconds * 1000000 + 0.5)
+end
 
 --- The class of `name`: one the service knows, or "sheddable".
 function _M.priority(name)
@@ -118,7 +135,9 @@ local function sample()
     local now = floor(ngx.now())
     local requests, successes, most, least = 0, 0, 0, nil
     for second = now - window + 1, now do
-        local done = dict:get("completed|" .. second)
+        -- Only a busy second (a worker's limit congested in it) counts towards max_rps and
+        -- min_rt: a second when nginx was not busy measured the demand, not the capacity.
+        local done = dict:get("busy|" .. second) and dict:get("completed|" .. second)
         if done then
             most = max(most, done)
             local fastest = dict:get("min_rt|" .. second)
@@ -205,6 +224,12 @@ function _M.start(redis, opts)
         shadow = opts.shadow and true or false,
         factors = opts.factors,
     }
+    if opts.limit == false then
+        limit = nil
+    else
+        limit = concurrency.new(type(opts.limit) == "table" and opts.limit or nil)
+    end
+    _M.limit = limit
     if ngx.worker.id() == 0 then
         local ok, err = ngx.timer.every(interval, function(premature)
             if not premature then
@@ -223,40 +248,46 @@ function _M.start(redis, opts)
     return true
 end
 
---- Whether a request of `priority` goes on: admitted with the share the level gives its
---- class, at random; in shadow mode always, counting what would be shed.
+--- Whether a request of `priority` goes on: when both the level (the share it gives the
+--- class, at random) and this worker's limit admit it; in shadow mode always, counting what
+--- would be shed. Then the level, and whether the worker's limit counts it in flight.
 function _M.admit(priority)
     local name = _M.priority(priority)
     local level, share = standing(INDEX[name])
-    local admitted = random() < share
-    local outcome = admitted and "admitted" or (config.shadow and "shadow" or "shed")
+    local by_level = random() < share
+    local counted = by_level and limit ~= nil and limit:admit(INDEX[name], micros(ngx.now()))
+    local admitted = by_level and (counted or limit == nil)
+    local outcome = admitted and "admitted"
+        or (config.shadow and "shadow" or (by_level and "shed_local" or "shed"))
     local metrics = config.metrics
     if metrics then
         metrics:incr(concat({ "load_decisions", config.service, name, outcome }, "|"), 1, 0)
     end
     if outcome == "shadow" then
-        ngx.log(ngx.WARN, "ratelimit_module: shadow: ", name, " would be shed at level ", level,
-            " of ", config.service)
+        ngx.log(ngx.WARN, "ratelimit_module: shadow: ", name, " would be shed ",
+            by_level and "by the worker's limit" or ("at level " .. level), " of ", config.service)
     end
-    return admitted or config.shadow, level
+    return admitted or config.shadow, level, counted
 end
 
---- Sheds the request (from access_by_lua*) when its priority's share does not admit it: 503
---- with Retry-After; otherwise counts it in flight, for `record`.
+--- Sheds the request (from access_by_lua*) when the level or this worker's limit does not
+--- admit it: 503 with Retry-After; otherwise counts it in flight, for `record`.
 function _M.shed(priority)
-    if not _M.admit(priority) then
+    local admitted, _, counted = _M.admit(priority)
+    if not admitted then
         ngx.header["Retry-After"] = tostring(max(1, math.ceil(config.interval)))
         return ngx.exit(503)
     end
     config.dict:incr("inflight", 1, 0)
-    ngx.ctx.ratelimit_load = true
+    ngx.ctx.ratelimit_load = counted and "counted" or true
 end
 
 --- Counts the request that ends (from log_by_lua*): its upstream's response time (or the
 --- request's) and status.
 function _M.record()
     local dict = config.dict
-    if ngx.ctx.ratelimit_load then
+    local counted = ngx.ctx.ratelimit_load
+    if counted then
         dict:incr("inflight", -1, 0)
     end
     -- The last upstream tried: "0.012, 0.020" lists every attempt.
@@ -264,10 +295,16 @@ function _M.record()
     local seconds = tonumber(times:match("([%d%.]+)%s*$")) or tonumber(ngx.var.request_time) or 0
     local status = tonumber(ngx.var.status) or 0
     local millis = seconds * 1000
+    if counted == "counted" and limit then
+        limit:finish(micros(seconds), micros(ngx.now()))
+    end
     dict:incr("finished", 1, 0)
     dict:incr("latency_sum_ms", millis, 0)
     local now = floor(ngx.now())
     local keep = config.window + 2
+    if limit and limit.congested then
+        dict:set("busy|" .. now, true, keep)
+    end
     dict:incr("completed|" .. now, 1, 0, keep)
     dict:incr("requests|" .. now, 1, 0, keep)
     if status >= 500 then

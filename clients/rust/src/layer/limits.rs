@@ -1,5 +1,5 @@
-//! A tower [`Layer`] for axum, hyper and tonic: every request whose key the closure finds
-//! is checked against the policies in one call (all or nothing), before the service runs.
+//! The rate-limiting layer: every request whose key the closure finds is checked against the
+//! policies in one call (all or nothing), before the service runs.
 //!
 //! - Admitted: the service answers, with the IETF `RateLimit` and `RateLimit-Policy` fields.
 //! - Refused by a limit: `429 Too Many Requests`, the fields and `Retry-After`.
@@ -8,29 +8,6 @@
 //!   `503 Service Unavailable` with `Retry-After`.
 //! - In shadow mode ([`crate::Config::shadow`]), a refused request goes through, counted
 //!   and logged.
-//!
-//! ```no_run
-//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
-//! use std::time::Duration;
-//! use ratelimit_module::layer::RateLimitLayer;
-//! use ratelimit_module::{AsyncRateLimiter, Config, Limiter, OnError};
-//!
-//! let connection = redis::Client::open("redis://127.0.0.1/")?
-//!     .get_multiplexed_async_connection()
-//!     .await?;
-//! let limiter = AsyncRateLimiter::shared(connection, Config::default().on_error(OnError::Allow));
-//! // 10 a second per caller in bursts of 20, and 1,000 an hour: keys "rl:burst:<ip>", ...
-//! let policies = vec![
-//!     Limiter::throttle("rl:burst:", 19, 10, Duration::from_secs(1)),
-//!     Limiter::window("rl:hour:", 1_000, Duration::from_secs(3600)).named("hour"),
-//! ];
-//! let layer = RateLimitLayer::new(limiter, policies, |request: &http::request::Parts| {
-//!     request.headers.get("x-api-key")?.to_str().ok().map(str::to_owned)
-//! });
-//! let app: axum::Router = axum::Router::new().layer(layer);
-//! # Ok(())
-//! # }
-//! ```
 
 use std::future::Future;
 use std::pin::Pin;
@@ -38,26 +15,39 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use http::header::{HeaderName, HeaderValue, RETRY_AFTER};
+use http::header::{HeaderName, HeaderValue};
 use http::request::Parts;
 use http::{Request, Response, StatusCode};
 use redis::aio::ConnectionLike;
 use tower_layer::Layer;
 use tower_service::Service;
 
+use super::response::answer;
 use crate::asynchronous::AsyncRateLimiter;
-use crate::fields::{fields, seconds};
+use crate::fields::fields;
 use crate::protocol::{Limiter, Options, Priority, RateLimit};
 use crate::resilience::Error;
 
 type KeyOf = dyn Fn(&Parts) -> Option<String> + Send + Sync;
 type PriorityOf = dyn Fn(&Parts) -> Priority + Send + Sync;
 
+/// What every clone of the layer and its services share.
 struct Shared<C> {
     limiter: Arc<AsyncRateLimiter<C>>,
-    policies: Vec<Limiter>,
-    key: Box<KeyOf>,
-    load: Option<(String, Box<PriorityOf>)>,
+    policies: Arc<[Limiter]>,
+    key: Arc<KeyOf>,
+    load: Option<(String, Arc<PriorityOf>)>,
+}
+
+impl<C> Clone for Shared<C> {
+    fn clone(&self) -> Self {
+        Shared {
+            limiter: self.limiter.clone(),
+            policies: self.policies.clone(),
+            key: self.key.clone(),
+            load: self.load.clone(),
+        }
+    }
 }
 
 impl<C> Shared<C> {
@@ -81,7 +71,7 @@ impl<C> Shared<C> {
 
 /// The layer: see the module's documentation.
 pub struct RateLimitLayer<C> {
-    shared: Arc<Shared<C>>,
+    shared: Shared<C>,
 }
 
 impl<C> Clone for RateLimitLayer<C> {
@@ -102,31 +92,25 @@ impl<C> RateLimitLayer<C> {
         key: impl Fn(&Parts) -> Option<String> + Send + Sync + 'static,
     ) -> Self {
         RateLimitLayer {
-            shared: Arc::new(Shared {
+            shared: Shared {
                 limiter,
-                policies,
-                key: Box::new(key),
+                policies: policies.into(),
+                key: Arc::new(key),
                 load: None,
-            }),
+            },
         }
     }
 
     /// Adds graded limiting by load: the level of `service` (its instances' reports) sheds
     /// a share of each priority class, the request's class given by `priority`, decided in
-    /// the same call as the limits.
+    /// the same call as the limits. A layer cloned before keeps what it had.
     pub fn load_gate(
-        self,
+        mut self,
         service: impl Into<String>,
         priority: impl Fn(&Parts) -> Priority + Send + Sync + 'static,
     ) -> Self {
-        let shared = Arc::try_unwrap(self.shared)
-            .unwrap_or_else(|_| panic!("load_gate is set before the layer is cloned"));
-        RateLimitLayer {
-            shared: Arc::new(Shared {
-                load: Some((service.into(), Box::new(priority))),
-                ..shared
-            }),
-        }
+        self.shared.load = Some((service.into(), Arc::new(priority)));
+        self
     }
 }
 
@@ -144,7 +128,7 @@ impl<S, C> Layer<S> for RateLimitLayer<C> {
 /// The service the layer wraps around another.
 pub struct RateLimitService<S, C> {
     inner: S,
-    shared: Arc<Shared<C>>,
+    shared: Shared<C>,
 }
 
 impl<S: Clone, C> Clone for RateLimitService<S, C> {
@@ -170,18 +154,6 @@ fn lower(name: &'static str) -> &'static str {
         "RateLimit" => "ratelimit",
         _ => "retry-after",
     }
-}
-
-fn answer<B: Default>(status: StatusCode, retry_after: Option<Duration>) -> Response<B> {
-    let mut response = Response::new(B::default());
-    *response.status_mut() = status;
-    if let Some(retry_after) = retry_after {
-        let value = seconds(retry_after).max(1).to_string();
-        if let Ok(value) = HeaderValue::from_str(&value) {
-            response.headers_mut().insert(RETRY_AFTER, value);
-        }
-    }
-    response
 }
 
 impl<S, C, ReqBody, ResBody> Service<Request<ReqBody>> for RateLimitService<S, C>
@@ -237,7 +209,7 @@ where
                     Some(Duration::from_secs(1)),
                 )),
                 Err(error) => {
-                    eprintln!("rate limiter: {error}");
+                    tracing::error!(%error, "ratelimit: the check failed");
                     Ok(answer(StatusCode::INTERNAL_SERVER_ERROR, None))
                 }
             }

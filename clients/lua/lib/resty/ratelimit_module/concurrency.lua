@@ -1,0 +1,130 @@
+-- The worker's own limit on requests in flight, decided at admission with no server call
+-- (docs/load.md, "The local limit"): it follows measured latency, cuts when a standing queue
+-- forms (CoDel's test: an interval whose fastest request still waited), grows back while none
+-- does, and while congested reserves its top places for the more important classes (trunk
+-- reservation). The same algorithm, step for step, as every package's
+-- (clients/conformance.json, `concurrency`). Plain Lua, no I/O: the clock is passed in.
+local huge, min, max, sqrt = math.huge, math.min, math.max, math.sqrt
+local setmetatable = setmetatable
+
+local _M = { _VERSION = "0.3.0" }
+local mt = { __index = _M }
+
+-- The parameters every package ships: times in whole microseconds (so that every package
+-- compares them exactly), shares most important class first.
+_M.DEFAULTS = {
+    initial = 20,
+    floor = 4,
+    ceiling = 1000,
+    interval_us = 100000,
+    target_us = 5000,
+    enter = 4,
+    deep = 4,
+    epoch_us = 30000000,
+    decay = 0.95,
+    shares = { 1, 0.6, 0.4, 0.2 },
+}
+
+--- A limit with `opts` over the defaults.
+function _M.new(opts)
+    local o = {}
+    for name, value in pairs(_M.DEFAULTS) do
+        o[name] = value
+    end
+    for name, value in pairs(opts or {}) do
+        o[name] = value
+    end
+    return setmetatable({
+        options = o,
+        limit = o.initial,
+        inflight = 0,
+        congested = false,
+        -- How many times the limit changed, and congestion began (for the bench).
+        changes = 0,
+        congestions = 0,
+        window_end = nil,
+        window_min = huge,
+        peak = 0,
+        standing_run = 0,
+        noload_now = huge,
+        noload_before = huge,
+        epoch_end = 0,
+    }, mt)
+end
+
+--- The no-load latency: the least of this epoch and the last (math.huge before any).
+function _M.noload(self)
+    return min(self.noload_now, self.noload_before)
+end
+
+-- Closes the interval that ended at or before `now`, if any.
+local function roll(self, now)
+    local o = self.options
+    if not self.window_end then
+        self.window_end, self.epoch_end = now + o.interval_us, now + o.epoch_us
+        return
+    end
+    while now >= self.epoch_end do
+        self.noload_before, self.noload_now = self.noload_now, huge
+        self.epoch_end = self.epoch_end + o.epoch_us
+    end
+    if now < self.window_end then
+        return
+    end
+    local noload = min(self.noload_now, self.noload_before)
+    local bound = self.peak >= self.limit / 2
+    local measured = self.window_min < huge and noload < huge
+    local target = measured and noload + max(noload, o.target_us) or huge
+    local standing = measured and bound and self.window_min > target
+    self.standing_run = standing and self.standing_run + 1 or 0
+    local before = self.limit
+    local deep = standing and self.window_min > o.deep * target
+    if standing and (self.congested or deep or self.standing_run >= o.enter) then
+        local gradient = max(0.2, min(0.9, target / self.window_min))
+        self.limit = max(o.floor, min(self.limit, self.peak) * gradient)
+        if not self.congested then
+            self.congestions = self.congestions + 1
+        end
+        self.congested = true
+    elseif standing then -- luacheck: ignore 542
+        -- Not yet: a queue must stand for `enter` intervals, or be deep.
+    elseif bound and measured then
+        local step = self.congested and 1 or sqrt(self.limit)
+        self.limit = min(o.ceiling, self.limit + step)
+    elseif not bound then
+        if self.congested then
+            self.congested = false
+        else
+            self.limit = max(o.floor, 2 * self.peak, self.limit * o.decay)
+        end
+    end
+    if self.limit ~= before then
+        self.changes = self.changes + 1
+    end
+    self.window_min = huge
+    self.peak = self.inflight
+    self.window_end = now + o.interval_us
+end
+
+--- Whether a request of class `index` (1, critical_plus, to 4, sheddable) is admitted at
+--- `now` (whole microseconds of a monotonic clock); an admitted one is in flight until `finish`.
+function _M.admit(self, index, now)
+    roll(self, now)
+    local share = self.congested and self.options.shares[index] or 1
+    if self.inflight < self.limit * share then
+        self.inflight = self.inflight + 1
+        self.peak = max(self.peak, self.inflight)
+        return true
+    end
+    return false
+end
+
+--- An admitted request ended at `now` after `latency` (whole microseconds both).
+function _M.finish(self, latency, now)
+    roll(self, now)
+    self.inflight = max(0, self.inflight - 1)
+    self.window_min = min(self.window_min, latency)
+    self.noload_now = min(self.noload_now, latency)
+end
+
+return _M

@@ -1,0 +1,121 @@
+// The instance's own limit on requests in flight, decided at admission with no server call
+// (docs/load.md, "The local limit"): it follows measured latency, cuts when a standing queue
+// forms (CoDel's test: an interval whose fastest request still waited), grows back while none
+// does, and while congested reserves its top places for the more important classes (trunk
+// reservation). The same algorithm, step for step, as every package's (clients/conformance.json,
+// `concurrency`). Plain JavaScript, no I/O: the clock is passed in.
+"use strict";
+
+const PRIORITIES = ["critical_plus", "critical", "sheddable_plus", "sheddable"];
+
+/** The parameters every package ships: times in whole microseconds (so that every package
+ * compares them exactly), shares most important class first. */
+const LIMIT_DEFAULTS = Object.freeze({
+  initial: 20,
+  floor: 4,
+  ceiling: 1000,
+  intervalUs: 100_000,
+  targetUs: 5_000,
+  enter: 4,
+  deep: 4,
+  epochUs: 30_000_000,
+  decay: 0.95,
+  shares: Object.freeze([1, 0.6, 0.4, 0.2]),
+});
+
+/** 0 (critical_plus) to 3 (sheddable), from a class's name or number. */
+function priorityIndex(priority) {
+  if (typeof priority === "number") return Math.min(Math.max(priority, 0), 3);
+  const index = PRIORITIES.indexOf(priority);
+  if (index < 0) throw new TypeError(`unknown priority: ${priority}`);
+  return index;
+}
+
+class ConcurrencyLimit {
+  constructor(options = {}) {
+    this.options = { ...LIMIT_DEFAULTS, ...options };
+    this.limit = this.options.initial;
+    this.inflight = 0;
+    this.congested = false;
+    // How many times the limit changed, and congestion began (for the bench).
+    this.changes = 0;
+    this.congestions = 0;
+    this.windowEnd = null;
+    this.windowMin = Infinity;
+    this.peak = 0;
+    this.standingRun = 0;
+    this.noloadNow = Infinity;
+    this.noloadBefore = Infinity;
+    this.epochEnd = 0;
+  }
+
+  /** The no-load latency: the least of this epoch and the last (Infinity before any). */
+  get noload() {
+    return Math.min(this.noloadNow, this.noloadBefore);
+  }
+
+  /** Closes the interval that ended at or before `now`, if any. */
+  roll(now) {
+    const o = this.options;
+    if (this.windowEnd === null) {
+      this.windowEnd = now + o.intervalUs;
+      this.epochEnd = now + o.epochUs;
+      return;
+    }
+    while (now >= this.epochEnd) {
+      this.noloadBefore = this.noloadNow;
+      this.noloadNow = Infinity;
+      this.epochEnd += o.epochUs;
+    }
+    if (now < this.windowEnd) return;
+    const noload = this.noload;
+    const bound = this.peak >= this.limit / 2;
+    const measured = this.windowMin < Infinity && noload < Infinity;
+    const target = measured ? noload + Math.max(noload, o.targetUs) : Infinity;
+    const standing = measured && bound && this.windowMin > target;
+    this.standingRun = standing ? this.standingRun + 1 : 0;
+    const before = this.limit;
+    const deep = standing && this.windowMin > o.deep * target;
+    if (standing && (this.congested || deep || this.standingRun >= o.enter)) {
+      const gradient = Math.max(0.2, Math.min(0.9, target / this.windowMin));
+      this.limit = Math.max(o.floor, Math.min(this.limit, this.peak) * gradient);
+      if (!this.congested) this.congestions += 1;
+      this.congested = true;
+    } else if (standing) {
+      // Not yet: a queue must stand for `enter` intervals, or be deep.
+    } else if (bound && measured) {
+      const step = this.congested ? 1 : Math.sqrt(this.limit);
+      this.limit = Math.min(o.ceiling, this.limit + step);
+    } else if (!bound) {
+      if (this.congested) this.congested = false;
+      else this.limit = Math.max(o.floor, 2 * this.peak, this.limit * o.decay);
+    }
+    if (this.limit !== before) this.changes += 1;
+    this.windowMin = Infinity;
+    this.peak = this.inflight;
+    this.windowEnd = now + o.intervalUs;
+  }
+
+  /** Whether a request of `priority` (a name or 0 to 3) is admitted at `now` (whole microseconds of a monotonic clock); an
+   * admitted one is in flight until `finish`. */
+  admit(priority, now) {
+    this.roll(now);
+    const share = this.congested ? this.options.shares[priorityIndex(priority)] : 1;
+    if (this.inflight < this.limit * share) {
+      this.inflight += 1;
+      this.peak = Math.max(this.peak, this.inflight);
+      return true;
+    }
+    return false;
+  }
+
+  /** An admitted request ended at `now` after `latency` (whole microseconds both). */
+  finish(latency, now) {
+    this.roll(now);
+    this.inflight = Math.max(0, this.inflight - 1);
+    this.windowMin = Math.min(this.windowMin, latency);
+    this.noloadNow = Math.min(this.noloadNow, latency);
+  }
+}
+
+module.exports = { ConcurrencyLimit, LIMIT_DEFAULTS, PRIORITIES, priorityIndex };

@@ -1,0 +1,150 @@
+"""The instance's own limit on requests in flight, decided at admission with no server call
+(docs/load.md, "The local limit"): it follows measured latency, cuts when a standing queue
+forms and grows back while none does, and reserves its top places for the more important
+classes while it is congested. The same algorithm, step for step, in every package
+(clients/conformance.json, `concurrency`).
+
+- **Standing queue** (CoDel's test): an interval (100 ms) whose *fastest* request still took
+  longer than the no-load latency plus the longer of one no-load latency and 5 ms, while the
+  requests in flight reached half the limit. A burst that drains within the interval leaves
+  a fast request in it; a queue that stands does not.
+- **No-load latency**: the least latency of the current and the previous epoch (30 s each).
+- **Congestion** begins at the fourth standing interval in a row, or at once when the fastest
+  request took over four times that target (a queue that grew fast): the limit is cut to the
+  in-flight peak times `target / fastest` (Netflix's gradient, from 0.2 to 0.9), and again
+  at every standing interval while congested; between them it grows by one. Congestion ends
+  at the first interval whose peak stayed under half the limit.
+- **Not congested**, the limit grows by its square root (envoy's headroom) when the peak
+  reached half of it, and otherwise eases down (5% an interval) towards twice the peak, so
+  that the limit a new overload meets is near what the service was using.
+- **Priorities** (trunk reservation): while congested, a class is admitted only while the
+  requests in flight are under its share of the limit, 1, 0.6, 0.4 and 0.2 from
+  critical_plus to sheddable; not congested, every class is admitted under the limit.
+
+Plain Python, no I/O: the clock is passed in, so the conformance traces replay it exactly.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from dataclasses import dataclass
+from typing import Optional
+
+PRIORITIES = ("critical_plus", "critical", "sheddable_plus", "sheddable")
+
+
+@dataclass(frozen=True)
+class LimitOptions:
+    """The local limit's parameters; the defaults are what every package ships. Times are
+    whole microseconds, so that every package compares them exactly."""
+
+    initial: float = 20.0
+    floor: float = 4.0
+    ceiling: float = 1000.0
+    interval_us: int = 100_000
+    target_us: int = 5_000
+    enter: int = 4
+    deep: float = 4.0
+    epoch_us: int = 30_000_000
+    decay: float = 0.95
+    shares: tuple = (1.0, 0.6, 0.4, 0.2)
+
+
+def priority_index(priority) -> int:
+    """0 (critical_plus) to 3 (sheddable), from a class's name or number."""
+    if isinstance(priority, int):
+        return min(max(priority, 0), 3)
+    return PRIORITIES.index(priority)
+
+
+class ConcurrencyLimit:
+    """See the module's documentation. Thread-safe: a WSGI app's requests run on many
+    threads. `admit` and `finish` take the time of the event in whole microseconds of a
+    monotonic clock, and `finish` the latency in whole microseconds."""
+
+    def __init__(self, options: Optional[LimitOptions] = None):
+        self.options = options or LimitOptions()
+        self.limit = self.options.initial
+        self.inflight = 0
+        self.congested = False
+        # How many times the limit changed, and congestion began (for the bench).
+        self.changes = 0
+        self.congestions = 0
+        self._window_end: Optional[int] = None
+        self._window_min = math.inf
+        self._peak = 0
+        self._standing_run = 0
+        self._noload_now = math.inf
+        self._noload_before = math.inf
+        self._epoch_end = 0
+        self._lock = threading.Lock()
+
+    @property
+    def noload(self) -> float:
+        """The no-load latency: the least of this epoch and the last (inf before any)."""
+        return min(self._noload_now, self._noload_before)
+
+    def _roll(self, now: int) -> None:
+        """Closes the interval that ended at or before `now`, if any."""
+        o = self.options
+        if self._window_end is None:
+            self._window_end, self._epoch_end = now + o.interval_us, now + o.epoch_us
+            return
+        while now >= self._epoch_end:
+            self._noload_before, self._noload_now = self._noload_now, math.inf
+            self._epoch_end += o.epoch_us
+        if now < self._window_end:
+            return
+        noload = self.noload
+        bound = self._peak >= self.limit / 2
+        measured = self._window_min < math.inf and noload < math.inf
+        target = noload + max(noload, o.target_us) if measured else math.inf
+        standing = measured and bound and self._window_min > target
+        self._standing_run = self._standing_run + 1 if standing else 0
+        before = self.limit
+        deep = standing and self._window_min > o.deep * target
+        if standing and (self.congested or deep or self._standing_run >= o.enter):
+            gradient = max(0.2, min(0.9, target / self._window_min))
+            self.limit = max(o.floor, min(self.limit, self._peak) * gradient)
+            if not self.congested:
+                self.congestions += 1
+            self.congested = True
+        elif standing:
+            pass
+        elif bound and measured:
+            step = 1.0 if self.congested else math.sqrt(self.limit)
+            self.limit = min(o.ceiling, self.limit + step)
+        elif not bound:
+            if self.congested:
+                self.congested = False
+            else:
+                self.limit = max(o.floor, float(2 * self._peak), self.limit * o.decay)
+        if self.limit != before:
+            self.changes += 1
+        self._window_min = math.inf
+        self._peak = self.inflight
+        self._window_end = now + o.interval_us
+
+    def admit(self, priority, now: int) -> bool:
+        """Whether a request of `priority` (a name or 0 to 3) is admitted at `now`; an
+        admitted one is in flight until `finish`."""
+        with self._lock:
+            self._roll(now)
+            share = self.options.shares[priority_index(priority)] if self.congested else 1.0
+            if self.inflight < self.limit * share:
+                self.inflight += 1
+                self._peak = max(self._peak, self.inflight)
+                return True
+            return False
+
+    def finish(self, latency: int, now: int) -> None:
+        """An admitted request ended at `now` after `latency` (microseconds both)."""
+        with self._lock:
+            self._roll(now)
+            self.inflight = max(0, self.inflight - 1)
+            self._window_min = min(self._window_min, latency)
+            self._noload_now = min(self._noload_now, latency)
+
+
+__all__ = ["ConcurrencyLimit", "LimitOptions", "PRIORITIES", "priority_index"]

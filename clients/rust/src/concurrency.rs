@@ -1,0 +1,247 @@
+//! The instance's own limit on requests in flight, decided at admission with no server call
+//! (docs/load.md, "The local limit"). It follows measured latency: it cuts when a standing
+//! queue forms (CoDel's test: an interval whose *fastest* request still waited), grows back
+//! while none does, and while congested reserves its top places for the more important
+//! classes (trunk reservation). The same algorithm, step for step, as the Python, Node and
+//! Lua packages' (`clients/conformance.json`, part `concurrency`).
+//!
+//! - **Standing queue**: an interval (100 ms) whose fastest request took longer than the
+//!   no-load latency plus the longer of one no-load latency and 5 ms, while the requests in
+//!   flight reached half the limit.
+//! - **No-load latency**: the least latency of the current and the previous epoch (30 s).
+//! - **Congestion** begins at the fourth standing interval in a row, or at once when the
+//!   fastest request took over four times the target: the limit is cut to the in-flight peak
+//!   times `target / fastest` (from 0.2 to 0.9), and again at every standing interval while
+//!   congested; between them it grows by one. It ends at the first interval whose peak
+//!   stayed under half the limit.
+//! - **Not congested**, the limit grows by its square root when the peak reached half of it,
+//!   and otherwise eases down 5% an interval towards twice the peak.
+//! - **Priorities**: while congested, a class is admitted only while the requests in flight
+//!   are under its share of the limit (1, 0.6, 0.4, 0.2 from `critical_plus` to
+//!   `sheddable`); not congested, every class is admitted under the limit.
+
+use std::time::Duration;
+
+use crate::protocol::Priority;
+
+/// The local limit's parameters. [`LimitOptions::default`] is what every package ships.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LimitOptions {
+    /// The limit before any measurement (20).
+    pub initial: f64,
+    /// The least the limit is cut to (4).
+    pub floor: f64,
+    /// The most it grows to (1,000).
+    pub ceiling: f64,
+    /// How long an interval lasts (100 ms).
+    pub interval: Duration,
+    /// The least queueing delay that counts as standing (5 ms).
+    pub target: Duration,
+    /// Standing intervals in a row that begin congestion (4).
+    pub enter: u32,
+    /// How many times the target a fastest request must take to begin it at once (4).
+    pub deep: f64,
+    /// How long the no-load latency is kept (30 s, the current and the last epoch).
+    pub epoch: Duration,
+    /// How far the limit eases down an interval, not congested (0.95).
+    pub decay: f64,
+    /// The share of the limit each class may fill while congested, most important first.
+    pub shares: [f64; 4],
+}
+
+impl Default for LimitOptions {
+    fn default() -> Self {
+        LimitOptions {
+            initial: 20.0,
+            floor: 4.0,
+            ceiling: 1_000.0,
+            interval: Duration::from_millis(100),
+            target: Duration::from_millis(5),
+            enter: 4,
+            deep: 4.0,
+            epoch: Duration::from_secs(30),
+            decay: 0.95,
+            shares: [1.0, 0.6, 0.4, 0.2],
+        }
+    }
+}
+
+/// Whole microseconds: every package compares times exactly.
+fn micros(duration: Duration) -> u64 {
+    u64::try_from(duration.as_micros()).unwrap_or(u64::MAX)
+}
+
+/// The local limit: see the module's documentation. Plain state, no I/O: the time of each
+/// event is passed in, as an offset of a monotonic clock ([`crate::Clock`]).
+#[derive(Clone, Debug)]
+pub struct ConcurrencyLimit {
+    options: LimitOptions,
+    limit: f64,
+    inflight: u64,
+    congested: bool,
+    changes: u64,
+    congestions: u64,
+    window_end: Option<u64>,
+    window_min: Option<u64>,
+    peak: u64,
+    standing_run: u32,
+    noload_now: Option<u64>,
+    noload_before: Option<u64>,
+    epoch_end: u64,
+}
+
+impl Default for ConcurrencyLimit {
+    fn default() -> Self {
+        ConcurrencyLimit::new(LimitOptions::default())
+    }
+}
+
+impl ConcurrencyLimit {
+    /// A limit with `options`.
+    pub fn new(options: LimitOptions) -> Self {
+        ConcurrencyLimit {
+            limit: options.initial,
+            options,
+            inflight: 0,
+            congested: false,
+            changes: 0,
+            congestions: 0,
+            window_end: None,
+            window_min: None,
+            peak: 0,
+            standing_run: 0,
+            noload_now: None,
+            noload_before: None,
+            epoch_end: 0,
+        }
+    }
+
+    /// The limit now.
+    pub fn limit(&self) -> f64 {
+        self.limit
+    }
+
+    /// The requests admitted and not finished.
+    pub fn inflight(&self) -> u64 {
+        self.inflight
+    }
+
+    /// Whether a standing queue was found and has not cleared.
+    pub fn congested(&self) -> bool {
+        self.congested
+    }
+
+    /// How many times the limit changed.
+    pub fn changes(&self) -> u64 {
+        self.changes
+    }
+
+    /// How many times congestion began.
+    pub fn congestions(&self) -> u64 {
+        self.congestions
+    }
+
+    /// The no-load latency: the least of this epoch and the last, once measured.
+    pub fn noload(&self) -> Option<Duration> {
+        self.noload_us().map(Duration::from_micros)
+    }
+
+    fn noload_us(&self) -> Option<u64> {
+        match (self.noload_now, self.noload_before) {
+            (Some(now), Some(before)) => Some(now.min(before)),
+            (one, other) => one.or(other),
+        }
+    }
+
+    /// Closes the interval that ended at or before `now`, if any.
+    fn roll(&mut self, now: u64) {
+        let interval = micros(self.options.interval);
+        let epoch = micros(self.options.epoch).max(1);
+        let Some(window_end) = self.window_end else {
+            self.window_end = Some(now.saturating_add(interval));
+            self.epoch_end = now.saturating_add(epoch);
+            return;
+        };
+        while now >= self.epoch_end {
+            self.noload_before = self.noload_now.take();
+            self.epoch_end = self.epoch_end.saturating_add(epoch);
+        }
+        if now < window_end {
+            return;
+        }
+        let o = &self.options;
+        let bound = self.peak as f64 >= self.limit / 2.0;
+        let measured = match (self.window_min, self.noload_us()) {
+            (Some(fastest), Some(noload)) => Some((fastest, noload + noload.max(micros(o.target)))),
+            _ => None,
+        };
+        let standing = bound && measured.is_some_and(|(fastest, target)| fastest > target);
+        self.standing_run = if standing { self.standing_run + 1 } else { 0 };
+        let before = self.limit;
+        let deep = standing
+            && measured.is_some_and(|(fastest, target)| fastest as f64 > o.deep * target as f64);
+        if standing && (self.congested || deep || self.standing_run >= o.enter) {
+            let (fastest, target) = measured.expect("standing is measured");
+            let gradient = (target as f64 / fastest as f64).clamp(0.2, 0.9);
+            self.limit = o.floor.max(self.limit.min(self.peak as f64) * gradient);
+            if !self.congested {
+                self.congestions += 1;
+            }
+            self.congested = true;
+        } else if standing {
+            // Not yet: a queue must stand for `enter` intervals, or be deep.
+        } else if bound && measured.is_some() {
+            let step = if self.congested {
+                1.0
+            } else {
+                self.limit.sqrt()
+            };
+            self.limit = o.ceiling.min(self.limit + step);
+        } else if !bound {
+            if self.congested {
+                self.congested = false;
+            } else {
+                self.limit = o
+                    .floor
+                    .max(2.0 * self.peak as f64)
+                    .max(self.limit * o.decay);
+            }
+        }
+        if self.limit != before {
+            self.changes += 1;
+        }
+        self.window_min = None;
+        self.peak = self.inflight;
+        self.window_end = Some(now.saturating_add(interval));
+    }
+
+    /// Whether a request of `priority` is admitted at `now`; an admitted one is in flight
+    /// until [`ConcurrencyLimit::finish`].
+    pub fn admit(&mut self, priority: Priority, now: Duration) -> bool {
+        self.roll(micros(now));
+        let share = if self.congested {
+            self.options.shares[priority.index()]
+        } else {
+            1.0
+        };
+        if (self.inflight as f64) < self.limit * share {
+            self.inflight += 1;
+            self.peak = self.peak.max(self.inflight);
+            true
+        } else {
+            false
+        }
+    }
+
+    /// An admitted request ended at `now` after `latency`.
+    pub fn finish(&mut self, latency: Duration, now: Duration) {
+        self.roll(micros(now));
+        self.inflight = self.inflight.saturating_sub(1);
+        let latency = micros(latency);
+        self.window_min = Some(
+            self.window_min
+                .map_or(latency, |fastest| fastest.min(latency)),
+        );
+        self.noload_now = Some(self.noload_now.map_or(latency, |least| least.min(latency)));
+    }
+}

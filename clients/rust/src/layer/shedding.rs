@@ -1,0 +1,164 @@
+//! The load-shedding layer: every request is admitted or shed by a [`LoadShedder`] (the
+//! process's own limit and the fleet's level) before the service runs, by its priority.
+//!
+//! - Admitted: the service answers; the request is counted in flight until its response is
+//!   made (or the call is dropped), with its latency and status.
+//! - Shed: `503 Service Unavailable` with `Retry-After` (one report interval).
+//!
+//! The priority is the `x-priority` field by default (`critical_plus`, `critical`,
+//! `sheddable_plus`, `sheddable`), `sheddable` when it is missing or names no class; or
+//! whatever [`LoadSheddingLayer::priority`] finds. The shedder starts reporting at the first
+//! request.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use http::request::Parts;
+use http::{Request, Response, StatusCode};
+use redis::aio::ConnectionLike;
+use tower_layer::Layer;
+use tower_service::Service;
+
+use super::response::answer;
+use crate::load::{LoadShedder, Ticket};
+use crate::protocol::Priority;
+
+type PriorityOf = dyn Fn(&Parts) -> Priority + Send + Sync;
+
+/// The priority in the `x-priority` field; `sheddable` when missing or unknown.
+fn from_header(request: &Parts) -> Priority {
+    request
+        .headers
+        .get("x-priority")
+        .and_then(|value| value.to_str().ok())
+        .and_then(|name| name.parse().ok())
+        .unwrap_or(Priority::Sheddable)
+}
+
+/// The layer: see the module's documentation.
+pub struct LoadSheddingLayer<C> {
+    shedder: Arc<LoadShedder<C>>,
+    priority: Arc<PriorityOf>,
+}
+
+impl<C> Clone for LoadSheddingLayer<C> {
+    fn clone(&self) -> Self {
+        LoadSheddingLayer {
+            shedder: self.shedder.clone(),
+            priority: self.priority.clone(),
+        }
+    }
+}
+
+impl<C> LoadSheddingLayer<C> {
+    /// Sheds through `shedder`, each request's priority from its `x-priority` field.
+    pub fn new(shedder: Arc<LoadShedder<C>>) -> Self {
+        LoadSheddingLayer {
+            shedder,
+            priority: Arc::new(from_header),
+        }
+    }
+
+    /// Takes each request's priority from `priority` instead (a route, a caller's plan).
+    pub fn priority(
+        mut self,
+        priority: impl Fn(&Parts) -> Priority + Send + Sync + 'static,
+    ) -> Self {
+        self.priority = Arc::new(priority);
+        self
+    }
+}
+
+impl<S, C> Layer<S> for LoadSheddingLayer<C> {
+    type Service = LoadSheddingService<S, C>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        LoadSheddingService {
+            inner,
+            layer: self.clone(),
+        }
+    }
+}
+
+/// The service the layer wraps around another.
+pub struct LoadSheddingService<S, C> {
+    inner: S,
+    layer: LoadSheddingLayer<C>,
+}
+
+impl<S: Clone, C> Clone for LoadSheddingService<S, C> {
+    fn clone(&self) -> Self {
+        LoadSheddingService {
+            inner: self.inner.clone(),
+            layer: self.layer.clone(),
+        }
+    }
+}
+
+/// A request admitted and not yet answered: finished with its status, or as abandoned
+/// (499) when the call is dropped first.
+struct InFlight<C> {
+    shedder: Arc<LoadShedder<C>>,
+    ticket: Option<Ticket>,
+}
+
+impl<C> InFlight<C> {
+    fn finish(mut self, status: u16) {
+        if let Some(ticket) = self.ticket.take() {
+            self.shedder.finished(ticket, status);
+        }
+    }
+}
+
+impl<C> Drop for InFlight<C> {
+    fn drop(&mut self) {
+        if let Some(ticket) = self.ticket.take() {
+            self.shedder.finished(ticket, 499);
+        }
+    }
+}
+
+impl<S, C, ReqBody, ResBody> Service<Request<ReqBody>> for LoadSheddingService<S, C>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+    ReqBody: Send + 'static,
+    ResBody: Default + Send + 'static,
+{
+    type Response = Response<ResBody>;
+    type Error = S::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
+        // The service polled ready is the one that serves: a fresh clone stays behind.
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let shedder = self.layer.shedder.clone();
+        shedder.start();
+        let (parts, body) = request.into_parts();
+        let priority = (self.layer.priority)(&parts);
+        let admitted = shedder.admit(priority);
+        Box::pin(async move {
+            let Some(ticket) = admitted else {
+                let retry_after = shedder.retry_after();
+                return Ok(answer(StatusCode::SERVICE_UNAVAILABLE, Some(retry_after)));
+            };
+            let in_flight = InFlight {
+                shedder,
+                ticket: Some(ticket),
+            };
+            let response = inner.call(Request::from_parts(parts, body)).await;
+            let status = response.as_ref().map_or(500, |r| r.status().as_u16());
+            in_flight.finish(status);
+            response
+        })
+    }
+}

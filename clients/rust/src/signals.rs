@@ -1,0 +1,333 @@
+//! What a process measures of itself between two load reports, with no code from the user,
+//! as the Python and Node packages do: the CPU and memory of its cgroup (or of the process and
+//! the host), the host's load, the requests in flight, their latency and 5xx share over the
+//! interval, and over a recent window the requests and their successes (`admission`) and,
+//! from the busy seconds only, the most requests completed in a second and the least latency
+//! (`bbr`): a second when the process was not busy measured the demand, not the capacity.
+//! Linux's `/proc` and cgroup v2 files; elsewhere those factors are left out.
+
+use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::resilience::Clock;
+
+fn read(path: &Path) -> Option<String> {
+    std::fs::read_to_string(path).ok()
+}
+
+/// CPU seconds this process used: the first field of `/proc/self/schedstat` (nanoseconds
+/// on a CPU).
+fn process_cpu() -> Option<Duration> {
+    let text = read(Path::new("/proc/self/schedstat"))?;
+    let nanos = text.split_whitespace().next()?.parse().ok()?;
+    Some(Duration::from_nanos(nanos))
+}
+
+/// The CPU in use since the last reading, 0 to 1 of what the process may use: in a
+/// container with a CPU quota (cgroup v2 `cpu.max`), the cgroup's use over its quota;
+/// otherwise the process's over the cores it may run on (a Rust service runs on all of
+/// them, not on one as a Python or Node process does).
+pub struct CpuMeter {
+    cgroup: PathBuf,
+    clock: Clock,
+    cores: f64,
+    last: Option<(Duration, Duration, bool)>,
+}
+
+impl CpuMeter {
+    /// A meter of the cgroup at `cgroup` (`/sys/fs/cgroup` in a container) or the process.
+    pub fn new(cgroup: impl Into<PathBuf>, clock: Clock) -> CpuMeter {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        CpuMeter {
+            cgroup: cgroup.into(),
+            clock,
+            cores: cores as f64,
+            last: None,
+        }
+    }
+
+    /// The cgroup's quota in cores, when it has one.
+    fn quota(&self) -> Option<f64> {
+        let text = read(&self.cgroup.join("cpu.max"))?;
+        let mut parts = text.split_whitespace();
+        let (limit, period) = (parts.next()?, parts.next()?);
+        let (limit, period): (f64, f64) = (limit.parse().ok()?, period.parse().ok()?);
+        (period > 0.0).then(|| (limit / period).max(0.01))
+    }
+
+    fn used(&self, quota: bool) -> Option<Duration> {
+        if !quota {
+            return process_cpu();
+        }
+        let stat = read(&self.cgroup.join("cpu.stat"))?;
+        let line = stat.lines().find(|line| line.starts_with("usage_usec "))?;
+        Some(Duration::from_micros(line[11..].trim().parse().ok()?))
+    }
+
+    /// The share of CPU used since the last reading; `None` at the first.
+    pub fn read(&mut self) -> Option<f64> {
+        let quota = self.quota();
+        let now = (self.clock)();
+        let used = self.used(quota.is_some());
+        let last = self.last.take();
+        self.last = used.map(|used| (now, used, quota.is_some()));
+        let (at, before, had_quota) = last?;
+        let used = used?;
+        // A quota set or lifted since changes what is counted: a new baseline.
+        if now <= at || had_quota != quota.is_some() {
+            return None;
+        }
+        let spent = used.saturating_sub(before).as_secs_f64();
+        let capacity = (now - at).as_secs_f64() * quota.unwrap_or(self.cores);
+        Some((spent / capacity).clamp(0.0, 1.0))
+    }
+}
+
+/// Memory in use over what is allowed, 0 to 1: the cgroup's (`memory.current` over
+/// `memory.max`), else the host's (`MemTotal - MemAvailable` over `MemTotal`).
+pub fn memory_share(cgroup: &Path, meminfo: &Path) -> Option<f64> {
+    let current = read(&cgroup.join("memory.current"));
+    let limit = read(&cgroup.join("memory.max"));
+    if let (Some(current), Some(limit)) = (current, limit) {
+        if let (Ok(current), Ok(limit)) =
+            (current.trim().parse::<f64>(), limit.trim().parse::<f64>())
+        {
+            return Some((current / limit.max(1.0)).clamp(0.0, 1.0));
+        }
+    }
+    let info = read(meminfo)?;
+    let field = |name: &str| -> Option<f64> {
+        let line = info.lines().find(|line| line.starts_with(name))?;
+        line[name.len()..].split_whitespace().next()?.parse().ok()
+    };
+    let (total, available) = (field("MemTotal:")?, field("MemAvailable:")?);
+    (total > 0.0).then(|| ((total - available) / total).clamp(0.0, 1.0))
+}
+
+/// The host's run queue over its cores (load1 / cores, Sentinel's system load).
+pub fn host_load() -> Option<f64> {
+    let text = read(Path::new("/proc/loadavg"))?;
+    let load1: f64 = text.split_whitespace().next()?.parse().ok()?;
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    Some(load1 / cores as f64)
+}
+
+/// One second of the window.
+#[derive(Clone, Copy, Debug)]
+struct Second {
+    second: u64,
+    completed: u64,
+    fastest: Option<Duration>,
+    requests: u64,
+    successes: u64,
+    /// The process's limit congested in it: only such a second counts towards `max_rps`
+    /// and `min_rt`.
+    busy: bool,
+}
+
+/// The requests a process serves, counted as they start and end, read once a report
+/// interval ([`Signals::sample`]). Behind the shedder's lock.
+pub struct Signals {
+    window: u64,
+    clock: Clock,
+    cpu: CpuMeter,
+    cgroup: PathBuf,
+    inflight: u64,
+    latencies: Duration,
+    finished: u64,
+    failed: u64,
+    seconds: VecDeque<Second>,
+}
+
+impl Signals {
+    /// Signals over a window of `window` seconds (10 in every package) of `clock`, reading
+    /// the cgroup at `/sys/fs/cgroup`. The CPU is measured over the real clock, whatever
+    /// `clock` says: it is a share of real time.
+    pub fn new(window: u64, clock: Clock) -> Signals {
+        let cgroup = PathBuf::from("/sys/fs/cgroup");
+        let mut cpu = CpuMeter::new(cgroup.clone(), crate::resilience::monotonic());
+        // The first reading is the baseline: taken now, the first report has a share.
+        cpu.read();
+        Signals {
+            window: window.max(1),
+            clock,
+            cpu,
+            cgroup,
+            inflight: 0,
+            latencies: Duration::ZERO,
+            finished: 0,
+            failed: 0,
+            seconds: VecDeque::new(),
+        }
+    }
+
+    fn second(&mut self, now: Duration) -> &mut Second {
+        let second = now.as_secs();
+        if self.seconds.back().is_none_or(|last| last.second != second) {
+            self.seconds.push_back(Second {
+                second,
+                completed: 0,
+                fastest: None,
+                requests: 0,
+                successes: 0,
+                busy: false,
+            });
+        }
+        while self
+            .seconds
+            .front()
+            .is_some_and(|first| first.second + self.window <= second)
+        {
+            self.seconds.pop_front();
+        }
+        self.seconds.back_mut().expect("pushed")
+    }
+
+    /// A request began.
+    pub fn started(&mut self) {
+        self.inflight += 1;
+    }
+
+    /// A request ended after `latency` with HTTP `status` (5xx: failed); `busy` when the
+    /// process's limit was congested.
+    pub fn done(&mut self, latency: Duration, status: u16, busy: bool) {
+        self.inflight = self.inflight.saturating_sub(1);
+        self.latencies += latency;
+        self.finished += 1;
+        let failed = status >= 500;
+        self.failed += u64::from(failed);
+        let now = (self.clock)();
+        let second = self.second(now);
+        second.completed += 1;
+        second.fastest = Some(
+            second
+                .fastest
+                .map_or(latency, |fastest| fastest.min(latency)),
+        );
+        second.requests += 1;
+        second.successes += u64::from(!failed);
+        second.busy |= busy;
+    }
+
+    /// The factors to report now; the interval starts again.
+    pub fn sample(&mut self) -> Vec<(String, f64)> {
+        let mut factors = vec![("inflight".to_owned(), self.inflight as f64)];
+        if let Some(cpu) = self.cpu.read() {
+            factors.push(("cpu".into(), cpu));
+        }
+        if let Some(memory) = memory_share(&self.cgroup, Path::new("/proc/meminfo")) {
+            factors.push(("memory".into(), memory));
+        }
+        if let Some(load) = host_load() {
+            factors.push(("load".into(), load));
+        }
+        if self.finished > 0 {
+            let mean = self.latencies.as_secs_f64() / self.finished as f64;
+            factors.push(("latency".into(), mean * 1_000.0));
+            factors.push(("errors".into(), self.failed as f64 / self.finished as f64));
+        }
+        let now = (self.clock)();
+        self.second(now);
+        let busy = self.seconds.iter().filter(|s| s.busy && s.completed > 0);
+        let most = busy.clone().map(|s| s.completed).max();
+        let least = busy.filter_map(|s| s.fastest).min();
+        if let (Some(most), Some(least)) = (most, least) {
+            factors.push(("max_rps".into(), most as f64));
+            factors.push(("min_rt".into(), least.as_secs_f64() * 1_000.0));
+        }
+        let requests: u64 = self.seconds.iter().map(|s| s.requests).sum();
+        let successes: u64 = self.seconds.iter().map(|s| s.successes).sum();
+        factors.push(("requests".into(), requests as f64));
+        factors.push(("successes".into(), successes as f64));
+        self.latencies = Duration::ZERO;
+        self.finished = 0;
+        self.failed = 0;
+        factors
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
+
+    use super::*;
+
+    fn clock() -> (Arc<AtomicU64>, Clock) {
+        let millis = Arc::new(AtomicU64::new(0));
+        let reading = millis.clone();
+        let clock: Clock = Arc::new(move || Duration::from_millis(reading.load(Ordering::SeqCst)));
+        (millis, clock)
+    }
+
+    fn value(factors: &[(String, f64)], name: &str) -> Option<f64> {
+        factors.iter().find(|(f, _)| f == name).map(|(_, v)| *v)
+    }
+
+    #[test]
+    fn requests_give_latency_errors_the_counts_and_only_busy_seconds_the_pipe() {
+        let (millis, clock) = clock();
+        let mut signals = Signals::new(10, clock);
+        signals.started();
+        signals.started();
+        assert_eq!(value(&signals.sample(), "inflight"), Some(2.0));
+        millis.store(10_200, Ordering::SeqCst);
+        signals.done(Duration::from_millis(20), 200, false);
+        signals.done(Duration::from_millis(60), 503, false);
+        let sample = signals.sample();
+        assert_eq!(value(&sample, "inflight"), Some(0.0));
+        assert_eq!(value(&sample, "latency"), Some(40.0));
+        assert_eq!(value(&sample, "errors"), Some(0.5));
+        assert_eq!(value(&sample, "requests"), Some(2.0));
+        assert_eq!(value(&sample, "successes"), Some(1.0));
+        assert_eq!(value(&sample, "max_rps"), None, "no busy second");
+        millis.store(11_500, Ordering::SeqCst);
+        signals.started();
+        signals.started();
+        signals.done(Duration::from_millis(40), 200, true);
+        signals.done(Duration::from_millis(30), 200, true);
+        let sample = signals.sample();
+        assert_eq!(value(&sample, "max_rps"), Some(2.0));
+        assert_eq!(value(&sample, "min_rt"), Some(30.0));
+        assert!(value(&sample, "latency").is_some());
+        // The window keeps its seconds until they age out.
+        millis.store(25_000, Ordering::SeqCst);
+        let later = signals.sample();
+        assert_eq!(value(&later, "requests"), Some(0.0));
+        assert_eq!(value(&later, "latency"), None);
+    }
+
+    #[test]
+    fn cpu_is_the_share_of_the_quota_and_memory_of_what_is_allowed() {
+        let dir = std::env::temp_dir().join(format!("ratelimit-cgroup-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let write = |name: &str, text: &str| std::fs::write(dir.join(name), text).unwrap();
+        write("cpu.max", "200000 100000\n");
+        write("cpu.stat", "usage_usec 5000000\nuser_usec 1\n");
+        let (millis, clock) = clock();
+        let mut meter = CpuMeter::new(dir.clone(), clock);
+        assert_eq!(
+            meter.read(),
+            None,
+            "the first reading has nothing to compare"
+        );
+        millis.store(2_000, Ordering::SeqCst);
+        write("cpu.stat", "usage_usec 8000000\nuser_usec 1\n");
+        assert_eq!(
+            meter.read(),
+            Some(0.75),
+            "3 s of CPU in 2 s of a 2-core quota"
+        );
+        write("memory.current", "268435456\n");
+        write("memory.max", "1073741824\n");
+        assert_eq!(memory_share(&dir, Path::new("/nonexistent")), Some(0.25));
+        write("memory.max", "max\n");
+        write(
+            "meminfo",
+            "MemTotal:       1000 kB\nMemFree:  10 kB\nMemAvailable:    400 kB\n",
+        );
+        assert_eq!(memory_share(&dir, &dir.join("meminfo")), Some(0.6));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

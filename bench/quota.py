@@ -107,6 +107,7 @@ def measure_quota(module: Path) -> dict:
                             times = [t for run in runs for t in run["times"]]
                             bound_rows.append({
                                 "batch": batch, "processes": processes,
+                                "admitted": admitted, "calls": calls,
                                 "worst": worst_window(times, BINDING_WINDOW),
                                 "bound": BINDING_LIMIT + processes * batch})
                         else:

@@ -32,14 +32,18 @@ def quota_section(result) -> list[str]:
     lines += [
         "",
         f"Then with a limit that binds ({BINDING_LIMIT} in any {BINDING_WINDOW:.0f} s, an "
-        "exact log), every process taking as fast as it can: the most admitted in any window "
-        "against the bound, the limit plus processes × batch.",
+        "exact log), every process taking as fast as it can: what they admitted and the server "
+        "calls it took (a binding limit asks for half a batch at a time, waited for: at most "
+        "a call per half batch, the aim), and the most admitted in any window against the "
+        "bound, the limit plus processes × batch.",
         "",
-        "| Batch | Processes | Most in one window | Bound |",
-        "|---:|---:|---:|---:|",
+        "| Batch | Processes | Admitted | Server calls | Admitted per call | Most in one window | Bound |",
+        "|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in result["bound"]:
-        lines.append(f"| {row['batch']} | {row['processes']} | {row['worst']} | {row['bound']} |")
+        per_call = row["admitted"] / max(row["calls"], 1)
+        lines.append(f"| {row['batch']} | {row['processes']} | {row['admitted']:,} | "
+                     f"{row['calls']:,} | {per_call:.1f} | {row['worst']} | {row['bound']} |")
     lines.append("")
     if result.get("rust"):
         lines += [

@@ -108,7 +108,7 @@ fn the_node_package_passes_its_tests_with_express_and_nestjs() {
         "nestjs",
         "load",
     ]
-        .map(|name| format!("clients/node/test/{name}.test.js"));
+    .map(|name| format!("clients/node/test/{name}.test.js"));
     let mut command = Command::new("node");
     command.arg("--test").args(tests).current_dir(repository());
     run(&server, command);

@@ -228,12 +228,12 @@ struct Before {
     tat: u128,
 }
 
-/// The TAT of a `CL.THROTTLE` key, in ticks of 2^-24 ns (its last 11 bytes).
+/// The TAT of a `CL.THROTTLE` key, in ticks of 2^-24 ns (the 11 bytes after its tag).
 fn tat(con: &mut Connection, key: &str) -> u128 {
     let value: Vec<u8> = query(con, &["GET", key]);
-    assert_eq!((value.len(), value[0]), (27, 0xF8), "{value:?}");
+    assert_eq!((value.len(), value[0]), (14, 0xF8), "{value:?}");
     let mut bytes = [0; 16];
-    bytes[..11].copy_from_slice(&value[16..]);
+    bytes[..11].copy_from_slice(&value[1..12]);
     u128::from_le_bytes(bytes)
 }
 

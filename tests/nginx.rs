@@ -840,6 +840,40 @@ fn the_articles_gateway_answers_each_of_their_scenarios() {
     );
 }
 
+/// Seed 001's everyday change: a caller's threshold raised in the hash, online. What the
+/// caller used counts as used, against the new threshold: the difference is admitted at once.
+#[test]
+fn a_threshold_raised_in_the_hash_counts_what_the_caller_used() {
+    let server = Server::start();
+    let mut con = server.connect();
+    load_lists(&mut con);
+    let field = "limit:carol:/_dev_api/limited";
+    // Five at once, one more each 100 s: nothing refills within the test.
+    let set = |con: &mut redis::Connection, threshold: &str| {
+        let _: () = query(con, &["HSET", "gateway:lists", field, threshold]);
+        let _: () = query(con, &["HINCRBY", "gateway:lists", "version", "1"]);
+    };
+    set(&mut con, "5 1 100000000");
+    let nginx = gateway(server.port());
+    let body = "{\"seqId\": \"xx-xx-xx\", \"caller\":\"carol\"}";
+    let status = || nginx.post("/_dev_api/limited", body).status;
+    assert_eq!((0..5).map(|_| status()).collect::<Vec<_>>(), [200; 5]);
+    assert_eq!(status(), 429, "{}", nginx.log());
+    // Raised to 100 at once: the 5 used stay used, and 95 more are admitted.
+    set(&mut con, "100 1 100000000");
+    let reached = support::wait_until(Duration::from_secs(2), || status() == 200);
+    assert!(
+        reached,
+        "the new threshold never reached nginx: {}",
+        nginx.log()
+    );
+    let more = 1 + std::iter::from_fn(|| Some(status()))
+        .take_while(|&status| status == 200)
+        .take(200)
+        .count();
+    assert_eq!(more, 95, "{}", nginx.log());
+}
+
 #[test]
 fn a_list_change_reaches_every_gateway_within_a_second() {
     let server = Server::start();
@@ -1018,21 +1052,38 @@ fn the_lua_package_builds_and_reads_as_the_conformance_table_says() {
             end
             checked = checked + 1
         end
-        for i, case in ipairs(table_.lua.fields) do
+        local function check_fields(case, what)
             ngx.ctx.ratelimit_module_fields = nil
             make(case.limiter, case.new):note(case.reply)
             local got = fields.headers()
             for name, value in pairs(case.fields) do
                 if got[name] ~= value then
-                    failures[#failures + 1] = "fields " .. i .. ": " .. name .. " " .. tostring(got[name])
+                    failures[#failures + 1] = what .. ": " .. name .. " " .. tostring(got[name])
                 end
             end
-            for name in pairs(got) do
+            for name, value in pairs(got) do
                 if case.fields[name] == nil then
-                    failures[#failures + 1] = "fields " .. i .. ": unexpected " .. name
+                    failures[#failures + 1] = what .. ": unexpected " .. name .. " " .. value
                 end
             end
+        end
+        for i, case in ipairs(table_.lua.fields) do
+            check_fields(case, "fields " .. i)
             checked = checked + 1
+        end
+        -- Calls whose limits change between them: each step's words and fields.
+        for i, case in ipairs(table_.lua.changed_limits) do
+            for j, step in ipairs(case.steps) do
+                local built = make(step.limiter, step.new):command(step.key, step.commit)
+                built[1] = string.upper(built[1])
+                local got = {}
+                for k, value in ipairs(built) do got[k] = word(value) end
+                if table.concat(got, " ") ~= table.concat(step.words, " ") then
+                    failures[#failures + 1] = "changed " .. i .. "." .. j .. ": " .. table.concat(got, " ")
+                end
+                check_fields(step, "changed " .. i .. "." .. j)
+                checked = checked + 1
+            end
         end
         -- The parts the package writes besides its limiters: leases' release and renewal,
         -- the lists' transactions, the load reports (their factors in any order).
@@ -1096,7 +1147,7 @@ fn the_lua_package_builds_and_reads_as_the_conformance_table_says() {
             for step, event in ipairs(trace.events) do
                 local decision = cjson.null
                 if event[2] == "admit" then
-                    decision = limit:admit(INDEX[event[3]], event[1])
+                    decision = limit:admit(INDEX[event[3]], event[1], event[4])
                 else
                     limit:finish(event[3], event[1])
                 end
@@ -1460,7 +1511,12 @@ fn a_workers_own_limit_sheds_by_priority_with_the_server_frozen() {
     // The no-load latency: a request of a millisecond.
     assert_eq!(get("/?sleep=0.001", "critical"), 200);
     // A queue that stands: 15 requests at once, each a second long, under the limit of 20.
-    assert_eq!(at_once(15, "/?sleep=1", "critical"), [200; 15], "{}", nginx.log());
+    assert_eq!(
+        at_once(15, "/?sleep=1", "critical"),
+        [200; 15],
+        "{}",
+        nginx.log()
+    );
     // Three more: the first of them to end closes the interval the 15 ended in, whose
     // fastest took a second, over four times the target: congestion, the limit cut to 4.
     assert_eq!(at_once(3, "/?sleep=1", "critical_plus"), [200; 3]);
@@ -1674,6 +1730,43 @@ fn quota_leases_hold_the_limit_within_their_bound_with_a_call_per_batch() {
         &["RL.WINDOW_RO", "hot", "100", "60", "0", "ANCHORED"],
     );
     assert_eq!(peek[2], 100 - admitted as i64, "{peek:?}");
+}
+
+/// Quota leases under a limit that binds: a `req` of 1,000 a second in bursts of 100, taken
+/// in batches of 50. Past the burst, a call takes half a batch, waited for on the server, and
+/// the workers refuse from the dict until it may be spent: a call per half batch admitted, not
+/// one for each unit that refilled since the last.
+#[test]
+fn a_binding_quota_costs_a_call_per_half_batch() {
+    let server = Server::start();
+    let quota = "require(\"resty.ratelimit_module.quota\").new(
+        require(\"resty.ratelimit_module.req\").new(REDIS, 1000, 99),
+        { dict = \"ratelimit_quota\", batch = 50, hold = 1 })";
+    let nginx = Nginx::start_with(
+        &http(
+            &redis_options(server.port(), ""),
+            &location("/quota", quota),
+        ),
+        2,
+    );
+    let mut con = server.connect();
+    let mut admitted = 0;
+    for _ in 0..100_000 {
+        if nginx.get("/quota?k=binding").status == 200 {
+            admitted += 1;
+            if admitted == 600 {
+                break;
+            }
+        }
+    }
+    let calls = server_calls(&mut con, "cl.throttle");
+    eprintln!("binding quota: {admitted} admitted, {calls} server calls");
+    assert_eq!(admitted, 600, "{}", nginx.log());
+    // The burst, a few calls that get what refilled, then half a batch a call.
+    assert!(
+        calls <= 600 / 25 + 4,
+        "{calls} calls for {admitted} admitted"
+    );
 }
 
 /// A server with a password, and a database other than 0: each new connection of the

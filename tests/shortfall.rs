@@ -163,7 +163,7 @@ fn a_cold_throttle_warms_up() {
     assert_eq!(taken[..4], [0, 10, 0, -1]);
     assert!(taken[4] > 800 && taken[4] <= 900, "{taken:?}");
     let value: Vec<u8> = query(&mut con, &["GET", "w"]);
-    assert_eq!((value.len(), value[0]), (38, 0xFD));
+    assert_eq!((value.len(), value[0]), (25, 0xFD));
     // RL.ALL takes the same limiter.
     let all = ints(
         &mut con,

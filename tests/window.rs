@@ -115,9 +115,9 @@ fn each_algorithm_replies_and_keeps_one_small_key() {
     let server = Server::start();
     let mut con = server.connect();
     let cases: [(&str, &[&str], usize, u8); 3] = [
-        ("fixed", &["FIXED"], 10, 0xF9),
-        ("sliding", &[], 11, 0xFA),
-        ("buckets", &["BUCKETS", "60"], 40, 0xF6),
+        ("fixed", &["FIXED"], 9, 0xF9),
+        ("sliding", &[], 10, 0xFA),
+        ("buckets", &["BUCKETS", "60"], 32, 0xFC),
     ];
     for (key, algorithm, length, tag) in cases {
         let before = server_millis(&mut con);

@@ -27,6 +27,7 @@ build = {
     type = "builtin",
     modules = {
         ["resty.ratelimit_module.client"] = "lib/resty/ratelimit_module/client.lua",
+        ["resty.ratelimit_module.concurrency"] = "lib/resty/ratelimit_module/concurrency.lua",
         ["resty.ratelimit_module.conn"] = "lib/resty/ratelimit_module/conn.lua",
         ["resty.ratelimit_module.count"] = "lib/resty/ratelimit_module/count.lua",
         ["resty.ratelimit_module.fields"] = "lib/resty/ratelimit_module/fields.lua",

@@ -96,16 +96,24 @@ class ConcurrencyLimit {
     this.windowEnd = now + o.intervalUs;
   }
 
-  /** Whether a request of `priority` (a name or 0 to 3) is admitted at `now` (whole microseconds of a monotonic clock); an
-   * admitted one is in flight until `finish`. */
-  admit(priority, now) {
+  /** Whether a request of `priority` (a name or 0 to 3) is admitted at `now` (whole microseconds
+   * of a monotonic clock); an admitted one is in flight until `finish`. `backlog` is how long the
+   * request waited before it could be decided (µs; the event loop's lag): the work ahead of it,
+   * counted as that many no-load latencies' worth of requests in flight. */
+  admit(priority, now, backlog = 0) {
     this.roll(now);
-    const share = this.congested ? this.options.shares[priorityIndex(priority)] : 1;
-    if (this.inflight < this.limit * share) {
+    const noload = this.noload;
+    const load = this.inflight + (backlog > 0 && noload < Infinity ? backlog / noload : 0);
+    // The backlog refuses only while congested: a burst's wait is no standing queue.
+    const admitted = this.congested
+      ? load < this.limit * this.options.shares[priorityIndex(priority)]
+      : this.inflight < this.limit;
+    if (admitted) {
       this.inflight += 1;
-      this.peak = Math.max(this.peak, this.inflight);
+      this.peak = Math.max(this.peak, load + 1);
       return true;
     }
+    this.peak = Math.max(this.peak, load);
     return false;
   }
 

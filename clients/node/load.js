@@ -49,6 +49,17 @@ function priorityOf(name) {
 /** Whole microseconds, as the process's limit counts time. */
 const micros = (seconds) => Math.round(seconds * 1e6);
 
+// How often the event loop is watched (ms). A tick in which the loop waited for events at all
+// (a fifth of a millisecond) found it idle: then no request was waiting for it, not even in the
+// kernel's accept queue.
+const LOOP_TICK = 5;
+const IDLE_MS = 0.2;
+// Node leaves the requests it has no time for in the kernel's accept queue, out of its sight:
+// the time since the loop was last idle bounds a request's wait from above, and a burst a
+// healthy service has every second can look deep. So a deep queue does not begin congestion at
+// once here: four standing intervals in a row do (the limit's other options are the defaults).
+const EVENT_LOOP_LIMIT = Object.freeze({ deep: Infinity });
+
 /** The share a standing admits of `priority`. */
 const shareOf = (standing, priority) => standing.shares[PRIORITIES.indexOf(priorityOf(priority))];
 
@@ -227,7 +238,11 @@ class LoadShedder {
     } = {},
   ) {
     Object.assign(this, { service, instance, interval, timeout, shadow, metrics, factors, random, clock, logger });
-    this.limit = limit === true ? new ConcurrencyLimit() : limit || null;
+    this.limit = limit === true ? new ConcurrencyLimit(EVENT_LOOP_LIMIT) : limit || null;
+    // When the event loop was last seen idle: a request the middleware sees now arrived after
+    // it, so it waited at most since then (null: no loop watched).
+    this.idleAt = null;
+    this.watch = null;
     this.ttl = ttl ?? 3 * interval;
     this.send = commandSender(client);
     this.signals = signals ?? new Signals({ clock });
@@ -281,19 +296,34 @@ class LoadShedder {
     }
   }
 
-  /** Starts reporting every interval (once). */
+  /** Starts reporting every interval, and watching the event loop every 5 ms (once): a request
+   * waits for a busy loop (in the kernel's accept queue: Node accepts one connection at a time)
+   * before any middleware sees it, so the time since the loop was last idle counts in its
+   * latency and, as that much work ahead of it, in the requests the limit counts. */
   start() {
     if (this.timer === null) {
       this.report();
       this.timer = setInterval(() => this.report(), this.interval * 1000);
       this.timer.unref?.();
     }
+    if (this.watch === null && this.limit !== null) {
+      let last = performance.eventLoopUtilization();
+      this.idleAt = this.clock();
+      this.watch = setInterval(() => {
+        const delta = performance.eventLoopUtilization(last);
+        last = performance.eventLoopUtilization();
+        if (delta.idle >= IDLE_MS) this.idleAt = this.clock();
+      }, LOOP_TICK);
+      this.watch.unref?.();
+    }
     return this;
   }
 
   stop() {
     clearInterval(this.timer);
+    clearInterval(this.watch);
     this.timer = null;
+    this.watch = null;
   }
 
   /** Whether a request of `priority` goes on: a ticket (for `finished`) when both the level (the
@@ -304,7 +334,9 @@ class LoadShedder {
     const standing = this.standing;
     const byLevel = this.random() < shareOf(standing, name);
     const now = this.clock();
-    const counted = byLevel && this.limit !== null && this.limit.admit(PRIORITIES.indexOf(name), micros(now));
+    const waited = this.waited(now);
+    const counted =
+      byLevel && this.limit !== null && this.limit.admit(PRIORITIES.indexOf(name), micros(now), micros(waited));
     const admitted = byLevel && (counted || this.limit === null);
     const outcome = admitted ? "admitted" : this.shadow ? "shadow" : byLevel ? "shed_local" : "shed";
     this.metrics?.loadDecision?.(this.service, name, outcome);
@@ -314,7 +346,14 @@ class LoadShedder {
     }
     if (!admitted && !this.shadow) return null;
     this.signals.started();
-    return { started: now, counted };
+    // Its latency counts from when it may have arrived: since the loop was last idle.
+    return { started: now - waited, counted };
+  }
+
+  /** How long a request decided at `now` may have waited before the middleware saw it: the time
+   * since the event loop was last seen idle (a loop that was idle had nobody waiting). */
+  waited(now) {
+    return this.idleAt === null ? 0 : Math.max(0, now - this.idleAt);
   }
 
   /** What a shed request is told to wait: one interval, when the level may have changed. */

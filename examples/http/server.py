@@ -124,16 +124,16 @@ def make_handler(client: redis.Redis, policies, legacy: bool, shaped: dict[str, 
             if shedder is None:
                 self.serve()
                 return
-            if not shedder.admit(self.headers.get("X-Priority")):
+            ticket = shedder.admit(self.headers.get("X-Priority"))
+            if ticket is None:
                 retry = {"Retry-After": str(max(1, round(shedder.retry_after)))}
                 self.answer(503, b"overloaded\n", retry)
                 return
-            started = shedder.started()
             status = 500
             try:
                 status = self.serve()
             finally:
-                shedder.finished(started, status)
+                shedder.finished(ticket, status)
 
         def serve(self) -> int:
             """Limits, then does the request's work; the status answered."""

@@ -8,12 +8,12 @@
 //! The one exception is the state redis-cell writes for the same command (decimal
 //! nanoseconds), which `CL.THROTTLE` reads so that it can replace redis-cell on live data.
 //!
-//! Values are kept to 12 bytes where possible: Redis stores a string of up to 12 bytes in
-//! a single 32-byte allocation (an embedded string, as a replica or an RDB load creates
-//! it; the master's raw string costs the same 16 + 16 bytes), the least any string value
-//! costs besides a small integer.
+//! Values are kept short: the master writes every state as a raw string (an object and its
+//! bytes), which up to 14 bytes takes two 16-byte allocations, the least any string value
+//! costs besides a small integer. A replica, or an RDB load, stores what `SET` stores, an
+//! embedded string: 32 bytes up to 12 bytes of value, 48 up to 28 (Redis 7).
 
-use super::gcra::{Basis, GcraState};
+use super::gcra::{Basis, GcraState, ShareBasis};
 use super::time::{Micros, Ticks};
 
 /// Tag of a `CL.THROTTLE` (GCRA) value.
@@ -24,11 +24,15 @@ pub const GCRA_TAG: u8 = 0xF8;
 /// epoch.
 pub const GCRA_V1_LEN: usize = 12;
 
-/// Length of a `CL.THROTTLE` value: the tag, the [`Basis`] it was written under (the
-/// tolerance in whole nanoseconds, 8 bytes, then the instant written, microseconds since
-/// the epoch in 7 bytes), then the TAT as in [`GCRA_V1_LEN`]'s layout. 27 bytes still fit
-/// the smallest allocation a string over 12 bytes takes (48 bytes with its header).
-pub const GCRA_LEN: usize = 1 + BASIS_LEN + TICKS_LEN;
+/// Length of a `CL.THROTTLE` value: the tag, the TAT as in [`GCRA_V1_LEN`]'s layout, then
+/// the [`Basis`] it was written under (its emission interval's code, 2 bytes). 14 bytes: a
+/// raw string of up to 14 bytes, as the master writes it, takes the smallest allocation.
+pub const GCRA_LEN: usize = 1 + TICKS_LEN + BASIS_LEN;
+
+/// Length of a `CL.THROTTLE` value as 5fec6b4 wrote it, still read: the tag, the
+/// [`ShareBasis`] (the tolerance in whole nanoseconds, 8 bytes, then the instant written,
+/// microseconds since the epoch in 7 bytes), then the TAT.
+pub const GCRA_SHARE_LEN: usize = 1 + SHARE_BASIS_LEN + TICKS_LEN;
 
 /// Tag of a `CL.THROTTLE ... WARMUP` value.
 pub const WARM_GCRA_TAG: u8 = 0xFD;
@@ -38,15 +42,22 @@ pub const WARM_GCRA_TAG: u8 = 0xFD;
 /// period, in ticks, 11 bytes).
 pub const WARM_GCRA_V1_LEN: usize = 1 + 2 * TICKS_LEN;
 
-/// Length of a `CL.THROTTLE ... WARMUP` value: the tag, the [`Basis`], the TAT, the
-/// coldness.
-pub const WARM_GCRA_LEN: usize = 1 + BASIS_LEN + 2 * TICKS_LEN;
+/// Length of a `CL.THROTTLE ... WARMUP` value: the tag, the TAT, the coldness, the
+/// [`Basis`].
+pub const WARM_GCRA_LEN: usize = 1 + 2 * TICKS_LEN + BASIS_LEN;
+
+/// Length of a `CL.THROTTLE ... WARMUP` value as 5fec6b4 wrote it, still read: the tag, the
+/// [`ShareBasis`], the TAT, the coldness.
+pub const WARM_GCRA_SHARE_LEN: usize = 1 + SHARE_BASIS_LEN + 2 * TICKS_LEN;
 
 /// Bytes of an instant or span in ticks (88 bits, little-endian).
 const TICKS_LEN: usize = 11;
 
-/// Bytes of a [`Basis`]: the tolerance's nanoseconds (8), the instant's microseconds (7).
-const BASIS_LEN: usize = 8 + 7;
+/// Bytes of a [`Basis`].
+const BASIS_LEN: usize = 2;
+
+/// Bytes of a [`ShareBasis`]: the tolerance's nanoseconds (8), the instant's microseconds (7).
+const SHARE_BASIS_LEN: usize = 8 + 7;
 
 /// Length of a state written by redis-cell: its TAT in nanoseconds since the epoch, in
 /// decimal. Every instant from 2001 to 2286 has 19 digits.
@@ -134,9 +145,11 @@ pub fn is_gcra_length(len: usize) -> bool {
     [
         GCRA_LEN,
         GCRA_V1_LEN,
+        GCRA_SHARE_LEN,
         REDIS_CELL_LEN,
         WARM_GCRA_LEN,
         WARM_GCRA_V1_LEN,
+        WARM_GCRA_SHARE_LEN,
     ]
     .contains(&len)
 }
@@ -146,8 +159,8 @@ pub fn is_gcra_length(len: usize) -> bool {
 pub fn encode_gcra(tat: Ticks, basis: Basis) -> [u8; GCRA_LEN] {
     let mut value = [0; GCRA_LEN];
     value[0] = GCRA_TAG;
-    write_basis(basis, &mut value[1..1 + BASIS_LEN]);
-    write_ticks(tat, &mut value[1 + BASIS_LEN..]);
+    write_ticks(tat, &mut value[1..1 + TICKS_LEN]);
+    value[1 + TICKS_LEN..].copy_from_slice(&basis.0.to_le_bytes());
     value
 }
 
@@ -156,36 +169,58 @@ pub fn encode_gcra(tat: Ticks, basis: Basis) -> [u8; GCRA_LEN] {
 pub fn encode_warm_gcra(state: GcraState, basis: Basis) -> [u8; WARM_GCRA_LEN] {
     let mut value = [0; WARM_GCRA_LEN];
     value[0] = WARM_GCRA_TAG;
-    write_basis(basis, &mut value[1..1 + BASIS_LEN]);
-    let (tat, cold) = value[1 + BASIS_LEN..].split_at_mut(TICKS_LEN);
+    let (tat, rest) = value[1..].split_at_mut(TICKS_LEN);
+    let (cold, code) = rest.split_at_mut(TICKS_LEN);
     write_ticks(state.tat, tat);
     write_ticks(state.cold, cold);
+    code.copy_from_slice(&basis.0.to_le_bytes());
     value
 }
 
+/// What a stored `CL.THROTTLE` state says it was written under.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Written {
+    /// Nothing: the first releases' layout, or redis-cell's. Read under the parameters of
+    /// the call that reads it.
+    Unknown,
+    /// An emission interval ([`crate::core::gcra::Gcra::carried`]).
+    Rate(Basis),
+    /// 5fec6b4's layout: a bucket's size, and when ([`crate::core::gcra::Gcra::carried_share`]).
+    Share(ShareBasis),
+}
+
 /// Decodes any `CL.THROTTLE` state, of this release, of an earlier one or redis-cell's: its
-/// TAT, its coldness (0 for a limiter without a warm-up) and the basis it was written under
-/// (`None` for the layouts that kept none: they are read as written under the parameters
-/// of the call that reads them). `None` when the bytes are not a state.
-pub fn decode_gcra_state(value: &[u8]) -> Option<(GcraState, Option<Basis>)> {
+/// TAT, its coldness (0 for a limiter without a warm-up) and what it was written under.
+/// `None` when the bytes are not a state.
+pub fn decode_gcra_state(value: &[u8]) -> Option<(GcraState, Written)> {
     let warm = |tat, cold| GcraState { tat, cold };
+    let code = |bytes: &[u8]| Written::Rate(Basis(u16::from_le_bytes([bytes[0], bytes[1]])));
     match (value.first(), value.len()) {
         (Some(&GCRA_TAG), GCRA_LEN) => Some((
-            warm(read_ticks(&value[1 + BASIS_LEN..]), Ticks::ZERO),
-            Some(read_basis(&value[1..1 + BASIS_LEN])),
+            warm(read_ticks(&value[1..1 + TICKS_LEN]), Ticks::ZERO),
+            code(&value[1 + TICKS_LEN..]),
         )),
         (Some(&WARM_GCRA_TAG), WARM_GCRA_LEN) => {
-            let (tat, cold) = value[1 + BASIS_LEN..].split_at(TICKS_LEN);
+            let (tat, rest) = value[1..].split_at(TICKS_LEN);
+            let (cold, basis) = rest.split_at(TICKS_LEN);
+            Some((warm(read_ticks(tat), read_ticks(cold)), code(basis)))
+        }
+        (Some(&GCRA_TAG), GCRA_SHARE_LEN) => Some((
+            warm(read_ticks(&value[1 + SHARE_BASIS_LEN..]), Ticks::ZERO),
+            Written::Share(read_share_basis(&value[1..1 + SHARE_BASIS_LEN])),
+        )),
+        (Some(&WARM_GCRA_TAG), WARM_GCRA_SHARE_LEN) => {
+            let (tat, cold) = value[1 + SHARE_BASIS_LEN..].split_at(TICKS_LEN);
             Some((
                 warm(read_ticks(tat), read_ticks(cold)),
-                Some(read_basis(&value[1..1 + BASIS_LEN])),
+                Written::Share(read_share_basis(&value[1..1 + SHARE_BASIS_LEN])),
             ))
         }
         (Some(&WARM_GCRA_TAG), WARM_GCRA_V1_LEN) => {
             let (tat, cold) = value[1..].split_at(TICKS_LEN);
-            Some((warm(read_ticks(tat), read_ticks(cold)), None))
+            Some((warm(read_ticks(tat), read_ticks(cold)), Written::Unknown))
         }
-        _ => decode_gcra_v1(value).map(|tat| (warm(tat, Ticks::ZERO), None)),
+        _ => decode_gcra_v1(value).map(|tat| (warm(tat, Ticks::ZERO), Written::Unknown)),
     }
 }
 
@@ -219,16 +254,10 @@ fn read_ticks(bytes: &[u8]) -> Ticks {
     Ticks::saturating(i128::from_le_bytes(word))
 }
 
-fn write_basis(basis: Basis, bytes: &mut [u8]) {
-    debug_assert!((0..1 << 56).contains(&basis.written_at.get()));
-    bytes[..8].copy_from_slice(&basis.tolerance_nanos.to_le_bytes());
-    bytes[8..].copy_from_slice(&basis.written_at.get().to_le_bytes()[..7]);
-}
-
-fn read_basis(bytes: &[u8]) -> Basis {
+fn read_share_basis(bytes: &[u8]) -> ShareBasis {
     let mut written_at = [0; 8];
     written_at[..7].copy_from_slice(&bytes[8..]);
-    Basis {
+    ShareBasis {
         tolerance_nanos: u64::from_le_bytes(bytes[..8].try_into().unwrap_or_default()),
         written_at: Micros::saturating(i64::from_le_bytes(written_at)),
     }
@@ -245,35 +274,38 @@ mod tests {
         decode_gcra_state(value).map(|(state, _)| state.tat)
     }
 
-    const BASIS: Basis = Basis {
-        tolerance_nanos: 0x0A0B_0C0D,
-        written_at: Micros::saturating(0x0001_0203_0405_0607),
-    };
+    const BASIS: Basis = Basis(0x0A0B);
 
     #[test]
-    fn layout_is_the_tag_the_basis_then_little_endian_ticks() {
+    fn layout_is_the_tag_little_endian_ticks_then_the_basis() {
         let value = encode_gcra(Ticks::saturating(0x0102_0304), BASIS);
-        assert_eq!(
-            value,
-            [
-                0xF8, 0x0D, 0x0C, 0x0B, 0x0A, 0, 0, 0, 0, 7, 6, 5, 4, 3, 2, 1, 4, 3, 2, 1, 0, 0, 0,
-                0, 0, 0, 0
-            ]
-        );
-        assert_eq!(encode_gcra(Ticks::LATEST, BASIS)[16..], [0xFF; 11]);
+        assert_eq!(value, [0xF8, 4, 3, 2, 1, 0, 0, 0, 0, 0, 0, 0, 0x0B, 0x0A]);
+        assert_eq!(encode_gcra(Ticks::LATEST, BASIS)[1..12], [0xFF; 11]);
         let warm = GcraState {
             tat: Ticks::saturating(0x0102),
             cold: Ticks::saturating(0x0304),
         };
         let value = encode_warm_gcra(warm, BASIS);
-        assert_eq!(value.len(), 38);
+        assert_eq!(value.len(), 25);
         assert_eq!(
-            (value[0], &value[1..16]),
-            (0xFD, &encode_gcra(warm.tat, BASIS)[1..16])
+            (value[0], &value[1..3], &value[12..14]),
+            (0xFD, &[2, 1][..], &[4, 3][..])
         );
-        assert_eq!(value[16..18], [2, 1]);
-        assert_eq!(value[27..29], [4, 3]);
-        assert_eq!(decode_gcra_state(&value), Some((warm, Some(BASIS))));
+        assert_eq!(value[23..], [0x0B, 0x0A]);
+        assert_eq!(
+            decode_gcra_state(&value),
+            Some((warm, Written::Rate(BASIS)))
+        );
+        assert_eq!(
+            decode_gcra_state(&encode_gcra(warm.tat, BASIS)),
+            Some((
+                GcraState {
+                    tat: warm.tat,
+                    cold: Ticks::ZERO
+                },
+                Written::Rate(BASIS)
+            ))
+        );
     }
 
     #[test]
@@ -288,7 +320,7 @@ mod tests {
                     tat,
                     cold: Ticks::ZERO
                 },
-                None
+                Written::Unknown
             ))
         );
         let mut warm_v1 = v1.clone();
@@ -301,7 +333,45 @@ mod tests {
                     tat,
                     cold: Ticks::saturating(9)
                 },
-                None
+                Written::Unknown
+            ))
+        );
+    }
+
+    /// 5fec6b4's layouts: the tag, the tolerance's nanoseconds (8 bytes), the instant written
+    /// (7 bytes of microseconds), the TAT, and with a warm-up the coldness.
+    #[test]
+    fn the_share_layouts_of_5fec6b4_are_read_with_their_share_basis() {
+        let share = ShareBasis {
+            tolerance_nanos: 0x0A0B_0C0D,
+            written_at: Micros::saturating(0x0001_0203_0405_0607),
+        };
+        let mut value = vec![
+            0xF8, 0x0D, 0x0C, 0x0B, 0x0A, 0, 0, 0, 0, 7, 6, 5, 4, 3, 2, 1,
+        ];
+        value.extend_from_slice(&[4, 3, 2, 1, 0, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(value.len(), GCRA_SHARE_LEN);
+        let tat = Ticks::saturating(0x0102_0304);
+        assert_eq!(
+            decode_gcra_state(&value),
+            Some((
+                GcraState {
+                    tat,
+                    cold: Ticks::ZERO
+                },
+                Written::Share(share)
+            ))
+        );
+        value[0] = 0xFD;
+        value.extend_from_slice(&[9, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(
+            decode_gcra_state(&value),
+            Some((
+                GcraState {
+                    tat,
+                    cold: Ticks::saturating(9)
+                },
+                Written::Share(share)
             ))
         );
     }
@@ -313,7 +383,7 @@ mod tests {
         assert_eq!(tat_of(b""), None);
         assert_eq!(tat_of(b"hello world!"), None);
         assert_eq!(tat_of(b"170000000000"), None);
-        assert_eq!(tat_of(&valid[..26]), None);
+        assert_eq!(tat_of(&valid[..13]), None);
         let mut longer = valid.to_vec();
         longer.push(0);
         assert_eq!(tat_of(&longer), None);
@@ -332,7 +402,8 @@ mod tests {
             tat,
             Ticks::saturating(i128::from(nanos) * Ticks::NANOSECOND.get())
         );
-        assert!(is_gcra_length(19) && is_gcra_length(12) && is_gcra_length(27));
+        assert!(is_gcra_length(19) && is_gcra_length(12) && is_gcra_length(14));
+        assert!(is_gcra_length(27) && is_gcra_length(25) && is_gcra_length(38));
         assert!(!is_gcra_length(18));
         assert_eq!(tat_of(b"179528231069212345x"), None);
         assert_eq!(tat_of(b"-79528231069212345"), None);
@@ -362,6 +433,7 @@ mod tests {
         );
         assert!(is_state_length(is_gcra_length, 27) && is_state_length(is_gcra_length, 35));
         assert!(is_state_length(is_gcra_length, 20) && is_state_length(is_gcra_length, 8));
+        assert!(is_state_length(is_gcra_length, 22) && is_state_length(is_gcra_length, 33));
         assert!(!is_state_length(is_gcra_length, 13) && !is_state_length(is_gcra_length, 7));
     }
 
@@ -370,18 +442,17 @@ mod tests {
         fn round_trips(
             tat in 0..=Ticks::LATEST.get(),
             cold in 0..=Ticks::LATEST.get(),
-            tolerance_nanos in any::<u64>(),
-            written_at in 0..1_i64 << 56,
+            code in any::<u16>(),
         ) {
-            let basis = Basis { tolerance_nanos, written_at: Micros::saturating(written_at) };
+            let basis = Basis(code);
             let state = GcraState { tat: Ticks::saturating(tat), cold: Ticks::saturating(cold) };
             let warm = GcraState { cold: Ticks::ZERO, ..state };
-            prop_assert_eq!(decode_gcra_state(&encode_gcra(state.tat, basis)), Some((warm, Some(basis))));
-            prop_assert_eq!(decode_gcra_state(&encode_warm_gcra(state, basis)), Some((state, Some(basis))));
+            prop_assert_eq!(decode_gcra_state(&encode_gcra(state.tat, basis)), Some((warm, Written::Rate(basis))));
+            prop_assert_eq!(decode_gcra_state(&encode_warm_gcra(state, basis)), Some((state, Written::Rate(basis))));
         }
 
         #[test]
-        fn utf8_text_is_never_state(text in "(.{12}|.{23}|.{27}|.{38})") {
+        fn utf8_text_is_never_state(text in "(.{12}|.{14}|.{23}|.{25}|.{27}|.{38})") {
             prop_assert_eq!(tat_of(text.as_bytes()), None);
         }
     }

@@ -158,7 +158,7 @@ pub fn run<S: Store, const N: usize>(
             continue;
         };
         let verdict = &mut verdicts[index];
-        match settlement.conclusion(call.write, decision.starts_block, verdict) {
+        match settlement.conclusion(call.write, decision.writes_refused, verdict) {
             Conclusion::Commit => {
                 let at = call.now + settled.wait;
                 let lease_id = settled.lease_id;

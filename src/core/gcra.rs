@@ -40,12 +40,59 @@ pub struct GcraState {
     pub cold: Ticks,
 }
 
-/// What a stored state was written under: the tolerance of the parameters of the call that
-/// wrote it, and when. A call whose tolerance differs reads the state as the share of the
-/// bucket in use at that instant, carried over to its own ([`Gcra::carried`]).
+/// What a stored state was written under: the emission interval `T` of the parameters that
+/// wrote it, to 11 significant bits and rounded up, in two bytes: a 6-bit exponent `e` and a
+/// 10-bit mantissa `m`, standing for `(1024 + m) << (e + 14)` ticks (1 ns to 2^88 ticks).
+/// A call whose own interval codes otherwise reads the state in requests
+/// ([`Gcra::carried`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Basis {
-    /// `tau` in whole nanoseconds (`tau` never exceeds [`Ticks::MAX_SPAN`], so this fits).
+pub struct Basis(pub u16);
+
+impl Basis {
+    /// The basis of `interval`: the least code standing for at least it (shifts on 64 bits,
+    /// not a division: every call computes one).
+    pub fn of(interval: Ticks) -> Basis {
+        let ticks = interval.get().clamp(1, (1 << 88) - 1) as u128;
+        // Below 2^64 ticks (intervals up to about 18 minutes) as they are; above, the top 64
+        // of the 88 bits, whether any bit below them is set kept apart.
+        let (low, offset, sticky) = if ticks >> 64 == 0 {
+            (ticks as u64, 0, false)
+        } else {
+            ((ticks >> 24) as u64, 24, ticks & ((1 << 24) - 1) != 0)
+        };
+        let bits = 64 - low.leading_zeros() as i32 + offset;
+        // The exponent that puts `ticks >> (e + 14)` in [1024, 2048), at least 0.
+        let mut exponent = (bits - 25).max(0);
+        let shift = (exponent + 14 - offset) as u32;
+        let rounded = sticky || low & ((1u64 << shift) - 1) != 0;
+        let mut mantissa = (low >> shift) + u64::from(rounded);
+        if mantissa < 1024 {
+            mantissa = 1024;
+        }
+        if mantissa == 2048 {
+            // Rounded up past the mantissa's range: the next exponent's 1024 stands for it.
+            exponent += 1;
+            mantissa = 1024;
+        }
+        if exponent > 63 {
+            return Basis(u16::MAX);
+        }
+        Basis(((exponent as u16) << 10) | (mantissa as u16 - 1024))
+    }
+
+    /// The interval it stands for: at least the one it was made of.
+    pub fn interval(self) -> Ticks {
+        let exponent = i32::from(self.0 >> 10);
+        let mantissa = i128::from(self.0 & 0x3FF) + 1024;
+        Ticks::saturating(mantissa << (exponent + 14))
+    }
+}
+
+/// What a state of 5fec6b4's layout was written under: the tolerance of its parameters, and
+/// when ([`Gcra::carried_share`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ShareBasis {
+    /// `tau` in whole nanoseconds.
     pub tolerance_nanos: u64,
     /// The instant the state was decided at.
     pub written_at: Micros,
@@ -191,53 +238,86 @@ impl Gcra {
         }
     }
 
-    /// The basis of a state these parameters decide at `at`.
-    pub fn basis(&self, at: Micros) -> Basis {
-        Basis {
-            tolerance_nanos: self.tolerance_nanos(),
-            written_at: at,
-        }
+    /// `T`: the time one unit occupies in the bucket.
+    #[cfg(test)]
+    pub fn emission_interval(&self) -> Ticks {
+        self.interval
     }
 
-    /// `tau` in whole nanoseconds: what a state keeps of it.
-    fn tolerance_nanos(&self) -> u64 {
-        (self.tolerance.get() / Ticks::NANOSECOND.get()) as u64
+    /// The basis of a state these parameters write: their emission interval.
+    pub fn basis(&self) -> Basis {
+        Basis::of(self.interval)
     }
 
-    /// A stored state as these parameters read it. Written under another tolerance (another
-    /// rate or burst), what was in use of the bucket when it was written carries over as the
-    /// same share of this bucket, decided as of that instant: the new rate then drains it, so
-    /// a change takes effect at once either way, and no debt is ever counted in the old
-    /// rate's units. A share is at most the whole bucket (a `FORCE`d debt beyond it is
-    /// clamped). Any call reading the same state with the same parameters reads the same
-    /// TAT, so a refusal's `retry_after` holds whether or not anything is written meanwhile.
+    /// Whether a state written under `basis` was written under this rate: `basis` is the
+    /// one these parameters write (cheaper than computing theirs).
+    #[inline]
+    pub fn writes(&self, basis: Basis) -> bool {
+        basis.interval() >= self.interval
+            && (basis.0 == 0 || Basis(basis.0 - 1).interval() < self.interval)
+    }
+
+    /// A stored state as these parameters read it at `now`. Written under another emission
+    /// interval (another rate), what was used is counted in requests: the backlog
+    /// `tat - now`, read in the old interval, becomes the same number of requests at this
+    /// one, at most the whole bucket (a lowered burst refuses until the level drains under
+    /// it). A changed burst alone changes nothing of what was used: the interval is the
+    /// same. The call that converts it stores it converted, admitted or refused, so the
+    /// new rate drains it from then on and a refusal's `retry_after` holds.
     ///
-    /// A state written under these parameters, or by a layout that kept no basis (an
-    /// earlier release's, redis-cell's), is read as it is: a redis-cell user who never
-    /// changes parameters gets redis-cell's replies. The coldness of a warm-up is time, not a
-    /// share of the bucket: it is kept.
-    pub fn carried(&self, state: GcraState, basis: Option<Basis>) -> GcraState {
+    /// A state written under these parameters (the same basis), or by a layout that kept no
+    /// basis (an earlier release's, redis-cell's), is read as it is. A state of 5fec6b4's
+    /// layout kept the bucket's size and when it was written, not its rate: read under other
+    /// parameters as the share of the bucket in use when written, carried to this one, as
+    /// that release read it. The coldness of a warm-up is time, not requests: it is kept.
+    #[inline]
+    pub fn carried(&self, state: GcraState, basis: Option<Basis>, now: Ticks) -> GcraState {
         match basis {
-            Some(basis) if basis.tolerance_nanos != self.tolerance_nanos() => {
-                let written_at = basis.written_at.ticks();
-                let old = i128::from(basis.tolerance_nanos) * Ticks::NANOSECOND.get();
-                let in_use = (state.tat - written_at).get().clamp(0, old);
-                // A ratio of spans below 2^88 ticks: a double's 53 bits hold it to about 1
-                // part in 10^15, rounded up so that a share is never under its exact value.
-                let share = if old == 0 {
-                    0.0
-                } else {
-                    in_use as f64 / old as f64
-                };
-                let carried = (share * self.tolerance.get() as f64).ceil() as i128;
-                GcraState {
-                    tat: (written_at + Ticks::saturating(carried.min(self.tolerance.get())))
-                        .min(Ticks::LATEST),
-                    cold: state.cold,
-                }
-            }
+            Some(basis) if !self.writes(basis) => self.converted(state, basis, now),
             _ => state,
         }
+    }
+
+    /// [`Gcra::carried`] for a state written under `basis`, another rate (the rare call).
+    #[cold]
+    fn converted(&self, state: GcraState, basis: Basis, now: Ticks) -> GcraState {
+        let backlog = (state.tat - now).get().max(0);
+        // A ratio of spans below 2^88 ticks: a double's 53 bits hold it to about 1 part in
+        // 10^15, rounded up so that what was used is never under-counted beyond the basis's
+        // rounding (which rounds the old interval up).
+        let requests = backlog as f64 / basis.interval().get() as f64;
+        let carried = (requests * self.interval.get() as f64).ceil() as i128;
+        GcraState {
+            tat: (now + Ticks::saturating(carried.min(self.tolerance.get()))).min(Ticks::LATEST),
+            cold: state.cold,
+        }
+    }
+
+    /// A state of 5fec6b4's layout ([`ShareBasis`]) as these parameters read it: the share
+    /// of the bucket in use when it was written, carried to this bucket as of that instant.
+    pub fn carried_share(&self, state: GcraState, basis: ShareBasis) -> GcraState {
+        if basis.tolerance_nanos == self.tolerance_nanos() {
+            return state;
+        }
+        let written_at = basis.written_at.ticks();
+        let old = i128::from(basis.tolerance_nanos) * Ticks::NANOSECOND.get();
+        let in_use = (state.tat - written_at).get().clamp(0, old);
+        let share = if old == 0 {
+            0.0
+        } else {
+            in_use as f64 / old as f64
+        };
+        let carried = (share * self.tolerance.get() as f64).ceil() as i128;
+        GcraState {
+            tat: (written_at + Ticks::saturating(carried.min(self.tolerance.get())))
+                .min(Ticks::LATEST),
+            cold: state.cold,
+        }
+    }
+
+    /// `tau` in whole nanoseconds, as 5fec6b4's states kept it.
+    fn tolerance_nanos(&self) -> u64 {
+        (self.tolerance.get() / Ticks::NANOSECOND.get()) as u64
     }
 
     /// `max_burst + 1`: the largest quantity ever admitted at once.
@@ -450,6 +530,26 @@ mod tests {
     use super::*;
     use crate::core::time::{Micros, Rounding};
     use proptest::prelude::*;
+
+    proptest! {
+        /// A basis is the least code standing for at least its interval: computed by
+        /// shifts, it is what the definition gives, searched.
+        #[test]
+        fn a_basis_is_the_least_code_at_least_its_interval(
+            ticks in prop_oneof![1i128..1 << 30, 1i128..1 << 60, 1i128..1 << 87],
+        ) {
+            let basis = Basis::of(Ticks::saturating(ticks));
+            prop_assert!(basis.interval().get() >= ticks);
+            if basis.0 > 0 {
+                prop_assert!(Basis(basis.0 - 1).interval().get() < ticks);
+            }
+            // And a limiter of that interval knows it for its own, and no other code.
+            let gcra = Gcra { interval: Ticks::saturating(ticks), ..Gcra::new(0, 1, 1, Unit::Seconds).unwrap() };
+            prop_assert!(gcra.writes(basis));
+            prop_assert!(!gcra.writes(Basis(basis.0.wrapping_add(1))) || basis.0 == u16::MAX);
+            prop_assert!(basis.0 == 0 || !gcra.writes(Basis(basis.0 - 1)));
+        }
+    }
 
     /// A limiter and its stored TAT, driven by a controlled clock.
     struct Bucket {

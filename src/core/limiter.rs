@@ -12,9 +12,9 @@
 use super::block::{self, Write};
 use super::codec::{
     decode_gcra_state, encode_gcra, encode_warm_gcra, is_gcra_length, is_state_length,
-    push_blocked_header, split_blocked, Placement,
+    push_blocked_header, split_blocked, Placement, Written,
 };
-use super::gcra::{Gcra, GcraState};
+use super::gcra::{Basis, Gcra, GcraState};
 use super::lease::LeaseLimiter;
 use super::load::{is_load_length, LoadGate};
 use super::log::{LogLimiter, SlidingLog};
@@ -106,8 +106,10 @@ pub struct StringDecision {
     pub verdict: Verdict,
     /// What to store.
     pub write: StringWrite,
-    /// Whether what it stores is a block this refusal starts.
-    pub starts_block: bool,
+    /// Whether it stores what it stores even though it refuses: a block this refusal
+    /// starts, or a `CL.THROTTLE` state carried to the call's new parameters, so that what
+    /// was used drains at the new rate from this refusal on, as its `retry_after` says.
+    pub writes_refused: bool,
 }
 
 /// What an algorithm alone decided on a string state.
@@ -115,6 +117,9 @@ struct Own {
     verdict: Verdict,
     /// Whether its state changes (the new state was appended to the buffer).
     changes: bool,
+    /// Whether a refused take carried the stored state to new parameters (that state was
+    /// appended to the buffer).
+    carried: bool,
     /// When the new state stops mattering, or `None` when nothing counts.
     expire_at: Option<Millis>,
     /// Where its bytes go.
@@ -165,7 +170,15 @@ pub fn decide_string(
         own.verdict = decide_own(limiter, own_state, now, &peek, patch, scratch, value)?.verdict;
     }
     let decision = block::decide(request, blocked_until, now, own.verdict, own.changes);
+    let carried = own.carried
+        && own.expire_at.is_some()
+        && decision.write == Write::Nothing
+        && blocked_until <= now;
     let write = match decision.write {
+        Write::Nothing if carried => StringWrite::Store {
+            expire_at: own.expire_at.unwrap_or_default(),
+            placement: Placement::WHOLE,
+        },
         Write::Nothing => StringWrite::Nothing,
         Write::State => match (own.expire_at, kept_block) {
             (None, None) => StringWrite::Delete,
@@ -191,7 +204,7 @@ pub fn decide_string(
     Ok(StringDecision {
         verdict: decision.verdict,
         write,
-        starts_block: matches!(decision.write, Write::StartBlock(_)),
+        writes_refused: carried || matches!(decision.write, Write::StartBlock(_)),
     })
 }
 
@@ -222,14 +235,12 @@ pub fn force_string(
     }
     let limit = limiter.limit();
     let (mut at, mut left) = (now, quantity);
-    // Whether `value` holds the state so far (else it is still `stored`).
+    // The last step that charged something.
     let mut charged = None;
+    // Whether `value` holds the state so far (else it is still `stored`).
+    let mut in_value = false;
     for _ in 0..MAX_FORCE_STEPS {
-        let state = if charged.is_some() {
-            Some(&value[..])
-        } else {
-            stored
-        };
+        let state = if in_value { Some(&value[..]) } else { stored };
         let part = left.min(limit);
         // Each step reads the state the one before wrote: every value is whole.
         let mut decision = decide_string(
@@ -252,6 +263,12 @@ pub fn force_string(
                     .get()
                     .ok_or(StateError::Foreign)?;
                 at = at.saturating_add(wait.ceil_micros().max(Micros::saturating(1)));
+                if decision.writes_refused {
+                    // A state carried to new parameters: the wait is at the new rate, from
+                    // it, so the next step reads it so.
+                    std::mem::swap(value, spare);
+                    in_value = true;
+                }
                 continue;
             }
             decision = decide_string(
@@ -268,6 +285,7 @@ pub fn force_string(
             left -= part;
         }
         std::mem::swap(value, spare);
+        in_value = true;
         charged = Some(decision);
         if left == 0 {
             break;
@@ -289,12 +307,40 @@ pub fn force_string(
     })
 }
 
-/// A stored `CL.THROTTLE` state as `gcra` reads it: carried over to its parameters when
-/// written under others ([`Gcra::carried`]).
+/// A stored `CL.THROTTLE` state as `gcra` reads it at `now`: carried over to its
+/// parameters when written under others ([`Gcra::carried`]), and whether it was (then a
+/// refusal stores it so).
 #[inline(always)]
-fn read_gcra(gcra: &Gcra, state: &[u8]) -> Result<GcraState, StateError> {
-    let (state, basis) = decode_gcra_state(state).ok_or(StateError::Foreign)?;
-    Ok(gcra.carried(state, basis))
+fn read_gcra(gcra: &Gcra, state: &[u8], now: Micros) -> Result<GcraRead, StateError> {
+    let (stored, written) = decode_gcra_state(state).ok_or(StateError::Foreign)?;
+    let read = |state: GcraState| GcraRead {
+        state,
+        carried: state != stored,
+        basis: None,
+    };
+    Ok(match written {
+        Written::Rate(basis) if gcra.writes(basis) => GcraRead {
+            state: stored,
+            carried: false,
+            basis: Some(basis),
+        },
+        Written::Rate(basis) => {
+            read(gcra.carried(stored, Some(basis), now.not_before_epoch().ticks()))
+        }
+        Written::Share(basis) => read(gcra.carried_share(stored, basis)),
+        Written::Unknown => read(stored),
+    })
+}
+
+/// A stored `CL.THROTTLE` state as a call reads it ([`read_gcra`]).
+#[derive(Clone, Copy)]
+struct GcraRead {
+    /// The state, carried to the call's parameters.
+    state: GcraState,
+    /// Whether it was carried (then a refusal stores it so).
+    carried: bool,
+    /// The basis it was written under, when it is the call's (what a write keeps).
+    basis: Option<Basis>,
 }
 
 /// [`force_string`] for a GCRA that warms up: the whole quantity charged at once at its
@@ -308,14 +354,16 @@ fn force_warming(
     value: &mut Vec<u8>,
 ) -> Result<StringDecision, StateError> {
     let (blocked_until, own_state) = stored.map_or((Micros::ZERO, None), split_blocked);
-    let state = own_state.map(|state| read_gcra(gcra, state)).transpose()?;
     let at = block::in_force(blocked_until, now)
         .unwrap_or(now)
         .not_before_epoch();
+    let state = own_state
+        .map(|state| read_gcra(gcra, state, at).map(|read| read.state))
+        .transpose()?;
     let outcome = gcra.force_warming(state, at.ticks(), quantity);
     let new_state = outcome.new_state.ok_or(StateError::Foreign)?;
     value.clear();
-    value.extend_from_slice(&encode_warm_gcra(new_state, gcra.basis(at)));
+    value.extend_from_slice(&encode_warm_gcra(new_state, gcra.basis()));
     Ok(StringDecision {
         verdict: Verdict {
             remaining: if at > now {
@@ -330,7 +378,7 @@ fn force_warming(
             expire_at: gcra.state_end(new_state).ceil_millis(),
             placement: Placement::WHOLE,
         },
-        starts_block: false,
+        writes_refused: false,
     })
 }
 
@@ -368,6 +416,7 @@ fn queued(
             ..then
         },
         changes: false,
+        carried: false,
         expire_at: None,
         placement: Placement::WHOLE,
     })
@@ -397,25 +446,39 @@ fn decide_own(
     let quantity = request.quantity;
     match (limiter, request.action) {
         (Limiter::Throttle(gcra), action) => {
-            let stored = stored.map(|state| read_gcra(gcra, state)).transpose()?;
             let at = now.not_before_epoch();
+            let read = stored.map(|state| read_gcra(gcra, state, at)).transpose()?;
+            let stored = read.map(|read| read.state);
             let now = at.ticks();
             let outcome = match action {
                 Action::Take => gcra.apply(stored, now, quantity),
                 Action::Refund => gcra.refund(stored, now, quantity),
             };
-            if let Some(state) = outcome.new_state {
+            // A take refused on a state carried to new parameters stores it carried: from
+            // now on it drains at the new rate, as the refusal's wait says. A quantity that
+            // can never fit changes nothing, as ever.
+            let carried = read.is_some_and(|read| read.carried)
+                && outcome.new_state.is_none()
+                && action == Action::Take
+                && quantity > 0
+                && quantity <= gcra.limit() as u64;
+            let written = outcome.new_state.or(stored.filter(|_| carried));
+            if let Some(state) = written {
+                // The basis read, when it is this call's: computing it costs more.
+                let basis = read
+                    .and_then(|read| read.basis)
+                    .unwrap_or_else(|| gcra.basis());
                 if gcra.warms_up() {
-                    value.extend_from_slice(&encode_warm_gcra(state, gcra.basis(at)));
+                    value.extend_from_slice(&encode_warm_gcra(state, basis));
                 } else {
-                    value.extend_from_slice(&encode_gcra(state.tat, gcra.basis(at)));
+                    value.extend_from_slice(&encode_gcra(state.tat, basis));
                 }
             }
             Ok(Own {
                 verdict: outcome.verdict,
                 changes: outcome.new_state.is_some(),
-                expire_at: outcome
-                    .new_state
+                carried,
+                expire_at: written
                     .map(|state| gcra.state_end(state))
                     .filter(|&end| end > now)
                     .map(|end| end.ceil_millis()),
@@ -427,6 +490,7 @@ fn decide_own(
             Ok(Own {
                 verdict: outcome.verdict,
                 changes: outcome.expire_at.is_some(),
+                carried: false,
                 expire_at: outcome.expire_at,
                 placement: outcome.placement,
             })
@@ -436,6 +500,7 @@ fn decide_own(
             Ok(Own {
                 verdict: refund.verdict,
                 changes: refund.changed,
+                carried: false,
                 expire_at: refund.expire_at,
                 placement: refund.placement,
             })

@@ -40,10 +40,11 @@ impl Settlement {
         }
     }
 
-    /// Whether a limiter whose own decision starts a block (or not) stores what it decided:
-    /// every change when the call is admitted; only the blocks its refusal starts otherwise.
-    pub fn commits(&self, starts_block: bool) -> bool {
-        self.admitted || (starts_block && !self.never_fits)
+    /// Whether a limiter whose own decision stores even when it refuses (a block its
+    /// refusal starts, a state carried to new parameters) stores what it decided: every
+    /// change when the call is admitted; only those otherwise.
+    pub fn commits(&self, writes_refused: bool) -> bool {
+        self.admitted || (writes_refused && !self.never_fits)
     }
 }
 
@@ -59,10 +60,10 @@ pub enum Conclusion {
 }
 
 impl Settlement {
-    /// What becomes of a limiter that decided `verdict`, starting a block or not, in a call
-    /// settled so; `write` is false for a read-only call, which never stores.
-    pub fn conclusion(&self, write: bool, starts_block: bool, verdict: &Verdict) -> Conclusion {
-        if write && self.commits(starts_block) {
+    /// What becomes of a limiter that decided `verdict`, storing when refused or not, in a
+    /// call settled so; `write` is false for a read-only call, which never stores.
+    pub fn conclusion(&self, write: bool, writes_refused: bool, verdict: &Verdict) -> Conclusion {
+        if write && self.commits(writes_refused) {
             Conclusion::Commit
         } else if !self.admitted && !verdict.limited {
             Conclusion::Standing

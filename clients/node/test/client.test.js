@@ -290,20 +290,39 @@ test("quota leases: batch 1 is a call per decision; a batch is given back on clo
   assert.equal((await new RateLimiter(io).counts(log(`${key}:hold`, 10, 60))).count, 1);
 });
 
-test("quota leases: a refused quota asks the server once per retry_after, not once per take", async () => {
+test("quota leases: a binding quota asks the server once per half batch, not once per take", async () => {
   const key = `${prefix}:quota-refused`;
   let now = 1_000_000;
   const quota = new Quota(new RateLimiter(io), [log(key, 3, 60)], { batch: 2, hold: 600, clock: () => now });
   const taken = [];
   for (let i = 0; i < 1000; i++) taken.push(await quota.take());
-  // Two grants (2, then the 1 left), then one refusal that says when a unit fits.
+  // Two grants (2, then the 1 left: the limit binds), then half a batch (1) that the server
+  // schedules when the log has room, in 60 s: nothing is spent or asked before.
   assert.deepEqual(taken.slice(0, 4), [true, true, true, false]);
   assert.ok(taken.slice(3).every((one) => !one));
   assert.equal(quota.calls, 3);
-  // Past its retry_after (60 s here, by the quota's clock), it asks again.
+  // Then (by the quota's clock) it spends what the server scheduled, without a call.
   now += 61_000;
-  await quota.take();
-  assert.equal(quota.calls, 4);
+  assert.equal(await quota.take(), true);
+  assert.equal(quota.calls, 3);
+  // Another process finds the log full until then: one refusal, then no call.
+  const later = new Quota(new RateLimiter(io), [log(key, 3, 60)], { batch: 2, clock: () => now });
+  for (let i = 0; i < 100; i++) assert.equal(await later.take(), false);
+  assert.equal(later.calls, 1);
+});
+
+test("quota leases: a binding limit costs a call per half batch", async () => {
+  // 1,000 a second in bursts of 100, leases of 50: past the burst, the limit binds.
+  const quota = new Quota(new RateLimiter(io), [throttle(`${prefix}:quota-binding`, 99, 1000, 1)], {
+    batch: 50,
+    hold: 1,
+  });
+  while (quota.admitted < 600) {
+    if (!(await quota.take())) await new Promise((resolve) => setTimeout(resolve, 1));
+  }
+  // The burst in two calls, a third that gets what refilled, then half a batch a call.
+  assert.ok(quota.calls <= quota.admitted / 25 + 3, `${quota.calls} calls for ${quota.admitted}`);
+  await quota.close();
 });
 
 test("quota leases: several processes admit at most the limit plus N x batch in any window", async () => {

@@ -1,7 +1,7 @@
 // clients/conformance.json, the table every client package is tested against: the command
 // words each limiter spec and option must produce, the result and HTTP fields each reply
-// must give, and the leases', RL.TOP's, the shared lists', the load reports' and the counts'
-// words and replies (no server). Every part but `lua`, which the nginx package's test reads.
+// must give (calls whose limits change between them too), and the leases', RL.TOP's, the
+// shared lists', the load reports' and the counts' words and replies (no server). Every part but `lua`, which the nginx package's test reads.
 "use strict";
 
 const assert = require("node:assert/strict");
@@ -42,6 +42,7 @@ const PARTS = [
   "load",
   "load_replies",
   "counts",
+  "changed_limits",
   "concurrency",
   "lua",
 ];
@@ -79,24 +80,38 @@ test("every part of the table is read", () => {
   assert.deepEqual(Object.keys(table).sort(), [...PARTS].sort());
 });
 
+function checkWords({ limiters, options, words: wanted }) {
+  const { readOnly, ...rest } = optionsOf(options);
+  const built = commandFor(limiters.map(limiterOf), rest, Boolean(readOnly));
+  assert.deepEqual(words(built), wanted, JSON.stringify(options));
+}
+
+function checkReply({ limiters, options, reply, result, fields }) {
+  const specs = limiters.map(limiterOf);
+  const got = resultOf(reply, specs, optionsOf(options));
+  const { each, shed_level: shedLevel, lease_id: leaseId, ...top } = result;
+  assert.deepEqual(snake(got), top);
+  assert.deepEqual([got.shedLevel, got.leaseId], [shedLevel, leaseId]);
+  assert.deepEqual(got.each.map(snake), each);
+  assert.deepEqual(headers(got, specs), fields);
+}
+
 test("every spec builds its words", () => {
   assert.ok(table.commands.length >= 10);
-  for (const { limiters, options, words: wanted } of table.commands) {
-    const { readOnly, ...rest } = optionsOf(options);
-    const built = commandFor(limiters.map(limiterOf), rest, Boolean(readOnly));
-    assert.deepEqual(words(built), wanted, JSON.stringify(options));
-  }
+  table.commands.forEach(checkWords);
 });
 
 test("every reply gives its result and fields", () => {
-  for (const { limiters, options, reply, result, fields } of table.replies) {
-    const specs = limiters.map(limiterOf);
-    const got = resultOf(reply, specs, optionsOf(options));
-    const { each, shed_level: shedLevel, lease_id: leaseId, ...top } = result;
-    assert.deepEqual(snake(got), top);
-    assert.deepEqual([got.shedLevel, got.leaseId], [shedLevel, leaseId]);
-    assert.deepEqual(got.each.map(snake), each);
-    assert.deepEqual(headers(got, specs), fields);
+  table.replies.forEach(checkReply);
+});
+
+test("calls whose limits change send them and read their replies", () => {
+  assert.ok(table.changed_limits.length >= 5);
+  for (const { steps } of table.changed_limits) {
+    for (const step of steps) {
+      checkWords(step);
+      checkReply(step);
+    }
   }
 });
 
@@ -162,8 +177,8 @@ test("the local limit replays every trace", () => {
   assert.ok(traces.length >= 3);
   for (const { name, options, events, expect } of traces) {
     const limit = new ConcurrencyLimit(limitOptions(options));
-    events.forEach(([at, kind, value], step) => {
-      const decision = kind === "admit" ? limit.admit(value, at) : (limit.finish(value, at), null);
+    events.forEach(([at, kind, value, backlog = 0], step) => {
+      const decision = kind === "admit" ? limit.admit(value, at, backlog) : (limit.finish(value, at), null);
       assert.deepEqual([decision, limit.limit, limit.congested], expect[step], `${name}, step ${step}`);
     });
   }

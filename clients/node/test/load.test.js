@@ -225,7 +225,15 @@ test("defaults shed nothing from a healthy service", async () => {
 
 test("a standing queue sheds the least important first, by the process's own limit", () => {
   const clock = { now: 0 };
-  const shedder = new LoadShedder(redis, `node:flood:${randomUUID()}`, { clock: () => clock.now, logger: quiet });
+  // The limit of every package's defaults (the shedder's own waits four standing intervals
+  // before congestion, however deep: see load.js).
+  const limit = new ConcurrencyLimit();
+  const shedder = new LoadShedder(redis, `node:flood:${randomUUID()}`, {
+    clock: () => clock.now,
+    limit,
+    logger: quiet,
+  });
+  assert.equal(new LoadShedder(redis, "node:default", { logger: quiet }).limit.options.deep, Infinity);
   flood(shedder, clock);
   assert.equal(shedder.limit.congested, true);
   // Cut to the peak times target / fastest, at least 0.2: 20 * 0.2 = 4; 9 in flight.
@@ -248,7 +256,12 @@ test("with the server frozen, the process's own limit still protects", async () 
   frozen.on("error", () => {});
   try {
     const clock = { now: 0 };
-    const shedder = new LoadShedder(frozen, "node:frozen", { clock: () => clock.now, timeout: 200, logger: quiet });
+    const shedder = new LoadShedder(frozen, "node:frozen", {
+      clock: () => clock.now,
+      timeout: 200,
+      limit: new ConcurrencyLimit(),
+      logger: quiet,
+    });
     assert.equal(await shedder.report(), null, "no answer within the deadline");
     assert.equal(shedder.standing.level, 0, "no level: nothing shed by one");
     flood(shedder, clock);

@@ -53,6 +53,18 @@ TRACES = (
         51,
     ),
 )
+# An event loop: a request waits for the loop before it can be decided (its wait is the
+# backlog it is decided with), and a refusal costs the loop REFUSAL µs.
+EVENT_LOOP = (
+    "event loop",
+    "half, three times, half the capacity of one event loop: a request is decided when the "
+    "loop reaches it, its wait the backlog; a refusal costs 300 µs of the loop",
+    4_500,
+    ((400_000, 0.5), (800_000, 3.0), (600_000, 0.5)),
+    {},
+    53,
+)
+REFUSAL = 300
 
 
 def events_of(service: int, phases, seed: int) -> list[tuple[int, int, object]]:
@@ -98,13 +110,32 @@ def trace(name: str, about: str, service: int, phases, options: dict, seed: int)
     return {"name": name, "about": about, "options": options, "events": events, "expect": expect}
 
 
+def event_loop_trace(name: str, about: str, service: int, phases, options: dict, seed: int) -> dict:
+    limit = ConcurrencyLimit(LimitOptions(**options))
+    free_at, events, expect = 0, [], []
+    for at, _, index in events_of(service, phases, seed):
+        start = max(at, free_at)
+        admitted = limit.admit(index, start, start - at)
+        events.append([start, "admit", PRIORITIES[index], start - at])
+        expect.append([admitted, limit.limit, limit.congested])
+        if admitted:
+            free_at = start + service
+            limit.finish(free_at - at, free_at)
+            events.append([free_at, "finish", free_at - at])
+            expect.append([None, limit.limit, limit.congested])
+        else:
+            free_at = start + REFUSAL
+    return {"name": name, "about": about, "options": options, "events": events, "expect": expect}
+
+
 def main() -> None:
     table = json.loads(TABLE.read_text())
     defaults = LimitOptions()
     table["concurrency"] = {
         "about": "The local limit (docs/load.md). Options over `defaults` (times in whole µs, "
-        'shares most important first); events [µs, "admit", class] or [µs, '
-        '"finish", latency µs]; after each, [admitted or null, limit, congested].',
+        'shares most important first); events [µs, "admit", class] (or [µs, "admit", '
+        'class, backlog µs]) or [µs, "finish", latency µs]; after each, [admitted or null, '
+        "limit, congested].",
         "defaults": {
             "initial": defaults.initial,
             "floor": defaults.floor,
@@ -117,7 +148,7 @@ def main() -> None:
             "decay": defaults.decay,
             "shares": list(defaults.shares),
         },
-        "traces": [trace(*spec) for spec in TRACES],
+        "traces": [trace(*spec) for spec in TRACES] + [event_loop_trace(*EVENT_LOOP)],
     }
     TABLE.write_text(dumps(table))
 

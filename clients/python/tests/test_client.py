@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import json
 import multiprocessing
 import os
 import socket
@@ -15,6 +16,7 @@ import threading
 import time
 import unittest
 import uuid
+from pathlib import Path
 
 import redis
 import redis.asyncio
@@ -160,6 +162,47 @@ class SyncClientTest(unittest.TestCase):
         ):
             with self.assertRaises(ValueError):
                 self.limiter.counts(unreadable)
+
+
+class ChangedLimitsTest(unittest.TestCase):
+    """The conformance table's calls whose limits change between them (`changed_limits`, and
+    `lua`'s): every reply in it is the server's. A reply's times are the table's less the time
+    the server says passed since the case began (the table's are those of an instant)."""
+
+    TABLE = json.loads((Path(__file__).resolve().parents[2] / "conformance.json").read_text())
+
+    def setUp(self) -> None:
+        self.client = redis.Redis.from_url(URL)
+        self.prefix = f"py:{uuid.uuid4().hex}:"
+
+    def tearDown(self) -> None:
+        self.client.close()
+
+    def server_micros(self) -> int:
+        seconds, micros = self.client.time()
+        return seconds * 1_000_000 + micros
+
+    def test_every_reply_of_the_changed_limits_is_the_servers(self) -> None:
+        cases = self.TABLE["changed_limits"] + self.TABLE["lua"]["changed_limits"]
+        steps = 0
+        for case in cases:
+            began = self.server_micros()
+            for step in case["steps"]:
+                words = list(step["words"])
+                words[1] = self.prefix + words[1]
+                reply = self.client.execute_command(*words)
+                per_unit = 1_000 if "MS" in words else 1
+                passed = -(-(self.server_micros() - began) // per_unit) + 1
+                wanted = step["reply"]
+                about = f"{case['about']} {words}: {reply}"
+                self.assertEqual(reply[:3], wanted[:3], about)
+                for got, want in zip(reply[3:], wanted[3:]):
+                    if want in (-1, 0):
+                        self.assertEqual(got, want, about)
+                    else:
+                        self.assertTrue(0 <= want - got <= passed, about)
+                steps += 1
+        self.assertGreaterEqual(steps, 20)
 
 
 class AsyncClientTest(unittest.IsolatedAsyncioTestCase):
@@ -435,14 +478,15 @@ class QuotaTest(unittest.TestCase):
             RateLimiter(client), [Log(key, 3, 60)], batch=2, hold=600, clock=lambda: now[0]
         )
         taken = [quota.take() for _ in range(1000)]
-        # Two grants (2, then the 1 left), then one refusal that says when a unit fits.
+        # Two grants (2, then the 1 left: the limit binds), then half a batch (1) that the
+        # server schedules when the log has room, in 60 s: nothing is spent or asked before.
         self.assertEqual(taken[:4], [True, True, True, False])
         self.assertFalse(any(taken[3:]))
         self.assertEqual(quota.ledger.calls, 3)
-        # Past its retry_after (60 s here, by the quota's clock), it asks again.
+        # Then (by the quota's clock) it spends what the server scheduled, without a call.
         now[0] += 61
-        quota.take()
-        self.assertEqual(quota.ledger.calls, 4)
+        self.assertTrue(quota.take())
+        self.assertEqual(quota.ledger.calls, 3)
 
         async def run() -> None:
             async_client = redis.asyncio.Redis.from_url(URL)
@@ -454,6 +498,20 @@ class QuotaTest(unittest.TestCase):
             await async_client.aclose()
 
         asyncio.run(run())
+        client.close()
+
+    def test_a_binding_limit_costs_a_call_per_half_batch(self) -> None:
+        # 1,000 a second in bursts of 100, leases of 50: past the burst, the limit binds.
+        client = redis.Redis.from_url(URL)
+        key = f"py:{uuid.uuid4().hex}:binding"
+        quota = Quota(RateLimiter(client), [Throttle(key, 99, 1000, 1)], batch=50, hold=1.0)
+        while quota.ledger.admitted < 600:
+            if not quota.take():
+                time.sleep(0.001)
+        ledger = quota.ledger
+        # The burst in two calls, a third that gets what refilled, then half a batch a call.
+        self.assertLessEqual(ledger.calls, ledger.admitted / 25 + 3, ledger.__dict__)
+        quota.close()
         client.close()
 
     def test_unused_units_go_back_after_hold(self) -> None:

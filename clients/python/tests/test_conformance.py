@@ -1,7 +1,8 @@
 """clients/conformance.json, the table every client package is tested against: the command
 words each limiter spec and option must produce, the result and HTTP fields each reply must
-give, and the leases', RL.TOP's, the shared lists', the load reports' and the counts' words
-and replies (no server). Every part but `lua`, which the nginx package's test reads.
+give (calls whose limits change between them too), and the leases', RL.TOP's, the shared
+lists', the load reports' and the counts' words and replies (no server). Every part but
+`lua`, which the nginx package's test reads.
 
     python -m unittest clients/python/tests/test_conformance.py
 """
@@ -44,6 +45,7 @@ PARTS = {
     "load",
     "load_replies",
     "counts",
+    "changed_limits",
     "concurrency",
     "lua",
 }
@@ -78,21 +80,34 @@ class ConformanceTest(unittest.TestCase):
     def test_every_spec_builds_its_words(self) -> None:
         self.assertGreaterEqual(len(TABLE["commands"]), 10)
         for case in TABLE["commands"]:
-            built = command(limiters(case["limiters"]), Options(**case["options"]))
-            self.assertEqual(words(built), case["words"], case)
+            self.check_words(case)
 
     def test_every_reply_gives_its_result_and_fields(self) -> None:
         for case in TABLE["replies"]:
-            specs = limiters(case["limiters"])
-            got = result(case["reply"], specs, Options(**case["options"]))
-            expected = dict(case["result"])
-            each = expected.pop("each")
-            for name, value in expected.items():
-                self.assertEqual(getattr(got, name), value, f"{name} of {case}")
-            self.assertEqual(len(got.each), len(each))
-            for one, wanted in zip(got.each, each):
-                self.assertEqual({name: getattr(one, name) for name in wanted}, wanted)
-            self.assertEqual(headers(got, specs), case["fields"], case)
+            self.check_reply(case)
+
+    def test_calls_whose_limits_change_send_them_and_read_their_replies(self) -> None:
+        self.assertGreaterEqual(len(TABLE["changed_limits"]), 5)
+        for case in TABLE["changed_limits"]:
+            for step in case["steps"]:
+                self.check_words(step)
+                self.check_reply(step)
+
+    def check_words(self, case: dict) -> None:
+        built = command(limiters(case["limiters"]), Options(**case["options"]))
+        self.assertEqual(words(built), case["words"], case)
+
+    def check_reply(self, case: dict) -> None:
+        specs = limiters(case["limiters"])
+        got = result(case["reply"], specs, Options(**case["options"]))
+        expected = dict(case["result"])
+        each = expected.pop("each")
+        for name, value in expected.items():
+            self.assertEqual(getattr(got, name), value, f"{name} of {case}")
+        self.assertEqual(len(got.each), len(each))
+        for one, wanted in zip(got.each, each):
+            self.assertEqual({name: getattr(one, name) for name in wanted}, wanted)
+        self.assertEqual(headers(got, specs), case["fields"], case)
 
     def test_leases_build_their_words_and_read_their_replies(self) -> None:
         for case in TABLE["leases"]:
@@ -141,8 +156,11 @@ class ConformanceTest(unittest.TestCase):
                 options["shares"] = tuple(options["shares"])
             limit = ConcurrencyLimit(LimitOptions(**options))
             for step, (event, expected) in enumerate(zip(trace["events"], trace["expect"])):
-                at, kind, value = event
-                decision = limit.admit(value, at) if kind == "admit" else limit.finish(value, at)
+                at, kind, value, *backlog = event
+                if kind == "admit":
+                    decision = limit.admit(value, at, *backlog)
+                else:
+                    decision = limit.finish(value, at)
                 got = [decision, limit.limit, limit.congested]
                 self.assertEqual(got, expected, f"{trace['name']}, step {step}: {event}")
 

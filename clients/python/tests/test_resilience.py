@@ -112,22 +112,37 @@ class LedgerProperties(unittest.TestCase):
             rng, clock = random.Random(seed), Clock()
             batch = rng.randint(1, 20)
             ledger = _Ledger(batch, hold=1.0, clock=clock)
-            granted_total = given_back = 0
+            granted_total = given_back = calls = 0
             for _ in range(200):
                 clock.now += rng.choice([0.0, 0.1, 0.6])
                 given_back += ledger.expired()
                 quantity = rng.randint(1, batch)
-                if ledger.spend(quantity):
+                if ledger.spend(quantity) or ledger.refused():
                     continue
-                wanted = ledger.wanted(quantity)
-                self.assertGreater(wanted, 0)
-                units = rng.randint(0, wanted)  # what the server grants (AT_MOST)
+                asked, how = ledger.ask(quantity)
+                self.assertGreater(asked, 0)
+                # What the server answers: up to what was asked (AT_MOST), or all of it after
+                # a wait (DELAY), or nothing, with a retry_after.
+                if how.get("at_most"):
+                    units = rng.randint(0, asked)
+                    result = RateLimit(
+                        units > 0, batch, 0, None if units else 0.2, 1.0, granted=units
+                    )
+                else:
+                    self.assertEqual(how, {"delay": 1.0})
+                    half = min(ledger.half, batch - ledger.held)
+                    self.assertEqual(asked, max(half, quantity - ledger.held))
+                    units = asked if rng.random() < 0.7 else 0
+                    wait = rng.choice([0.0, 0.05, 0.3])
+                    result = RateLimit(units > 0, batch, 0, None if units else 0.2, 1.0, wait=wait)
                 granted_total += units
-                ledger.granted(units)
+                calls += 1
+                ledger.answered(asked, result)
                 self.assertLessEqual(ledger.held, batch, f"seed {seed}")
                 ledger.spend(quantity)
             given_back += ledger.release()
             self.assertEqual(granted_total, ledger.admitted + given_back, f"seed {seed}")
+            self.assertEqual(calls, ledger.calls)
 
 
 if __name__ == "__main__":

@@ -83,7 +83,8 @@ pub struct ConcurrencyLimit {
     congestions: u64,
     window_end: Option<u64>,
     window_min: Option<u64>,
-    peak: u64,
+    /// The most requests in flight or waiting an admission saw in the interval.
+    peak: f64,
     standing_run: u32,
     noload_now: Option<u64>,
     noload_before: Option<u64>,
@@ -108,7 +109,7 @@ impl ConcurrencyLimit {
             congestions: 0,
             window_end: None,
             window_min: None,
-            peak: 0,
+            peak: 0.0,
             standing_run: 0,
             noload_now: None,
             noload_before: None,
@@ -170,7 +171,7 @@ impl ConcurrencyLimit {
             return;
         }
         let o = &self.options;
-        let bound = self.peak as f64 >= self.limit / 2.0;
+        let bound = self.peak >= self.limit / 2.0;
         let measured = match (self.window_min, self.noload_us()) {
             (Some(fastest), Some(noload)) => Some((fastest, noload + noload.max(micros(o.target)))),
             _ => None,
@@ -183,7 +184,7 @@ impl ConcurrencyLimit {
         if standing && (self.congested || deep || self.standing_run >= o.enter) {
             let (fastest, target) = measured.expect("standing is measured");
             let gradient = (target as f64 / fastest as f64).clamp(0.2, 0.9);
-            self.limit = o.floor.max(self.limit.min(self.peak as f64) * gradient);
+            self.limit = o.floor.max(self.limit.min(self.peak) * gradient);
             if !self.congested {
                 self.congestions += 1;
             }
@@ -201,34 +202,46 @@ impl ConcurrencyLimit {
             if self.congested {
                 self.congested = false;
             } else {
-                self.limit = o
-                    .floor
-                    .max(2.0 * self.peak as f64)
-                    .max(self.limit * o.decay);
+                self.limit = o.floor.max(2.0 * self.peak).max(self.limit * o.decay);
             }
         }
         if self.limit != before {
             self.changes += 1;
         }
         self.window_min = None;
-        self.peak = self.inflight;
+        self.peak = self.inflight as f64;
         self.window_end = Some(now.saturating_add(interval));
     }
 
     /// Whether a request of `priority` is admitted at `now`; an admitted one is in flight
     /// until [`ConcurrencyLimit::finish`].
     pub fn admit(&mut self, priority: Priority, now: Duration) -> bool {
+        self.admit_after(priority, now, Duration::ZERO)
+    }
+
+    /// [`ConcurrencyLimit::admit`] for a request that waited `backlog` before it could be
+    /// decided (an event loop's lag): the work ahead of it, counted as that many no-load
+    /// latencies' worth of requests in flight.
+    pub fn admit_after(&mut self, priority: Priority, now: Duration, backlog: Duration) -> bool {
         self.roll(micros(now));
-        let share = if self.congested {
-            self.options.shares[priority.index()]
-        } else {
-            1.0
+        let backlog = micros(backlog);
+        let waiting = match self.noload_us() {
+            Some(noload) if backlog > 0 => backlog as f64 / noload as f64,
+            _ => 0.0,
         };
-        if (self.inflight as f64) < self.limit * share {
+        let load = self.inflight as f64 + waiting;
+        // The backlog refuses only while congested: a burst's wait is no standing queue.
+        let admitted = if self.congested {
+            load < self.limit * self.options.shares[priority.index()]
+        } else {
+            (self.inflight as f64) < self.limit
+        };
+        if admitted {
             self.inflight += 1;
-            self.peak = self.peak.max(self.inflight);
+            self.peak = self.peak.max(load + 1.0);
             true
         } else {
+            self.peak = self.peak.max(load);
             false
         }
     }

@@ -87,7 +87,13 @@ pub struct LoadShedder<C> {
     standing: Mutex<(LoadStanding, Option<Duration>)>,
     started: AtomicBool,
     seed: AtomicU64,
+    /// How far behind the runtime runs, in µs: what a request waited before the layer saw it.
+    lag: AtomicU64,
 }
+
+/// How often the runtime's lag is measured, and the timer's own lateness left out of it.
+const LAG_TICK: Duration = Duration::from_millis(5);
+const TIMER_SLACK: Duration = Duration::from_millis(1);
 
 /// Builds a [`LoadShedder`]; every option has a default.
 pub struct LoadShedderBuilder<C> {
@@ -188,6 +194,7 @@ impl<C> LoadShedderBuilder<C> {
             standing: Mutex::new((NOTHING_SHED, None)),
             started: AtomicBool::new(false),
             seed: AtomicU64::new(seed),
+            lag: AtomicU64::new(0),
         })
     }
 }
@@ -247,12 +254,13 @@ impl<C> LoadShedder<C> {
         let standing = self.standing();
         let by_level = self.draw() < standing.share(priority);
         let now = (self.clock)();
+        let waited = Duration::from_micros(self.lag.load(Ordering::Relaxed));
         let mut local = self.local();
         let counted = by_level
             && local
                 .limit
                 .as_mut()
-                .is_some_and(|limit| limit.admit(priority, now));
+                .is_some_and(|limit| limit.admit_after(priority, now, waited));
         let admitted = by_level && (counted || local.limit.is_none());
         let outcome = match (admitted, self.shadow, by_level) {
             (true, _, _) => "admitted",
@@ -280,8 +288,9 @@ impl<C> LoadShedder<C> {
                 "ratelimit: shadow: a request would be shed"
             );
         }
+        // Its latency counts from when it arrived: the runtime's lag before the layer.
         (admitted || self.shadow).then_some(Ticket {
-            started: now,
+            started: now.saturating_sub(waited),
             counted,
         })
     }
@@ -350,11 +359,29 @@ where
     }
 
     /// Reports every interval, on a task of its own, while the shedder is alive; once,
-    /// whoever calls it first (the layer calls it at its first request).
+    /// whoever calls it first (the layer calls it at its first request). Another task
+    /// measures how far behind the runtime runs (every 5 ms): a request waits for a worker
+    /// before the layer sees it, so its wait counts in its latency and, as that much work
+    /// ahead of it, in the requests the limit counts.
     pub fn start(self: &Arc<Self>) {
         if self.started.swap(true, Ordering::SeqCst) {
             return;
         }
+        let watched = Arc::downgrade(self);
+        tokio::spawn(async move {
+            loop {
+                let due = std::time::Instant::now() + LAG_TICK;
+                tokio::time::sleep(LAG_TICK).await;
+                let Some(shedder) = watched.upgrade() else {
+                    return;
+                };
+                let late = std::time::Instant::now().saturating_duration_since(due);
+                let lag = late.saturating_sub(TIMER_SLACK).as_micros();
+                shedder
+                    .lag
+                    .store(u64::try_from(lag).unwrap_or(u64::MAX), Ordering::Relaxed);
+            }
+        });
         let shedder = Arc::downgrade(self);
         let interval = self.interval;
         tokio::spawn(async move {

@@ -7,16 +7,21 @@
 //! admit by at most N x batch (each holds at most `batch` taken earlier; every unit it spends
 //! was counted by the server when taken). `batch` 1 is one call per decision, as `check`.
 //!
-//! While the limit binds, a take that gets nothing learns when one unit fits
-//! (`retry_after`): until then `take` refuses without asking, so a refused quota costs the
-//! server one call per `retry_after`, not one per request.
+//! While the limit binds, a lease stays batched. A take that gets less than it asked for
+//! (the units that refilled since the last call) marks the limit as binding; from then on a
+//! take asks for half a batch at once, waiting for it on the server (`DELAY`, up to `hold`):
+//! the server answers when it fits, and the process spends it from then, refusing without
+//! asking until then. So a binding limit costs at most one call per half batch admitted, and
+//! a refusal (half a batch does not fit within `hold`) one call per `retry_after`, not one
+//! per request. A take that finds half a batch there at once asks for a whole batch again
+//! (`AT_MOST`). Half a batch is at most the smallest limit of the limiters.
 
 use std::sync::Mutex;
 use std::time::Duration;
 
 use crate::blocking::{BlockingConnection, RateLimiter};
 use crate::policy::policy_name;
-use crate::protocol::{Limiter, Options, RateLimit};
+use crate::protocol::{Kind, Limiter, Options, RateLimit};
 use crate::resilience::{Clock, Error};
 
 /// What a process holds of a quota, with no I/O: the units taken and not yet spent, and
@@ -25,11 +30,17 @@ use crate::resilience::{Clock, Error};
 pub struct Ledger {
     batch: u64,
     hold: Duration,
+    /// What a take asks for while the limit binds: half a batch, at most the least limit.
+    half: u64,
     /// Units taken and not spent.
     pub held: u64,
     expires_at: Option<Duration>,
+    /// What is held may be spent from then on (a take the server made wait).
+    available_at: Duration,
     /// Refused by the server: no call before then.
     refused_until: Duration,
+    /// The last take got less than it asked for: ask for half a batch and wait for it.
+    binding: bool,
     /// Decisions taken, units admitted, and calls to the server: what a lease saves.
     pub decisions: u64,
     /// Units admitted.
@@ -39,18 +50,29 @@ pub struct Ledger {
 }
 
 impl Ledger {
-    /// An empty ledger (`batch` at least 1, `hold` more than zero).
-    pub fn new(batch: u64, hold: Duration) -> Ledger {
+    /// An empty ledger of leases of `limiters` (`batch` at least 1, `hold` more than zero).
+    pub fn new(batch: u64, hold: Duration, limiters: &[Limiter]) -> Ledger {
         assert!(
             batch >= 1 && !hold.is_zero(),
             "batch is at least 1 and hold more than 0"
         );
+        let half = limiters
+            .iter()
+            .filter_map(|limiter| match limiter.kind {
+                Kind::Throttle { max_burst, .. } => Some(max_burst + 1),
+                Kind::Window { limit, .. } | Kind::Log { limit, .. } => Some(limit),
+                Kind::Load { .. } | Kind::Lease { .. } => None,
+            })
+            .fold(batch.div_ceil(2), u64::min);
         Ledger {
             batch,
             hold,
+            half,
             held: 0,
             expires_at: None,
+            available_at: Duration::ZERO,
             refused_until: Duration::ZERO,
+            binding: false,
             decisions: 0,
             admitted: 0,
             calls: 0,
@@ -71,9 +93,9 @@ impl Ledger {
         std::mem::take(&mut self.held)
     }
 
-    /// Spends `quantity` of what is held, if it is there.
-    pub fn spend(&mut self, quantity: u64) -> bool {
-        if self.held >= quantity {
+    /// Spends `quantity` of what is held at `now`, if it is there and may be spent.
+    pub fn spend(&mut self, now: Duration, quantity: u64) -> bool {
+        if self.held >= quantity && now >= self.available_at {
             self.held -= quantity;
             self.admitted += quantity;
             true
@@ -82,29 +104,53 @@ impl Ledger {
         }
     }
 
-    /// How much to ask for: enough to hold `batch` (or `quantity`, if more).
-    pub fn wanted(&self, quantity: u64) -> u64 {
-        self.batch.max(quantity) - self.held
-    }
-
-    /// Whether the server refused recently enough that asking again is pointless.
-    pub fn refused(&self, now: Duration) -> bool {
-        now < self.refused_until
-    }
-
-    /// The server took nothing, and said when one unit fits (`None`: never, at this size).
-    pub fn refused_for(&mut self, now: Duration, retry_after: Option<Duration>) {
-        if let Some(retry_after) = retry_after {
-            self.refused_until = now + retry_after;
+    /// What to ask the server for, and how: enough to hold `batch` (or `quantity`, if more),
+    /// taking what fits (`AT_MOST`); while the limit binds, half a batch (no more than holds
+    /// a batch, or what `quantity` lacks, if more) at once, waiting for it up to `hold`
+    /// (`DELAY`).
+    pub fn ask(&self, quantity: u64) -> Options {
+        if self.binding {
+            let half = self.half.min(self.batch.saturating_sub(self.held));
+            let units = half.max(quantity.saturating_sub(self.held));
+            Options::new().quantity(units).delay(self.hold)
+        } else {
+            Options::new()
+                .quantity(self.batch.max(quantity) - self.held)
+                .at_most()
         }
     }
 
-    /// The server granted `units` at `now`.
-    pub fn granted(&mut self, now: Duration, units: u64) {
+    /// Whether asking the server at `now` is pointless: it refused recently, or what is
+    /// held may not be spent yet.
+    pub fn refused(&self, now: Duration) -> bool {
+        now < self.refused_until || (self.held > 0 && now < self.available_at)
+    }
+
+    /// What the server answered at `now` a take `asked` as [`Ledger::ask`] said.
+    pub fn answered_take(&mut self, now: Duration, asked: &Options, result: &RateLimit) {
         self.calls += 1;
+        if !result.allowed {
+            // Nothing taken; it says when what was asked fits (`None`: never, at this size).
+            if let Some(retry_after) = result.retry_after {
+                self.refused_until = now + retry_after;
+            }
+            self.binding = self.batch > 1;
+        } else if self.binding {
+            // Half a batch was there at once: the limit may no longer bind.
+            self.binding = !result.wait.is_zero();
+            self.add(now, asked.quantity, result.wait);
+        } else {
+            let units = result.granted.unwrap_or(0);
+            self.binding = self.batch > 1 && units < asked.quantity;
+            self.add(now, units, Duration::ZERO);
+        }
+    }
+
+    fn add(&mut self, now: Duration, units: u64, wait: Duration) {
         if units > 0 {
+            self.available_at = now + wait;
             if self.held == 0 {
-                self.expires_at = Some(now + self.hold);
+                self.expires_at = Some(now + wait + self.hold);
             }
             self.held += units;
         }
@@ -123,28 +169,31 @@ impl Ledger {
     pub fn begin(&mut self, now: Duration, quantity: u64) -> (u64, Take) {
         self.decisions += 1;
         let expired = self.expired(now);
-        let take = if self.spend(quantity) {
+        let take = if self.spend(now, quantity) {
             Take::Spent
         } else if self.refused(now) {
             Take::Refused
         } else {
-            Take::Ask(Options::new().quantity(self.wanted(quantity)).at_most())
+            Take::Ask(self.ask(quantity))
         };
         (expired, take)
     }
 
-    /// What a take decides from the server's answer to `AT_MOST` (`None`: decided by
-    /// `on_error`, nothing taken: the answer's own).
-    fn answered(&mut self, now: Duration, quantity: u64, result: &RateLimit) -> bool {
+    /// What a take of `quantity` decides from the server's answer to `asked` (decided by
+    /// `on_error` when the call failed: nothing taken, the answer's own).
+    fn answered(
+        &mut self,
+        now: Duration,
+        quantity: u64,
+        asked: &Options,
+        result: &RateLimit,
+    ) -> bool {
         if result.failed {
-            self.granted(now, 0);
+            self.calls += 1;
             return result.allowed;
         }
-        if !result.allowed {
-            self.refused_for(now, result.retry_after);
-        }
-        self.granted(now, result.granted.unwrap_or(0));
-        self.spend(quantity)
+        self.answered_take(now, asked, result);
+        self.spend(now, quantity)
     }
 }
 
@@ -153,9 +202,10 @@ impl Ledger {
 pub enum Take {
     /// Admitted from what is held.
     Spent,
-    /// Refused without asking: the server said when one unit fits, and that is not yet.
+    /// Refused without asking: the server said when what was asked fits, or when what is
+    /// held may be spent, and that is not yet.
     Refused,
-    /// Asks the server for this (`AT_MOST`).
+    /// Asks the server for this ([`Ledger::ask`]).
     Ask(Options),
 }
 
@@ -181,9 +231,9 @@ impl<'a, C: BlockingConnection> Quota<'a, C> {
     ) -> Self {
         Quota {
             limiter,
-            limiters,
             clock,
-            ledger: Mutex::new(Ledger::new(batch, hold)),
+            ledger: Mutex::new(Ledger::new(batch, hold, &limiters)),
+            limiters,
         }
     }
 
@@ -202,7 +252,7 @@ impl<'a, C: BlockingConnection> Quota<'a, C> {
             Take::Refused => Ok(false),
             Take::Ask(options) => {
                 let result = self.limiter.check(&self.limiters, options)?;
-                Ok(ledger.answered((self.clock)(), quantity, &result))
+                Ok(ledger.answered((self.clock)(), quantity, &options, &result))
             }
         }
     }
@@ -261,9 +311,9 @@ mod tokio_quota {
         ) -> Arc<Self> {
             Arc::new(AsyncQuota {
                 limiter,
-                limiters,
                 clock,
-                ledger: tokio::sync::Mutex::new(Ledger::new(batch, hold)),
+                ledger: tokio::sync::Mutex::new(Ledger::new(batch, hold, &limiters)),
+                limiters,
                 armed: Mutex::new(false),
             })
         }
@@ -283,7 +333,7 @@ mod tokio_quota {
                 Take::Ask(options) => options,
             };
             let result = self.limiter.check(&self.limiters, options).await?;
-            let admitted = ledger.answered((self.clock)(), quantity, &result);
+            let admitted = ledger.answered((self.clock)(), quantity, &options, &result);
             if let Some(delay) = ledger.delay((self.clock)()) {
                 self.arm(delay);
             }
@@ -348,28 +398,68 @@ mod tests {
         }
     }
 
+    /// What a `DELAY` take answers: admitted, to go ahead after `wait`.
+    fn scheduled(wait: Duration) -> RateLimit {
+        RateLimit {
+            allowed: true,
+            wait,
+            ..RateLimit::default()
+        }
+    }
+
+    fn log(limit: u64) -> Vec<Limiter> {
+        vec![Limiter::log("q", limit, Duration::from_secs(60))]
+    }
+
     #[test]
-    fn a_ledger_spends_what_it_took_asks_once_per_retry_after_and_gives_back_after_hold() {
-        let mut ledger = Ledger::new(10, ms(500));
+    fn a_ledger_spends_what_it_took_and_gives_back_after_hold() {
+        let mut ledger = Ledger::new(10, ms(500), &log(100));
         let ask = |take| matches!(take, Take::Ask(o) if o.quantity == 10 && o.shortfall == crate::Shortfall::AtMost);
         let (expired, take) = ledger.begin(ms(0), 1);
         assert!(expired == 0 && ask(take));
-        assert!(ledger.answered(ms(0), 1, &granted(10)));
+        let Take::Ask(options) = take else {
+            unreachable!()
+        };
+        assert!(ledger.answered(ms(0), 1, &options, &granted(10)));
         for _ in 0..9 {
             assert_eq!(ledger.begin(ms(1), 1), (0, Take::Spent));
         }
         // Used up: the server grants nothing and says 300 ms; until then, no call.
         let (_, take) = ledger.begin(ms(2), 1);
         assert!(ask(take));
-        assert!(!ledger.answered(ms(2), 1, &granted(0)));
+        assert!(!ledger.answered(ms(2), 1, &options, &granted(0)));
         assert_eq!(ledger.begin(ms(301), 1), (0, Take::Refused));
-        assert!(ask(ledger.begin(ms(302), 1).1));
-        assert!(ledger.answered(ms(302), 1, &granted(4)));
-        // Held from 302 ms: what is left goes back at 802 ms.
-        assert_eq!(ledger.begin(ms(801), 1), (0, Take::Spent));
-        let (expired, take) = ledger.begin(ms(802), 1);
-        assert_eq!(expired, 2);
-        assert!(ask(take));
+        // The limit binds: half a batch, waited for up to the hold.
+        let (_, take) = ledger.begin(ms(302), 1);
+        let half = Options::new().quantity(5).delay(ms(500));
+        assert_eq!(take, Take::Ask(half));
+        // Scheduled in 100 ms: refused without a call until then, spent after.
+        assert!(!ledger.answered(ms(302), 1, &half, &scheduled(ms(100))));
+        assert_eq!(ledger.begin(ms(401), 1), (0, Take::Refused));
+        assert_eq!(ledger.begin(ms(402), 1), (0, Take::Spent));
+        // Held from 302 ms, to spend from 402 ms: what is left goes back at 902 ms.
+        assert_eq!(ledger.begin(ms(901), 1), (0, Take::Spent));
+        let (expired, take) = ledger.begin(ms(902), 1);
+        assert_eq!((expired, take), (3, Take::Ask(half)));
         assert_eq!((ledger.admitted, ledger.calls), (12, 3));
+    }
+
+    #[test]
+    fn a_partial_grant_binds_and_half_a_batch_at_once_unbinds() {
+        let mut ledger = Ledger::new(10, ms(500), &log(100));
+        let at_most = Options::new().quantity(10).at_most();
+        assert_eq!(ledger.ask(1), at_most);
+        assert!(ledger.answered(ms(0), 1, &at_most, &granted(3)));
+        let half = Options::new().quantity(5).delay(ms(500));
+        assert_eq!(ledger.ask(3), half);
+        // Half a batch there at once: ask for a whole batch again.
+        ledger.answered_take(ms(1), &half, &scheduled(Duration::ZERO));
+        assert_eq!(ledger.ask(1), Options::new().quantity(3).at_most());
+        // Half a batch is at most the least limit; a batch of 1 never binds.
+        assert_eq!(Ledger::new(10, ms(500), &log(3)).half, 3);
+        let mut one = Ledger::new(1, ms(500), &log(100));
+        let single = Options::new().quantity(1).at_most();
+        one.answered_take(ms(0), &single, &granted(0));
+        assert_eq!(one.ask(1), single);
     }
 }

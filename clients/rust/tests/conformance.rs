@@ -1,7 +1,7 @@
 //! clients/conformance.json, the table every client package is tested against: the words
 //! each limiter spec and option must produce, the result and HTTP fields each reply must
-//! give, and the leases', RL.TOP's, the shared lists', the load reports' and the counts'
-//! words and replies (no server). Every part but `lua`, which the nginx package's test
+//! give (calls whose limits change between them too), and the leases', RL.TOP's, the shared
+//! lists', the load reports' and the counts' words and replies (no server). Every part but `lua`, which the nginx package's test
 //! reads. Read from the repository's checkout.
 
 use std::path::Path;
@@ -170,6 +170,7 @@ fn every_part_of_the_table_is_read() {
     parts.sort();
     let read = [
         "about",
+        "changed_limits",
         "commands",
         "concurrency",
         "counts",
@@ -238,7 +239,9 @@ fn the_local_limit_replays_every_trace() {
             let decision = match event[1].as_str().unwrap() {
                 "admit" => {
                     let priority: Priority = event[2].as_str().unwrap().parse().unwrap();
-                    Json::Bool(limit.admit(priority, at))
+                    let backlog =
+                        Duration::from_micros(event.get(3).map_or(0, |b| b.as_u64().unwrap()));
+                    Json::Bool(limit.admit_after(priority, at, backlog))
                 }
                 _ => {
                     limit.finish(Duration::from_micros(event[2].as_u64().unwrap()), at);
@@ -382,51 +385,68 @@ fn counts_build_their_words_and_read_their_replies() {
     }
 }
 
+fn limiters_of(case: &Json) -> Vec<Limiter> {
+    case["limiters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(limiter)
+        .collect()
+}
+
+fn check_words(case: &Json) {
+    let words = command_words(&limiters_of(case), &options(&case["options"]));
+    let wanted: Vec<String> = case["words"].as_array().unwrap().iter().map(text).collect();
+    assert_eq!(words, wanted, "{case}");
+}
+
+fn check_reply(case: &Json) {
+    let limiters = limiters_of(case);
+    let options = options(&case["options"]);
+    let got = result(&reply(&case["reply"]), &limiters, &options).unwrap();
+    let name = case.to_string();
+    check_result(&got, &case["result"], &name);
+    let mut fields: Vec<(String, String)> = fields(&got, &limiters)
+        .into_iter()
+        .map(|(n, v)| (n.to_owned(), v))
+        .collect();
+    let mut wanted: Vec<(String, String)> = case["fields"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(n, v)| (n.clone(), text(v)))
+        .collect();
+    fields.sort();
+    wanted.sort();
+    assert_eq!(fields, wanted, "{name}");
+}
+
 #[test]
 fn every_spec_builds_its_words() {
     let table = table();
     let cases = table["commands"].as_array().unwrap();
     assert!(cases.len() >= 10);
-    for case in cases {
-        let limiters: Vec<Limiter> = case["limiters"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(limiter)
-            .collect();
-        let words = command_words(&limiters, &options(&case["options"]));
-        let wanted: Vec<String> = case["words"].as_array().unwrap().iter().map(text).collect();
-        assert_eq!(words, wanted, "{case}");
-    }
+    cases.iter().for_each(check_words);
 }
 
 #[test]
 fn every_reply_gives_its_result_and_fields() {
+    table()["replies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .for_each(check_reply);
+}
+
+#[test]
+fn calls_whose_limits_change_send_them_and_read_their_replies() {
     let table = table();
-    for case in table["replies"].as_array().unwrap() {
-        let limiters: Vec<Limiter> = case["limiters"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(limiter)
-            .collect();
-        let options = options(&case["options"]);
-        let got = result(&reply(&case["reply"]), &limiters, &options).unwrap();
-        let name = case.to_string();
-        check_result(&got, &case["result"], &name);
-        let fields: Vec<(String, String)> = fields(&got, &limiters)
-            .into_iter()
-            .map(|(n, v)| (n.to_owned(), v))
-            .collect();
-        let mut wanted: Vec<(String, String)> = case["fields"]
-            .as_object()
-            .unwrap()
-            .iter()
-            .map(|(n, v)| (n.clone(), text(v)))
-            .collect();
-        let mut sorted = fields.clone();
-        sorted.sort();
-        wanted.sort();
-        assert_eq!(sorted, wanted, "{name}");
+    let cases = table["changed_limits"].as_array().unwrap();
+    assert!(cases.len() >= 5);
+    for case in cases {
+        for step in case["steps"].as_array().unwrap() {
+            check_words(step);
+            check_reply(step);
+        }
     }
 }

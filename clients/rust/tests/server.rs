@@ -250,6 +250,26 @@ fn a_sync_quota_spends_what_it_took() {
     assert_eq!((ledger.admitted, ledger.calls), (500, 10));
 }
 
+#[test]
+fn a_binding_limit_costs_a_call_per_half_batch() {
+    // 1,000 a second in bursts of 100, leases of 50: past the burst, the limit binds.
+    let limiter = RateLimiter::new(client().get_connection().unwrap(), Config::default()).unwrap();
+    let limits = vec![Limiter::throttle(unique("binding"), 99, 1000, SECOND)];
+    let quota = Quota::new(&limiter, limits, 50, SECOND, ratelimit_module::monotonic());
+    while quota.ledger.lock().unwrap().admitted < 600 {
+        if !quota.take(1).unwrap() {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    let (admitted, calls) = {
+        let ledger = quota.ledger.lock().unwrap();
+        (ledger.admitted, ledger.calls)
+    };
+    // The burst in two calls, a third that gets what refilled, then half a batch a call.
+    assert!(calls <= admitted / 25 + 3, "{calls} calls for {admitted}");
+    quota.close().unwrap();
+}
+
 #[tokio::test]
 async fn the_shared_lists_change_in_one_transaction_and_are_read_by_version() {
     let limiter = AsyncRateLimiter::shared(connection().await, Config::default());

@@ -16,7 +16,7 @@ impl Decision {
     /// Nothing decided yet.
     pub(super) const NOTHING: Decision = Decision {
         plan: Plan::String(StringWrite::Nothing),
-        starts_block: false,
+        writes_refused: false,
     };
 }
 
@@ -38,8 +38,9 @@ pub(super) enum Plan {
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Decision {
     pub(super) plan: Plan,
-    /// Whether the plan is a block this refusal starts.
-    pub(super) starts_block: bool,
+    /// Whether the plan stores even though this limiter refuses: a block its refusal starts,
+    /// or a `CL.THROTTLE` state carried to new parameters.
+    pub(super) writes_refused: bool,
 }
 
 /// What a settled call did, besides each limiter's reply.
@@ -87,7 +88,7 @@ pub(super) fn decide<K: Key>(
             (*verdict, write) = decide_log(log_limiter, log.as_deref(), at, request);
             Decision {
                 plan: Plan::Log(*log_limiter, write),
-                starts_block: matches!(write, LogWrite::StartBlock(_)),
+                writes_refused: matches!(write, LogWrite::StartBlock(_)),
             }
         }
         Limiter::Lease(lease_limiter) => {
@@ -100,7 +101,7 @@ pub(super) fn decide<K: Key>(
             let acquires = !verdict.limited && request.may_write(lease_limiter.limit());
             Decision {
                 plan: Plan::Lease(*lease_limiter, acquires),
-                starts_block: false,
+                writes_refused: false,
             }
         }
         Limiter::Load(gate) => {
@@ -113,7 +114,7 @@ pub(super) fn decide<K: Key>(
             *verdict = gate_verdict(&decision);
             Decision {
                 plan: Plan::Gate(decision.level),
-                starts_block: false,
+                writes_refused: false,
             }
         }
         limiter => {
@@ -122,7 +123,7 @@ pub(super) fn decide<K: Key>(
             *verdict = decision.verdict;
             Decision {
                 plan: Plan::String(decision.write),
-                starts_block: decision.starts_block,
+                writes_refused: decision.writes_refused,
             }
         }
     })

@@ -210,7 +210,7 @@ impl<K: Key> All<'_, K> {
             self.verdicts[index] = verdict;
             self.decisions[index] = Decision {
                 plan,
-                starts_block: false,
+                writes_refused: false,
             };
         }
         Ok(true)

@@ -29,16 +29,10 @@ struct Anchored {
 
 impl WindowLimiter {
     /// The window `now` falls in, given the stored state: the stored one while it lasts (a
-    /// clock behind its start keeps counting in it), else a new one starting at `now`.
-    /// With `carry`, the count as a share of this limiter's limit
-    /// ([`WindowLimiter::carried`]); without, as counted.
-    fn load_anchored(
-        &self,
-        stored: Option<&[u8]>,
-        now: i64,
-        carry: bool,
-    ) -> Result<Anchored, StateError> {
-        Ok(self.stored_window(stored, now, carry)?.unwrap_or(Anchored {
+    /// clock behind its start keeps counting in it), else a new one starting at `now`. Its
+    /// count is as counted, whatever limit counted it.
+    fn load_anchored(&self, stored: Option<&[u8]>, now: i64) -> Result<Anchored, StateError> {
+        Ok(self.stored_window(stored, now)?.unwrap_or(Anchored {
             start: now,
             count: 0,
         }))
@@ -49,22 +43,12 @@ impl WindowLimiter {
         &self,
         stored: Option<&[u8]>,
         now: i64,
-        carry: bool,
     ) -> Result<Option<Anchored>, StateError> {
         let Some(stored) = stored else {
             return Ok(None);
         };
-        let (stored, stored_limit) = decode(stored)?;
-        Ok(
-            (now < stored.start.saturating_add(self.window)).then(|| Anchored {
-                count: if carry {
-                    self.carried(stored.count, stored_limit)
-                } else {
-                    stored.count
-                },
-                ..stored
-            }),
-        )
+        let stored = decode(stored)?;
+        Ok((now < stored.start.saturating_add(self.window)).then_some(stored))
     }
 
     /// When the window of `state` ends.
@@ -97,7 +81,7 @@ impl WindowLimiter {
         quantity: u64,
         value: &mut Vec<u8>,
     ) -> Result<WindowOutcome, StateError> {
-        let mut state = self.load_anchored(stored, now, true)?;
+        let mut state = self.load_anchored(stored, now)?;
         let fits = quantity <= self.limit;
         // The stored count is read from the key's bytes: checked, whatever it holds.
         let admitted = fits
@@ -132,7 +116,7 @@ impl WindowLimiter {
         quantity: u64,
         value: &mut Vec<u8>,
     ) -> Result<WindowRefund, StateError> {
-        let mut state = self.load_anchored(stored, now, true)?;
+        let mut state = self.load_anchored(stored, now)?;
         let returned = quantity.min(state.count);
         state.count -= returned;
         if returned > 0 {
@@ -155,7 +139,7 @@ impl WindowLimiter {
         stored: Option<&[u8]>,
         now: i64,
     ) -> Result<WindowCounts, StateError> {
-        let state = self.stored_window(stored, now, false)?;
+        let state = self.stored_window(stored, now)?;
         Ok(WindowCounts {
             previous: 0,
             previous_ends_at: Micros::saturating(now),
@@ -172,14 +156,13 @@ impl WindowLimiter {
         value.push(TAG);
         let header = state.start.max(0) as u64 | width_code << START_BITS;
         value.extend_from_slice(&header.to_le_bytes()[..HEADER_LEN - 1]);
-        value.extend_from_slice(&self.limit.to_le_bytes()[..1 << width_code]);
         value.extend_from_slice(&state.count.to_le_bytes()[..1 << width_code]);
     }
 }
 
-/// Reads an `ANCHORED` state, and the limit it was counted under (`None` in the first
-/// releases' layout).
-fn decode(value: &[u8]) -> Result<(Anchored, Option<u64>), StateError> {
+/// Reads an `ANCHORED` state. A state of 5fec6b4's layout keeps the limit its count was
+/// counted under before it: read, and passed over (what was used is counted in requests).
+fn decode(value: &[u8]) -> Result<Anchored, StateError> {
     let (&tag, rest) = value.split_first().ok_or(StateError::Foreign)?;
     if tag != TAG {
         return Err(if is_window_tag(tag) {
@@ -193,16 +176,13 @@ fn decode(value: &[u8]) -> Result<(Anchored, Option<u64>), StateError> {
         .ok_or(StateError::Foreign)?;
     let header = read_le(header);
     let width = 1 << (header >> START_BITS);
-    let (limit, count) = match body.len() {
-        len if len == 2 * width => (Some(read_le(&body[..width])), &body[width..]),
-        len if len == width => (None, body),
+    let count = match body.len() {
+        len if len == 2 * width => &body[width..],
+        len if len == width => body,
         _ => return Err(StateError::Foreign),
     };
-    Ok((
-        Anchored {
-            start: (header & ((1 << START_BITS) - 1)) as i64,
-            count: read_le(count),
-        },
-        limit,
-    ))
+    Ok(Anchored {
+        start: (header & ((1 << START_BITS) - 1)) as i64,
+        count: read_le(count),
+    })
 }

@@ -2,7 +2,7 @@
 //! that counted, so that a call costs O(1) amortised whatever `n`, and so does what it
 //! writes.
 //!
-//! Layout (tag `0xF6`), all integers little-endian:
+//! Layout (tag `0xFC`), all integers little-endian:
 //!
 //! ```text
 //! tag | entry ... | trailer
@@ -14,7 +14,6 @@
 //!          last (7 bytes)    the last entry's bucket number (54 bits), and the width's
 //!                            code in the top 2 bits
 //!          total (8 bytes)   the sum of the counts from `front` on
-//!          limit (8 bytes)   the limit the counts were counted under
 //! ```
 //!
 //! Bucket `k` is the one `WindowLimiter::bucket_of` numbers `k`. Entries are appended in
@@ -27,11 +26,11 @@
 //! (`SETRANGE`). Entries before `front` stay until they outnumber the live ones; the value is
 //! then rewritten without them, which costs no more than the drops that preceded it.
 //!
-//! States written by the first release (tag `0xFB`: all `n` counts, oldest first), by the
-//! releases before the limit was kept (tag `0xFC`, the trailer without it), and states kept
-//! with another `n`, window or limit are read, converted, and rewritten whole. Under another
-//! limit, what was counted is the same share of the new one ([`WindowLimiter::carried`]),
-//! spread over the entries as their running sums are.
+//! The log is written under tag `0xFC`. States written by the first release (tag `0xFB`: all
+//! `n` counts, oldest first), by 5fec6b4 (tag `0xF6`: the trailer ends with the limit the
+//! counts were counted under), and states kept with another `n` or window are read,
+//! converted, and rewritten whole. Under another limit, what was counted counts as it is:
+//! the counts are compared with the new limit.
 
 use super::{
     ceil_millis, read_le, Algorithm, StateError, WindowLimiter, WindowOutcome, WindowRefund,
@@ -42,19 +41,19 @@ use crate::core::params::MAX_BUCKETS;
 use crate::core::time::{Micros, Millis, Ticks, Unit};
 use crate::core::verdict::{RetryAfter, Verdict};
 
-/// Tag of a bucket log.
-pub const TAG: u8 = 0xF6;
+/// Tag of a bucket log: the entries, then the trailer.
+pub const TAG: u8 = 0xFC;
 
-/// Tag of a bucket log as the releases before it kept its limit wrote it, still read: the
-/// trailer without the limit.
-pub const TAG_V2: u8 = 0xFC;
+/// Tag of a bucket log as 5fec6b4 wrote it, still read: its trailer ends with the limit its
+/// counts were counted under (passed over: counts are read as counted).
+pub const LIMITED_TAG: u8 = 0xF6;
 
 /// Bytes of an entry's bucket number.
 const ID_LEN: usize = 2;
-/// Bytes of the trailer.
-const TRAILER_LEN: usize = V2_TRAILER_LEN + 8;
-/// Bytes of the trailer of a [`TAG_V2`] log.
-const V2_TRAILER_LEN: usize = 28;
+/// Bytes of the trailer of a [`LIMITED_TAG`] log (5fec6b4's).
+const LIMITED_TRAILER_LEN: usize = TRAILER_LEN + 8;
+/// Bytes of the trailer of a [`TAG`] log, as written.
+const TRAILER_LEN: usize = 28;
 /// Dropped entries kept before the value is compacted, at least.
 const COMPACT_AFTER: usize = 16;
 /// Bits of the last bucket's number in its 7 bytes.
@@ -62,10 +61,10 @@ const LAST_BITS: u32 = 54;
 
 /// The shortest bucket log: the tag and the trailer (of the older layout).
 #[cfg(test)]
-pub const MIN_LEN: usize = 1 + V2_TRAILER_LEN;
+pub const MIN_LEN: usize = 1 + TRAILER_LEN;
 /// The longest: as many entries as compaction allows, of 8-byte counts.
 pub const MAX_LEN: usize =
-    1 + (2 * MAX_BUCKETS as usize + COMPACT_AFTER) * (ID_LEN + 8) + TRAILER_LEN;
+    1 + (2 * MAX_BUCKETS as usize + COMPACT_AFTER) * (ID_LEN + 8) + LIMITED_TRAILER_LEN;
 
 /// One bucket that counted.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -87,17 +86,18 @@ struct Stored<'a> {
     window: i64,
     last: i64,
     total: u64,
-    /// The limit the counts were counted under: `None` for a [`TAG_V2`] log.
-    limit: Option<u64>,
+    /// Whether it is a [`LIMITED_TAG`] log (5fec6b4's), whose limit is passed over (counts
+    /// are read as counted): it is rewritten whole, never patched.
+    limited: bool,
 }
 
 impl<'a> Stored<'a> {
-    /// Reads a value tagged [`TAG`] or [`TAG_V2`]; `Foreign` when its shape is not a bucket
-    /// log's.
+    /// Reads a value tagged [`TAG`] or [`LIMITED_TAG`]; `Foreign` when its shape is not a
+    /// bucket log's.
     fn parse(value: &'a [u8]) -> Result<Stored<'a>, StateError> {
         let trailer_len = match value.first() {
+            Some(&LIMITED_TAG) => LIMITED_TRAILER_LEN,
             Some(&TAG) => TRAILER_LEN,
-            Some(&TAG_V2) => V2_TRAILER_LEN,
             _ => return Err(StateError::Foreign),
         };
         if value.len() < 1 + trailer_len {
@@ -110,7 +110,7 @@ impl<'a> Stored<'a> {
         let window = read_le(&trailer[6..13]) as i64;
         let last_word = read_le(&trailer[13..20]);
         let total = read_le(&trailer[20..28]);
-        let limit = (trailer_len == TRAILER_LEN).then(|| read_le(&trailer[28..36]));
+        let limited = trailer_len == LIMITED_TRAILER_LEN;
         let width = 1usize << (last_word >> LAST_BITS);
         let entry_len = ID_LEN + width;
         let len = entries.len() / entry_len;
@@ -132,7 +132,7 @@ impl<'a> Stored<'a> {
             window,
             last: (last_word & ((1 << LAST_BITS) - 1)) as i64,
             total,
-            limit,
+            limited,
         })
     }
 
@@ -271,10 +271,10 @@ impl WindowLimiter {
                 newest: 0,
             },
             Some(value) => match value.first() {
-                Some(&TAG | &TAG_V2) => {
+                Some(&LIMITED_TAG | &TAG) => {
                     let log = Stored::parse(value)?;
-                    let same_limit = log.limit.is_none_or(|limit| limit == self.limit());
-                    if log.buckets == buckets && log.window == self.window_micros() && same_limit {
+                    // Counts are read as counted, whatever limit counted them.
+                    if log.buckets == buckets && log.window == self.window_micros() {
                         Live {
                             stored: Some(log),
                             built: &[],
@@ -318,11 +318,8 @@ impl WindowLimiter {
         }
     }
 
-    /// Rebuilds, in `scratch`, the live entries of a log kept with another `n`, window or
-    /// limit: each bucket's count moves to the bucket (under this limiter) where it began,
-    /// and under another limit becomes its share of this one: the running sums are carried
-    /// ([`WindowLimiter::carried`]) and each entry is the difference of two, so that the
-    /// total is the total's share, rounded up once.
+    /// Rebuilds, in `scratch`, the live entries of a log kept with another `n` or window:
+    /// each bucket's count moves to the bucket (under this limiter) where it began.
     fn rebuild_from_other(&self, log: &Stored, scratch: &mut Vec<Entry>) -> Result<(), StateError> {
         let old = WindowLimiter::new(
             1,
@@ -332,14 +329,10 @@ impl WindowLimiter {
         )
         .map_err(|_| StateError::Foreign)?;
         scratch.clear();
-        let (mut sum, mut carried) = (0u64, 0u64);
         for index in log.front..log.len {
             let entry = log.entry(index);
             let bucket = self.bucket_of(old.bucket_start(entry.bucket.max(0)));
-            sum = sum.saturating_add(entry.count);
-            let carried_sum = self.carried(sum, log.limit);
-            push_merged(scratch, bucket, carried_sum - carried);
-            carried = carried_sum;
+            push_merged(scratch, bucket, entry.count);
         }
         Ok(())
     }
@@ -550,8 +543,8 @@ impl WindowLimiter {
             Change::Add { .. } => end - 1,
             Change::Lower { .. } => live.newest,
         };
-        // A log of the older layout is rewritten whole, in this one.
-        if let Some(stored) = live.stored.filter(|stored| patch && stored.limit.is_some()) {
+        // A log of another layout is rewritten whole, in this one.
+        if let Some(stored) = live.stored.filter(|stored| patch && !stored.limited) {
             let first = changed.first_changed();
             let fits = changed.entry(first).count <= max_count(stored.width);
             // Nothing left in the window starts over; dropped entries outnumbering the live
@@ -617,7 +610,6 @@ impl WindowLimiter {
         let last_word = (last as u64 & ((1 << LAST_BITS) - 1)) | width_code << LAST_BITS;
         value.extend_from_slice(&last_word.to_le_bytes()[..7]);
         value.extend_from_slice(&total.to_le_bytes());
-        value.extend_from_slice(&self.limit().to_le_bytes());
     }
 }
 

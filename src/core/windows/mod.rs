@@ -41,8 +41,8 @@ fn is_window_tag(tag: u8) -> bool {
         FIXED_TAG,
         SLIDING_TAG,
         BUCKETS_V1_TAG,
-        buckets::TAG_V2,
         buckets::TAG,
+        buckets::LIMITED_TAG,
         anchored::TAG,
     ]
     .contains(&tag)
@@ -193,22 +193,6 @@ impl WindowLimiter {
     /// The largest quantity ever admitted.
     pub fn limit(&self) -> u64 {
         self.limit
-    }
-
-    /// A count kept under `stored_limit` (`None`: a layout that kept no limit, read as this
-    /// limiter's) as this limiter reads it: the same share of its own limit, rounded up so
-    /// that a share is never under what was used, and at most the whole limit (a `FORCE`d
-    /// excess is clamped). A count kept under this limit is read as it is.
-    #[inline(always)]
-    fn carried(&self, count: u64, stored_limit: Option<u64>) -> u64 {
-        match stored_limit {
-            Some(stored) if stored != self.limit && stored > 0 => {
-                // Both below 2^64: the product fits 128 bits.
-                let share = u128::from(count.min(stored)) * u128::from(self.limit);
-                share.div_ceil(u128::from(stored)) as u64
-            }
-            _ => count,
-        }
     }
 
     /// Buckets per window: `n` for `BUCKETS n`, else 1.

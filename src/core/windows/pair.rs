@@ -35,7 +35,7 @@ impl WindowLimiter {
         stored: Option<&[u8]>,
         now: i64,
     ) -> Result<WindowCounts, StateError> {
-        let pair = self.load_pair(stored, now, false)?;
+        let pair = self.load_pair(stored, now)?;
         // The previous window weighs until the newest one ends; the newest counts until
         // it has left the sliding window too (a window more), or until it ends (FIXED).
         let newest_end = self.bucket_start(pair.newest + 1);
@@ -61,7 +61,7 @@ impl WindowLimiter {
         quantity: u64,
         value: &mut Vec<u8>,
     ) -> Result<WindowOutcome, StateError> {
-        let mut pair = self.load_pair(stored, now, true)?;
+        let mut pair = self.load_pair(stored, now)?;
         let used = pair.used();
         let room = self.room(&pair, now);
         // The products stay far inside i128 (see `room`).
@@ -108,7 +108,7 @@ impl WindowLimiter {
         quantity: u64,
         value: &mut Vec<u8>,
     ) -> Result<WindowRefund, StateError> {
-        let mut pair = self.load_pair(stored, now, true)?;
+        let mut pair = self.load_pair(stored, now)?;
         let from_current = quantity.min(pair.current);
         let from_previous = (quantity - from_current).min(pair.previous);
         pair.current -= from_current;
@@ -136,11 +136,10 @@ impl WindowLimiter {
         })
     }
 
-    /// The stored counts (or none), rolled on to `now`'s window: with `carry`, as shares of
-    /// this limiter's limit ([`WindowLimiter::carried`]); without, as counted. A clock that
-    /// went back keeps counting in the newest window it knows.
+    /// The stored counts (or none), as counted whatever limit counted them, rolled on to
+    /// `now`'s window. A clock that went back keeps counting in the newest window it knows.
     #[inline(always)]
-    fn load_pair(&self, stored: Option<&[u8]>, now: i64, carry: bool) -> Result<Pair, StateError> {
+    fn load_pair(&self, stored: Option<&[u8]>, now: i64) -> Result<Pair, StateError> {
         let newest = self.bucket_of(now);
         let Some(stored) = stored else {
             return Ok(Pair {
@@ -148,11 +147,7 @@ impl WindowLimiter {
                 ..Pair::default()
             });
         };
-        let (start, mut previous, mut current, stored_limit) = self.decode_pair(stored)?;
-        if carry {
-            previous = self.carried(previous, stored_limit);
-            current = self.carried(current, stored_limit);
-        }
+        let (start, previous, current) = self.decode_pair(stored)?;
         let stored_newest = self.bucket_of(start);
         Ok(match newest - stored_newest {
             ..=0 => Pair {
@@ -173,11 +168,11 @@ impl WindowLimiter {
         })
     }
 
-    /// Reads a stored state: the newest window's start, the previous and newest counts, and
-    /// the limit they were counted under (`None` in the first releases' layout, which kept
-    /// none).
+    /// Reads a stored state: the newest window's start, and the previous and newest counts.
+    /// A state of 5fec6b4's layout keeps the limit its counts were counted under before
+    /// them: read, and passed over (what was used is counted in requests).
     #[inline(always)]
-    fn decode_pair(&self, value: &[u8]) -> Result<(i64, u64, u64, Option<u64>), StateError> {
+    fn decode_pair(&self, value: &[u8]) -> Result<(i64, u64, u64), StateError> {
         let (&tag, rest) = value.split_first().ok_or(StateError::Foreign)?;
         if tag != self.tag() {
             return Err(if is_window_tag(tag) {
@@ -191,23 +186,21 @@ impl WindowLimiter {
             .ok_or(StateError::Foreign)?;
         let header = read_le(header);
         let width = 1usize << (header >> START_BITS);
-        let (stored_limit, counts) = if body.len() == width * (self.slots + 1) {
-            let (limit, counts) = body.split_at(width);
-            (Some(read_le(limit)), counts)
+        let counts = if body.len() == width * (self.slots + 1) {
+            &body[width..]
         } else if body.len() == width * self.slots {
-            (None, body)
+            body
         } else {
             return Err(StateError::Foreign);
         };
         let start = (header & ((1 << START_BITS) - 1)) as i64;
         let (previous, current) = counts.split_at(counts.len() - width);
-        Ok((start, read_le(previous), read_le(current), stored_limit))
+        Ok((start, read_le(previous), read_le(current)))
     }
 
     /// Appends the state: the tag, the newest window's start and the counters' width, then
-    /// the limit and the counts (the previous one first, for `SLIDING`), each in the fewest
-    /// of 1, 2, 4 or 8 bytes that holds both the limit and every count. The limit is what a
-    /// call with another one reads the counts against ([`WindowLimiter::carried`]).
+    /// the counts (the previous one first, for `SLIDING`), each in the fewest of 1, 2, 4 or
+    /// 8 bytes that holds both the limit and every count.
     #[inline(always)]
     fn encode_pair(&self, pair: &Pair, value: &mut Vec<u8>) {
         let width_code = width_code(self.limit.max(pair.previous).max(pair.current));
@@ -216,7 +209,6 @@ impl WindowLimiter {
         value.push(self.tag());
         let header = start | width_code << START_BITS;
         value.extend_from_slice(&header.to_le_bytes()[..HEADER_LEN - 1]);
-        value.extend_from_slice(&self.limit.to_le_bytes()[..width]);
         if self.algorithm == Algorithm::Sliding {
             value.extend_from_slice(&pair.previous.to_le_bytes()[..width]);
         }

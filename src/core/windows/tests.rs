@@ -223,17 +223,17 @@ fn states_are_compact() {
         key.call(T0, 1);
         key.value.unwrap().len()
     };
-    // The header, then the limit and each count in the width that holds them all.
-    assert_eq!(length(100, Algorithm::Fixed), 10);
-    assert_eq!(length(1_000, Algorithm::Fixed), 12);
-    assert_eq!(length(100_000, Algorithm::Fixed), 16);
-    assert_eq!(length(1 << 40, Algorithm::Fixed), 24);
-    assert_eq!(length(100, Algorithm::Sliding), 11);
-    assert_eq!(length(1_000, Algorithm::Sliding), 14);
+    // The header, then each count in the width that holds them and the limit.
+    assert_eq!(length(100, Algorithm::Fixed), 9);
+    assert_eq!(length(1_000, Algorithm::Fixed), 10);
+    assert_eq!(length(100_000, Algorithm::Fixed), 12);
+    assert_eq!(length(1 << 40, Algorithm::Fixed), 16);
+    assert_eq!(length(100, Algorithm::Sliding), 10);
+    assert_eq!(length(1_000, Algorithm::Sliding), 12);
     // A bucket log: the tag, one entry (2 bytes and the count), the trailer.
-    assert_eq!(length(100, Algorithm::Buckets(60)), 40);
-    assert_eq!(length(1_000, Algorithm::Buckets(60)), 41);
-    assert_eq!(length(100, Algorithm::Buckets(3_600)), 40);
+    assert_eq!(length(100, Algorithm::Buckets(60)), 32);
+    assert_eq!(length(1_000, Algorithm::Buckets(60)), 33);
+    assert_eq!(length(100, Algorithm::Buckets(3_600)), 32);
 }
 
 #[test]
@@ -243,52 +243,56 @@ fn layout_is_tag_start_width_then_counts_oldest_first() {
     let start = (T0 + ms(2_000)) as u64 | (1 << START_BITS);
     let mut expected = vec![SLIDING_TAG];
     expected.extend_from_slice(&start.to_le_bytes()[..7]);
-    // The limit (1,000), then the previous count (0) and the current one (3).
-    expected.extend_from_slice(&[0xE8, 0x03, 0, 0, 3, 0]);
+    // The previous count (0) and the current one (3), in the width that holds the limit.
+    expected.extend_from_slice(&[0, 0, 3, 0]);
     assert_eq!(key.value.unwrap(), expected);
 }
 
 #[test]
-fn a_changed_limit_reads_what_is_counted_as_the_same_share_of_it() {
+fn a_changed_limit_counts_what_was_used_as_counted() {
     let limit = |limit| WindowLimiter::new(limit, 1_000, Unit::Milliseconds, Algorithm::Fixed);
     let mut key = Key::new(10, 1_000, Algorithm::Fixed);
     key.call(T0, 4);
-    // Raised tenfold: 4 of 10 is 40 of 100, and 60 more fit.
+    // Raised tenfold: 4 were used, and 96 more fit at once.
     key.limiter = limit(100).unwrap();
-    assert_eq!(key.call(T0 + ms(100), 0), [0, 100, 60, -1, 900]);
-    assert_eq!(key.call(T0 + ms(100), 60), [0, 100, 0, -1, 900]);
+    assert_eq!(key.call(T0 + ms(100), 0), [0, 100, 96, -1, 900]);
+    assert_eq!(key.call(T0 + ms(100), 96), [0, 100, 0, -1, 900]);
     assert_eq!(key.call(T0 + ms(100), 1), [1, 100, 0, 900, 900]);
-    // Lowered: all of 100 is all of 3; a share is rounded up, never under what was used.
+    // Lowered under what was used (100): refused until the window ends.
     key.limiter = limit(3).unwrap();
     assert_eq!(key.call(T0 + ms(200), 1), [1, 3, 0, 800, 800]);
-    key.limiter = limit(1_000).unwrap();
-    key.call(T0 + ms(200), 0);
-    key.limiter = limit(7).unwrap();
-    assert_eq!(key.call(T0 + ms(200), 0), [0, 7, 0, -1, 800]);
     // The next window starts empty, under the limit of the call.
     key.limiter = limit(5).unwrap();
     assert_eq!(key.call(T0 + ms(1_000), 1), [0, 5, 4, -1, 1_000]);
-    assert_eq!(key.value.as_ref().unwrap().len(), 10);
+    assert_eq!(key.value.as_ref().unwrap().len(), 9);
 }
 
+/// The cases: 100 a window, 3 used, then 5: twice admitted, none left.
 #[test]
-fn a_share_is_rounded_up_and_clamped_to_the_limit() {
-    let limiter = WindowLimiter::new(6, 1_000, Unit::Milliseconds, Algorithm::Fixed).unwrap();
-    assert_eq!(limiter.carried(5, Some(501)), 1);
-    assert_eq!(limiter.carried(0, Some(501)), 0);
-    assert_eq!(limiter.carried(501, Some(501)), 6);
-    assert_eq!(limiter.carried(9_999, Some(501)), 6);
-    assert_eq!(limiter.carried(3, Some(6)), 3);
-    assert_eq!(
-        limiter.carried(9, Some(6)),
-        9,
-        "the same limit: read as it is"
-    );
-    assert_eq!(limiter.carried(9, None), 9, "no limit kept: read as it is");
-    let huge = WindowLimiter::new(i64::MAX, 1_000, Unit::Milliseconds, Algorithm::Fixed).unwrap();
-    assert_eq!(huge.carried(u64::MAX, Some(u64::MAX)), i64::MAX as u64);
-    assert_eq!(huge.carried(1, Some(u64::MAX)), 1);
-    assert_eq!(huge.carried(u64::MAX, Some(2)), i64::MAX as u64);
+fn a_lowered_limit_admits_what_is_left_under_it() {
+    let limit = |limit| WindowLimiter::new(limit, 100, Unit::Seconds, Algorithm::Fixed);
+    let mut key = Key::new(100, 100_000, Algorithm::Fixed);
+    for _ in 0..3 {
+        key.call(T0, 1);
+    }
+    key.limiter = limit(5).unwrap();
+    assert_eq!(key.call(T0, 1)[..3], [0, 5, 1]);
+    assert_eq!(key.call(T0, 1)[..3], [0, 5, 0]);
+    assert_eq!(key.call(T0, 1)[0], 1);
+}
+
+/// A state of 5fec6b4's layout keeps the limit its counts were counted under: read, and the
+/// counts are counted as they are.
+#[test]
+fn a_state_with_the_limit_it_was_counted_under_reads_its_counts_as_counted() {
+    let start = (T0 as u64) | (1 << START_BITS);
+    let mut stored = vec![FIXED_TAG];
+    stored.extend_from_slice(&start.to_le_bytes()[..7]);
+    // The limit (5), then the count (6), in two bytes each: 5fec6b4's FIXED layout.
+    stored.extend_from_slice(&[5, 0, 6, 0]);
+    let mut key = Key::new(500, 100_000, Algorithm::Fixed);
+    key.value = Some(stored);
+    assert_eq!(key.call(T0 + ms(1), 1)[..3], [0, 500, 493]);
 }
 
 #[test]
@@ -327,18 +331,13 @@ fn other_values_are_refused() {
     assert_eq!(apply(&sliding, &value), Err(StateError::OtherAlgorithm));
     assert_eq!(apply(&buckets, &value), Err(StateError::OtherAlgorithm));
     assert_eq!(apply(&fixed, &value[..8]), Err(StateError::Foreign));
-    // One counter more is the limit this release keeps; two more fit no layout.
+    // One counter more is the limit 5fec6b4 kept; two more fit no layout.
     let mut longer = value.clone();
     longer.extend_from_slice(&[0, 0]);
     assert_eq!(apply(&fixed, &longer), Err(StateError::Foreign));
     assert_eq!(apply(&sliding, &longer), Err(StateError::OtherAlgorithm));
-    let gcra_state = crate::core::codec::encode_gcra(
-        Ticks::saturating(1),
-        crate::core::gcra::Basis {
-            tolerance_nanos: 1,
-            written_at: Micros::ZERO,
-        },
-    );
+    let gcra_state =
+        crate::core::codec::encode_gcra(Ticks::saturating(1), crate::core::gcra::Basis(1));
     assert_eq!(apply(&fixed, &gcra_state), Err(StateError::Foreign));
     assert_eq!(apply(&fixed, b"hello world"), Err(StateError::Foreign));
     assert_eq!(apply(&buckets, b""), Err(StateError::Foreign));
@@ -771,58 +770,41 @@ fn counts_are_read_as_the_calls_read_them() {
         .is_none());
 }
 
+/// Request streams whose limit changes from call to call: (microseconds since the previous
+/// request, the call's limit, quantity). Limits past 255 widen the counters.
+fn changing_requests(window: i64) -> impl Strategy<Value = Vec<(i64, u64, u64)>> {
+    let limits = prop_oneof![4 => 1u64..12, 1 => 12u64..40, 1 => Just(300u64)];
+    prop::collection::vec(
+        (0..window / 3 + 2, limits)
+            .prop_flat_map(|(step, limit)| (Just(step), Just(limit), 0..=limit + 1)),
+        1..80,
+    )
+}
+
 proptest! {
-    /// Any history under one limit, read under another: what was counted is the same share
-    /// of the new limit, rounded up, at most all of it, each count on its own (the previous
-    /// window's and the current one's of `SLIDING`), and for `BUCKETS` the window's total,
-    /// to within one (its running sums are carried before the buckets that left go).
+    /// Any history under limits that change from call to call: what was counted counts as
+    /// counted, against each call's own limit, for every algorithm: every call is decided as
+    /// the model of admitted requests decides it, and leaves what it says is left.
     #[test]
-    fn a_changed_limit_reads_the_share_in_use(
-        (algorithm, limit, window, stream) in setup(),
-        new_limit in 1u64..40,
-        later in 0i64..3,
+    fn a_changed_limit_counts_what_was_used(
+        (algorithm, window, stream) in (algorithms(), windows())
+            .prop_flat_map(|(algorithm, window)| {
+                (Just(algorithm), Just(window), changing_requests(window))
+            }),
     ) {
-        let Some(limiter) = limiter(algorithm, limit, window) else { return Ok(()) };
-        let mut key = Key::with(limiter);
-        let mut model = Model { limit, window, algorithm, admitted: Vec::new() };
+        let Some(first) = limiter(algorithm, stream[0].1, window) else { return Ok(()) };
+        let mut key = Key::with(first);
+        let mut model = Model { limit: stream[0].1, window, algorithm, admitted: Vec::new() };
         let mut now = T0;
-        for (step, quantity) in stream {
+        for (step, limit, quantity) in stream {
             now += step;
-            key.outcome(now, quantity);
-            model.decide(now, quantity);
+            let Some(limiter) = limiter(algorithm, limit, window) else { return Ok(()) };
+            key.limiter = limiter;
+            model.limit = limit;
+            let verdict = key.outcome(now, quantity).verdict;
+            let (admitted, remaining) = model.decide(now, quantity);
+            prop_assert_eq!(!verdict.limited, admitted, "at {} limit {} q {}", now - T0, limit, quantity);
+            prop_assert_eq!(verdict.remaining, remaining);
         }
-        now += later * window / 3;
-        let carried = |count: u64| {
-            if new_limit == limit {
-                count
-            } else {
-                (count.min(limit) * new_limit).div_ceil(limit)
-            }
-        };
-        key.limiter = self::limiter(algorithm, new_limit, window).unwrap();
-        let remaining = key.outcome(now, 0).verdict.remaining;
-        let current = model.bucket(now);
-        let expected = match algorithm {
-            Algorithm::Fixed => new_limit.saturating_sub(carried(model.count(|b| b == current))),
-            Algorithm::Anchored => new_limit.saturating_sub(carried(model.anchored_used(now))),
-            Algorithm::Sliding => {
-                let w = i128::from(window);
-                let elapsed = i128::from(now) - i128::from(current) * w;
-                let previous = i128::from(carried(model.count(|b| b == current - 1)));
-                let cur = i128::from(carried(model.count(|b| b == current)));
-                let room = i128::from(new_limit) * w - previous * (w - elapsed) - cur * w;
-                (room.max(0) / w) as u64
-            }
-            Algorithm::Buckets(n) => {
-                let used = model.count(|b| b > current - i64::from(n) && b <= current);
-                let expected = new_limit.saturating_sub(carried(used));
-                prop_assert!(
-                    (remaining as u64).abs_diff(expected) <= 1,
-                    "{} remaining, {} expected", remaining, expected
-                );
-                return Ok(());
-            }
-        };
-        prop_assert_eq!(remaining as u64, expected);
     }
 }

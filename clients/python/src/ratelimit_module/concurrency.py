@@ -126,16 +126,26 @@ class ConcurrencyLimit:
         self._peak = self.inflight
         self._window_end = now + o.interval_us
 
-    def admit(self, priority, now: int) -> bool:
+    def admit(self, priority, now: int, backlog: int = 0) -> bool:
         """Whether a request of `priority` (a name or 0 to 3) is admitted at `now`; an
-        admitted one is in flight until `finish`."""
+        admitted one is in flight until `finish`. `backlog` is how long the request waited
+        before it could be decided (µs; an event loop's lag): the work ahead of it, counted
+        as that many no-load latencies' worth of requests in flight."""
         with self._lock:
             self._roll(now)
-            share = self.options.shares[priority_index(priority)] if self.congested else 1.0
-            if self.inflight < self.limit * share:
+            noload = self.noload
+            waiting = backlog / noload if backlog > 0 and noload < math.inf else 0
+            load = self.inflight + waiting
+            # The backlog refuses only while congested: a burst's wait is no standing queue.
+            if self.congested:
+                admitted = load < self.limit * self.options.shares[priority_index(priority)]
+            else:
+                admitted = self.inflight < self.limit
+            if admitted:
                 self.inflight += 1
-                self._peak = max(self._peak, self.inflight)
+                self._peak = max(self._peak, load + 1)
                 return True
+            self._peak = max(self._peak, load)
             return False
 
     def finish(self, latency: int, now: int) -> None:

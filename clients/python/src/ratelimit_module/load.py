@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import os
 import random
 import socket
@@ -43,7 +44,7 @@ from typing import Any, Callable, Optional
 from ._calls import DEFAULT_TIMEOUT, AsyncCalls, SyncCalls
 from ._protocol import PRIORITIES, LoadStanding, report_command, report_result
 from ._resilience import SERVER_FAILURES
-from .concurrency import ConcurrencyLimit
+from .concurrency import ConcurrencyLimit, LimitOptions
 from .signals import Signals
 
 LOG = logging.getLogger("ratelimit_module")
@@ -56,6 +57,56 @@ def _micros(seconds: float) -> int:
 
 # The standing before any report, and after the last one ended: level 0, everything admitted.
 NOTHING_SHED = LoadStanding(0, 0, (1.0, 1.0, 1.0, 1.0))
+
+# A selector call that blocked this long (seconds) found the loop idle.
+IDLE = 0.0002
+
+# The instance's limit for an event loop: a request waits in the kernel's accept queue, out of
+# the loop's sight, so its wait is bounded by the time since the loop was last idle, which a
+# healthy service's bursts can make look deep. A deep queue therefore does not begin
+# congestion at once here: four standing intervals in a row do (the other options are the
+# defaults every package ships).
+EVENT_LOOP_LIMIT = LimitOptions(deep=math.inf)
+
+
+class LoopWatch:
+    """How long a request may have waited for an asyncio event loop before any middleware
+    saw it: since the loop was last idle. A loop whose selector waited for events, with no
+    callback ready, had nothing queued, neither in its ready queue nor in the kernel (the
+    accept queue, where a busy server leaves what it has no time for): a request seen now
+    arrived after that. The loop's selector is watched (asyncio's own loop; with another
+    loop, such as uvloop, the wait is taken as nothing)."""
+
+    def __init__(self, clock: Callable[[], float]):
+        self.clock = clock
+        self.idle_at: Optional[float] = None
+        self.loop: Optional[asyncio.AbstractEventLoop] = None
+
+    def _watch(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        selector = getattr(loop, "_selector", None)
+        select = getattr(selector, "select", None)
+        if select is None:
+            return
+        watch = self
+
+        def watched(timeout: Optional[float] = None) -> list:
+            began = watch.clock()
+            events = select(timeout)
+            ended = watch.clock()
+            if (timeout is None or timeout > 0) and (not events or ended - began >= IDLE):
+                watch.idle_at = ended
+            return events
+
+        selector.select = watched  # type: ignore[union-attr]
+        self.idle_at = self.clock()
+
+    def waited(self, now: float) -> float:
+        """The most a request decided at `now`, in the running loop, waited for it."""
+        loop = asyncio.get_running_loop()
+        if self.loop is not loop:
+            self._watch(loop)
+        return 0.0 if self.idle_at is None else max(0.0, now - self.idle_at)
 
 
 def default_instance() -> str:
@@ -79,10 +130,10 @@ class Ticket:
         self.started, self.counted = started, counted
 
 
-def _local_limit(limit: Any) -> Optional[ConcurrencyLimit]:
+def _local_limit(limit: Any, options: Optional[LimitOptions] = None) -> Optional[ConcurrencyLimit]:
     """The instance's limit: a new one for True (the default), none for False or None."""
     if limit is True:
-        return ConcurrencyLimit()
+        return ConcurrencyLimit(options)
     return limit or None
 
 
@@ -115,6 +166,9 @@ class _Shedding:
         self.draw, self.clock = draw, clock
         self._standing = NOTHING_SHED
         self._reported_at = float("-inf")
+        # The event loop's watch (async shedders): what a request waited before the
+        # middleware saw it.
+        self.watch: Optional[LoopWatch] = None
 
     @property
     def standing(self) -> LoadStanding:
@@ -154,10 +208,11 @@ class _Shedding:
         standing = self.standing
         by_level = self.draw() < standing.share(priority)
         now = self.clock()
+        waited = self.waited(now)
         counted = (
             by_level
             and self.limit is not None
-            and self.limit.admit(PRIORITIES.index(priority), _micros(now))
+            and self.limit.admit(PRIORITIES.index(priority), _micros(now), _micros(waited))
         )
         admitted = by_level and (counted or self.limit is None)
         if admitted:
@@ -176,7 +231,13 @@ class _Shedding:
         if not (admitted or self.shadow):
             return None
         self.signals.started()
-        return Ticket(now, counted)
+        # Its latency counts from when it arrived, its wait in the loop included.
+        return Ticket(now - waited, counted)
+
+    def waited(self, now: float) -> float:
+        """How long a request decided at `now` waited before the middleware saw it: in the
+        event loop, as its watch tells; 0 where no loop is watched (threads)."""
+        return 0.0 if self.watch is None else self.watch.waited(now)
 
     @property
     def retry_after(self) -> float:
@@ -263,7 +324,10 @@ class LoadShedder(_Shedding):
 class AsyncLoadShedder(_Shedding):
     """The asyncio shedder: a task reports every `interval` seconds through a
     `redis.asyncio` client; `admit` decides from the last report (no await). Arguments as
-    for `LoadShedder`."""
+    for `LoadShedder`. A request waits for the event loop before any middleware sees it:
+    that wait (`LoopWatch`, the time since the loop was last idle) counts in its latency
+    and, while the limit is congested, as that much work ahead of it, in the requests it
+    counts."""
 
     def __init__(
         self,
@@ -288,6 +352,10 @@ class AsyncLoadShedder(_Shedding):
         self.client = client
         self.call = AsyncCalls(client, timeout)
         self._task: Optional[asyncio.Task] = None
+        if limit is True:
+            self.limit = _local_limit(limit, EVENT_LOOP_LIMIT)
+        if self.limit is not None:
+            self.watch = LoopWatch(self.clock)
 
     async def report(self) -> Optional[LoadStanding]:
         """Reports now; the standing the server answered, or None when it failed."""
@@ -363,6 +431,7 @@ __all__ = [
     "ConcurrencyLimit",
     "LoadShedder",
     "LoadSheddingWSGI",
+    "LoopWatch",
     "NOTHING_SHED",
     "Ticket",
     "default_instance",

@@ -7,9 +7,14 @@ The bound: in any window, what N processes admit exceeds what the server alone w
 by at most N x batch (each process holds at most `batch` taken earlier; every unit it spends
 was counted by the server when taken). `batch=1` is one call per decision, as `check`.
 
-While the limit binds, a take that gets nothing learns when one unit fits (`retry_after`):
-until then `take()` refuses without asking, so a refused quota costs the server one call per
-`retry_after`, not one per request.
+While the limit binds, a lease stays batched. A take that gets less than it asked for (the
+units that refilled since the last call) marks the limit as binding; from then on a take asks
+for half a batch at once, waiting for it on the server (`DELAY`, up to `hold`): the server
+answers when it fits, and the process spends it from then, refusing without asking until
+then. So a binding limit costs at most one call per half batch admitted, and a refusal (half
+a batch does not fit within `hold`) one call per `retry_after`, not one per request. A take
+that finds half a batch there at once asks for a whole batch again (`AT_MOST`). Half a batch
+is at most the smallest limit of `limiters`.
 
     quota = Quota(limiter, [Window("api:global", 10_000, 1)], batch=50, hold=0.5)
     if quota.take():
@@ -23,24 +28,44 @@ import threading
 import time
 from typing import Callable, Optional, Sequence
 
-from ._protocol import Limiter
+from ._protocol import Limiter, RateLimit, Throttle
 from ._resilience import policy_name
 from .aio import AsyncRateLimiter
 from .client import RateLimiter
+
+
+def _capacity(limiter: Limiter) -> Optional[int]:
+    """The most `limiter` admits at once, if it says."""
+    if isinstance(limiter, Throttle):
+        return limiter.max_burst + 1
+    return getattr(limiter, "limit", None)
 
 
 class _Ledger:
     """What a process holds of a quota, with no I/O: the units taken and not yet spent, and
     when they are given back."""
 
-    def __init__(self, batch: int, hold: float, clock: Callable[[], float]):
+    def __init__(
+        self,
+        batch: int,
+        hold: float,
+        clock: Callable[[], float],
+        limiters: Sequence[Limiter] = (),
+    ):
         if batch < 1 or hold <= 0:
             raise ValueError("batch is at least 1 and hold more than 0 seconds")
         self.batch, self.hold, self.clock = batch, hold, clock
+        # What a take asks for while the limit binds: half a batch, at most the least limit.
+        limits = [limit for limit in map(_capacity, limiters) if limit is not None]
+        self.half = min([(batch + 1) // 2, *limits])
         self.held = 0
         self.expires_at: Optional[float] = None
+        # What is held may be spent from then on (a take the server made wait).
+        self.available_at = float("-inf")
         # Refused by the server: no call before then.
         self.refused_until = float("-inf")
+        # The last take got less than it asked for: ask for half a batch and wait for it.
+        self.binding = False
         # Decisions taken, units admitted, and calls to the server: what a lease saves.
         self.decisions = self.admitted = self.calls = 0
 
@@ -55,31 +80,54 @@ class _Ledger:
         return units
 
     def spend(self, quantity: int) -> bool:
-        """Spends `quantity` of what is held, if it is there."""
-        if self.held >= quantity:
+        """Spends `quantity` of what is held, if it is there and may be spent now."""
+        if self.held >= quantity and self.clock() >= self.available_at:
             self.held -= quantity
             self.admitted += quantity
             return True
         return False
 
-    def wanted(self, quantity: int) -> int:
-        """How much to ask for: enough to hold `batch` (or `quantity`, if more)."""
-        return max(self.batch, quantity) - self.held
+    def ask(self, quantity: int) -> tuple[int, dict]:
+        """What to ask the server for, and how: enough to hold `batch` (or `quantity`, if
+        more), taking what fits (`AT_MOST`); while the limit binds, half a batch (no more than
+        holds a batch, or what `quantity` lacks, if more) at once, waiting for it up to `hold`
+        (`DELAY`)."""
+        if self.binding:
+            half = min(self.half, self.batch - self.held)
+            return max(half, quantity - self.held), {"delay": self.hold}
+        return max(self.batch, quantity) - self.held, {"at_most": True}
 
     def refused(self) -> bool:
-        """Whether the server refused recently enough that asking again is pointless."""
-        return self.clock() < self.refused_until
+        """Whether asking the server now is pointless: it refused recently, or what is held
+        may not be spent yet."""
+        now = self.clock()
+        return now < self.refused_until or (self.held > 0 and now < self.available_at)
 
-    def refused_for(self, retry_after: Optional[float]) -> None:
-        """The server took nothing and said when one unit fits (None: never, at this size)."""
-        if retry_after is not None:
-            self.refused_until = self.clock() + retry_after
-
-    def granted(self, units: int) -> None:
+    def answered(self, asked: int, result: RateLimit) -> None:
+        """What the server answered a take of `asked`, asked as `ask` said."""
         self.calls += 1
+        waited = not self.binding
+        if not result.allowed:
+            # Nothing taken; it says when what was asked fits (None: never, at this size).
+            if result.retry_after is not None:
+                self.refused_until = self.clock() + result.retry_after
+            self.binding = self.batch > 1
+            return
+        if waited:
+            units = result.granted or 0
+            self.binding = self.batch > 1 and units < asked
+            self.add(units, 0.0)
+        else:
+            # Half a batch was there at once: the limit may no longer bind.
+            self.binding = result.wait > 0
+            self.add(asked, result.wait)
+
+    def add(self, units: int, wait: float) -> None:
         if units > 0:
+            now = self.clock()
+            self.available_at = now + wait
             if not self.held:
-                self.expires_at = self.clock() + self.hold
+                self.expires_at = now + wait + self.hold
             self.held += units
 
     def delay(self) -> Optional[float]:
@@ -102,7 +150,7 @@ class Quota:
         clock: Callable[[], float] = time.monotonic,
     ):
         self.limiter, self.limiters = limiter, list(limiters)
-        self.ledger = _Ledger(batch, hold, clock)
+        self.ledger = _Ledger(batch, hold, clock, self.limiters)
         self._lock = threading.Lock()
         self._timer: Optional[threading.Timer] = None
 
@@ -117,13 +165,12 @@ class Quota:
                 return True
             if self.ledger.refused():
                 return False
-            result = self.limiter.check(self.limiters, self.ledger.wanted(quantity), at_most=True)
+            asked, how = self.ledger.ask(quantity)
+            result = self.limiter.check(self.limiters, asked, **how)
             if result.failed:  # decided by on_error; nothing taken
-                self.ledger.granted(0)
+                self.ledger.calls += 1
                 return result.allowed
-            if not result.allowed:
-                self.ledger.refused_for(result.retry_after)
-            self.ledger.granted(result.granted or 0)
+            self.ledger.answered(asked, result)
             self._arm()
             return self.ledger.spend(quantity)
 
@@ -166,7 +213,7 @@ class AsyncQuota:
         clock: Callable[[], float] = time.monotonic,
     ):
         self.limiter, self.limiters = limiter, list(limiters)
-        self.ledger = _Ledger(batch, hold, clock)
+        self.ledger = _Ledger(batch, hold, clock, self.limiters)
         self._lock = asyncio.Lock()
         self._timer: Optional[asyncio.TimerHandle] = None
 
@@ -179,15 +226,12 @@ class AsyncQuota:
                 return True
             if self.ledger.refused():
                 return False
-            result = await self.limiter.check(
-                self.limiters, self.ledger.wanted(quantity), at_most=True
-            )
+            asked, how = self.ledger.ask(quantity)
+            result = await self.limiter.check(self.limiters, asked, **how)
             if result.failed:
-                self.ledger.granted(0)
+                self.ledger.calls += 1
                 return result.allowed
-            if not result.allowed:
-                self.ledger.refused_for(result.retry_after)
-            self.ledger.granted(result.granted or 0)
+            self.ledger.answered(asked, result)
             self._arm()
             return self.ledger.spend(quantity)
 

@@ -216,27 +216,26 @@ fn layout_is_tag_entries_then_trailer() {
     expected.extend_from_slice(&3_000_000u64.to_le_bytes()[..7]);
     expected.extend_from_slice(&((first + 2) as u64 | 1 << LAST_BITS).to_le_bytes()[..7]);
     expected.extend_from_slice(&302u64.to_le_bytes());
-    expected.extend_from_slice(&1_000u64.to_le_bytes()); // the limit
     assert_eq!(value, expected);
 }
 
 #[test]
-fn a_log_kept_under_another_limit_counts_the_same_share_of_this_one() {
+fn a_log_kept_under_another_limit_counts_what_was_used() {
     let mut key = Key::default();
     let ten = limiter(10, 3_000_000, 3);
     key.take(&ten, T0, 1, true);
     key.take(&ten, T0 + 1_000_000, 2, true);
     key.take(&ten, T0 + 2_000_000, 2, true);
-    // 5 of 10 is 50 of 100, spread as the running sums were: 10, 30, 50.
+    // 5 were used, of 10 or of 100: 95 left.
     let hundred = limiter(100, 3_000_000, 3);
     let call = key.take(&hundred, T0 + 2_500_000, 0, true);
-    assert_eq!(call.verdict.remaining, 50);
+    assert_eq!(call.verdict.remaining, 95);
     assert_eq!(call.expire_at_ms, None, "a peek writes nothing");
-    // The first bucket's share (10) leaves with it.
-    let call = key.take(&hundred, T0 + 3_000_000, 60, true);
+    // The first bucket's one leaves with it.
+    let call = key.take(&hundred, T0 + 3_000_000, 96, true);
     assert!(!call.verdict.limited);
     assert_eq!(call.verdict.remaining, 0);
-    // Lowered to 3: all of 100 is all of 3, and a share is rounded up.
+    // Lowered to 3 under 100 used: refused until enough leaves the window.
     let three = limiter(3, 3_000_000, 3);
     let call = key.take(&three, T0 + 3_000_000, 1, true);
     assert!(call.verdict.limited);
@@ -246,14 +245,15 @@ fn a_log_kept_under_another_limit_counts_the_same_share_of_this_one() {
 }
 
 #[test]
-fn a_log_of_the_layout_without_a_limit_is_read_and_rewritten_whole() {
+fn a_log_of_5fec6b4s_layout_is_read_as_counted_and_rewritten_whole() {
     let limiter = limiter(10, 3_000_000, 3);
     let mut key = Key::default();
     key.take(&limiter, T0, 2, true);
-    // The same log as the releases before wrote it: tag 0xFC, the trailer without the limit.
+    // The same log as 5fec6b4 wrote it: tag 0xF6, the trailer ending with the limit the
+    // counts were counted under (here 4, another limit).
     let mut value = key.value.take().unwrap();
-    value[0] = TAG_V2;
-    value.truncate(value.len() - 8);
+    value[0] = LIMITED_TAG;
+    value.extend_from_slice(&4u64.to_le_bytes());
     key.value = Some(value);
     let call = key.take(&limiter, T0 + 1_000_000, 3, true);
     assert_eq!(call.verdict.remaining, 5);
@@ -459,7 +459,8 @@ proptest! {
         refund in any::<bool>(),
     ) {
         let limiter = limiter(10, 3_000_000, 3);
-        let mut value = vec![TAG];
+        let tag = if refund { TAG } else { LIMITED_TAG };
+        let mut value = vec![tag];
         value.extend_from_slice(&bytes);
         let mut out = Vec::new();
         if refund {

@@ -237,16 +237,23 @@ end
 _M.release_args = protocol.release
 _M.renew_args = protocol.renew
 
---- Sends `args`, a take with `AT_MOST` (in µs), for `key`: the units granted, and when none,
---- the seconds until one fits (nil when none ever will); or nil, the error, and whether the
---- server failed. A limiter's `lease` for resty.ratelimit_module.quota.
-function _M.lease(self, key, args)
+--- Sends `args`, a take with `AT_MOST`, or with `DELAY` of `delayed` units (in µs), for
+--- `key`: the units granted, and when none, the seconds until what was asked fits (nil when
+--- it never will); then, with `DELAY`, nil, nil and the seconds to wait before spending them.
+--- Or nil, the error, and whether the server failed. A limiter's `lease` for
+--- resty.ratelimit_module.quota.
+function _M.lease(self, key, args, delayed)
     local reply, err, failed = self:call(key, args)
     if not reply then
         return nil, err, failed
     end
-    local granted = reply[1] == 0 and reply[6] or 0
-    return granted, granted == 0 and reply[4] >= 0 and reply[4] / 1e6 or nil
+    if reply[1] ~= 0 then
+        return 0, reply[4] >= 0 and reply[4] / 1e6 or nil
+    end
+    if delayed then
+        return delayed, nil, nil, reply[6] / 1e6
+    end
+    return reply[6], nil, nil, 0
 end
 
 -- Parses one reply from `buf` at `pos`: the value and the position after it, or nil when

@@ -108,14 +108,28 @@ end
 
 --- Whether a request of class `index` (1, critical_plus, to 4, sheddable) is admitted at
 --- `now` (whole microseconds of a monotonic clock); an admitted one is in flight until `finish`.
-function _M.admit(self, index, now)
+--- `backlog` is how long the request waited before it could be decided (µs, 0 by default):
+--- the work ahead of it, counted as that many no-load latencies' worth of requests in flight.
+function _M.admit(self, index, now, backlog)
     roll(self, now)
-    local share = self.congested and self.options.shares[index] or 1
-    if self.inflight < self.limit * share then
+    local noload = min(self.noload_now, self.noload_before)
+    local load = self.inflight
+    if backlog and backlog > 0 and noload < huge then
+        load = load + backlog / noload
+    end
+    -- The backlog refuses only while congested: a burst's wait is no standing queue.
+    local admitted
+    if self.congested then
+        admitted = load < self.limit * self.options.shares[index]
+    else
+        admitted = self.inflight < self.limit
+    end
+    if admitted then
         self.inflight = self.inflight + 1
-        self.peak = max(self.peak, self.inflight)
+        self.peak = max(self.peak, load + 1)
         return true
     end
+    self.peak = max(self.peak, load)
     return false
 end
 

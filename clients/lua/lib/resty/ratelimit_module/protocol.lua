@@ -17,11 +17,12 @@ function _M.throttle(key, burst, count, period_us, quantity, commit, option, val
     }
 end
 
---- `RL.WINDOW key limit window_us quantity ANCHORED US [option]` (`_RO` unless `commit`).
-function _M.window(key, limit, window_us, quantity, commit, option)
+--- `RL.WINDOW key limit window_us quantity ANCHORED US [option [value]]` (`_RO` unless
+--- `commit`).
+function _M.window(key, limit, window_us, quantity, commit, option, value)
     return {
         commit and "rl.window" or "rl.window_ro", key, limit, window_us, quantity, "ANCHORED",
-        "US", option,
+        "US", option, value,
     }
 end
 

@@ -20,12 +20,18 @@
 -- N x batch, whatever their workers. `req` is then a bucket without its queue: a request is
 -- admitted at once or refused (nodelay).
 --
--- While the limit binds, a batch call that takes nothing answers when the next unit fits
--- (`retry_after`): until then the workers refuse from the dict, so a refused quota costs the
--- server one call per retry_after, not one per request.
+-- While the limit binds, a lease stays batched. A call that gets less than it asked for (the
+-- units that refilled since the last one) marks the limit as binding, in the dict; from then
+-- on a call asks for half a batch at once, waiting for it on the server (`DELAY`, up to
+-- `hold`): the server answers when it fits, the units go into the dict then (a timer), and
+-- until then the workers refuse from the dict, as they do until a refusal's `retry_after`; a
+-- request that finds a call under way is refused too, without a call of its own. So a binding
+-- limit costs at most one call per half batch admitted. A call that finds half a batch there
+-- at once asks for a whole batch again (`AT_MOST`). Half a batch is at most the limiter's
+-- bucket (`req`) or limit (`count`).
 local ngx = ngx
 local ngx_now = ngx.now
-local max = math.max
+local ceil, floor, max, min = math.ceil, math.floor, math.max, math.min
 local setmetatable, tostring = setmetatable, tostring
 
 local _M = { _VERSION = "0.3.0" }
@@ -55,8 +61,9 @@ function _M.new(limiter, options)
     local prefix = table.concat({ limiter.name, limiter.prefix, limiter.count or limiter.limit,
         limiter.burst or limiter.window_us, "" }, "|")
     return setmetatable({ limiter = limiter, dict = dict, batch = batch, hold = hold,
-        low = batch / 2, prefix = prefix, names = {}, named = 0, counter = limiter.client,
-        policy = limiter.name }, mt)
+        low = batch / 2, half = min(ceil(batch / 2), limiter:capacity()),
+        hold_us = floor(hold * 1e6), prefix = prefix, names = {}, named = 0,
+        counter = limiter.client, policy = limiter.name }, mt)
 end
 
 -- Gives back what is left of `key`'s units (the timer at a batch's hold end): all of them at
@@ -82,14 +89,41 @@ local function give_back(premature, self, key)
     end
 end
 
--- Takes up to `wanted` units for `key` (this worker holds the lock): the units into the dict
--- (one kept for the request that found none, when `keep`), and a timer to give back what is
--- unspent after `hold`. Whether that request is admitted: true, false (refused), or nil and
--- the error.
-local function refill(self, key, wanted, keep)
+-- Puts `units` taken for `key` into the dict, and a timer to give back what is unspent
+-- after `hold`.
+local function store(self, key, units)
     local dict = self.dict
-    local granted, retry_or_err, failed = self.limiter:lease(key, wanted)
-    dict:delete(self.prefix .. "l|" .. key)
+    dict:incr(self.prefix .. "u|" .. key, units, 0)
+    -- One give-back pending per key and nginx: it takes back what is left then, the units of
+    -- later top-ups included (they are given back early, never late).
+    if dict:add(self.prefix .. "t|" .. key, true, self.hold) then
+        local ok = ngx.timer.at(self.hold, give_back, self, key)
+        if not ok then
+            dict:delete(self.prefix .. "t|" .. key)
+        end
+    end
+end
+
+-- The units of a take the server made wait, once it may be spent (a timer's function).
+local function deposit(premature, self, key, units)
+    if premature then
+        self.limiter:give_back(key, units)
+        return
+    end
+    store(self, key, units)
+end
+
+-- Takes units for `key` (this worker holds the lock): up to `wanted` (`AT_MOST`), or while
+-- the limit binds half a batch, waited for (`DELAY`); the units into the dict (one kept for
+-- the request that found none, when `keep`). Whether that request is admitted: true, false
+-- (refused), or nil and the error.
+local function refill(self, key, wanted, keep)
+    local dict, prefix = self.dict, self.prefix
+    local binding = dict:get(prefix .. "b|" .. key)
+    local asked = binding and self.half or wanted
+    local granted, retry_or_err, failed, wait = self.limiter:lease(key, asked,
+        binding and self.hold_us or nil)
+    dict:delete(prefix .. "l|" .. key)
     if not granted then
         if failed then
             local admit = self.limiter.client:on_failure(self.limiter.name)
@@ -101,23 +135,32 @@ local function refill(self, key, wanted, keep)
     end
     if granted == 0 then
         if retry_or_err then
-            dict:set(self.prefix .. "r|" .. key, ngx_now() + retry_or_err, retry_or_err)
+            dict:set(prefix .. "r|" .. key, ngx_now() + retry_or_err, retry_or_err)
+        end
+        if self.batch > 1 then
+            dict:set(prefix .. "b|" .. key, true)
         end
         self.limiter.client:count(self.limiter.name, "refused")
         return false
     end
+    if binding and wait > 0 then
+        -- Spent once the server's wait is over: until then the workers refuse from the dict.
+        dict:set(prefix .. "r|" .. key, ngx_now() + wait, wait)
+        if not ngx.timer.at(wait, deposit, self, key, granted) then
+            self.limiter:give_back(key, granted)
+        end
+        self.limiter.client:count(self.limiter.name, "refused")
+        return false
+    elseif binding then
+        -- Half a batch was there at once: the limit may no longer bind.
+        dict:delete(prefix .. "b|" .. key)
+    elseif granted < asked and self.batch > 1 then
+        dict:set(prefix .. "b|" .. key, true)
+    end
     -- One unit is this request's, when it found none; the rest are the workers'.
     local stored = keep and granted - 1 or granted
     if stored > 0 then
-        dict:incr(self.prefix .. "u|" .. key, stored, 0)
-        -- One give-back pending per key and nginx: it takes back what is left then, the
-        -- units of later top-ups included (they are given back early, never late).
-        if dict:add(self.prefix .. "t|" .. key, true, self.hold) then
-            local ok = ngx.timer.at(self.hold, give_back, self, key)
-            if not ok then
-                dict:delete(self.prefix .. "t|" .. key)
-            end
-        end
+        store(self, key, stored)
     end
     if keep then
         self.limiter.client:count(self.limiter.name, "allowed")
@@ -141,6 +184,13 @@ end
 local function lock(self, key)
     return self.dict:add(self.prefix .. "l|" .. key, true,
         max(1, self.limiter.client.timeout / 1000))
+end
+
+-- Whether the server said to wait before the next call for `key`: a refusal's retry_after,
+-- or the wait of half a batch it scheduled.
+local function waiting(self, key)
+    local refused_until = self.dict:get(self.prefix .. "r|" .. key)
+    return refused_until and refused_until > ngx_now()
 end
 
 -- The dict's key of `key`'s units, kept per worker (a quota limits a few hot keys; the
@@ -167,7 +217,9 @@ function _M.incoming(self, key)
     local left = dict:incr(units_key(self, key), -1, 0)
     if left and left >= 0 then
         self.counter:count(self.policy, "quota")
-        if left < self.low and lock(self, key) then
+        -- Topped up in the background, unless the server said to wait (a refusal, or half a
+        -- batch it made wait for).
+        if left < self.low and not waiting(self, key) and lock(self, key) then
             local ok = ngx.timer.at(0, top_up, self, key, self.batch - left)
             if not ok then
                 dict:delete(prefix .. "l|" .. key)
@@ -177,13 +229,16 @@ function _M.incoming(self, key)
     end
     -- None left: undo, then take a batch, unless the limit binds for a while yet.
     dict:incr(units_key(self, key), 1, 0)
-    local refused_until = dict:get(prefix .. "r|" .. key)
-    if refused_until and refused_until > ngx_now() then
+    if waiting(self, key) then
         return nil, "rejected"
     end
     local admitted, err
     if lock(self, key) then
         admitted, err = refill(self, key, self.batch, true)
+    elseif dict:get(prefix .. "b|" .. key) then
+        -- The limit binds and a call is under way: none of its own.
+        self.counter:count(self.policy, "refused")
+        return nil, "rejected"
     else
         -- Another worker is taking the batch: this request asks for itself.
         local delay

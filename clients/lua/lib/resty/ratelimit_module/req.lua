@@ -160,10 +160,16 @@ end
 --- Takes up to `units` of `key` at once, what fits now (`AT_MOST`), for a quota
 --- (resty.ratelimit_module.quota): the units taken, and when none, the seconds until one
 --- fits (nil when none ever will); or nil, the error, and whether the server failed.
-function _M.lease(self, key, units)
+function _M.lease(self, key, units, max_wait_us)
     key = self.prefix .. key
-    return self.client:lease(key,
-        protocol.throttle(key, whole_burst(self), self.count, PERIOD_US, units, true, "AT_MOST"))
+    local option = max_wait_us and "DELAY" or "AT_MOST"
+    return self.client:lease(key, protocol.throttle(key, whole_burst(self), self.count,
+        PERIOD_US, units, true, option, max_wait_us), max_wait_us and units)
+end
+
+--- The most one lease may take at once: the bucket.
+function _M.capacity(self)
+    return whole_burst(self) + 1
 end
 
 --- Gives back `units` of `key` a quota took and did not spend.

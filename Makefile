@@ -7,8 +7,8 @@
 #   make test-servers  the integration tests against the newest Redis 8.0, Redis 8, Valkey 8
 #               and Valkey 9, built from Debian's source packages (cached under target/servers/)
 #   make lint   rustfmt check, clippy with warnings as errors (the module, the Rust crate and
-#               example; the crate's `cargo package`), luacheck, and ruff, eslint and
-#               prettier on the client packages
+#               examples; the crate's docs and `cargo publish --dry-run`), luacheck, and ruff,
+#               eslint and prettier on the client packages
 #   make stress longer fuzzing, differential and soak runs (minutes)
 #   make bench  the module against INCR, SET ... PX and Lua scripts, in three setups (a replica
 #               attached, alone, an AOF): tables printed, and target/bench/BENCHMARKS.md
@@ -131,7 +131,7 @@ deps-bench: deps-nginx
 	@command -v valgrind >/dev/null 2>&1 || { missing=" valgrind"; $(install_missing); }
 	@$(call ensure_packages,$(BENCH_PACKAGES))
 	CARGO_TARGET_DIR=$(RUST_CLIENTS_TARGET) $(CARGO) build --release --quiet --example bench \
-	  --manifest-path clients/rust/Cargo.toml
+	  --example layer_bench --manifest-path clients/rust/Cargo.toml
 
 # Far more fuzzing, differential calls and soak than `make test`, each with its own seed.
 stress: deps-server build
@@ -162,7 +162,8 @@ lint: deps-build clients-deps
 	cd clients/rust && CARGO_TARGET_DIR=$(RUST_CLIENTS_TARGET) $(CARGO) fmt --check && \
 	  CARGO_TARGET_DIR=$(RUST_CLIENTS_TARGET) $(CARGO) clippy --all-targets -- -D warnings && \
 	  CARGO_TARGET_DIR=$(RUST_CLIENTS_TARGET) $(CARGO) clippy --no-default-features -- -D warnings && \
-	  CARGO_TARGET_DIR=$(RUST_CLIENTS_TARGET) $(CARGO) package --quiet --allow-dirty
+	  CARGO_TARGET_DIR=$(RUST_CLIENTS_TARGET) RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps --quiet && \
+	  CARGO_TARGET_DIR=$(RUST_CLIENTS_TARGET) $(CARGO) publish --dry-run --quiet --allow-dirty
 	cd examples/rust && CARGO_TARGET_DIR=$(RUST_CLIENTS_TARGET) $(CARGO) fmt --check && \
 	  CARGO_TARGET_DIR=$(RUST_CLIENTS_TARGET) $(CARGO) clippy --all-targets -- -D warnings
 

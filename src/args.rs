@@ -191,11 +191,10 @@ pub fn unit_keyword(arg: &[u8]) -> Option<Unit> {
 
 /// Parses the optional arguments `tail`. `command_keyword` is offered every keyword that is
 /// not one of the shared ones; it returns `Ok(true)` when it took it (and the values it read
-/// from the `Tail`). `syntax_error` is the reply for a keyword out of place, repeated, or
-/// unknown.
+/// from the `Tail`). A keyword out of place, repeated, or unknown is a syntax error (the
+/// reply names the command's usage).
 pub fn parse_options<'a>(
     tail: &'a [&'a [u8]],
-    syntax_error: CommandError,
     mut command_keyword: impl FnMut(Keyword, &mut Tail<'a>) -> Result<bool, CommandError>,
 ) -> Result<CommonOptions, CommandError> {
     let mut options = CommonOptions::default();
@@ -211,43 +210,43 @@ pub fn parse_options<'a>(
             options.quantity = parse_quantity(arg)?;
             continue;
         }
-        let keyword = Keyword::read(arg).ok_or(syntax_error)?;
+        let keyword = Keyword::read(arg).ok_or(CommandError::Syntax)?;
         if let Some(unit) = keyword.unit() {
             if unit_given {
-                return Err(syntax_error);
+                return Err(CommandError::Syntax);
             }
             unit_given = true;
             options.unit = unit;
         } else if keyword == Keyword::REFUND {
             if options.refund {
-                return Err(syntax_error);
+                return Err(CommandError::Syntax);
             }
             options.refund = true;
         } else if keyword == Keyword::BLOCK {
-            let duration = tail.next_argument().ok_or(syntax_error)?;
+            let duration = tail.next_argument().ok_or(CommandError::Syntax)?;
             let duration = parse_integer(duration).filter(|&duration| duration > 0);
             if block.replace(duration.ok_or(BLOCK_NOT_POSITIVE)?).is_some() {
-                return Err(syntax_error);
+                return Err(CommandError::Syntax);
             }
         } else if keyword == Keyword::DELAY {
-            let max_wait = tail.next_argument().ok_or(syntax_error)?;
+            let max_wait = tail.next_argument().ok_or(CommandError::Syntax)?;
             let max_wait = parse_integer(max_wait).filter(|&max_wait| max_wait >= 0);
             if delay
                 .replace(max_wait.ok_or(DELAY_NOT_AN_INTEGER)?)
                 .is_some()
             {
-                return Err(syntax_error);
+                return Err(CommandError::Syntax);
             }
         } else if keyword == Keyword::AT_MOST {
             if std::mem::replace(&mut at_most, true) {
-                return Err(syntax_error);
+                return Err(CommandError::Syntax);
             }
         } else if keyword == Keyword::FORCE {
             if std::mem::replace(&mut force, true) {
-                return Err(syntax_error);
+                return Err(CommandError::Syntax);
             }
         } else if !command_keyword(keyword, &mut tail)? {
-            return Err(syntax_error);
+            return Err(CommandError::Syntax);
         }
     }
     options.shortfall = shortfall(&options, block.is_some(), delay, at_most, force)?;
@@ -330,10 +329,10 @@ fn parse_quantity(arg: &[u8]) -> Result<u64, CommandError> {
 mod tests {
     use super::*;
 
-    const SYNTAX: CommandError = CommandError::Message(c"ERR syntax error");
+    const SYNTAX: CommandError = CommandError::Syntax;
 
     fn common(tail: &[&[u8]]) -> Result<CommonOptions, CommandError> {
-        parse_options(tail, SYNTAX, |_, _| Ok(false))
+        parse_options(tail, |_, _| Ok(false))
     }
 
     #[test]
@@ -521,17 +520,13 @@ mod tests {
     #[test]
     fn a_command_can_take_its_own_keywords_with_values() {
         let mut seen = None;
-        let options = parse_options(
-            &[b"3", b"BUCKETS", b"60", b"MS"],
-            SYNTAX,
-            |keyword, tail| {
-                if keyword == Keyword::new("BUCKETS") {
-                    seen = tail.next_argument().and_then(parse_integer);
-                    return Ok(true);
-                }
-                Ok(false)
-            },
-        )
+        let options = parse_options(&[b"3", b"BUCKETS", b"60", b"MS"], |keyword, tail| {
+            if keyword == Keyword::new("BUCKETS") {
+                seen = tail.next_argument().and_then(parse_integer);
+                return Ok(true);
+            }
+            Ok(false)
+        })
         .unwrap();
         assert_eq!(seen, Some(60));
         assert_eq!(options.quantity, 3);

@@ -11,6 +11,9 @@ pub enum CommandError {
     /// Too few or too many arguments: Redis' own `ERR wrong number of arguments for '...'
     /// command`.
     WrongArity,
+    /// A malformed call: `ERR syntax error. Usage: ...`, the usage rendered from the command's
+    /// argument specs (the same `COMMAND DOCS` shows), so that it is never written twice.
+    Syntax,
     /// Any other error, with its full message (`ERR ...` or `WRONGTYPE ...`).
     Message(&'static CStr),
 }
@@ -40,6 +43,7 @@ impl CommandError {
     pub fn text(self) -> &'static str {
         match self {
             CommandError::WrongArity => "ERR wrong number of arguments",
+            CommandError::Syntax => "ERR syntax error",
             CommandError::Message(message) => message.to_str().unwrap(),
         }
     }

@@ -20,7 +20,7 @@ mod redis;
 
 // What Redis calls when it loads the module: every command of the table ([`commands`])
 // registered through the FFI layer, which knows no command of its own.
-redis::load::export_on_load!(commands::Commands);
+redis::startup::export_on_load!(commands::Commands);
 
 // The server's allocator in the module, so that it accounts for (and can limit) its
 // memory; the system's in unit tests, which run outside the server.

@@ -461,7 +461,9 @@ fn snapshot(con: &mut Connection) -> Snapshot {
         .filter_map(|key| {
             let dump: Option<Vec<u8>> = query(con, &["DUMP", &key]);
             let expire_at: i64 = query(con, &["PEXPIRETIME", &key]);
-            dump.map(|dump| (key, (dump, expire_at)))
+            // -2: the key expired between the two reads, so it is gone.
+            dump.filter(|_| expire_at != -2)
+                .map(|dump| (key, (dump, expire_at)))
         })
         .collect()
 }
@@ -479,7 +481,7 @@ fn differences(master: &Snapshot, copy: &Snapshot, until: i64) -> Vec<String> {
     let lasting = |snapshot: &Snapshot| -> BTreeSet<String> {
         snapshot
             .iter()
-            .filter(|(_, (_, expire_at))| *expire_at < 0 || *expire_at > until)
+            .filter(|(_, (_, expire_at))| *expire_at == -1 || *expire_at > until)
             .map(|(key, _)| key.clone())
             .collect()
     };

@@ -131,6 +131,52 @@ fn the_rust_client_example_reads_typed_results() {
     assert_eq!(run_example(&server, Command::new(program)), CLIENT_OUTPUT);
 }
 
+/// examples/rust's axum service, the crate's README setup with only the crate as a
+/// dependency: each API key's bucket of 5, then 429 with `Retry-After` and the fields; a
+/// request with no key is not limited; load shedding lets a healthy service's traffic by.
+#[test]
+fn the_rust_axum_service_limits_each_caller_behind_load_shedding() {
+    let server = Server::start();
+    let program = repository().join("target/rust-clients/debug/axum_service");
+    assert!(
+        program.is_file(),
+        "{} is not built: run `make test` (or `make rust-clients`)",
+        program.display()
+    );
+    let url = format!("redis://127.0.0.1:{}", server.port());
+    let service = Listening::start("the axum service", |port| {
+        let mut command = Command::new(&program);
+        command.env("REDIS_URL", &url).env("PORT", port.to_string());
+        command
+    });
+    let client = Ipv4Addr::LOCALHOST;
+    let alice = |_| get_with(service.port, client, "/", "x-api-key: alice\r\n");
+    let responses: Vec<Response> = (0..6).map(alice).collect();
+    let statuses: Vec<u16> = responses.iter().map(|response| response.status).collect();
+    assert_eq!(statuses, [200, 200, 200, 200, 200, 429]);
+    let fields = responses[0].items("ratelimit");
+    assert_eq!(fields[0], item("burst", &[("r", 4), ("t", 1)]));
+    // A sliding day resets when what it counted no longer weighs: the end of the next
+    // window on the clock, 1 to 2 days away.
+    let day = &fields[1];
+    assert_eq!(
+        (day.name.as_str(), &day.parameters[0]),
+        ("day", &("r".to_owned(), 999))
+    );
+    assert!(
+        (86_400..=172_800).contains(&day.parameters[1].1),
+        "{fields:?}"
+    );
+    let refused = &responses[5];
+    assert_eq!(
+        refused.headers.get("retry-after").map(String::as_str),
+        Some("1")
+    );
+    for _ in 0..3 {
+        assert_eq!(get_path(service.port, client, "/").status, 200);
+    }
+}
+
 /// The HTTP service, stopped on drop.
 struct Service(Listening);
 

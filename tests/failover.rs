@@ -74,9 +74,14 @@ fn nothing_wait_acknowledged_is_lost_when_the_master_dies() {
         thread::sleep(Duration::from_millis(jitter_ms()));
         master.kill();
         let (seen, acknowledged) = client.join().unwrap();
-        // What reached the replica is applied before it is promoted.
-        thread::sleep(Duration::from_millis(200));
+        // What reached the replica is applied before it is promoted: it has seen the link
+        // go down (it applies what it reads as it reads it).
         let mut promoted = replica.connect();
+        let down = support::wait_until(Duration::from_secs(30), || {
+            let info: String = query(&mut promoted, &["INFO", "replication"]);
+            info.contains("master_link_status:down")
+        });
+        assert!(down, "run {run}: the replica never saw its master go");
         let _: () = query(&mut promoted, &["REPLICAOF", "NO", "ONE"]);
         let recorded = 1_000_000_000 - ints(&mut promoted, &call("0", true))[2];
         assert!(acknowledged > 0, "run {run}: nothing was acknowledged");

@@ -1,9 +1,11 @@
 //! The crate's layering, read from its sources: every path to another file of the crate
-//! counts, in a `use` or written out in the code (`crate::redis::load::debug_commands()`),
-//! `crate::`, `super::` and `self::` alike, so that a loop no `use` line shows is still
-//! found.
+//! counts, in a `use` or written out in the code (`crate::redis::startup::debug_commands()`),
+//! `crate::`, `super::`, `self::` and a child module's own name (`mod x;` then `x::f()`)
+//! alike, so that a loop no `use` line shows is still found.
 //!
-//! - No two files depend on each other, directly or through others.
+//! - No file depends on another that depends back on it, directly or through others:
+//!   every edge counts, a parent's to its children (a `pub use` of one, a call into one)
+//!   and a child's to its parent alike, so that what both need lives in a file of its own.
 //! - The modules point one way: `core` uses nothing of `redis`, `commands`, `args` or
 //!   `error`; `redis` (the FFI layer) uses nothing of `commands` or `args`; `args` and
 //!   `error` use nothing of `redis` or `commands`.
@@ -78,10 +80,78 @@ fn code_only(source: &str) -> String {
     code
 }
 
-/// The paths a file's code names: each `crate::a::b`, `super::a`, `self::a`, with a `use`
-/// line's groups (`use crate::a::{b, c::d}`) expanded; relative ones made absolute from
-/// `module` (the file's own path).
+/// `code` with each path that starts at one of its file's child modules (`mod x;`, then
+/// `x::f()` or `use x::Y`) written from `self::`, as the other relative paths are.
+fn children_qualified(code: &str) -> String {
+    let mut children = Vec::new();
+    for line in code.lines() {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        if let Some(at) = words.iter().position(|word| *word == "mod") {
+            if let Some(name) = words.get(at + 1).and_then(|word| word.strip_suffix(';')) {
+                children.push(name.to_owned());
+            }
+        }
+    }
+    let mut qualified = String::with_capacity(code.len());
+    let bytes = code.as_bytes();
+    // The brace depths at which inline modules (`mod tests { ... }`) opened: within one,
+    // `super::` names the file's own module.
+    let (mut depth, mut inline) = (0usize, Vec::new());
+    let mut at = 0;
+    while at < code.len() {
+        let starts_word = at == 0
+            || !(bytes[at - 1].is_ascii_alphanumeric()
+                || bytes[at - 1] == b'_'
+                || bytes[at - 1] == b':');
+        let rest = &code[at..];
+        if starts_word && rest.starts_with("mod ") {
+            let header = rest[4..].trim_start();
+            let name_len = header
+                .find(|c: char| !(c.is_alphanumeric() || c == '_'))
+                .unwrap_or(header.len());
+            if header[name_len..].trim_start().starts_with('{') {
+                inline.push(depth + 1);
+            }
+        }
+        match bytes[at] {
+            b'{' => depth += 1,
+            b'}' => {
+                if inline.last() == Some(&depth) {
+                    inline.pop();
+                }
+                depth = depth.saturating_sub(1);
+            }
+            _ => {}
+        }
+        if starts_word && rest.starts_with("super::") && !inline.is_empty() {
+            // As many `super`s as inline modules stay within the file.
+            let mut supers = 0;
+            while code[at + supers * 7..].starts_with("super::") {
+                supers += 1;
+            }
+            let within = supers.min(inline.len());
+            qualified.push_str("self::");
+            at += within * 7;
+            continue;
+        }
+        let child = children
+            .iter()
+            .find(|child| starts_word && rest.starts_with(&format!("{child}::")));
+        if child.is_some() {
+            qualified.push_str("self::");
+        }
+        let character = rest.chars().next().unwrap();
+        qualified.push(character);
+        at += character.len_utf8();
+    }
+    qualified
+}
+
+/// The paths a file's code names: each `crate::a::b`, `super::a`, `self::a`, and a child
+/// module's `x::a`, with a `use` line's groups (`use crate::a::{b, c::d}`) expanded;
+/// relative ones made absolute from `module` (the file's own path).
 fn named_paths(module: &[String], code: &str) -> Vec<Vec<String>> {
+    let code = &children_qualified(code);
     let mut paths = Vec::new();
     let bytes = code.as_bytes();
     let mut at = 0;
@@ -201,9 +271,8 @@ fn graph() -> BTreeMap<Vec<String>, BTreeSet<Vec<String>>> {
         let mut named = BTreeSet::new();
         for path in named_paths(module, &code) {
             if let Some(file) = file_of(&files, &path) {
-                // A module's file naming its own children (`mod.rs`'s `self::x`, a parent's
-                // `pub use`) is the module's own business, not a dependency back.
-                if file != module && !file.starts_with(module) {
+                // Every edge counts, a parent's to its children too (a `pub use` of one).
+                if file != module {
                     named.insert(file.clone());
                 }
             }
@@ -224,33 +293,39 @@ fn name(module: &[String]) -> String {
 #[test]
 fn no_file_depends_on_itself_through_others() {
     let graph = graph();
-    // Depth-first search for a back edge, reporting the loop it closes.
-    fn visit(
-        node: &Vec<String>,
-        graph: &BTreeMap<Vec<String>, BTreeSet<Vec<String>>>,
-        stack: &mut Vec<Vec<String>>,
-        done: &mut BTreeSet<Vec<String>>,
-        loops: &mut Vec<String>,
-    ) {
-        if done.contains(node) {
-            return;
+    // Every edge whose target reaches back to its source closes a loop: report them all,
+    // each with the way back.
+    let way_back = |from: &Vec<String>, to: &Vec<String>| -> Option<Vec<Vec<String>>> {
+        let mut came_from: BTreeMap<&Vec<String>, &Vec<String>> = BTreeMap::new();
+        let mut queue = std::collections::VecDeque::from([to]);
+        while let Some(node) = queue.pop_front() {
+            if node == from {
+                let mut path = vec![from.clone()];
+                let mut at = from;
+                while at != to {
+                    at = came_from[at];
+                    path.push(at.clone());
+                }
+                path.reverse();
+                return Some(path);
+            }
+            for next in &graph[node] {
+                if next != to && !came_from.contains_key(next) {
+                    came_from.insert(next, node);
+                    queue.push_back(next);
+                }
+            }
         }
-        if let Some(at) = stack.iter().position(|entry| entry == node) {
-            let cycle: Vec<String> = stack[at..].iter().map(|m| name(m)).collect();
-            loops.push(format!("{} -> {}", cycle.join(" -> "), name(node)));
-            return;
-        }
-        stack.push(node.clone());
-        for next in &graph[node] {
-            visit(next, graph, stack, done, loops);
-        }
-        stack.pop();
-        done.insert(node.clone());
-    }
+        None
+    };
     let mut loops = Vec::new();
-    let mut done = BTreeSet::new();
-    for node in graph.keys() {
-        visit(node, &graph, &mut Vec::new(), &mut done, &mut loops);
+    for (from, named) in &graph {
+        for to in named {
+            if let Some(path) = way_back(from, to) {
+                let names: Vec<String> = path.iter().map(|m| name(m)).collect();
+                loops.push(format!("{} -> {}", name(from), names.join(" -> ")));
+            }
+        }
     }
     assert!(
         loops.is_empty(),
@@ -314,7 +389,7 @@ fn the_module_api_is_called_from_one_file_and_unsafe_lives_in_the_ffi_layer() {
 fn the_reader_sees_path_qualified_uses_and_groups() {
     let module = vec!["commands".to_owned(), "top".to_owned()];
     let code =
-        "use crate::a::{b, c::{d, e}};\nfn f() { crate::redis::load::debug(); super::x::y(); }";
+        "use crate::a::{b, c::{d, e}};\nfn f() { crate::redis::startup::debug(); super::x::y(); }";
     let mut paths: Vec<String> = named_paths(&module, code)
         .iter()
         .map(|p| p.join("::"))
@@ -327,7 +402,7 @@ fn the_reader_sees_path_qualified_uses_and_groups() {
             "a::c::d",
             "a::c::e",
             "commands::x::y",
-            "redis::load::debug"
+            "redis::startup::debug"
         ]
     );
 }

@@ -265,8 +265,8 @@ fn a_lease_costs_16_bytes_and_a_one_lease_key_what_a_one_entry_log_does() {
             let _: () = pipe.query(con).unwrap();
         }
         // Past 16,384 keys the keyspace's tables are still being rehashed, the old ones
-        // (128 KB) held until the server's cron finishes them within its next tick or two.
-        std::thread::sleep(std::time::Duration::from_millis(300));
+        // (128 KB) held until the server's cron finishes them: `used_memory` waits until
+        // two readings a cron tick apart agree.
         (used_memory(con) - before) as f64 / keys as f64
     };
     per_key(&mut con, "RL.LOG");

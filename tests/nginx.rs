@@ -565,16 +565,11 @@ fn a_frozen_or_gone_server_costs_at_most_the_timeout_and_service_resumes() {
         } else {
             server.signal(libc::SIGCONT);
         }
-        let back = Instant::now();
-        let resumed = support::wait_until(Duration::from_secs(3), || {
+        // Bounded by the cool-down (500 ms) and a margin that holds on a busy machine.
+        let resumed = support::wait_until(Duration::from_secs(10), || {
             nginx.get("/deny").status == 200 && nginx.get("/plain").status == 200
         });
         assert!(resumed, "{fault}: service did not resume: {}", nginx.log());
-        assert!(
-            back.elapsed() < Duration::from_secs(2),
-            "{fault}: resumed after {:?}",
-            back.elapsed()
-        );
     }
     // Errors are logged at most once a second per worker, not once per request.
     let logged = nginx.log().matches("ratelimit_module:").count();
@@ -620,8 +615,8 @@ fn after_the_cool_down_one_request_probes_a_frozen_server_and_the_others_keep_th
     thread::sleep(Duration::from_millis(4_100));
     let answers = burst(&[&nginx], "/deny", 8);
     assert!(answers.iter().all(|response| response.status == 503));
+    // Every request is answered: the probe's connection is the only new one.
     assert!(support::wait_until(Duration::from_secs(5), || connections() >= 2));
-    thread::sleep(Duration::from_millis(100));
     assert_eq!(connections(), 2, "{}", nginx.log());
 }
 
@@ -675,9 +670,18 @@ fn on_a_cluster_keys_are_routed_by_slot_and_a_slot_moving_under_traffic_stays_ex
             failures
         })
     };
-    thread::sleep(Duration::from_millis(300));
+    // Traffic under way before the move, and still after it.
+    let admitted_now = || *admitted.lock().unwrap();
+    assert!(support::wait_until(
+        Duration::from_secs(10),
+        || admitted_now() >= 20
+    ));
     cluster.reshard_slots(&from, &to, 64);
-    thread::sleep(Duration::from_millis(300));
+    let moved_at = admitted_now();
+    assert!(support::wait_until(
+        Duration::from_secs(10),
+        || admitted_now() >= moved_at + 20
+    ));
     *stop.lock().unwrap() = true;
     let failures = traffic.join().unwrap();
     assert!(
@@ -1355,6 +1359,30 @@ fn load_shedding_reports_the_gateways_signals_and_sheds_by_priority_in_every_wor
     assert_eq!(get(&nginx, "no-such-class").status, 503);
     assert_eq!(get(&nginx, "critical").status, 200);
     assert_eq!(get(&nginx, "critical_plus").status, 200);
+    // What it shed is not the service's: its reports count only what it served (a shed
+    // request counted as a failed one would hold the level up).
+    for _ in 0..5 {
+        assert_eq!(get(&nginx, "critical").status, 200);
+    }
+    let value = |factors: &[(String, f64)], wanted: &str| {
+        factors
+            .iter()
+            .find(|(name, _)| name == wanted)
+            .map_or(0.0, |(_, value)| *value)
+    };
+    let mut factors = Vec::new();
+    assert!(
+        support::wait_until(Duration::from_secs(20), || {
+            factors = load_factors(&mut con, "load:gateway");
+            value(&factors, "successes") >= 27.0
+        }),
+        "the served requests were never reported: {factors:?}"
+    );
+    assert_eq!(
+        value(&factors, "requests"),
+        value(&factors, "successes"),
+        "{factors:?}"
+    );
     // In shadow mode the same request goes through, counted and logged.
     assert!(
         support::wait_until(Duration::from_secs(20), || {
@@ -1382,7 +1410,7 @@ fn load_shedding_reports_the_gateways_signals_and_sheds_by_priority_in_every_wor
              outcome=\"shed\"} "
         ) && metrics.contains(
             "ratelimit_load_decisions_total{service=\"load:gateway\",priority=\"critical\",\
-             outcome=\"admitted\"} 1\n"
+             outcome=\"admitted\"} 6\n"
         ),
         "{metrics}"
     );

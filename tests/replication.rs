@@ -105,7 +105,18 @@ fn a_replica_loads_a_full_resync_from_the_socket_asynchronously() {
             let _: () = query(&mut replica_con, &["DEBUG", "SLEEP", "1"]);
         })
     };
-    std::thread::sleep(std::time::Duration::from_millis(100));
+    // Asleep once it no longer answers a PING (on a bare socket: a client's handshake would
+    // wait for the sleep's end).
+    let asleep = support::wait_until(std::time::Duration::from_secs(5), || {
+        use std::io::{Read, Write};
+        let mut probe = std::net::TcpStream::connect(("127.0.0.1", replica.port())).unwrap();
+        probe
+            .set_read_timeout(Some(std::time::Duration::from_millis(100)))
+            .unwrap();
+        probe.write_all(b"PING\r\n").unwrap();
+        probe.read(&mut [0; 16]).is_err()
+    });
+    assert!(asleep, "the replica never went to sleep");
     let _: i64 = query(&mut con, &["CLIENT", "KILL", "TYPE", "replica"]);
     let padding = "x".repeat(30_000);
     for i in 0..10 {

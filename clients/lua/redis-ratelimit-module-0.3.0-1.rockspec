@@ -26,17 +26,23 @@ dependencies = {
 build = {
     type = "builtin",
     modules = {
+        ["resty.ratelimit_module.circuit"] = "lib/resty/ratelimit_module/circuit.lua",
         ["resty.ratelimit_module.client"] = "lib/resty/ratelimit_module/client.lua",
+        ["resty.ratelimit_module.cluster"] = "lib/resty/ratelimit_module/cluster.lua",
         ["resty.ratelimit_module.concurrency"] = "lib/resty/ratelimit_module/concurrency.lua",
         ["resty.ratelimit_module.conn"] = "lib/resty/ratelimit_module/conn.lua",
         ["resty.ratelimit_module.count"] = "lib/resty/ratelimit_module/count.lua",
+        ["resty.ratelimit_module.deny"] = "lib/resty/ratelimit_module/deny.lua",
         ["resty.ratelimit_module.fields"] = "lib/resty/ratelimit_module/fields.lua",
         ["resty.ratelimit_module.lists"] = "lib/resty/ratelimit_module/lists.lua",
         ["resty.ratelimit_module.load"] = "lib/resty/ratelimit_module/load.lua",
         ["resty.ratelimit_module.metrics"] = "lib/resty/ratelimit_module/metrics.lua",
+        ["resty.ratelimit_module.pool"] = "lib/resty/ratelimit_module/pool.lua",
         ["resty.ratelimit_module.protocol"] = "lib/resty/ratelimit_module/protocol.lua",
         ["resty.ratelimit_module.quota"] = "lib/resty/ratelimit_module/quota.lua",
         ["resty.ratelimit_module.req"] = "lib/resty/ratelimit_module/req.lua",
+        ["resty.ratelimit_module.resp"] = "lib/resty/ratelimit_module/resp.lua",
+        ["resty.ratelimit_module.slot"] = "lib/resty/ratelimit_module/slot.lua",
         ["resty.ratelimit_module.traffic"] = "lib/resty/ratelimit_module/traffic.lua",
     },
 }

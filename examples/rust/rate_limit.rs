@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use ratelimit_module::{seconds, Config, Limiter, Options, RateLimit, RateLimiter};
+use ratelimit_module::{redis, seconds, Config, Limiter, Options, RateLimit, RateLimiter};
 
 const MINUTE: Duration = Duration::from_secs(60);
 

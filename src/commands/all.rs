@@ -29,12 +29,11 @@ use crate::redis::clock;
 use crate::redis::metadata::{Arg, ArgKind, Mode};
 use crate::redis::store;
 
+use super::arguments::{BLOCK_ARG, QUANTITY_ARG, REFUND_ARG, SHORTFALL_ARG, UNIT_ARG};
+use super::run::{call_seed, outcome, request, sixth_field};
 use super::top;
 use super::window::{algorithm_keyword, ALGORITHM_ARG};
-use super::{
-    call_seed, log, outcome, request, sixth_field, throttle, window, BLOCK_ARG, QUANTITY_ARG,
-    REFUND_ARG, SHORTFALL_ARG, UNIT_ARG,
-};
+use super::{log, throttle, window};
 
 /// The command's name, `numkeys`, a key and its limiter (`LOAD priority`, the shortest).
 pub(super) const REQUIRED_ARGUMENTS: c_int = 5;
@@ -96,10 +95,6 @@ pub(super) const ARGS: &[Arg] = &[
     Arg::token(c"DETAILS").optional(),
     REFUND_ARG,
 ];
-
-pub(super) const USAGE: CommandError = CommandError::Message(
-    c"ERR syntax error. Usage: RL.ALL numkeys key [key ...] THROTTLE max_burst count period [WARMUP period] | WINDOW limit window [FIXED|SLIDING|BUCKETS n|ANCHORED] | LOG limit window | LEASE limit lease | LOAD priority [...] [quantity] [S|MS|US] [BLOCK duration] [DELAY max_wait|AT_MOST|FORCE] [DETAILS] [REFUND]",
-);
 
 /// A limiter as given, before the unit is known.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -293,12 +288,12 @@ fn parse<const N: usize>(keys: usize, args: &[&[u8]]) -> Result<Parsed<N>, Comma
         ));
     }
     let mut details = false;
-    let options = parse_options(rest, USAGE, |keyword, _| {
+    let options = parse_options(rest, |keyword, _| {
         if keyword != Keyword::new("DETAILS") {
             return Ok(false);
         }
         if std::mem::replace(&mut details, true) {
-            return Err(USAGE);
+            return Err(CommandError::Syntax);
         }
         Ok(true)
     })?;
@@ -342,8 +337,7 @@ fn limiter(keyword: &[u8], args: &[&[u8]]) -> Result<(Params, usize), CommandErr
         let mut params = throttle::Params::parse(&args[..3])?;
         let mut tail = Tail::new(&args[3..]);
         if let Some(next) = tail.next_argument() {
-            let warmup =
-                Keyword::read(next).and_then(|k| throttle::warmup_keyword(k, &mut tail, USAGE));
+            let warmup = Keyword::read(next).and_then(|k| throttle::warmup_keyword(k, &mut tail));
             if let Some(warmup) = warmup {
                 params.warmup = Some(warmup?);
                 return Ok((Params::Throttle(params), 3 + tail.read()));
@@ -358,8 +352,7 @@ fn limiter(keyword: &[u8], args: &[&[u8]]) -> Result<(Params, usize), CommandErr
         let mut params = window::Params::parse(args[0], args[1])?;
         let mut tail = Tail::new(&args[2..]);
         if let Some(next) = tail.next_argument() {
-            let algorithm =
-                Keyword::read(next).and_then(|k| algorithm_keyword(k, &mut tail, USAGE));
+            let algorithm = Keyword::read(next).and_then(|k| algorithm_keyword(k, &mut tail));
             if let Some(algorithm) = algorithm {
                 params.algorithm = Some(algorithm?);
                 return Ok((Params::Window(params), 2 + tail.read()));

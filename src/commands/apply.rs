@@ -26,7 +26,20 @@ use crate::redis::call::{Integers, Invocation, Reply};
 use crate::redis::metadata::{Arg, ArgKind, Mode};
 use crate::redis::store::{self, RedisStore};
 
-use super::internal_only;
+/// The reply to an internal command from an ordinary client.
+const INTERNAL_ONLY: CommandError =
+    CommandError::Message(c"ERR internal command: only a master or the AOF sends it");
+
+/// Refuses the internal commands from ordinary clients: they are accepted only from a
+/// master's replication stream (or a slot migration's) or while loading, and, for the
+/// tests' forged effects, from any client of a server loaded with `debug-commands`.
+fn internal_only(call: &Invocation) -> Result<(), CommandError> {
+    if call.context_flags().is_from_master_or_aof() || crate::redis::startup::debug_commands() {
+        Ok(())
+    } else {
+        Err(INTERNAL_ONLY)
+    }
+}
 
 /// The keyspace event of a log's writes.
 pub(super) const LOG_EVENT: &CStr = c"rl.log";

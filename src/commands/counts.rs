@@ -23,15 +23,8 @@ use crate::redis::clock;
 use crate::redis::metadata::Mode;
 use crate::redis::store::RedisStore;
 
-pub(super) const WINDOW_USAGE: CommandError = CommandError::Message(
-    c"ERR syntax error. Usage: RL.WINDOW.COUNTS key window [FIXED|SLIDING|ANCHORED] [S|MS|US]",
-);
-
-pub(super) const LOG_USAGE: CommandError =
-    CommandError::Message(c"ERR syntax error. Usage: RL.LOG.COUNTS key window [S|MS|US]");
-
 /// Refuses every option but a unit: there is no request to qualify.
-fn only_unit(options: &CommonOptions, usage: CommandError) -> Result<(), CommandError> {
+fn only_unit(options: &CommonOptions) -> Result<(), CommandError> {
     let plain = CommonOptions {
         unit: options.unit,
         ..CommonOptions::default()
@@ -39,7 +32,7 @@ fn only_unit(options: &CommonOptions, usage: CommandError) -> Result<(), Command
     if *options == plain {
         Ok(())
     } else {
-        Err(usage)
+        Err(CommandError::Syntax)
     }
 }
 
@@ -54,7 +47,7 @@ pub(super) fn window_counts(call: &Invocation, _: Mode) -> Result<Reply, Command
     };
     let window = integer_argument(window, c"ERR window is not an integer or out of range")?;
     let mut algorithm = None;
-    let options = parse_options(tail, WINDOW_USAGE, |keyword, _| {
+    let options = parse_options(tail, |keyword, _| {
         let chosen = match keyword {
             k if k == Keyword::new("FIXED") => Algorithm::Fixed,
             k if k == Keyword::new("SLIDING") => Algorithm::Sliding,
@@ -62,11 +55,11 @@ pub(super) fn window_counts(call: &Invocation, _: Mode) -> Result<Reply, Command
             _ => return Ok(false),
         };
         if algorithm.replace(chosen).is_some() {
-            return Err(WINDOW_USAGE);
+            return Err(CommandError::Syntax);
         }
         Ok(true)
     })?;
-    only_unit(&options, WINDOW_USAGE)?;
+    only_unit(&options)?;
     let algorithm = algorithm.unwrap_or(Algorithm::Sliding);
     // The limit plays no part in the counts.
     let limiter = WindowLimiter::new(1, window, options.unit, algorithm)?;
@@ -93,8 +86,8 @@ pub(super) fn log_counts(call: &Invocation, _: Mode) -> Result<Reply, CommandErr
         return Err(CommandError::WrongArity);
     };
     let window = integer_argument(window, c"ERR window is not an integer or out of range")?;
-    let options = parse_options(tail, LOG_USAGE, |_, _| Ok(false))?;
-    only_unit(&options, LOG_USAGE)?;
+    let options = parse_options(tail, |_, _| Ok(false))?;
+    only_unit(&options)?;
     let limiter = LogLimiter::new(1, window, options.unit)?;
     let now = clock::now();
     let store = RedisStore::single(call, false);

@@ -1,5 +1,5 @@
 //! Fault injection for the tests, registered only when the module is loaded with the argument
-//! `debug-commands` (`crate::redis::load::DEBUG_ARGUMENT`):
+//! `debug-commands` (`crate::redis::startup::DEBUG_ARGUMENT`):
 //!
 //! - `RL.DEBUG.PANIC key` panics while holding the key open, to show on a live server that
 //!   the guard turns any panic into an error reply, closes the key and keeps the server

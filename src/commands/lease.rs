@@ -27,7 +27,8 @@ use crate::redis::clock;
 use crate::redis::metadata::{Arg, ArgKind, Mode};
 use crate::redis::store::RedisStore;
 
-use super::{single, QUANTITY_ARG, UNIT_ARG};
+use super::arguments::{QUANTITY_ARG, UNIT_ARG};
+use super::run::single;
 
 pub(super) const ACQUIRE_ARGS: &[Arg] = &[
     Arg::new(c"key", ArgKind::Key),
@@ -39,13 +40,6 @@ pub(super) const ACQUIRE_ARGS: &[Arg] = &[
 
 pub(super) const ACQUIRE_COMPLEXITY: &CStr =
     c"O(1) amortised when leases share a duration, O(N) for N leases held otherwise";
-
-pub(super) const ACQUIRE_USAGE: CommandError = CommandError::Message(
-    c"ERR syntax error. Usage: RL.ACQUIRE key limit lease [quantity] [S|MS|US]",
-);
-
-pub(super) const RENEW_USAGE: CommandError =
-    CommandError::Message(c"ERR syntax error. Usage: RL.RENEW key id lease [S|MS|US]");
 
 const _: () = assert!(
     MAX_LEASE_LIMIT == 65_536,
@@ -67,9 +61,9 @@ pub(super) fn run_acquire(call: &Invocation, mode: Mode) -> Result<Reply, Comman
     };
     let limit = integer_argument(limit, c"ERR limit is not an integer or out of range")?;
     let lease = integer_argument(lease, c"ERR lease is not an integer or out of range")?;
-    let options = parse_options(tail, ACQUIRE_USAGE, |_, _| Ok(false))?;
+    let options = parse_options(tail, |_, _| Ok(false))?;
     if options.refund || options.block.is_some() {
-        return Err(ACQUIRE_USAGE);
+        return Err(CommandError::Syntax);
     }
     if options.shortfall != Shortfall::Refuse {
         return Err(CommandError::Message(
@@ -93,8 +87,8 @@ pub(super) fn renew(call: &Invocation, _: Mode) -> Result<Reply, CommandError> {
     let lease = integer_argument(lease, c"ERR lease is not an integer or out of range")?;
     let unit = match tail {
         [] => Unit::Seconds,
-        [unit] => unit_keyword(unit).ok_or(RENEW_USAGE)?,
-        _ => return Err(RENEW_USAGE),
+        [unit] => unit_keyword(unit).ok_or(CommandError::Syntax)?,
+        _ => return Err(CommandError::Syntax),
     };
     let lease = params::lease(lease, unit)?;
     change(call, LeaseChange::Renew { id, lease })

@@ -28,10 +28,6 @@ use crate::redis::clock;
 use crate::redis::metadata::Mode;
 use crate::redis::store::RedisStore;
 
-pub(super) const REPORT_USAGE: CommandError = CommandError::Message(
-    c"ERR syntax error. Usage: RL.LOAD.REPORT key instance ttl factor value [factor value ...]",
-);
-
 pub(super) const POLICY_USAGE: CommandError = CommandError::Message(
     c"ERR syntax error. Usage: RL.LOAD.POLICY key [DEFAULT | [HYSTERESIS share] [HOLD ms] [RETRY ms] [ADMISSION threshold aggression min_requests max_rejection] [BBR factor threshold] [FACTOR name MAX|MEAN|SUM ...] LEVEL factor threshold [factor threshold ...] SHARES share share share share [LEVEL ...]]",
 );
@@ -104,7 +100,7 @@ pub(super) fn report(call: &Invocation, _: Mode) -> Result<Reply, CommandError> 
         return Err(CommandError::WrongArity);
     };
     if pairs.is_empty() || pairs.len() % 2 != 0 {
-        return Err(REPORT_USAGE);
+        return Err(CommandError::Syntax);
     }
     let instance = name(instance)?;
     let ttl = millis(ttl, c"ERR ttl must be a positive number of milliseconds")?;

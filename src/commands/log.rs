@@ -13,7 +13,8 @@ use crate::error::CommandError;
 use crate::redis::call::{Invocation, Reply};
 use crate::redis::metadata::{Arg, ArgKind, Mode};
 
-use super::{single, BLOCK_ARG, QUANTITY_ARG, REFUND_ARG, SHORTFALL_ARG, UNIT_ARG};
+use super::arguments::{BLOCK_ARG, QUANTITY_ARG, REFUND_ARG, SHORTFALL_ARG, UNIT_ARG};
+use super::run::single;
 
 /// The command's name and its three required arguments.
 pub(super) const REQUIRED_ARGUMENTS: c_int = 4;
@@ -29,10 +30,6 @@ pub(super) const ARGS: &[Arg] = &[
     REFUND_ARG,
 ];
 
-pub(super) const USAGE: CommandError = CommandError::Message(
-    c"ERR syntax error. Usage: RL.LOG key limit window [quantity] [S|MS|US] [BLOCK duration] [DELAY max_wait|AT_MOST|FORCE] [REFUND]",
-);
-
 pub(super) fn run(call: &Invocation, mode: Mode) -> Result<Reply, CommandError> {
     let (params, options) = parse(&call.args[2..])?;
     let limiter = params.limiter(options.unit)?;
@@ -46,7 +43,7 @@ fn parse(args: &[&[u8]]) -> Result<(Params, CommonOptions), CommandError> {
     };
     Ok((
         Params::parse(limit, window)?,
-        parse_options(tail, USAGE, |_, _| Ok(false))?,
+        parse_options(tail, |_, _| Ok(false))?,
     ))
 }
 

@@ -13,7 +13,8 @@ use crate::error::CommandError;
 use crate::redis::call::{Invocation, Reply};
 use crate::redis::metadata::{Arg, ArgKind, Mode};
 
-use super::{single, BLOCK_ARG, QUANTITY_ARG, REFUND_ARG, SHORTFALL_ARG, UNIT_ARG};
+use super::arguments::{BLOCK_ARG, QUANTITY_ARG, REFUND_ARG, SHORTFALL_ARG, UNIT_ARG};
+use super::run::single;
 
 /// The command's name and its four required arguments.
 pub(super) const REQUIRED_ARGUMENTS: c_int = 5;
@@ -39,10 +40,6 @@ pub const WARMUP_ARG: Arg = Arg::new(c"period", ArgKind::Integer)
     .after_token(c"WARMUP")
     .optional();
 
-pub(super) const USAGE: CommandError = CommandError::Message(
-    c"ERR syntax error. Usage: CL.THROTTLE key max_burst count period [quantity] [S|MS|US] [WARMUP period] [BLOCK duration] [DELAY max_wait|AT_MOST|FORCE] [REFUND]",
-);
-
 pub(super) fn run(call: &Invocation, mode: Mode) -> Result<Reply, CommandError> {
     let (params, options) = parse(&call.args[2..])?;
     let limiter = params.limiter(options.unit)?;
@@ -56,12 +53,12 @@ fn parse(args: &[&[u8]]) -> Result<(Params, CommonOptions), CommandError> {
     }
     let (required, tail) = args.split_at(3);
     let mut params = Params::parse(required)?;
-    let options = parse_options(tail, USAGE, |keyword, tail| {
-        let Some(warmup) = warmup_keyword(keyword, tail, USAGE) else {
+    let options = parse_options(tail, |keyword, tail| {
+        let Some(warmup) = warmup_keyword(keyword, tail) else {
             return Ok(false);
         };
         if params.warmup.replace(warmup?).is_some() {
-            return Err(USAGE);
+            return Err(CommandError::Syntax);
         }
         Ok(true)
     })?;
@@ -70,18 +67,18 @@ fn parse(args: &[&[u8]]) -> Result<(Params, CommonOptions), CommandError> {
 
 /// `WARMUP period` (taking `period` from `tail`) when `keyword` is `WARMUP`;
 /// `syntax_error` when it has no value.
-pub fn warmup_keyword(
-    keyword: Keyword,
-    tail: &mut Tail,
-    syntax_error: CommandError,
-) -> Option<Result<i64, CommandError>> {
+pub fn warmup_keyword(keyword: Keyword, tail: &mut Tail) -> Option<Result<i64, CommandError>> {
     const WARMUP: Keyword = Keyword::new("WARMUP");
     if keyword != WARMUP {
         return None;
     }
-    Some(tail.next_argument().ok_or(syntax_error).and_then(|period| {
-        integer_argument(period, c"ERR WARMUP is not an integer or out of range")
-    }))
+    Some(
+        tail.next_argument()
+            .ok_or(CommandError::Syntax)
+            .and_then(|period| {
+                integer_argument(period, c"ERR WARMUP is not an integer or out of range")
+            }),
+    )
 }
 
 /// GCRA's parameters as given: `max_burst count period`.
@@ -178,7 +175,10 @@ mod tests {
             error(&[b"15", b"30", b""]),
             "ERR period is not an integer or out of range"
         );
-        assert_eq!(error(&[b"15", b"30", b"60", b"1", b"2"]), USAGE.text());
+        assert_eq!(
+            error(&[b"15", b"30", b"60", b"1", b"2"]),
+            CommandError::Syntax.text()
+        );
         assert_eq!(parse(&[b"15", b"30"]), Err(CommandError::WrongArity));
     }
 

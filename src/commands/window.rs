@@ -13,7 +13,8 @@ use crate::error::CommandError;
 use crate::redis::call::{Invocation, Reply};
 use crate::redis::metadata::{Arg, ArgKind, Mode};
 
-use super::{single, BLOCK_ARG, QUANTITY_ARG, REFUND_ARG, SHORTFALL_ARG, UNIT_ARG};
+use super::arguments::{BLOCK_ARG, QUANTITY_ARG, REFUND_ARG, SHORTFALL_ARG, UNIT_ARG};
+use super::run::single;
 
 /// The command's name and its three required arguments.
 pub(super) const REQUIRED_ARGUMENTS: c_int = 4;
@@ -44,10 +45,6 @@ pub(super) const ARGS: &[Arg] = &[
     REFUND_ARG,
 ];
 
-pub(super) const USAGE: CommandError = CommandError::Message(
-    c"ERR syntax error. Usage: RL.WINDOW key limit window [quantity] [FIXED|SLIDING|BUCKETS n|ANCHORED] [S|MS|US] [BLOCK duration] [DELAY max_wait|AT_MOST|FORCE] [REFUND]",
-);
-
 pub(super) fn run(call: &Invocation, mode: Mode) -> Result<Reply, CommandError> {
     let (params, options) = parse(&call.args[2..])?;
     let limiter = params.limiter(options.unit)?;
@@ -60,12 +57,12 @@ fn parse(args: &[&[u8]]) -> Result<(Params, CommonOptions), CommandError> {
         return Err(CommandError::WrongArity);
     };
     let mut params = Params::parse(limit, window)?;
-    let options = parse_options(tail, USAGE, |keyword, tail| {
-        let Some(chosen) = algorithm_keyword(keyword, tail, USAGE) else {
+    let options = parse_options(tail, |keyword, tail| {
+        let Some(chosen) = algorithm_keyword(keyword, tail) else {
             return Ok(false);
         };
         if params.algorithm.replace(chosen?).is_some() {
-            return Err(USAGE);
+            return Err(CommandError::Syntax);
         }
         Ok(true)
     })?;
@@ -73,12 +70,10 @@ fn parse(args: &[&[u8]]) -> Result<(Params, CommonOptions), CommandError> {
 }
 
 /// `FIXED`, `SLIDING`, `BUCKETS n` (taking `n` from `tail`) or `ANCHORED` when `keyword` is
-/// one of them;
-/// `syntax_error` when `BUCKETS` has no value.
+/// one of them; a syntax error when `BUCKETS` has no value.
 pub fn algorithm_keyword(
     keyword: Keyword,
     tail: &mut Tail,
-    syntax_error: CommandError,
 ) -> Option<Result<Algorithm, CommandError>> {
     const FIXED: Keyword = Keyword::new("FIXED");
     const SLIDING: Keyword = Keyword::new("SLIDING");
@@ -90,7 +85,7 @@ pub fn algorithm_keyword(
         SLIDING => Some(Ok(Algorithm::Sliding)),
         BUCKETS => {
             let Some(n) = tail.next_argument() else {
-                return Some(Err(syntax_error));
+                return Some(Err(CommandError::Syntax));
             };
             let n = parse_integer(n).and_then(|n| u16::try_from(n).ok());
             Some(
@@ -191,17 +186,32 @@ mod tests {
             error(&[b"10", b"1.5"]),
             "ERR window is not an integer or out of range"
         );
-        assert_eq!(error(&[b"10", b"60", b"BUCKETS"]), USAGE.text());
+        assert_eq!(
+            error(&[b"10", b"60", b"BUCKETS"]),
+            CommandError::Syntax.text()
+        );
         for bad in [&b"-1"[..], b"65536", b"x", b""] {
             assert_eq!(
                 error(&[b"10", b"60", b"BUCKETS", bad]),
                 BUCKETS_RANGE.to_str().unwrap()
             );
         }
-        assert_eq!(error(&[b"10", b"60", b"FIXED", b"SLIDING"]), USAGE.text());
-        assert_eq!(error(&[b"10", b"60", b"FIXED", b"FIXED"]), USAGE.text());
-        assert_eq!(error(&[b"10", b"60", b"FIXED", b"3"]), USAGE.text());
-        assert_eq!(error(&[b"10", b"60", b"LEAKY"]), USAGE.text());
+        assert_eq!(
+            error(&[b"10", b"60", b"FIXED", b"SLIDING"]),
+            CommandError::Syntax.text()
+        );
+        assert_eq!(
+            error(&[b"10", b"60", b"FIXED", b"FIXED"]),
+            CommandError::Syntax.text()
+        );
+        assert_eq!(
+            error(&[b"10", b"60", b"FIXED", b"3"]),
+            CommandError::Syntax.text()
+        );
+        assert_eq!(
+            error(&[b"10", b"60", b"LEAKY"]),
+            CommandError::Syntax.text()
+        );
         assert_eq!(parse(&[b"10"]), Err(CommandError::WrongArity));
     }
 

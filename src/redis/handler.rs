@@ -103,6 +103,7 @@ fn run(ctx: Ctx<'_>, argv: &[ServerStr<'_>], index: usize, command: &'static Com
     match result {
         Ok(reply) => reply.send(ctx),
         Err(CommandError::WrongArity) => api::wrong_arity(ctx),
+        Err(CommandError::Syntax) => api::reply_with_error(ctx, command.syntax_error(index)),
         Err(CommandError::Message(message)) => api::reply_with_error(ctx, message),
     }
 }

@@ -7,6 +7,7 @@
 use std::ffi::{c_int, CStr, CString};
 use std::mem::size_of;
 use std::ptr;
+use std::sync::OnceLock;
 
 use redis_module::raw;
 
@@ -72,10 +73,6 @@ pub struct Command {
     pub complexity: &'static CStr,
     /// The module version that introduced the command.
     pub since: &'static CStr,
-    /// The syntax error a malformed call gets, which names the usage: the commands return it
-    /// themselves, and the usage test checks it against `args` (its only reader).
-    #[allow(dead_code)]
-    pub usage: Option<CommandError>,
     /// The keyspace event its writes fire (`notify-keyspace-events`): the name of the
     /// command clients call, also for the internal commands that carry its effect.
     pub event: &'static CStr,
@@ -102,7 +99,6 @@ impl Command {
             summary: c"",
             complexity: c"O(1)",
             since: c"0.1.0",
-            usage: None,
             event: name,
             counted: false,
             debug: false,
@@ -222,14 +218,6 @@ impl Command {
             summary,
             complexity,
             since,
-            ..self
-        }
-    }
-
-    /// The same command, whose syntax error is `usage`.
-    pub const fn usage(self, usage: CommandError) -> Command {
-        Command {
-            usage: Some(usage),
             ..self
         }
     }
@@ -559,4 +547,55 @@ fn c_args(args: &[Arg]) -> CArgs {
         args: converted,
         _nested: nested,
     }
+}
+
+impl Command {
+    /// Its syntax error (`CommandError::Syntax`): `ERR syntax error. Usage: NAME args`, the
+    /// arguments as `COMMAND DOCS` gives them, rendered once per command (entry `index` of
+    /// the table) on the first malformed call.
+    pub fn syntax_error(&self, index: usize) -> &'static CStr {
+        static USAGES: [OnceLock<CString>; MAX_COMMANDS] =
+            [const { OnceLock::new() }; MAX_COMMANDS];
+        USAGES[index].get_or_init(|| {
+            let name = self.name.to_string_lossy().to_uppercase();
+            let line = format!("ERR syntax error. Usage: {name} {}", usage(self.args));
+            CString::new(line).unwrap_or_default()
+        })
+    }
+}
+
+/// `args` as a usage line: optional parts in brackets, alternatives joined by `|` (` | `
+/// between blocks), a keyword before its value, a repeated part followed by `[... ...]`.
+pub fn usage(args: &[Arg]) -> String {
+    let words: Vec<String> = args.iter().map(usage_of).collect();
+    words.join(" ")
+}
+
+fn usage_of(arg: &Arg) -> String {
+    let name = arg.name.to_string_lossy();
+    let token = arg.token.map(CStr::to_string_lossy);
+    let mut text = match (arg.kind, token) {
+        (ArgKind::PureToken, Some(token)) => token.into_owned(),
+        (ArgKind::OneOf, _) => {
+            let blocks = arg
+                .subargs
+                .iter()
+                .any(|sub| matches!(sub.kind, ArgKind::Block));
+            let parts: Vec<String> = arg.subargs.iter().map(usage_of).collect();
+            parts.join(if blocks { " | " } else { "|" })
+        }
+        (ArgKind::Block, _) => usage(arg.subargs),
+        (_, Some(token)) => format!("{token} {name}"),
+        (_, None) => name.into_owned(),
+    };
+    if arg.multiple {
+        text = match arg.kind {
+            ArgKind::OneOf => format!("{text} [...]"),
+            _ => format!("{text} [{text} ...]"),
+        };
+    }
+    if arg.optional {
+        text = format!("[{text}]");
+    }
+    text
 }

@@ -32,7 +32,7 @@ use crate::core::log::{SlidingLog, ENTRY_LEN, LOG_KIND};
 use crate::core::ring::{kind_of, Native};
 use crate::core::time::Micros;
 use crate::redis::api::{self, Ctx, DefragCtx, Digest, Io, KeyHandle, ServerStr, TypeMethods};
-use crate::redis::effects;
+use crate::redis::replicate;
 
 /// The RDB encoding version this build writes; it reads this one and every earlier one.
 const ENCODING_VERSION: c_int = 2;
@@ -334,7 +334,7 @@ unsafe extern "C" fn aof_rewrite(
                         entries: &entries,
                         blocked_until,
                     };
-                    effects::emit_aof(aof, key, &chunk);
+                    replicate::emit_aof(aof, key, &chunk);
                 }
             }
             Value::Leases(set) => {
@@ -344,7 +344,7 @@ unsafe extern "C" fn aof_rewrite(
                         next_id: set.next_id(),
                         leases: &leases,
                     };
-                    effects::emit_aof(aof, key, &chunk);
+                    replicate::emit_aof(aof, key, &chunk);
                 }
             }
         }

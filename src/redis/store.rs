@@ -16,9 +16,9 @@ use crate::error::CommandError;
 use crate::redis::api::OwnedString;
 use crate::redis::call::Invocation;
 use crate::redis::command_local::CommandLocal;
-use crate::redis::effects;
 use crate::redis::key::{EventClass, Held, OpenKey};
 use crate::redis::native_type::View;
+use crate::redis::replicate;
 use crate::redis::{propagation, settings};
 
 /// The engine's working memory: commands run one at a time, so one set, kept warm, serves
@@ -158,7 +158,7 @@ impl LimiterKey<'_> {
     /// Sends a string write's effects; `stored` is the object its value was stored as.
     fn send(&self, effects: [Option<Effect>; 2], stored: Option<&OwnedString>) {
         for effect in effects.iter().flatten() {
-            effects::propagate(self.call, self.key.name(), effect, stored);
+            replicate::propagate(self.call, self.key.name(), effect, stored);
         }
     }
 
@@ -171,7 +171,7 @@ impl LimiterKey<'_> {
     /// the key must never be left without its expiry, nor differ from the replicas' copy.
     fn undo(&mut self) -> CommandError {
         if self.key.delete() {
-            effects::propagate(self.call, self.key.name(), &Effect::Delete, None);
+            replicate::propagate(self.call, self.key.name(), &Effect::Delete, None);
         }
         CommandError::INTERNAL
     }
@@ -306,7 +306,7 @@ impl Key for LimiterKey<'_> {
         };
         self.propagate(|| {
             let effect = Effect::SetPersistent { value };
-            effects::propagate(self.call, self.key.name(), &effect, Some(&string));
+            replicate::propagate(self.call, self.key.name(), &effect, Some(&string));
         });
         self.signal(EventClass::String);
         Ok(())
@@ -321,7 +321,7 @@ impl Key for LimiterKey<'_> {
             return Err(CommandError::INTERNAL);
         }
         self.signal(class);
-        self.propagate(|| effects::propagate(self.call, self.key.name(), &Effect::Delete, None));
+        self.propagate(|| replicate::propagate(self.call, self.key.name(), &Effect::Delete, None));
         Ok(())
     }
 
@@ -369,7 +369,7 @@ impl Key for LimiterKey<'_> {
             if verbatim {
                 call.replicate_verbatim();
             } else {
-                effects::propagate(call, name, &effect(&changed.reply), None);
+                replicate::propagate(call, name, &effect(&changed.reply), None);
             }
         });
         Ok(Some(changed.reply))

@@ -711,8 +711,10 @@ pub fn used_memory(con: &mut Connection) -> i64 {
     // Redis allocates a command's latency histogram (tens of KB) after its first call: the
     // first INFO's would land in whatever is measured next.
     let _: String = query(con, &["INFO", "memory"]);
+    // Until two readings a cron tick apart agree (a rehash the cron finishes, a client's
+    // buffers): bounded, 20 ticks.
     let mut reading = used_memory_now(con);
-    for _ in 0..5 {
+    for _ in 0..20 {
         thread::sleep(Duration::from_millis(110));
         let next = used_memory_now(con);
         if next == reading {

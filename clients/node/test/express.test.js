@@ -286,7 +286,8 @@ for (const [onError, passOnStoreError, expected] of [
     try {
       const started = Date.now();
       const responses = await sequence(base, ["/", "/", "/"]);
-      assert.ok(Date.now() - started < 1_500, `${Date.now() - started} ms`);
+      // Each within the store's timeout (300 ms), with a margin for a busy machine.
+      assert.ok(Date.now() - started < 3 * 300 + 5_000, `${Date.now() - started} ms`);
       assert.deepEqual(
         responses.map((one) => one.status),
         [expected, expected, expected],

@@ -166,7 +166,9 @@ test("a server that is gone: deny answers 503 with Retry-After at once, allow le
       allowed.map((one) => one.status),
       [200, 200],
     );
-    assert.ok(Date.now() - started < 3_000);
+    // The first call of each storage waits its timeout (1 s), the rest decide by the open
+    // circuit: bounded by two timeouts, with a margin for a busy machine.
+    assert.ok(Date.now() - started < 2 * 1_000 + 5_000, `${Date.now() - started} ms`);
   } finally {
     gone.disconnect();
   }

@@ -27,6 +27,32 @@ pub struct AsyncRateLimiter<C> {
     timeout: Duration,
 }
 
+impl AsyncRateLimiter<redis::aio::MultiplexedConnection> {
+    /// A limiter shared by tasks and the tower layer, over a new multiplexed connection of
+    /// `client`, every call bounded by [`Config::timeout`] and nothing else: the connection
+    /// is made with no response timeout of its own (the redis crate's 500 ms would end calls
+    /// first), and its connection attempt waits at most `config.timeout` too.
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), ratelimit_module::Error> {
+    /// use ratelimit_module::{redis, AsyncRateLimiter, Config};
+    ///
+    /// let client = redis::Client::open("redis://127.0.0.1/")?;
+    /// let limiter = AsyncRateLimiter::connect(&client, Config::default()).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn connect(client: &redis::Client, config: Config) -> Result<Arc<Self>, Error> {
+        let settings = redis::AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(config.timeout))
+            .set_response_timeout(None);
+        let connection = client
+            .get_multiplexed_async_connection_with_config(&settings)
+            .await?;
+        Ok(Self::shared(connection, config))
+    }
+}
+
 impl<C> AsyncRateLimiter<C>
 where
     C: ConnectionLike + Clone + Send + Sync + 'static,
@@ -41,6 +67,12 @@ where
     }
 
     /// A limiter shared by tasks and the tower layer.
+    ///
+    /// A connection keeps its own response timeout, and the redis crate gives its
+    /// `MultiplexedConnection` and `ConnectionManager` one of 500 ms by default, which ends a
+    /// call before a longer [`Config::timeout`]: make the connection with none
+    /// (`AsyncConnectionConfig::new().set_response_timeout(None)`), or let
+    /// [`AsyncRateLimiter::connect`] make it.
     pub fn shared(connection: C, config: Config) -> Arc<Self> {
         Arc::new(Self::new(connection, config))
     }

@@ -27,6 +27,7 @@ impl BlockingConnection for redis::Connection {
     }
 }
 
+#[cfg(feature = "cluster")]
 impl BlockingConnection for redis::cluster::ClusterConnection {
     fn bound(&mut self, timeout: Duration) -> redis::RedisResult<()> {
         self.set_read_timeout(Some(timeout))?;
@@ -45,8 +46,10 @@ pub struct RateLimiter<C> {
 
 impl<C: BlockingConnection> RateLimiter<C> {
     /// A limiter over `connection` with `config`; sets the connection's timeouts.
-    pub fn new(mut connection: C, config: Config) -> redis::RedisResult<Self> {
-        connection.bound(config.timeout)?;
+    pub fn new(mut connection: C, config: Config) -> Result<Self, Error> {
+        connection
+            .bound(config.timeout)
+            .map_err(Error::from_redis)?;
         Ok(RateLimiter {
             connection: Mutex::new(connection),
             policy: Policy::new(&config),

@@ -18,12 +18,10 @@
 //! ```no_run
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
 //! use ratelimit_module::load::LoadShedder;
-//! use ratelimit_module::{AsyncRateLimiter, Config, Priority};
+//! use ratelimit_module::{redis, AsyncRateLimiter, Config, Priority};
 //!
-//! let connection = redis::Client::open("redis://127.0.0.1/")?
-//!     .get_multiplexed_async_connection()
-//!     .await?;
-//! let limiter = AsyncRateLimiter::shared(connection, Config::default());
+//! let client = redis::Client::open("redis://127.0.0.1/")?;
+//! let limiter = AsyncRateLimiter::connect(&client, Config::default()).await?;
 //! // Every option at its default: the process's own limit on, reports every second.
 //! let shedder = LoadShedder::builder(limiter, "load:checkout").build();
 //! shedder.start();

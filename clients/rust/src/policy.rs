@@ -10,7 +10,8 @@ use crate::resilience::{monotonic, Circuit, Clock, DenyCache, Error, OnError};
 /// How a client behaves around its calls: every field has a default ([`Config::default`]).
 #[derive(Clone)]
 pub struct Config {
-    /// The most a call waits, whatever the connection does (1 s).
+    /// The most a call waits (1 s). A connection's own response timeout, when shorter, ends
+    /// a call first: [`crate::AsyncRateLimiter::connect`] makes one without.
     pub timeout: Duration,
     /// What a call decides when the server fails ([`OnError::Raise`]).
     pub on_error: OnError,

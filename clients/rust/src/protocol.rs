@@ -115,27 +115,47 @@ pub enum Kind {
     /// GCRA (`CL.THROTTLE`): `count` per `period`, in bursts of `max_burst + 1`; with
     /// `warmup`, a cold limiter reaches its rate over that much sustained use.
     Throttle {
+        /// The bucket less one: `max_burst + 1` requests fit at once (redis-cell's name).
         max_burst: u64,
+        /// Requests per `period`, the steady rate.
         count: u64,
+        /// The period of `count`.
         period: Duration,
+        /// The warm-up period (`WARMUP`), if any.
         warmup: Option<Duration>,
     },
     /// A window counter (`RL.WINDOW`): `limit` per `window`.
     Window {
+        /// Requests per window.
         limit: u64,
+        /// The window.
         window: Duration,
+        /// How the window counts.
         algorithm: Algorithm,
     },
     /// An exact sliding log (`RL.LOG`): at most `limit` in any `window`.
-    Log { limit: u64, window: Duration },
+    Log {
+        /// Requests in any window.
+        limit: u64,
+        /// The window.
+        window: Duration,
+    },
     /// The load gate of a service (`LOAD priority` in `RL.ALL`): the level its instances'
     /// reports set admits a share of each priority class; a request it sheds is refused
     /// with nothing written ([`RateLimit::shed_level`]).
-    Load { priority: Priority },
+    Load {
+        /// The request's class.
+        priority: Priority,
+    },
     /// A concurrency limit in `RL.ALL` (`LEASE limit lease`): at most `limit` leases held
     /// at once, each for `lease`, taken only if every other limiter admits; the result's
     /// [`RateLimit::lease_id`] releases or renews it.
-    Lease { limit: u64, lease: Duration },
+    Lease {
+        /// Leases held at once.
+        limit: u64,
+        /// How long a lease is held unless released or renewed.
+        lease: Duration,
+    },
 }
 
 /// One limiter: a key, what limits it, and the name its policy has in the HTTP fields.
@@ -151,7 +171,23 @@ pub struct Limiter {
 }
 
 impl Limiter {
-    /// GCRA: `count` per `period`, in bursts of `max_burst + 1` (named "burst").
+    /// GCRA (`CL.THROTTLE`): `count` requests per `period`, one at a time; give it a bucket
+    /// with [`Limiter::burst`] (named "burst").
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use ratelimit_module::Limiter;
+    ///
+    /// // 10 a second, up to 20 at once: redis-cell's `CL.THROTTLE key 19 10 1`.
+    /// let limiter = Limiter::rate("user:7", 10, Duration::from_secs(1)).burst(20);
+    /// assert_eq!(limiter, Limiter::throttle("user:7", 19, 10, Duration::from_secs(1)));
+    /// ```
+    pub fn rate(key: impl Into<String>, count: u64, period: Duration) -> Self {
+        Limiter::throttle(key, 0, count, period)
+    }
+
+    /// GCRA with redis-cell's arguments, in its order: `count` per `period`, in bursts of
+    /// `max_burst + 1` (named "burst"). [`Limiter::rate`] and [`Limiter::burst`] name them.
     pub fn throttle(key: impl Into<String>, max_burst: u64, count: u64, period: Duration) -> Self {
         Limiter {
             key: key.into(),
@@ -216,6 +252,15 @@ impl Limiter {
     pub fn algorithm(mut self, algorithm: Algorithm) -> Self {
         if let Kind::Window { algorithm: a, .. } = &mut self.kind {
             *a = algorithm;
+        }
+        self
+    }
+
+    /// A throttle's bucket: up to `requests` at once (at least 1; no effect on other
+    /// limiters).
+    pub fn burst(mut self, requests: u64) -> Self {
+        if let Kind::Throttle { max_burst, .. } = &mut self.kind {
+            *max_burst = requests.max(1) - 1;
         }
         self
     }
@@ -739,16 +784,23 @@ pub enum Counts {
     /// `RL.WINDOW.COUNTS`: the previous window's count (`SLIDING`; 0 otherwise) and how long
     /// it still weighs, the current one's and how long it still counts.
     Window {
+        /// The previous window's count (`SLIDING`; 0 otherwise).
         previous: i64,
+        /// How long the previous window still weighs.
         previous_ends_in: Duration,
+        /// The current window's count.
         current: i64,
+        /// How long the current window still counts.
         current_ends_in: Duration,
     },
     /// `RL.LOG.COUNTS`: the units in the window, until the oldest leaves it and until the
     /// newest does (the log's reset).
     Log {
+        /// The units in the window.
         count: i64,
+        /// Until the oldest leaves the window.
         oldest_ends_in: Duration,
+        /// Until the newest does (the log's reset).
         newest_ends_in: Duration,
     },
 }

@@ -37,11 +37,30 @@ pub enum OnError {
     Deny,
 }
 
+/// What the redis crate reported, kept whole as the [`source`](std::error::Error::source)
+/// of an [`Error`]: its own type is not part of this crate's API.
+#[derive(Debug)]
+pub struct Failure(redis::RedisError);
+
+impl Failure {
+    /// The server's error code, when the server answered an error (`WRONGTYPE`, `ERR`,
+    /// `LOADING`...).
+    pub fn code(&self) -> Option<&str> {
+        self.0.code()
+    }
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
 /// Why a call has no decision.
 #[derive(Debug)]
 pub enum Error {
     /// The server failed (with [`OnError::Raise`]).
-    Server(redis::RedisError),
+    Server(Failure),
     /// The server did not answer within the client's deadline (with [`OnError::Raise`]).
     Timeout(Duration),
     /// The circuit is open: the server failed less than a cool-down ago (with
@@ -53,7 +72,7 @@ pub enum Error {
         last: String,
     },
     /// The server refused the call itself (a bad argument, a key of another type).
-    Refused(redis::RedisError),
+    Refused(Failure),
     /// The reply was not the module's.
     Unexpected(UnexpectedReply),
 }
@@ -76,10 +95,16 @@ impl fmt::Display for Error {
 impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            Error::Server(error) | Error::Refused(error) => Some(error),
+            Error::Server(failure) | Error::Refused(failure) => Some(&failure.0),
             Error::Unexpected(error) => Some(error),
             _ => None,
         }
+    }
+}
+
+impl From<redis::RedisError> for Error {
+    fn from(error: redis::RedisError) -> Self {
+        Error::from_redis(error)
     }
 }
 
@@ -100,18 +125,18 @@ impl Error {
     }
 
     /// A redis crate error, classed: a failure of the server, or a refusal of the call.
-    pub fn from_redis(error: redis::RedisError) -> Error {
+    pub(crate) fn from_redis(error: redis::RedisError) -> Error {
         if server_failed(&error) {
-            Error::Server(error)
+            Error::Server(Failure(error))
         } else {
-            Error::Refused(error)
+            Error::Refused(Failure(error))
         }
     }
 }
 
 /// Whether a redis crate error means the server failed (unreachable, dropped, timed out,
 /// loading, read-only after a failover, its Cluster down or busy), by its kind.
-pub fn server_failed(error: &redis::RedisError) -> bool {
+pub(crate) fn server_failed(error: &redis::RedisError) -> bool {
     use redis::{ErrorKind, ServerErrorKind};
     if error.is_timeout()
         || error.is_connection_dropped()

@@ -1,7 +1,8 @@
 //! The server frozen (`SIGSTOP`, as a stalled or partitioned server looks to its clients):
 //! every call answers within the client's deadline with what `on_error` says, leases
 //! included; after the cool-down one call probes while the others keep the policy; the
-//! tower layer answers 503 under `Deny`; the load shedder sheds no level it cannot learn, while
+//! tower layer answers 503 under `Deny`; a limiter the crate connected waits
+//! `Config::timeout`, below or above the redis crate's own 500 ms; the load shedder sheds no level it cannot learn, while
 //! the process's own limit still sheds a standing queue; and service resumes once the server
 //! does. The
 //! server is `REDIS_URL`'s, on this machine (its pid from `INFO`); this binary holds one
@@ -11,11 +12,11 @@ mod common;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::routing::get;
 use axum::Router;
-use common::connection;
+use common::{client, connection};
 use ratelimit_module::layer::RateLimitLayer;
 use ratelimit_module::{
     AsyncRateLimiter, Config, Error, Limiter, LoadShedder, OnError, Options, Priority,
@@ -110,6 +111,16 @@ async fn a_frozen_server_costs_the_deadline_then_the_policy_decides() {
     });
     let limits = [Limiter::log("rs:frozen", 5, LONG)];
     let shedding = AsyncRateLimiter::shared(connection().await, config(OnError::Allow));
+    // Connected by the crate, the deadline is `Config::timeout`'s alone, below or above the
+    // redis crate's own 500 ms.
+    let mut bounded = Vec::new();
+    for deadline in [Duration::from_millis(300), Duration::from_millis(800)] {
+        let config = Config::default().timeout(deadline).cooldown(LONG);
+        bounded.push((
+            deadline,
+            AsyncRateLimiter::connect(&client(), config).await.unwrap(),
+        ));
+    }
     let before = log_calls().await;
 
     let frozen = Frozen::freeze(pid);
@@ -125,6 +136,19 @@ async fn a_frozen_server_costs_the_deadline_then_the_policy_decides() {
     match raising.check(&limits, Options::new()).await {
         Err(Error::Unavailable { .. }) => {}
         other => panic!("{other:?}"),
+    }
+    for (deadline, limiter) in &bounded {
+        let started = Instant::now();
+        // Our deadline's error, not the connection's (`Error::Server`, timed out).
+        match limiter.check(&limits, Options::new()).await {
+            Err(Error::Timeout(after)) => assert_eq!(after, *deadline),
+            other => panic!("{deadline:?}: {other:?}"),
+        }
+        let waited = started.elapsed();
+        assert!(
+            waited >= *deadline && waited < *deadline + LONG,
+            "{deadline:?}: {waited:?}"
+        );
     }
     // Leases follow the policy, without asking (the circuits are open).
     let lease = allowing
@@ -189,9 +213,10 @@ async fn a_frozen_server_costs_the_deadline_then_the_policy_decides() {
     );
     drop(frozen);
 
-    // What was sent reaches the server once it runs: the three first calls, the probing
-    // limiter's first call and its one probe, the layer's one call.
-    let sent = 3 + 2 + 1;
+    // What was sent reaches the server once it runs: the three first calls, the two with
+    // their own deadlines, the probing limiter's first call and its one probe, the layer's
+    // one call.
+    let sent = 3 + 2 + 2 + 1;
     // Bounded: 10 s for the server to read what waits in its sockets.
     for _ in 0..500 {
         if log_calls().await - before >= sent {

@@ -111,9 +111,12 @@ fn every_mistake_has_its_own_error() {
     );
     assert_eq!(
         error(&["1", "a", "LOG", "1", "1", "DETAILS", "DETAILS"]),
-        USAGE.text()
+        CommandError::Syntax.text()
     );
-    assert_eq!(error(&["1", "a", "LOG", "1", "1", "FIXED"]), USAGE.text());
+    assert_eq!(
+        error(&["1", "a", "LOG", "1", "1", "FIXED"]),
+        CommandError::Syntax.text()
+    );
     assert_eq!(
         error(&["1", "a", "LOG", "1", "1", "-2"]),
         "ERR quantity must not be negative"

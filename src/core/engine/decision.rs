@@ -1,7 +1,7 @@
 //! One limiter's decision on its open key, changing nothing: its reply, and what it will store
 //! if the call commits ([`Plan`]); and what a settled call did ([`Settled`]).
 
-use super::Key;
+use super::store::Key;
 use crate::core::lease::{LeaseLimiter, LeaseSet};
 use crate::core::limiter::{decide_log, decide_string, Limiter, LogWrite, StringWrite};
 use crate::core::load::LoadDecision;

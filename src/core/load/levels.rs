@@ -171,7 +171,9 @@ impl LoadState {
                 eased_until: now,
             };
         }
-        let held = now < self.since + policy.hold;
+        // At least the instant it was entered, whatever the hold: a standing evaluated twice
+        // at one instant is the same (a hold of 0 leaves a level a step an instant).
+        let held = now <= self.since || now < self.since + policy.hold;
         if entered < current && !stays && !held {
             let level = current - 1;
             return Standing {

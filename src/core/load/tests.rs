@@ -528,7 +528,8 @@ fn levels_are_left_one_at_a_time() {
 
 /// What a model of the rules says the level is, step by step: the highest level reached, at
 /// once; else one level down when the current one is no longer within its hysteresis, never
-/// before the hold. Written apart from `evaluate`, on plain numbers.
+/// before the hold, nor at the instant it was entered. Written apart from `evaluate`, on plain
+/// numbers.
 fn model_level(thresholds: &[f64], hysteresis: f64, hold: i64, steps: &[(i64, f64)]) -> Vec<u8> {
     let (mut level, mut since) = (0usize, i64::MIN / 2);
     let mut levels = Vec::new();
@@ -549,7 +550,7 @@ fn model_level(thresholds: &[f64], hysteresis: f64, hold: i64, steps: &[(i64, f6
         if target > level {
             level = target;
             since = now;
-        } else if target < level && now >= since + hold {
+        } else if target < level && now > since && now >= since + hold {
             // Down one level at a time.
             level -= 1;
             since = now;

@@ -9,16 +9,13 @@
 //! each in the fewest of 1, 2, 4 or 8 bytes that holds both. The first releases kept no
 //! limit (the count alone), still read.
 
-use super::{
+use super::limiter::{
     ceil_millis, is_window_tag, read_le, width_code, StateError, WindowCounts, WindowLimiter,
-    WindowOutcome, WindowRefund, HEADER_LEN, START_BITS,
+    WindowOutcome, WindowRefund, ANCHORED_TAG as TAG, HEADER_LEN, START_BITS,
 };
 use crate::core::codec::Placement;
 use crate::core::time::{Micros, Ticks};
 use crate::core::verdict::{RetryAfter, Verdict};
-
-/// Tag of an `ANCHORED` state.
-pub(super) const TAG: u8 = 0xFE;
 
 /// The count of the window a key is in, and when that window started.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

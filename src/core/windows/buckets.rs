@@ -32,21 +32,14 @@
 //! converted, and rewritten whole. Under another limit, what was counted counts as it is:
 //! the counts are compared with the new limit.
 
-use super::{
-    ceil_millis, read_le, Algorithm, StateError, WindowLimiter, WindowOutcome, WindowRefund,
-    BUCKETS_V1_TAG,
+use super::limiter::{
+    ceil_millis, is_window_tag, read_le, Algorithm, StateError, WindowLimiter, WindowOutcome,
+    WindowRefund, BUCKETS_LIMITED_TAG as LIMITED_TAG, BUCKETS_TAG as TAG, BUCKETS_V1_TAG,
 };
 use crate::core::codec::Placement;
 use crate::core::params::MAX_BUCKETS;
 use crate::core::time::{Micros, Millis, Ticks, Unit};
 use crate::core::verdict::{RetryAfter, Verdict};
-
-/// Tag of a bucket log: the entries, then the trailer.
-pub const TAG: u8 = 0xFC;
-
-/// Tag of a bucket log as 5fec6b4 wrote it, still read: its trailer ends with the limit its
-/// counts were counted under (passed over: counts are read as counted).
-pub const LIMITED_TAG: u8 = 0xF6;
 
 /// Bytes of an entry's bucket number.
 const ID_LEN: usize = 2;
@@ -313,7 +306,7 @@ impl WindowLimiter {
 
     fn foreign_or_other(&self, value: &[u8]) -> StateError {
         match value.first() {
-            Some(&tag) if super::is_window_tag(tag) => StateError::OtherAlgorithm,
+            Some(&tag) if is_window_tag(tag) => StateError::OtherAlgorithm,
             _ => StateError::Foreign,
         }
     }

@@ -1,4 +1,7 @@
+use super::limiter::*;
 use super::*;
+use crate::core::params::ParamError;
+use crate::core::time::Unit;
 use crate::core::time::{Micros, Rounding, Ticks};
 use proptest::prelude::*;
 

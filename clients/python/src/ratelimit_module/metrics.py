@@ -24,7 +24,7 @@ BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
 
 # The metrics made in each registry: a registry takes each name once, and every
 # PrometheusMetrics of one registry counts into the same ones.
-_MADE: dict[int, tuple[Any, Any, Any, Any]] = {}
+_MADE: dict[int, tuple[Any, Any, Any, Any, Any]] = {}
 
 
 class PrometheusMetrics:
@@ -35,8 +35,11 @@ class PrometheusMetrics:
         from prometheus_client import REGISTRY, Counter, Gauge, Histogram
 
         registry = REGISTRY if registry is None else registry
-        if id(registry) not in _MADE:
+        made = _MADE.get(id(registry))
+        # The registry kept beside its metrics: a freed registry's id may be a new one's.
+        if made is None or made[0] is not registry:
             _MADE[id(registry)] = (
+                registry,
                 Counter(
                     "ratelimit_decisions_total",
                     "Rate-limiting decisions, by policy and outcome.",
@@ -62,7 +65,7 @@ class PrometheusMetrics:
                     registry=registry,
                 ),
             )
-        self.decisions, self.latency, self.level, self.load = _MADE[id(registry)]
+        _, self.decisions, self.latency, self.level, self.load = _MADE[id(registry)]
 
     def decision(self, policy: str, outcome: str) -> None:
         self.decisions.labels(policy=policy, outcome=outcome).inc()

@@ -10,20 +10,19 @@
 //! ```no_run
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
 //! use std::time::Duration;
+//! use ratelimit_module::http::request::Parts;
 //! use ratelimit_module::layer::{LoadSheddingLayer, RateLimitLayer};
 //! use ratelimit_module::load::LoadShedder;
-//! use ratelimit_module::{AsyncRateLimiter, Config, Limiter, OnError};
+//! use ratelimit_module::{redis, AsyncRateLimiter, Config, Limiter, OnError};
 //!
-//! let connection = redis::Client::open("redis://127.0.0.1/")?
-//!     .get_multiplexed_async_connection()
-//!     .await?;
-//! let limiter = AsyncRateLimiter::shared(connection, Config::default().on_error(OnError::Allow));
+//! let client = redis::Client::open("redis://127.0.0.1/")?;
+//! let limiter = AsyncRateLimiter::connect(&client, Config::default().on_error(OnError::Allow)).await?;
 //! // 10 a second per caller in bursts of 20, and 1,000 an hour: keys "rl:burst:<ip>", ...
 //! let policies = vec![
-//!     Limiter::throttle("rl:burst:", 19, 10, Duration::from_secs(1)),
+//!     Limiter::rate("rl:burst:", 10, Duration::from_secs(1)).burst(20),
 //!     Limiter::window("rl:hour:", 1_000, Duration::from_secs(3600)).named("hour"),
 //! ];
-//! let limits = RateLimitLayer::new(limiter.clone(), policies, |request: &http::request::Parts| {
+//! let limits = RateLimitLayer::new(limiter.clone(), policies, |request: &Parts| {
 //!     request.headers.get("x-api-key")?.to_str().ok().map(str::to_owned)
 //! });
 //! let shedding = LoadSheddingLayer::new(LoadShedder::builder(limiter, "load:api").build());

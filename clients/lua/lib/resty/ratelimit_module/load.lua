@@ -275,6 +275,9 @@ end
 function _M.shed(priority)
     local admitted, _, counted = _M.admit(priority)
     if not admitted then
+        -- Not the service's: `record` counts nothing of it (a shed request counted as a
+        -- failed one would raise the level that shed it, and keep it up).
+        ngx.ctx.ratelimit_load = "shed"
         ngx.header["Retry-After"] = tostring(max(1, math.ceil(config.interval)))
         return ngx.exit(503)
     end
@@ -283,10 +286,13 @@ function _M.shed(priority)
 end
 
 --- Counts the request that ends (from log_by_lua*): its upstream's response time (or the
---- request's) and status.
+--- request's) and status; nothing of a request `shed` shed.
 function _M.record()
     local dict = config.dict
     local counted = ngx.ctx.ratelimit_load
+    if counted == "shed" then
+        return
+    end
     if counted then
         dict:incr("inflight", -1, 0)
     end

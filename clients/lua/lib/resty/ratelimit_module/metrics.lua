@@ -10,13 +10,42 @@
 --
 --   location = /metrics { content_by_lua_block {
 --       require("resty.ratelimit_module.metrics").serve("ratelimit_metrics") } }
-local client = require "resty.ratelimit_module.client"
-
+--
+-- A client records into its dict (`count`, `observe`); `text` and `serve` read it.
 local ngx = ngx
 local concat, sort, format = table.concat, table.sort, string.format
 local find, sub, tostring = string.find, string.sub, tostring
+local floor, ipairs = math.floor, ipairs
 
 local _M = { _VERSION = "0.3.0" }
+
+-- Latency buckets of the server call, in seconds (Prometheus' `le`).
+_M.BUCKETS = { 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1 }
+
+--- Counts a server call of `client` that took `seconds` in the latency histogram.
+function _M.observe(client, seconds)
+    local metrics = client.metrics
+    if not metrics then
+        return
+    end
+    for _, le in ipairs(_M.BUCKETS) do
+        if seconds <= le then
+            metrics:incr("latency_bucket|" .. le, 1, 0)
+        end
+    end
+    metrics:incr("latency_bucket|+Inf", 1, 0)
+    metrics:incr("latency_count", 1, 0)
+    metrics:incr("latency_sum_us", floor(seconds * 1e6 + 0.5), 0)
+end
+
+--- Counts one decision of `client`'s `policy` with `outcome` (allowed, refused, delayed,
+--- failed_open, failed_closed, deny_cache, shadow).
+function _M.count(client, policy, outcome)
+    local metrics = client.metrics
+    if metrics then
+        metrics:incr("decisions|" .. policy .. "|" .. outcome, 1, 0)
+    end
+end
 
 -- A label value, escaped as the text format wants.
 local function label(value)
@@ -83,7 +112,7 @@ function _M.text(name)
     lines[#lines + 1] = "# HELP ratelimit_server_call_duration_seconds The latency of a call to "
         .. "the server."
     lines[#lines + 1] = "# TYPE ratelimit_server_call_duration_seconds histogram"
-    for _, le in ipairs(client.BUCKETS) do
+    for _, le in ipairs(_M.BUCKETS) do
         lines[#lines + 1] = format('ratelimit_server_call_duration_seconds_bucket{le="%s"} %d',
             tostring(le), dict:get("latency_bucket|" .. le) or 0)
     end

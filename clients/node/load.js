@@ -56,9 +56,11 @@ const LOOP_TICK = 5;
 const IDLE_MS = 0.2;
 // Node leaves the requests it has no time for in the kernel's accept queue, out of its sight:
 // the time since the loop was last idle bounds a request's wait from above, and a burst a
-// healthy service has every second can look deep. So a deep queue does not begin congestion at
-// once here: four standing intervals in a row do (the limit's other options are the defaults).
-const EVENT_LOOP_LIMIT = Object.freeze({ deep: Infinity });
+// healthy service has every second can look deep, and its busy periods at 0.8 of its capacity
+// reach 400 ms now and then. So congestion begins here at the eighth standing interval in a
+// row (0.8 s of a queue that never drained), never at once on a deep one, as in Python's
+// asyncio shedders (the limit's other options are the defaults).
+const EVENT_LOOP_LIMIT = Object.freeze({ enter: 8, deep: Infinity });
 
 /** The share a standing admits of `priority`. */
 const shareOf = (standing, priority) => standing.shares[PRIORITIES.indexOf(priorityOf(priority))];

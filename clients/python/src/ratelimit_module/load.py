@@ -62,11 +62,13 @@ NOTHING_SHED = LoadStanding(0, 0, (1.0, 1.0, 1.0, 1.0))
 IDLE = 0.0002
 
 # The instance's limit for an event loop: a request waits in the kernel's accept queue, out of
-# the loop's sight, so its wait is bounded by the time since the loop was last idle, which a
-# healthy service's bursts can make look deep. A deep queue therefore does not begin
-# congestion at once here: four standing intervals in a row do (the other options are the
-# defaults every package ships).
-EVENT_LOOP_LIMIT = LimitOptions(deep=math.inf)
+# the loop's sight, so its wait is bounded by the time since the loop was last idle, and every
+# request of a busy period reads as having waited since it began. A healthy service's busy
+# periods at 0.8 of its capacity reach 400 ms now and then (bench/overload.py: four standing
+# intervals refused 0.6-1.3% there), so congestion begins here at the eighth standing
+# interval in a row (0.8 s of a queue that never drained), never at once on a deep one; the
+# other options are the defaults every package ships.
+EVENT_LOOP_LIMIT = LimitOptions(enter=8, deep=math.inf)
 
 
 class LoopWatch:

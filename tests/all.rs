@@ -158,7 +158,7 @@ fn every_error_is_named_and_changes_nothing() {
     let _: () = query(&mut con, &["SET", "text", "hello"]);
     let before = state(&mut con, "held");
     let writes = changes(&mut con);
-    let usage = "ERR syntax error. Usage: RL.ALL numkeys key [key ...] THROTTLE max_burst count period [WARMUP period] | WINDOW limit window [FIXED|SLIDING|BUCKETS n|ANCHORED] | LOG limit window | LEASE limit lease | LOAD priority [...] [quantity] [S|MS|US] [BLOCK duration] [DELAY max_wait|AT_MOST|FORCE] [DETAILS] [REFUND]";
+    let usage = "ERR syntax error. Usage: RL.ALL numkeys key [key ...] THROTTLE max_burst count period [WARMUP period] | WINDOW limit window [FIXED|SLIDING|BUCKETS n|ANCHORED] | LOG limit window | LEASE limit lease | LOAD priority [...] [quantity] [S|MS|US] [DETAILS] [BLOCK duration] [DELAY max_wait|AT_MOST|FORCE] [REFUND]";
     let cases: &[(&[&str], &str)] = &[
         (
             &["x", "a", "LOG", "1", "1"],

@@ -342,8 +342,8 @@ fn command_docs_describe_every_argument() {
                 arg("limit", "integer"),
                 arg("window", "integer"),
                 optional(arg("quantity", "integer")),
-                algorithm(),
                 unit(),
+                algorithm(),
             ],
             options(writing),
         ]
@@ -411,12 +411,9 @@ fn command_docs_describe_every_argument() {
             limiter,
             optional(arg("quantity", "integer")),
             unit(),
+            optional(token("DETAILS")),
         ];
-        args.extend(options(false));
-        args.push(optional(token("DETAILS")));
-        if writing {
-            args.push(optional(token("REFUND")));
-        }
+        args.extend(options(writing));
         args
     };
     let commands = [

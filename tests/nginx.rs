@@ -1056,6 +1056,7 @@ fn the_lua_package_builds_and_reads_as_the_conformance_table_says() {
             end
             checked = checked + 1
         end
+        local protocol = require "resty.ratelimit_module.protocol"
         local function check_fields(case, what)
             ngx.ctx.ratelimit_module_fields = nil
             make(case.limiter, case.new):note(case.reply)
@@ -1094,13 +1095,16 @@ fn the_lua_package_builds_and_reads_as_the_conformance_table_says() {
         local lists = require "resty.ratelimit_module.lists"
         local load = require "resty.ratelimit_module.load"
         local others = 0
-        local function same(built, wanted, what)
+        local function same_words(built, wanted, what)
             local got = {}
             for j, value in ipairs(built) do got[j] = word(value) end
             got[1] = string.upper(got[1])
             if table.concat(got, " ") ~= table.concat(wanted, " ") then
                 failures[#failures + 1] = what .. ": " .. table.concat(got, " ")
             end
+        end
+        local function same(built, wanted, what)
+            same_words(built, wanted, what)
             others = others + 1
         end
         for i, case in ipairs(table_.leases) do
@@ -1164,7 +1168,127 @@ fn the_lua_package_builds_and_reads_as_the_conformance_table_says() {
                 steps = steps + 1
             end
         end
-        ngx.say(#failures == 0 and ("ok " .. checked .. " " .. others .. " " .. steps)
+        -- The parts every package reads: any call from limiter specs and options, its reply
+        -- read into the one shape and its HTTP fields, leases, RL.TOP, load replies, counts.
+        local generic = 0
+        local function same_value(got, wanted)
+            if wanted == cjson.null then
+                return got == nil
+            end
+            return got == wanted
+        end
+        local function options_of(case)
+            local options = {}
+            for name, value in pairs(case.options) do options[name] = value end
+            return options
+        end
+        local function check_call(case, what)
+            local built = protocol.command(case.limiters, options_of(case))
+            local got = {}
+            for j, value in ipairs(built) do got[j] = word(value) end
+            if table.concat(got, " ") ~= table.concat(case.words, " ") then
+                failures[#failures + 1] = what .. " words: " .. table.concat(got, " ")
+            end
+        end
+        local function check_result(case, what)
+            local result = protocol.result(case.reply, case.limiters, options_of(case))
+            for name, wanted in pairs(case.result) do
+                if name == "each" then
+                    if #result.each ~= #wanted then
+                        failures[#failures + 1] = what .. ": each " .. #result.each
+                    end
+                    for j, one in ipairs(wanted) do
+                        for field, value in pairs(one) do
+                            if not same_value((result.each[j] or {})[field], value) then
+                                failures[#failures + 1] = what .. ": each " .. j .. " " .. field
+                            end
+                        end
+                    end
+                elseif not same_value(result[name], wanted) then
+                    failures[#failures + 1] = what .. ": " .. name .. " " .. tostring(result[name])
+                end
+            end
+            ngx.ctx.ratelimit_module_fields = nil
+            fields.note_result(result, case.limiters)
+            local got = fields.headers()
+            for name, value in pairs(case.fields) do
+                if got[name] ~= value then
+                    failures[#failures + 1] = what .. ": " .. name .. " " .. tostring(got[name])
+                end
+            end
+            for name, value in pairs(got) do
+                if case.fields[name] == nil then
+                    failures[#failures + 1] = what .. ": unexpected " .. name .. " " .. value
+                end
+            end
+        end
+        for i, case in ipairs(table_.commands) do
+            check_call(case, "commands " .. i)
+            generic = generic + 1
+        end
+        for i, case in ipairs(table_.replies) do
+            check_result(case, "replies " .. i)
+            generic = generic + 1
+        end
+        for i, case in ipairs(table_.changed_limits) do
+            for j, step in ipairs(case.steps) do
+                check_call(step, "changed_limits " .. i .. "." .. j)
+                check_result(step, "changed_limits " .. i .. "." .. j)
+                generic = generic + 1
+            end
+        end
+        for i, case in ipairs(table_.leases) do
+            if case.call == "acquire" or case.call == "peek" then
+                same_words(protocol.lease_command(case.key, case.limit, case.lease,
+                    case.quantity, case.call == "peek"), case.words, "leases " .. i)
+                generic = generic + 1
+            end
+        end
+        for i, case in ipairs(table_.lease_replies) do
+            local lease = protocol.lease_result(case.reply)
+            if lease.allowed ~= case.allowed or lease.id ~= case.id
+                or lease.remaining ~= case.remaining
+                or not same_value(lease.retry_after, case.retry_after) then
+                failures[#failures + 1] = "lease_replies " .. i
+            end
+            generic = generic + 1
+        end
+        for i, case in ipairs(table_.top) do
+            local rows = protocol.top_keys(case.replies, case.count)
+            local got, wanted = {}, {}
+            for j, row in ipairs(rows) do got[j] = table.concat(row, ",") end
+            for j, row in ipairs(case.rows) do wanted[j] = table.concat(row, ",") end
+            if table.concat(got, " ") ~= table.concat(wanted, " ") then
+                failures[#failures + 1] = "top " .. i .. ": " .. table.concat(got, " ")
+            end
+            generic = generic + 1
+        end
+        for i, case in ipairs(table_.load_replies) do
+            local standing = protocol.standing(case.reply)
+            local ok = standing.level == case.level and standing.instances == case.instances
+            for j = 1, 4 do ok = ok and standing.shares[j] == case.shares[j] end
+            if not ok then failures[#failures + 1] = "load_replies " .. i end
+            generic = generic + 1
+        end
+        for i, case in ipairs(table_.counts) do
+            same_words(protocol.counts_command(case.limiter), case.words, "counts " .. i)
+            local counts = protocol.counts_result(case.limiter, case.reply)
+            for name, value in pairs(case.counts) do
+                if counts[name] ~= value then
+                    failures[#failures + 1] = "counts " .. i .. ": " .. name
+                end
+            end
+            generic = generic + 1
+        end
+        -- Every part of the table is read here; a part added to it fails until it is.
+        local read = { about = true, commands = true, replies = true, leases = true,
+            lease_replies = true, top = true, lists = true, load = true, load_replies = true,
+            counts = true, changed_limits = true, concurrency = true, lua = true }
+        for part in pairs(table_) do
+            if not read[part] then failures[#failures + 1] = "part not read: " .. part end
+        end
+        ngx.say(#failures == 0 and ("ok " .. checked .. " " .. others .. " " .. steps
+            .. " " .. generic)
             or table.concat(failures, "\n", 1, math.min(#failures, 20)))
     "#;
     let server = Server::start();
@@ -1194,9 +1318,26 @@ fn the_lua_package_builds_and_reads_as_the_conformance_table_says() {
     // And every step of the local limit's traces.
     let steps = text.matches(", \"admit\", ").count() + text.matches(", \"finish\", ").count();
     assert!(steps >= 1_000, "{steps} steps");
+    // And the parts every package reads: each case with limiter specs (`commands`' calls,
+    // `replies`, the steps of `changed_limits`, both), each acquire or peek, each lease reply
+    // (an `id` that is not a release's or a renewal's), RL.TOP merge, load reply and count.
+    let generic = [
+        "\"limiters\": [",
+        "\"call\": \"acquire\"",
+        "\"call\": \"peek\"",
+        "\"id\": ",
+        "\"rows\": [",
+        "\"instances\": ",
+        "\"counts\": {",
+    ]
+    .iter()
+    .map(|marker| text.matches(marker).count())
+    .sum::<usize>()
+        - calls;
+    assert!(generic >= 40, "{generic} generic cases");
     assert_eq!(
         response.body.trim(),
-        format!("ok {cases} {} {steps}", calls + lists + reports),
+        format!("ok {cases} {} {steps} {generic}", calls + lists + reports),
         "{}",
         response.body
     );

@@ -19,7 +19,7 @@ fn window(con: &mut Connection, args: &[&str]) -> Vec<i64> {
 }
 
 const USAGE: &str =
-    "ERR syntax error. Usage: RL.WINDOW key limit window [quantity] [FIXED|SLIDING|BUCKETS n|ANCHORED] [S|MS|US] [BLOCK duration] [DELAY max_wait|AT_MOST|FORCE] [REFUND]";
+    "ERR syntax error. Usage: RL.WINDOW key limit window [quantity] [S|MS|US] [FIXED|SLIDING|BUCKETS n|ANCHORED] [BLOCK duration] [DELAY max_wait|AT_MOST|FORCE] [REFUND]";
 const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
 
 fn local_millis() -> i64 {

@@ -29,7 +29,7 @@ use crate::redis::clock;
 use crate::redis::metadata::{Arg, ArgKind, Mode};
 use crate::redis::store;
 
-use super::arguments::{BLOCK_ARG, QUANTITY_ARG, REFUND_ARG, SHORTFALL_ARG, UNIT_ARG};
+use super::arguments::limiting_args;
 use super::run::{call_seed, outcome, request, sixth_field};
 use super::top;
 use super::window::{algorithm_keyword, ALGORITHM_ARG};
@@ -40,61 +40,58 @@ pub(super) const REQUIRED_ARGUMENTS: c_int = 5;
 
 pub(super) const COMPLEXITY: &CStr = c"O(N) for N limiters (as each limiter's own command)";
 
-pub(super) const ARGS: &[Arg] = &[
-    Arg::new(c"numkeys", ArgKind::Integer),
-    Arg::new(c"key", ArgKind::Key).multiple(),
-    Arg::one_of(
-        c"limiter",
-        &[
-            Arg::block(
-                c"throttle",
-                &[
-                    Arg::token(c"THROTTLE"),
-                    Arg::new(c"max_burst", ArgKind::Integer),
-                    Arg::new(c"count", ArgKind::Integer),
-                    Arg::new(c"period", ArgKind::Integer),
-                    throttle::WARMUP_ARG,
-                ],
-            ),
-            Arg::block(
-                c"window",
-                &[
-                    Arg::token(c"WINDOW"),
-                    Arg::new(c"limit", ArgKind::Integer),
-                    Arg::new(c"window", ArgKind::Integer),
-                    ALGORITHM_ARG,
-                ],
-            ),
-            Arg::block(
-                c"log",
-                &[
-                    Arg::token(c"LOG"),
-                    Arg::new(c"limit", ArgKind::Integer),
-                    Arg::new(c"window", ArgKind::Integer),
-                ],
-            ),
-            Arg::block(
-                c"lease",
-                &[
-                    Arg::token(c"LEASE"),
-                    Arg::new(c"limit", ArgKind::Integer),
-                    Arg::new(c"lease", ArgKind::Integer),
-                ],
-            ),
-            Arg::block(
-                c"load",
-                &[Arg::token(c"LOAD"), Arg::new(c"priority", ArgKind::String)],
-            ),
-        ],
-    )
-    .multiple(),
-    QUANTITY_ARG,
-    UNIT_ARG,
-    BLOCK_ARG,
-    SHORTFALL_ARG,
-    Arg::token(c"DETAILS").optional(),
-    REFUND_ARG,
-];
+pub(super) const ARGS: &[Arg] = limiting_args!(
+    [
+        Arg::new(c"numkeys", ArgKind::Integer),
+        Arg::new(c"key", ArgKind::Key).multiple(),
+        Arg::one_of(
+            c"limiter",
+            &[
+                Arg::block(
+                    c"throttle",
+                    &[
+                        Arg::token(c"THROTTLE"),
+                        Arg::new(c"max_burst", ArgKind::Integer),
+                        Arg::new(c"count", ArgKind::Integer),
+                        Arg::new(c"period", ArgKind::Integer),
+                        throttle::WARMUP_ARG,
+                    ],
+                ),
+                Arg::block(
+                    c"window",
+                    &[
+                        Arg::token(c"WINDOW"),
+                        Arg::new(c"limit", ArgKind::Integer),
+                        Arg::new(c"window", ArgKind::Integer),
+                        ALGORITHM_ARG,
+                    ],
+                ),
+                Arg::block(
+                    c"log",
+                    &[
+                        Arg::token(c"LOG"),
+                        Arg::new(c"limit", ArgKind::Integer),
+                        Arg::new(c"window", ArgKind::Integer),
+                    ],
+                ),
+                Arg::block(
+                    c"lease",
+                    &[
+                        Arg::token(c"LEASE"),
+                        Arg::new(c"limit", ArgKind::Integer),
+                        Arg::new(c"lease", ArgKind::Integer),
+                    ],
+                ),
+                Arg::block(
+                    c"load",
+                    &[Arg::token(c"LOAD"), Arg::new(c"priority", ArgKind::String)],
+                ),
+            ],
+        )
+        .multiple(),
+    ],
+    [Arg::token(c"DETAILS").optional()]
+);
 
 /// A limiter as given, before the unit is known.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,5 +1,7 @@
 //! The argument specs every command shares (for `COMMAND DOCS` and the usage lines): the
-//! quantity, the unit, `BLOCK`, what a take that does not fit does, and `REFUND`.
+//! quantity, the unit, `BLOCK`, what a take that does not fit does, and `REFUND`; and
+//! `limiting_args!`, which puts them after each limiting command's own, so that an option
+//! every limiting command takes is one spec here and one line of the macro.
 
 use crate::redis::metadata::{Arg, ArgKind};
 
@@ -37,3 +39,21 @@ pub(super) const REFUND_ARG: Arg = Arg::token(c"REFUND").optional();
 pub(super) const fn without_refund(args: &'static [Arg]) -> &'static [Arg] {
     args.split_at(args.len() - 1).0
 }
+
+/// A limiting command's argument specs: its own (`[key, numbers...]`), the quantity and the
+/// unit, its own keywords (`[...]`), then the options every limiting command shares (`BLOCK`,
+/// what a take that does not fit does) and `REFUND`, last.
+macro_rules! limiting_args {
+    ([$($own:expr),* $(,)?], [$($keyword:expr),* $(,)?]) => {
+        &[
+            $($own,)*
+            $crate::commands::arguments::QUANTITY_ARG,
+            $crate::commands::arguments::UNIT_ARG,
+            $($keyword,)*
+            $crate::commands::arguments::BLOCK_ARG,
+            $crate::commands::arguments::SHORTFALL_ARG,
+            $crate::commands::arguments::REFUND_ARG,
+        ]
+    };
+}
+pub(super) use limiting_args;

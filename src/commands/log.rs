@@ -13,22 +13,20 @@ use crate::error::CommandError;
 use crate::redis::call::{Invocation, Reply};
 use crate::redis::metadata::{Arg, ArgKind, Mode};
 
-use super::arguments::{BLOCK_ARG, QUANTITY_ARG, REFUND_ARG, SHORTFALL_ARG, UNIT_ARG};
+use super::arguments::limiting_args;
 use super::run::single;
 
 /// The command's name and its three required arguments.
 pub(super) const REQUIRED_ARGUMENTS: c_int = 4;
 
-pub(super) const ARGS: &[Arg] = &[
-    Arg::new(c"key", ArgKind::Key),
-    Arg::new(c"limit", ArgKind::Integer),
-    Arg::new(c"window", ArgKind::Integer),
-    QUANTITY_ARG,
-    UNIT_ARG,
-    BLOCK_ARG,
-    SHORTFALL_ARG,
-    REFUND_ARG,
-];
+pub(super) const ARGS: &[Arg] = limiting_args!(
+    [
+        Arg::new(c"key", ArgKind::Key),
+        Arg::new(c"limit", ArgKind::Integer),
+        Arg::new(c"window", ArgKind::Integer),
+    ],
+    []
+);
 
 pub(super) fn run(call: &Invocation, mode: Mode) -> Result<Reply, CommandError> {
     let (params, options) = parse(&call.args[2..])?;

@@ -302,9 +302,9 @@ mod usage_tests {
     fn each_usage_is_rendered_from_its_arguments() {
         let expected = [
             "CL.THROTTLE key max_burst count period [quantity] [S|MS|US] [WARMUP period] [BLOCK duration] [DELAY max_wait|AT_MOST|FORCE] [REFUND]",
-            "RL.WINDOW key limit window [quantity] [FIXED|SLIDING|BUCKETS n|ANCHORED] [S|MS|US] [BLOCK duration] [DELAY max_wait|AT_MOST|FORCE] [REFUND]",
+            "RL.WINDOW key limit window [quantity] [S|MS|US] [FIXED|SLIDING|BUCKETS n|ANCHORED] [BLOCK duration] [DELAY max_wait|AT_MOST|FORCE] [REFUND]",
             "RL.LOG key limit window [quantity] [S|MS|US] [BLOCK duration] [DELAY max_wait|AT_MOST|FORCE] [REFUND]",
-            "RL.ALL numkeys key [key ...] THROTTLE max_burst count period [WARMUP period] | WINDOW limit window [FIXED|SLIDING|BUCKETS n|ANCHORED] | LOG limit window | LEASE limit lease | LOAD priority [...] [quantity] [S|MS|US] [BLOCK duration] [DELAY max_wait|AT_MOST|FORCE] [DETAILS] [REFUND]",
+            "RL.ALL numkeys key [key ...] THROTTLE max_burst count period [WARMUP period] | WINDOW limit window [FIXED|SLIDING|BUCKETS n|ANCHORED] | LOG limit window | LEASE limit lease | LOAD priority [...] [quantity] [S|MS|US] [DETAILS] [BLOCK duration] [DELAY max_wait|AT_MOST|FORCE] [REFUND]",
             "RL.ACQUIRE key limit lease [quantity] [S|MS|US]",
             "RL.RENEW key id lease [S|MS|US]",
             "RL.WINDOW.COUNTS key window [FIXED|SLIDING|ANCHORED] [S|MS|US]",

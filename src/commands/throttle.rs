@@ -13,7 +13,7 @@ use crate::error::CommandError;
 use crate::redis::call::{Invocation, Reply};
 use crate::redis::metadata::{Arg, ArgKind, Mode};
 
-use super::arguments::{BLOCK_ARG, QUANTITY_ARG, REFUND_ARG, SHORTFALL_ARG, UNIT_ARG};
+use super::arguments::limiting_args;
 use super::run::single;
 
 /// The command's name and its four required arguments.
@@ -22,18 +22,15 @@ pub(super) const REQUIRED_ARGUMENTS: c_int = 5;
 pub(super) const SUMMARY: &CStr =
     c"Rate-limits a key with GCRA (a leaky bucket), compatible with redis-cell";
 
-pub(super) const ARGS: &[Arg] = &[
-    Arg::new(c"key", ArgKind::Key),
-    Arg::new(c"max_burst", ArgKind::Integer),
-    Arg::new(c"count", ArgKind::Integer),
-    Arg::new(c"period", ArgKind::Integer),
-    QUANTITY_ARG,
-    UNIT_ARG,
-    WARMUP_ARG,
-    BLOCK_ARG,
-    SHORTFALL_ARG,
-    REFUND_ARG,
-];
+pub(super) const ARGS: &[Arg] = limiting_args!(
+    [
+        Arg::new(c"key", ArgKind::Key),
+        Arg::new(c"max_burst", ArgKind::Integer),
+        Arg::new(c"count", ArgKind::Integer),
+        Arg::new(c"period", ArgKind::Integer),
+    ],
+    [WARMUP_ARG]
+);
 
 /// `WARMUP period`: a cold limiter's units cost more until `period` of use has warmed it.
 pub const WARMUP_ARG: Arg = Arg::new(c"period", ArgKind::Integer)

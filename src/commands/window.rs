@@ -1,4 +1,4 @@
-//! `RL.WINDOW key limit window [quantity] [FIXED | SLIDING | BUCKETS n | ANCHORED] [S | MS | US]
+//! `RL.WINDOW key limit window [quantity] [S | MS | US] [FIXED | SLIDING | BUCKETS n | ANCHORED]
 //! [BLOCK duration] [DELAY max_wait|AT_MOST|FORCE] [REFUND]`: window counters, one string key per limiter whatever the
 //! algorithm; and `RL.WINDOW_RO`, the same decision without writing.
 
@@ -13,7 +13,7 @@ use crate::error::CommandError;
 use crate::redis::call::{Invocation, Reply};
 use crate::redis::metadata::{Arg, ArgKind, Mode};
 
-use super::arguments::{BLOCK_ARG, QUANTITY_ARG, REFUND_ARG, SHORTFALL_ARG, UNIT_ARG};
+use super::arguments::limiting_args;
 use super::run::single;
 
 /// The command's name and its three required arguments.
@@ -33,17 +33,14 @@ pub const ALGORITHM_ARG: Arg = Arg::one_of(
 )
 .optional();
 
-pub(super) const ARGS: &[Arg] = &[
-    Arg::new(c"key", ArgKind::Key),
-    Arg::new(c"limit", ArgKind::Integer),
-    Arg::new(c"window", ArgKind::Integer),
-    QUANTITY_ARG,
-    ALGORITHM_ARG,
-    UNIT_ARG,
-    BLOCK_ARG,
-    SHORTFALL_ARG,
-    REFUND_ARG,
-];
+pub(super) const ARGS: &[Arg] = limiting_args!(
+    [
+        Arg::new(c"key", ArgKind::Key),
+        Arg::new(c"limit", ArgKind::Integer),
+        Arg::new(c"window", ArgKind::Integer),
+    ],
+    [ALGORITHM_ARG]
+);
 
 pub(super) fn run(call: &Invocation, mode: Mode) -> Result<Reply, CommandError> {
     let (params, options) = parse(&call.args[2..])?;

@@ -144,13 +144,14 @@ function _M.lease(self, key, args, delayed)
     if not reply then
         return nil, err, failed
     end
-    if reply[1] ~= 0 then
-        return 0, reply[4] >= 0 and reply[4] / 1e6 or nil
+    local allowed, _, _, retry_after = protocol.decision(reply, "US")
+    if not allowed then
+        return 0, retry_after
     end
     if delayed then
-        return delayed, nil, nil, reply[6] / 1e6
+        return delayed, nil, nil, protocol.sixth(reply) / 1e6
     end
-    return reply[6], nil, nil, 0
+    return protocol.sixth(reply), nil, nil, 0
 end
 
 -- Sends `args` (the command, then its arguments) on a connection to host:port, after ASKING

@@ -13,7 +13,8 @@ local protocol = require "resty.ratelimit_module.protocol"
 local fields = require "resty.ratelimit_module.fields"
 
 local ngx = ngx
-local floor, tonumber, setmetatable, assert = math.floor, tonumber, setmetatable, assert
+local floor, setmetatable, assert = math.floor, setmetatable, assert
+local decision = protocol.decision
 
 local _M = { _VERSION = "0.3.0" }
 local mt = { __index = _M }
@@ -77,8 +78,9 @@ function _M.note(self, reply)
         return
     end
     local limit = limit_of(self)
-    fields.note(self.name, self.max, self.lease, self.max - (limit - reply[3]), reply[5] / 1e6,
-        reply[1] == 1, reply[4] >= 0 and reply[4] / 1e6 or nil)
+    local allowed, _, remaining, retry_after, reset_after = decision(reply, "US")
+    fields.note(self.name, self.max, self.lease, self.max - (limit - remaining), reset_after,
+        not allowed, retry_after)
 end
 
 --- The command `incoming(key, commit)` sends.
@@ -107,15 +109,16 @@ function _M.incoming(self, key, commit)
         return nil, err
     end
     self:note(reply)
-    if tonumber(reply[1]) == 1 then
+    local allowed, _, remaining = decision(reply, "US")
+    if not allowed then
         if c:refused(name, key) then
             return 0, limit + 1
         end
         return nil, "rejected"
     end
-    local conn = limit - reply[3]
+    local conn = limit - remaining
     if commit then
-        leases(self)[key] = { id = reply[6], conn = conn }
+        leases(self)[key] = { id = protocol.sixth(reply), conn = conn }
         self.committed = true
     end
     local delay
@@ -210,7 +213,8 @@ end
 --- (and the lease id the call took).
 function _M.combined(self)
     return { "LEASE", limit_of(self), lease_us(self) }, function(reply, id, key)
-        local conn = limit_of(self) - reply[3]
+        local _, _, remaining = decision(reply, "US")
+        local conn = limit_of(self) - remaining
         leases(self)[key] = { id = id, conn = conn }
         self.committed = true
         return admitted(self, conn)

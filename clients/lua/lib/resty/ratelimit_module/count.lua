@@ -10,7 +10,8 @@ local client = require "resty.ratelimit_module.client"
 local protocol = require "resty.ratelimit_module.protocol"
 local fields = require "resty.ratelimit_module.fields"
 
-local floor, tonumber, setmetatable, assert = math.floor, tonumber, setmetatable, assert
+local floor, setmetatable, assert = math.floor, setmetatable, assert
+local decision = protocol.decision
 
 local _M = { _VERSION = "0.3.0" }
 local mt = { __index = _M }
@@ -29,8 +30,8 @@ end
 
 --- The HTTP fields of a decision (its reply), as `fields.note` takes them.
 function _M.fields(self, reply)
-    return self.name, self.limit, self.window, reply[3], reply[5] / 1e6, reply[1] == 1,
-        reply[4] >= 0 and reply[4] / 1e6 or nil
+    local allowed, _, remaining, retry_after, reset_after = decision(reply, "US")
+    return self.name, self.limit, self.window, remaining, reset_after, not allowed, retry_after
 end
 
 --- Notes a decision (its reply) for the HTTP fields (unless the options say `fields = false`).
@@ -78,15 +79,16 @@ function _M.incoming(self, key, commit)
         return nil, err
     end
     self:note(reply)
-    if tonumber(reply[1]) == 1 then
-        c:deny(id, reply[4] >= 0 and reply[4] / 1e6 or nil)
+    local allowed, _, remaining, retry_after = decision(reply, "US")
+    if not allowed then
+        c:deny(id, retry_after)
         if c:refused(name, key) then
             return 0, 0
         end
         return nil, "rejected"
     end
     c:count(name, "allowed")
-    return 0, reply[3]
+    return 0, remaining
 end
 
 --- Gives back one request of `key`'s window: the requests remaining after.
@@ -97,7 +99,8 @@ function _M.uncommit(self, key)
     if not reply then
         return nil, err
     end
-    return reply[3]
+    local _, _, remaining = decision(reply, "US")
+    return remaining
 end
 
 --- Takes up to `units` of `key` at once, what fits now (`AT_MOST`), for a quota
@@ -125,7 +128,8 @@ end
 --- What `traffic.combine` sends for this limiter in one `RL.ALL`, and how to read its reply.
 function _M.combined(self)
     return { "WINDOW", self.limit, self.window_us, "ANCHORED" }, function(reply)
-        return 0, reply[3]
+        local _, _, remaining = decision(reply, "US")
+        return 0, remaining
     end
 end
 

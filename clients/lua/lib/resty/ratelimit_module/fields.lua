@@ -7,8 +7,11 @@
 --
 -- Every limiter of this package notes its decision in the request's context; call `set()`
 -- before the response goes out (in access_by_lua*, before ngx.exit).
+local protocol = require "resty.ratelimit_module.protocol"
+
 local ngx = ngx
 local ceil, max, floor = math.ceil, math.max, math.floor
+local ipairs = ipairs
 local concat, format = table.concat, string.format
 
 local _M = { _VERSION = "0.3.0" }
@@ -20,8 +23,8 @@ end
 _M.seconds = seconds
 
 -- The decisions noted in this request: pairs of a limiter and its reply, whose fields are
--- computed only if the headers are asked for (`limiter:fields(reply)`), or of false and the
--- fields themselves.
+-- computed only if the headers are asked for (`limiter:fields(reply)`, which reads it with
+-- protocol.decision), or of false and the fields themselves.
 local function noted_list()
     local ctx = ngx.ctx
     local noted = ctx.ratelimit_module_fields
@@ -55,6 +58,23 @@ function _M.defer(limiter, reply)
     local n = #noted
     noted[n + 1] = limiter
     noted[n + 2] = reply
+end
+
+-- The policy's name of a limiter spec that names none, as the other packages name it.
+local NAMES = { throttle = "burst", window = "window", log = "log", lease = "slots" }
+
+--- Notes `result`, protocol.result's of a call built by protocol.command from `limiters`
+--- (specs): one policy per rate limiter (a load gate has none), named by its `name`.
+function _M.note_result(result, limiters)
+    local each, i = result.each, 0
+    for _, spec in ipairs(limiters) do
+        if spec.kind ~= "load" then
+            i = i + 1
+            local one = each[i] or result
+            _M.note(spec.name or NAMES[spec.kind], one.limit, protocol.window_seconds(spec),
+                one.remaining, one.reset_after, not result.allowed, result.retry_after)
+        end
+    end
 end
 
 --- The fields for the decisions noted so far in this request: a table of header names to

@@ -74,13 +74,14 @@ end
 _M.report_command = protocol.report
 
 local function set_level(dict, metrics, service, reply)
-    dict:set("level", tonumber(reply[1]) or 0)
+    local standing = protocol.standing(reply)
+    dict:set("level", standing.level)
     for i = 1, 4 do
-        dict:set("share|" .. i, tonumber(reply[2 + i]) or 1)
+        dict:set("share|" .. i, standing.shares[i])
     end
     dict:set("reported_at", ngx.now())
     if metrics then
-        metrics:set("load_level|" .. service, tonumber(reply[1]) or 0)
+        metrics:set("load_level|" .. service, standing.level)
     end
 end
 

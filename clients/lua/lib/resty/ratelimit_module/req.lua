@@ -11,7 +11,8 @@ local protocol = require "resty.ratelimit_module.protocol"
 local fields = require "resty.ratelimit_module.fields"
 
 local floor, ceil, max = math.floor, math.ceil, math.max
-local tonumber, setmetatable, assert = tonumber, setmetatable, assert
+local setmetatable, assert = setmetatable, assert
+local decision = protocol.decision
 
 local _M = { _VERSION = "0.3.0" }
 local mt = { __index = _M }
@@ -64,24 +65,23 @@ local function fractional_wait(self)
     return wait > 0 and wait or nil
 end
 
--- A request's wait from its reply: its place in the queue, the TAT before it (the reply's
--- reset less one emission interval). The reply is in whole µs and the interval need not be:
--- less than a µs is the rounding, not a wait (a first request's delay is exactly 0, as the
--- original's).
-local function wait_of(self, reply)
-    local wait = reply[5] - PERIOD_US / self.count
-    return wait >= 1 and wait or 0
+-- A request's wait in seconds from its reply's reset (seconds): its place in the queue, the
+-- TAT before it (the reset less one emission interval). The reply is in whole µs and the
+-- interval need not be: less than a µs is the rounding, not a wait (a first request's delay
+-- is exactly 0, as the original's).
+local function wait_of(self, reset_after)
+    local wait = floor(reset_after * 1e6 + 0.5) - PERIOD_US / self.count
+    return wait >= 1 and wait / 1e6 or 0
 end
 
 --- The HTTP fields of a decision (its reply), as `fields.note` takes them: a quota of the
 --- burst plus one, refilled at the rate; what remains of the queue; when it is empty.
 function _M.fields(self, reply)
     local q = floor(self.burst) + 1
-    local wait = wait_of(self, reply)
-    local excess = wait / 1e6 * self.rate
-    local refused = reply[1] == 1
-    return self.name, q, q / self.rate, refused and 0 or self.burst - excess, reply[5] / 1e6,
-        refused, reply[4] >= 0 and reply[4] / 1e6 or nil
+    local allowed, _, _, retry_after, reset_after = decision(reply, "US")
+    local excess = wait_of(self, reset_after) * self.rate
+    return self.name, q, q / self.rate, allowed and self.burst - excess or 0, reset_after,
+        not allowed, retry_after
 end
 
 --- Notes a decision (its reply) for the HTTP fields (unless the options say `fields = false`).
@@ -133,14 +133,15 @@ function _M.incoming(self, key, commit)
         return nil, err
     end
     self:note(reply)
-    if tonumber(reply[1]) == 1 then
-        c:deny(id, reply[4] >= 0 and reply[4] / 1e6 or nil)
+    local allowed, _, _, retry_after, reset_after = decision(reply, "US")
+    if not allowed then
+        c:deny(id, retry_after)
         if c:refused(name, key) then
             return 0, self.burst
         end
         return nil, "rejected"
     end
-    local delay = wait_of(self, reply) / 1e6
+    local delay = wait_of(self, reset_after)
     c:count(name, delay > 0 and "delayed" or "allowed")
     return delay, delay * self.rate
 end
@@ -184,7 +185,8 @@ end
 --- to read its own reply back: the delay and the excess.
 function _M.combined(self)
     return { "THROTTLE", whole_burst(self), self.count, PERIOD_US }, function(reply)
-        local delay = wait_of(self, reply) / 1e6
+        local _, _, _, _, reset_after = decision(reply, "US")
+        local delay = wait_of(self, reset_after)
         return delay, delay * self.rate
     end
 end

@@ -15,7 +15,7 @@
 local client = require "resty.ratelimit_module.client"
 local protocol = require "resty.ratelimit_module.protocol"
 
-local tonumber, tostring, type, pcall = tonumber, tostring, type, pcall
+local tostring, type, pcall = tostring, type, pcall
 local setmetatable = setmetatable
 local max, concat = math.max, table.concat
 
@@ -196,12 +196,13 @@ function _M.combine(limiters, keys, states)
     end
     -- DETAILS: each limiter's own five after the five (and the lease id) of all of them.
     local first = type(reply[6]) == "table" and 6 or 7
-    local lease_id = first == 7 and reply[6] or nil
+    local lease_id = first == 7 and protocol.sixth(reply) or nil
     for i = 1, n do
         limiters[i]:note(reply[first + i - 1])
     end
-    if tonumber(reply[1]) == 1 then
-        c:deny(id, reply[4] >= 0 and reply[4] / 1e6 or nil)
+    local allowed, _, _, retry_after = protocol.decision(reply, "US")
+    if not allowed then
+        c:deny(id, retry_after)
         if c:refused(policy, first_key) then
             return 0
         end

@@ -272,8 +272,17 @@ fn a_request_shed_by_load_writes_nothing_and_says_so() {
         ints(&mut con, &["RL.ALL", "1", "{s}none", "LOAD", "sheddable"]),
         [0, 0, 0, -1, 0, 0]
     );
-    // The load falls: level 0, everything admitted again, at the next call.
+    // The load falls: the level steps down one level an instant (a hold of 0), so level 0
+    // comes at a later instant than the report's, as the server's status tells; then
+    // everything is admitted again.
     report(&mut con, "{s}load", "a", "0.1");
+    assert!(
+        wait_until(Duration::from_secs(10), || items(
+            &mut con,
+            &["RL.LOAD.STATUS", "{s}load"]
+        )[1] == "0"),
+        "the level never came down"
+    );
     let again = ints(&mut con, &call("sheddable"));
     assert_eq!(again[0], 0);
     assert_eq!(again[6], 0);

@@ -171,9 +171,7 @@ impl LoadState {
                 eased_until: now,
             };
         }
-        // At least the instant it was entered, whatever the hold: a standing evaluated twice
-        // at one instant is the same (a hold of 0 leaves a level a step an instant).
-        let held = now <= self.since || now < self.since + policy.hold;
+        let held = now < self.hold_ends(&policy);
         if entered < current && !stays && !held {
             let level = current - 1;
             return Standing {
@@ -274,6 +272,13 @@ impl LoadState {
         standing
     }
 
+    /// The first instant the level may step down: once it has held for the policy's `hold`,
+    /// and never at the instant it was entered, whatever the hold (a standing evaluated
+    /// twice at one instant is the same: a hold of 0 leaves a level a step an instant).
+    fn hold_ends(&self, policy: &Policy) -> Micros {
+        self.since + policy.hold.max(Micros::saturating(1))
+    }
+
     /// Until when the stored standing stands without evaluating again: the first report to
     /// expire, or the end of the level's hold, whichever comes first (a later report writes
     /// the state again). An easing needs no evaluation: its shares follow from the stored
@@ -285,7 +290,7 @@ impl LoadState {
             .map(|report| report.expires)
             .min()
             .unwrap_or(now);
-        let hold_end = self.since + policy.hold;
+        let hold_end = self.hold_ends(&policy);
         if hold_end > now {
             first_expiry.min(hold_end)
         } else {

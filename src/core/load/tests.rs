@@ -526,6 +526,21 @@ fn levels_are_left_one_at_a_time() {
     assert_eq!(levels, [2, 1, 0, 0]);
 }
 
+#[test]
+fn a_level_left_with_no_hold_is_evaluated_again_at_the_next_instant() {
+    // A hold of 0 leaves a level a step an instant: the level stepped down to at a report
+    // stands only for that instant, so a decision at the next reads the level below it, not
+    // the stored one until the report expires.
+    let policy = ladder_policy(&[0.3, 0.6], 0, 0);
+    let mut state = state_with(policy);
+    assert_eq!(cpu(&mut state, T0, 0.95), 2);
+    let later = T0 + ms(10);
+    assert_eq!(cpu(&mut state, later, 0.0), 1);
+    assert_eq!(state.valid_until(later), later + Micros::saturating(1));
+    assert_eq!(state.evaluate(later).level, 1);
+    assert_eq!(state.evaluate(later + Micros::saturating(1)).level, 0);
+}
+
 /// What a model of the rules says the level is, step by step: the highest level reached, at
 /// once; else one level down when the current one is no longer within its hysteresis, never
 /// before the hold, nor at the instant it was entered. Written apart from `evaluate`, on plain

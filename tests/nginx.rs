@@ -1056,7 +1056,7 @@ fn the_lua_package_builds_and_reads_as_the_conformance_table_says() {
             end
             checked = checked + 1
         end
-        local protocol = require "resty.ratelimit_module.protocol"
+        local specs = require "resty.ratelimit_module.specs"
         local function check_fields(case, what)
             ngx.ctx.ratelimit_module_fields = nil
             make(case.limiter, case.new):note(case.reply)
@@ -1183,7 +1183,7 @@ fn the_lua_package_builds_and_reads_as_the_conformance_table_says() {
             return options
         end
         local function check_call(case, what)
-            local built = protocol.command(case.limiters, options_of(case))
+            local built = specs.command(case.limiters, options_of(case))
             local got = {}
             for j, value in ipairs(built) do got[j] = word(value) end
             if table.concat(got, " ") ~= table.concat(case.words, " ") then
@@ -1191,7 +1191,7 @@ fn the_lua_package_builds_and_reads_as_the_conformance_table_says() {
             end
         end
         local function check_result(case, what)
-            local result = protocol.result(case.reply, case.limiters, options_of(case))
+            local result = specs.result(case.reply, case.limiters, options_of(case))
             for name, wanted in pairs(case.result) do
                 if name == "each" then
                     if #result.each ~= #wanted then
@@ -1239,13 +1239,13 @@ fn the_lua_package_builds_and_reads_as_the_conformance_table_says() {
         end
         for i, case in ipairs(table_.leases) do
             if case.call == "acquire" or case.call == "peek" then
-                same_words(protocol.lease_command(case.key, case.limit, case.lease,
+                same_words(specs.lease_command(case.key, case.limit, case.lease,
                     case.quantity, case.call == "peek"), case.words, "leases " .. i)
                 generic = generic + 1
             end
         end
         for i, case in ipairs(table_.lease_replies) do
-            local lease = protocol.lease_result(case.reply)
+            local lease = specs.lease_result(case.reply)
             if lease.allowed ~= case.allowed or lease.id ~= case.id
                 or lease.remaining ~= case.remaining
                 or not same_value(lease.retry_after, case.retry_after) then
@@ -1254,7 +1254,7 @@ fn the_lua_package_builds_and_reads_as_the_conformance_table_says() {
             generic = generic + 1
         end
         for i, case in ipairs(table_.top) do
-            local rows = protocol.top_keys(case.replies, case.count)
+            local rows = specs.top_keys(case.replies, case.count)
             local got, wanted = {}, {}
             for j, row in ipairs(rows) do got[j] = table.concat(row, ",") end
             for j, row in ipairs(case.rows) do wanted[j] = table.concat(row, ",") end
@@ -1264,15 +1264,15 @@ fn the_lua_package_builds_and_reads_as_the_conformance_table_says() {
             generic = generic + 1
         end
         for i, case in ipairs(table_.load_replies) do
-            local standing = protocol.standing(case.reply)
+            local standing = require("resty.ratelimit_module.protocol").standing(case.reply)
             local ok = standing.level == case.level and standing.instances == case.instances
             for j = 1, 4 do ok = ok and standing.shares[j] == case.shares[j] end
             if not ok then failures[#failures + 1] = "load_replies " .. i end
             generic = generic + 1
         end
         for i, case in ipairs(table_.counts) do
-            same_words(protocol.counts_command(case.limiter), case.words, "counts " .. i)
-            local counts = protocol.counts_result(case.limiter, case.reply)
+            same_words(specs.counts_command(case.limiter), case.words, "counts " .. i)
+            local counts = specs.counts_result(case.limiter, case.reply)
             for name, value in pairs(case.counts) do
                 if counts[name] ~= value then
                     failures[#failures + 1] = "counts " .. i .. ": " .. name

@@ -43,6 +43,7 @@ build = {
         ["resty.ratelimit_module.req"] = "lib/resty/ratelimit_module/req.lua",
         ["resty.ratelimit_module.resp"] = "lib/resty/ratelimit_module/resp.lua",
         ["resty.ratelimit_module.slot"] = "lib/resty/ratelimit_module/slot.lua",
+        ["resty.ratelimit_module.specs"] = "lib/resty/ratelimit_module/specs.lua",
         ["resty.ratelimit_module.traffic"] = "lib/resty/ratelimit_module/traffic.lua",
     },
 }

@@ -7,7 +7,7 @@
 --
 -- Every limiter of this package notes its decision in the request's context; call `set()`
 -- before the response goes out (in access_by_lua*, before ngx.exit).
-local protocol = require "resty.ratelimit_module.protocol"
+local specs = require "resty.ratelimit_module.specs"
 
 local ngx = ngx
 local ceil, max, floor = math.ceil, math.max, math.floor
@@ -63,7 +63,7 @@ end
 -- The policy's name of a limiter spec that names none, as the other packages name it.
 local NAMES = { throttle = "burst", window = "window", log = "log", lease = "slots" }
 
---- Notes `result`, protocol.result's of a call built by protocol.command from `limiters`
+--- Notes `result`, specs.result's of a call built by specs.command from `limiters`
 --- (specs): one policy per rate limiter (a load gate has none), named by its `name`.
 function _M.note_result(result, limiters)
     local each, i = result.each, 0
@@ -71,7 +71,7 @@ function _M.note_result(result, limiters)
         if spec.kind ~= "load" then
             i = i + 1
             local one = each[i] or result
-            _M.note(spec.name or NAMES[spec.kind], one.limit, protocol.window_seconds(spec),
+            _M.note(spec.name or NAMES[spec.kind], one.limit, specs.window_seconds(spec),
                 one.remaining, one.reset_after, not result.allowed, result.retry_after)
         end
     end

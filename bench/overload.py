@@ -306,11 +306,20 @@ def capacity(start: Callable, redis_port: int) -> float:
 
 
 def stats(port: int) -> dict:
+    """The instance's limit's counters; empty when an overloaded service did not answer in
+    time (then its changes are unknown, not 0)."""
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/stats", timeout=5) as reply:
             return json.loads(reply.read())
     except (OSError, ValueError):
-        return {"changes": 0, "congestions": 0}
+        return {}
+
+
+def counted(start: dict, end: dict, name: str) -> Optional[int]:
+    """How much a counter of the instance's limit grew, or None when a read failed."""
+    if name not in start or name not in end:
+        return None
+    return end[name] - start[name]
 
 
 class Watch(threading.Thread):
@@ -414,8 +423,8 @@ def run_shape(shape: Shape, module: Path) -> dict:
                 service.stop()
             run = summarise(records, seconds, nominal)
             start, end = watch.at.get("start", {}), watch.at.get("end", {})
-            run["limit_changes"] = end.get("changes", 0) - start.get("changes", 0)
-            run["congestions"] = end.get("congestions", 0) - start.get("congestions", 0)
+            run["limit_changes"] = counted(start, end, "changes")
+            run["congestions"] = counted(start, end, "congestions")
             in_overload = [lv for at, lv in watch.levels if OVERLOAD_STARTS <= at < OVERLOAD_ENDS]
             run["level_changes"] = len(in_overload)
             run["levels"] = watch.levels
@@ -657,7 +666,8 @@ def overload_section(result) -> list[str]:
                          and stops is not None and stops <= AIMS["stops"])
             timing = f"{seconds(starts)} / {seconds(stops)}{mark(mode != 'shed' or timing_ok)}"
             outside = f"{run['refused_outside']:.1%}{mark(mode != 'shed' or run['refused_outside'] <= AIMS['outside'])}"
-            changes = f"{run['level_changes']} / {run['limit_changes']}" if mode == "shed" else "-"
+            limit_changes = "unknown" if run["limit_changes"] is None else run["limit_changes"]
+            changes = f"{run['level_changes']} / {limit_changes}" if mode == "shed" else "-"
             label = f"({letter}) {names[letter]}" if mode == "none" else ""
             capacity_cell = f"{shape['capacity']:.0f}/s" if mode == "none" else ""
             lines.append(f"| {label} | {capacity_cell} | {name} | " + " | ".join(cells)
@@ -683,7 +693,7 @@ def overload_section(result) -> list[str]:
             f"ms before; shedding began {seconds(fleet_result['shedding_starts'])} after the "
             f"backend slowed and ended {seconds(fleet_result['shedding_stops'])} after it "
             f"recovered; refused outside: {fleet_result['refused_outside']:.1%}; limit changes "
-            f"per instance: {', '.join(str(s.get('changes', 0)) for s in fleet_result['stats'])}.",
+            f"per instance: {', '.join(str(s.get('changes', 'unknown')) for s in fleet_result['stats'])}.",
         ]
     costs = result.get("local_cost") or {}
     if costs:

@@ -12,7 +12,6 @@ local protocol = require "resty.ratelimit_module.protocol"
 
 local floor, max = math.floor, math.max
 local tonumber, tostring, type, ipairs = tonumber, tostring, type, ipairs
-local setmetatable, error = setmetatable, error
 local sort = table.sort
 
 local _M = { _VERSION = "0.3.0" }
@@ -162,17 +161,12 @@ local function decision(fields, unit)
         reset_after = reset_after, wait = 0 }
 end
 
--- A result's `each` when a call has one limiter: none (shared; never written to).
-local NO_EACH = setmetatable({}, { __newindex = function()
-    error("a result's each is read-only")
-end })
 local NO_OPTIONS = {}
 
 --- The result of `command(limiters, options)`'s reply: the five integers (times in
 --- seconds), the sixth (a wait under `delay`, the units `granted` under `at_most`, a
 --- lease's id), with a load gate the level that shed the request, and with several
---- limiters each rate limiter's own (`each`, the gate left out). Made in one constructor,
---- every field at once: it is on every request's path.
+--- limiters each rate limiter's own (`each`, the gate left out; empty for one limiter).
 function _M.result(reply, limiters, options)
     options = options or NO_OPTIONS
     local unit = options.unit or "MS"
@@ -191,9 +185,8 @@ function _M.result(reply, limiters, options)
     if gate then
         shed_level, at = tonumber(reply[at]), at + 1
     end
-    local each = NO_EACH
+    local each = {}
     if n > 1 then
-        each = {}
         for i = 1, n do
             local own = reply[at + i - 1]
             if not KINDS[limiters[i].kind].gate and type(own) == "table" then

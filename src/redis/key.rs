@@ -6,7 +6,7 @@
 use std::cell::Cell;
 use std::ffi::CStr;
 use std::ptr;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
 use crate::core::ring::{kind_of, Native};
 use crate::core::time::Millis;
@@ -31,6 +31,19 @@ pub enum FailNext {
 
 /// The write the tests make fail next: only `RL.DEBUG.FAIL` sets it.
 static FAIL_NEXT: AtomicU8 = AtomicU8::new(FailNext::Nothing as u8);
+
+/// Whether a new string key is made in place (`RedisModule_StringTruncate`, then written
+/// through direct memory access): on Redis that costs 16 bytes less than the embedded string
+/// `RedisModule_StringSet` (and `SET`) makes of 13 to 28 bytes. Valkey 9 embeds a value in
+/// its key's object, and a value written through direct memory access is a separate
+/// allocation, 8 bytes more than `SET`'s, so there a new key is made as `SET` makes it. Set
+/// once at load.
+static CREATE_IN_PLACE: AtomicBool = AtomicBool::new(true);
+
+/// Whether new string keys are made in place on this server (see `CREATE_IN_PLACE`).
+pub fn create_strings_in_place(in_place: bool) {
+    CREATE_IN_PLACE.store(in_place, Ordering::Relaxed);
+}
 
 /// Makes the next write of kind `fail` fail, as if the server refused it.
 pub fn fail_next(fail: FailNext) {
@@ -136,14 +149,17 @@ impl<'a> OpenKey<'a> {
     }
 
     /// The key's string to write in place, when it holds one of exactly `len` bytes, or,
-    /// if `create`, holds nothing: a new key then gets a string of `len` zeros
-    /// (`RedisModule_StringTruncate`), the raw string a rewrite in place leaves, which on
-    /// Redis 7 costs 16 bytes less than the embedded string `RedisModule_StringSet` makes of
-    /// a value of 13 to 28 bytes.
+    /// if `create` and the server makes new strings in place (`CREATE_IN_PLACE`), holds
+    /// nothing: a new key then gets a string of `len` zeros (`RedisModule_StringTruncate`),
+    /// the raw string a rewrite in place leaves.
     pub fn string_mut(&mut self, len: usize, create: bool) -> Option<&mut [u8]> {
         match self.held() {
             Held::String(held) if held == len => {}
-            Held::Nothing if create && len > 0 && self.resize_string(len) => {}
+            Held::Nothing
+                if create
+                    && len > 0
+                    && CREATE_IN_PLACE.load(Ordering::Relaxed)
+                    && self.resize_string(len) => {}
             _ => return None,
         }
         self.for_writing()?

@@ -13,7 +13,9 @@ use crate::core::top::{DEFAULT_CAPACITY, MAX_CAPACITY};
 use crate::redis::api::{self, Ctx, InitError, ServerStr};
 use crate::redis::handler::{self, Table};
 use crate::redis::metadata::MAX_COMMANDS;
-use crate::redis::{metadata, native_type, propagation, random, replicate, settings, stats, top};
+use crate::redis::{
+    key, metadata, native_type, propagation, random, replicate, settings, stats, top,
+};
 
 /// The module argument that registers the debug commands (fault injection for the tests),
 /// and lets any client send the internal commands (the tests' forged effects).
@@ -144,6 +146,7 @@ fn initialize<T: Table>(ctx: Ctx<'_>, args: &[ServerStr<'_>]) -> Result<(), Stri
     DEBUG_COMMANDS.store(arguments.debug_commands, Ordering::Relaxed);
     handler::log_panics_to_redis();
     set_module_options(ctx);
+    key::create_strings_in_place(valkey_major(ctx).is_none_or(|major| major < 9));
     replicate::make_shared_strings();
     random::seed();
     native_type::create(ctx)?;

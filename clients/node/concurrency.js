@@ -99,15 +99,18 @@ class ConcurrencyLimit {
   /** Whether a request of `priority` (a name or 0 to 3) is admitted at `now` (whole microseconds
    * of a monotonic clock); an admitted one is in flight until `finish`. `backlog` is how long the
    * request waited before it could be decided (µs; the event loop's lag): the work ahead of it,
-   * counted as that many no-load latencies' worth of requests in flight. */
+   * counted as that many no-load latencies' worth of requests in flight (for every class but the
+   * top one). */
   admit(priority, now, backlog = 0) {
     this.roll(now);
     const noload = this.noload;
     const load = this.inflight + (backlog > 0 && noload < Infinity ? backlog / noload : 0);
     // The backlog refuses only while congested: a burst's wait is no standing queue.
-    const admitted = this.congested
-      ? load < this.limit * this.options.shares[priorityIndex(priority)]
-      : this.inflight < this.limit;
+    const index = priorityIndex(priority);
+    // The top class counts only what is in flight: the backlog is a guess of the queue (the
+    // time since the loop was last idle), and its places are kept.
+    const counted = index === 0 ? this.inflight : load;
+    const admitted = this.congested ? counted < this.limit * this.options.shares[index] : this.inflight < this.limit;
     if (admitted) {
       this.inflight += 1;
       this.peak = Math.max(this.peak, load + 1);

@@ -357,6 +357,25 @@ class LocalLimitTest(unittest.TestCase):
         finally:
             client.close()
 
+    def test_the_top_class_counts_what_is_in_flight_and_the_others_the_backlog_too(self) -> None:
+        clock = Clock()
+        client = redis.Redis.from_url(URL)
+        shedder = LoadShedder(client, f"py:backlog:{uuid.uuid4().hex}", clock=clock)
+        try:
+            flood(shedder, clock)
+            limit, now = shedder.limit, int(clock.now * 1e6)
+            for _ in range(7):
+                limit.finish(100_000, now)
+            self.assertEqual((limit.limit, limit.inflight, limit.congested), (4.0, 2, True))
+            # A wait of 50 ms before the decision: ten no-load latencies' worth of work ahead.
+            self.assertTrue(limit.admit("critical_plus", now, 50_000), "2 in flight of 4")
+            self.assertFalse(limit.admit("critical", now, 50_000), "3 + 10 of 2.4")
+            self.assertFalse(limit.admit("critical", now, 0), "3 of 2.4")
+            self.assertTrue(limit.admit("critical_plus", now, 50_000), "3 in flight of 4")
+            self.assertFalse(limit.admit("critical_plus", now, 0), "4 in flight of 4")
+        finally:
+            client.close()
+
     def test_with_the_server_frozen_the_local_limit_still_protects(self) -> None:
         from test_client import BlackHole
 

@@ -3,15 +3,20 @@
 //! `AsyncRateLimiter` with one server call per decision (batch 1), and `AsyncQuota` with
 //! batches of 10, 50 and 100, on one key of a server with the module.
 //!
+//! With `--local-limit`, it prints instead what the local limit's check costs a request in
+//! nanoseconds (`ConcurrencyLimit`'s admit and finish, no server), for `bench/overload.py`.
+//!
 //! ```sh
 //! cargo run --release --example bench -- <port> [seconds]    # prints one JSON object
+//! cargo run --release --example bench -- --local-limit       # prints one number
 //! ```
 
 use std::num::NonZeroU32;
 use std::time::{Duration, Instant};
 
 use ratelimit_module::{
-    monotonic, Algorithm, AsyncQuota, AsyncRateLimiter, Config, Limiter, Options,
+    monotonic, Algorithm, AsyncQuota, AsyncRateLimiter, ConcurrencyLimit, Config, Limiter, Options,
+    Priority,
 };
 
 fn row(name: &str, batch: u64, decisions: u64, calls: u64, seconds: f64) -> String {
@@ -22,8 +27,30 @@ fn row(name: &str, batch: u64, decisions: u64, calls: u64, seconds: f64) -> Stri
     )
 }
 
+/// Nanoseconds per admit and finish of the local limit, timed as the other packages' are:
+/// a `sheddable` request every 100 µs taking 50 µs, after as many to warm up.
+fn local_limit_cost() -> f64 {
+    let mut limit = ConcurrencyLimit::default();
+    let rounds: u64 = 2_000_000;
+    let mut run = |from: u64| {
+        for i in from..from + rounds {
+            let now = Duration::from_micros(i * 100);
+            std::hint::black_box(limit.admit(Priority::Sheddable, now));
+            limit.finish(Duration::from_micros(50), now + Duration::from_micros(50));
+        }
+    };
+    run(0);
+    let started = Instant::now();
+    run(rounds);
+    started.elapsed().as_nanos() as f64 / rounds as f64
+}
+
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    if std::env::args().nth(1).as_deref() == Some("--local-limit") {
+        println!("{:.1}", local_limit_cost());
+        return Ok(());
+    }
     let mut arguments = std::env::args().skip(1);
     let port: u16 = arguments.next().ok_or("the server's port")?.parse()?;
     let seconds: f64 = arguments.next().map_or(Ok(2.0), |s| s.parse())?;

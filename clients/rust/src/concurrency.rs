@@ -221,7 +221,7 @@ impl ConcurrencyLimit {
 
     /// [`ConcurrencyLimit::admit`] for a request that waited `backlog` before it could be
     /// decided (an event loop's lag): the work ahead of it, counted as that many no-load
-    /// latencies' worth of requests in flight.
+    /// latencies' worth of requests in flight (for every class but the top one).
     pub fn admit_after(&mut self, priority: Priority, now: Duration, backlog: Duration) -> bool {
         self.roll(micros(now));
         let backlog = micros(backlog);
@@ -232,7 +232,14 @@ impl ConcurrencyLimit {
         let load = self.inflight as f64 + waiting;
         // The backlog refuses only while congested: a burst's wait is no standing queue.
         let admitted = if self.congested {
-            load < self.limit * self.options.shares[priority.index()]
+            // The top class counts only what is in flight: the backlog is a guess of the
+            // queue (the time since the loop was last idle), and its places are kept.
+            let counted = if priority.index() == 0 {
+                self.inflight as f64
+            } else {
+                load
+            };
+            counted < self.limit * self.options.shares[priority.index()]
         } else {
             (self.inflight as f64) < self.limit
         };

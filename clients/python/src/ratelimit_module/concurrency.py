@@ -130,15 +130,20 @@ class ConcurrencyLimit:
         """Whether a request of `priority` (a name or 0 to 3) is admitted at `now`; an
         admitted one is in flight until `finish`. `backlog` is how long the request waited
         before it could be decided (µs; an event loop's lag): the work ahead of it, counted
-        as that many no-load latencies' worth of requests in flight."""
+        as that many no-load latencies' worth of requests in flight (for every class but the
+        top one)."""
         with self._lock:
             self._roll(now)
             noload = self.noload
             waiting = backlog / noload if backlog > 0 and noload < math.inf else 0
             load = self.inflight + waiting
             # The backlog refuses only while congested: a burst's wait is no standing queue.
+            index = priority_index(priority)
             if self.congested:
-                admitted = load < self.limit * self.options.shares[priority_index(priority)]
+                # The top class counts only what is in flight: the backlog is a guess of the
+                # queue (the time since the loop was last idle), and its places are kept.
+                counted = self.inflight if index == 0 else load
+                admitted = counted < self.limit * self.options.shares[index]
             else:
                 admitted = self.inflight < self.limit
             if admitted:

@@ -109,7 +109,8 @@ end
 --- Whether a request of class `index` (1, critical_plus, to 4, sheddable) is admitted at
 --- `now` (whole microseconds of a monotonic clock); an admitted one is in flight until `finish`.
 --- `backlog` is how long the request waited before it could be decided (µs, 0 by default):
---- the work ahead of it, counted as that many no-load latencies' worth of requests in flight.
+--- the work ahead of it, counted as that many no-load latencies' worth of requests in flight
+--- (for every class but the top one).
 function _M.admit(self, index, now, backlog)
     roll(self, now)
     local noload = min(self.noload_now, self.noload_before)
@@ -120,7 +121,10 @@ function _M.admit(self, index, now, backlog)
     -- The backlog refuses only while congested: a burst's wait is no standing queue.
     local admitted
     if self.congested then
-        admitted = load < self.limit * self.options.shares[index]
+        -- The top class counts only what is in flight: the backlog is a guess of the queue,
+        -- and its places are kept.
+        local counted = index == 1 and self.inflight or load
+        admitted = counted < self.limit * self.options.shares[index]
     else
         admitted = self.inflight < self.limit
     end

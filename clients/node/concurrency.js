@@ -43,6 +43,9 @@ class ConcurrencyLimit {
     this.windowEnd = null;
     this.windowMin = Infinity;
     this.peak = 0;
+    // The interval's admitted and refused requests.
+    this.admitted = 0;
+    this.refused = 0;
     this.standingRun = 0;
     this.noloadNow = Infinity;
     this.noloadBefore = Infinity;
@@ -87,12 +90,15 @@ class ConcurrencyLimit {
       const step = this.congested ? 1 : Math.sqrt(this.limit);
       this.limit = Math.min(o.ceiling, this.limit + step);
     } else if (!bound) {
-      if (this.congested) this.congested = false;
+      // Shedding keeps the queue short: what it refused is the overload going on.
+      if (this.congested) this.congested = this.refused >= this.admitted;
       else this.limit = Math.max(o.floor, 2 * this.peak, this.limit * o.decay);
     }
     if (this.limit !== before) this.changes += 1;
     this.windowMin = Infinity;
     this.peak = this.inflight;
+    this.admitted = 0;
+    this.refused = 0;
     this.windowEnd = now + o.intervalUs;
   }
 
@@ -113,10 +119,12 @@ class ConcurrencyLimit {
     const admitted = this.congested ? counted < this.limit * this.options.shares[index] : this.inflight < this.limit;
     if (admitted) {
       this.inflight += 1;
+      this.admitted += 1;
       this.peak = Math.max(this.peak, load + 1);
       return true;
     }
     this.peak = Math.max(this.peak, load);
+    this.refused += 1;
     return false;
   }
 

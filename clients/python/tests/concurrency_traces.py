@@ -44,6 +44,15 @@ TRACES = (
         52,
     ),
     (
+        "long overload",
+        "half, three times for two seconds, half the capacity: shedding keeps the queue short "
+        "and the peak low, but what it refuses holds congestion until the overload ends",
+        4_500,
+        ((400_000, 0.5), (2_000_000, 3.0), (600_000, 0.5)),
+        {},
+        53,
+    ),
+    (
         "creeping",
         "a queue that stands but stays shallow begins congestion at the fourth "
         "standing interval; short epochs move the no-load latency",

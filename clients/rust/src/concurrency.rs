@@ -13,7 +13,8 @@
 //!   fastest request took over four times the target: the limit is cut to the in-flight peak
 //!   times `target / fastest` (from 0.2 to 0.9), and again at every standing interval while
 //!   congested; between them it grows by one. It ends at the first interval whose peak
-//!   stayed under half the limit.
+//!   stayed under half the limit and which refused fewer requests than it admitted
+//!   (shedding keeps the queue short while the overload goes on).
 //! - **Not congested**, the limit grows by its square root when the peak reached half of it,
 //!   and otherwise eases down 5% an interval towards twice the peak.
 //! - **Priorities**: while congested, a class is admitted only while the requests in flight
@@ -85,6 +86,9 @@ pub struct ConcurrencyLimit {
     window_min: Option<u64>,
     /// The most requests in flight or waiting an admission saw in the interval.
     peak: f64,
+    /// The interval's admitted and refused requests.
+    admitted: u64,
+    refused: u64,
     standing_run: u32,
     noload_now: Option<u64>,
     noload_before: Option<u64>,
@@ -110,6 +114,8 @@ impl ConcurrencyLimit {
             window_end: None,
             window_min: None,
             peak: 0.0,
+            admitted: 0,
+            refused: 0,
             standing_run: 0,
             noload_now: None,
             noload_before: None,
@@ -200,7 +206,8 @@ impl ConcurrencyLimit {
             self.limit = o.ceiling.min(self.limit + step);
         } else if !bound {
             if self.congested {
-                self.congested = false;
+                // Shedding keeps the queue short: what it refused is the overload going on.
+                self.congested = self.refused >= self.admitted;
             } else {
                 self.limit = o.floor.max(2.0 * self.peak).max(self.limit * o.decay);
             }
@@ -210,6 +217,8 @@ impl ConcurrencyLimit {
         }
         self.window_min = None;
         self.peak = self.inflight as f64;
+        self.admitted = 0;
+        self.refused = 0;
         self.window_end = Some(now.saturating_add(interval));
     }
 
@@ -245,10 +254,12 @@ impl ConcurrencyLimit {
         };
         if admitted {
             self.inflight += 1;
+            self.admitted += 1;
             self.peak = self.peak.max(load + 1.0);
             true
         } else {
             self.peak = self.peak.max(load);
+            self.refused += 1;
             false
         }
     }

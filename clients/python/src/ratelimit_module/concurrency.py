@@ -13,7 +13,8 @@ classes while it is congested. The same algorithm, step for step, in every packa
   request took over four times that target (a queue that grew fast): the limit is cut to the
   in-flight peak times `target / fastest` (Netflix's gradient, from 0.2 to 0.9), and again
   at every standing interval while congested; between them it grows by one. Congestion ends
-  at the first interval whose peak stayed under half the limit.
+  at the first interval whose peak stayed under half the limit and which refused fewer
+  requests than it admitted (shedding keeps the queue short while the overload goes on).
 - **Not congested**, the limit grows by its square root (envoy's headroom) when the peak
   reached half of it, and otherwise eases down (5% an interval) towards twice the peak, so
   that the limit a new overload meets is near what the service was using.
@@ -74,6 +75,8 @@ class ConcurrencyLimit:
         self._window_end: Optional[int] = None
         self._window_min = math.inf
         self._peak = 0
+        # The interval's admitted and refused requests.
+        self._admitted = self._refused = 0
         self._standing_run = 0
         self._noload_now = math.inf
         self._noload_before = math.inf
@@ -117,13 +120,16 @@ class ConcurrencyLimit:
             self.limit = min(o.ceiling, self.limit + step)
         elif not bound:
             if self.congested:
-                self.congested = False
+                # Shedding keeps the queue short: what it refused is the overload going on.
+                if self._refused < self._admitted:
+                    self.congested = False
             else:
                 self.limit = max(o.floor, float(2 * self._peak), self.limit * o.decay)
         if self.limit != before:
             self.changes += 1
         self._window_min = math.inf
         self._peak = self.inflight
+        self._admitted = self._refused = 0
         self._window_end = now + o.interval_us
 
     def admit(self, priority, now: int, backlog: int = 0) -> bool:
@@ -147,10 +153,12 @@ class ConcurrencyLimit:
             else:
                 admitted = self.inflight < self.limit
             if admitted:
+                self._admitted += 1
                 self.inflight += 1
                 self._peak = max(self._peak, load + 1)
                 return True
             self._peak = max(self._peak, load)
+            self._refused += 1
             return False
 
     def finish(self, latency: int, now: int) -> None:

@@ -45,6 +45,9 @@ function _M.new(opts)
         window_end = nil,
         window_min = huge,
         peak = 0,
+        -- The interval's admitted and refused requests.
+        admitted = 0,
+        refused = 0,
         standing_run = 0,
         noload_now = huge,
         noload_before = huge,
@@ -93,7 +96,8 @@ local function roll(self, now)
         self.limit = min(o.ceiling, self.limit + step)
     elseif not bound then
         if self.congested then
-            self.congested = false
+            -- Shedding keeps the queue short: what it refused is the overload going on.
+            self.congested = self.refused >= self.admitted
         else
             self.limit = max(o.floor, 2 * self.peak, self.limit * o.decay)
         end
@@ -103,6 +107,8 @@ local function roll(self, now)
     end
     self.window_min = huge
     self.peak = self.inflight
+    self.admitted = 0
+    self.refused = 0
     self.window_end = now + o.interval_us
 end
 
@@ -130,10 +136,12 @@ function _M.admit(self, index, now, backlog)
     end
     if admitted then
         self.inflight = self.inflight + 1
+        self.admitted = self.admitted + 1
         self.peak = max(self.peak, load + 1)
         return true
     end
     self.peak = max(self.peak, load)
+    self.refused = self.refused + 1
     return false
 end
 

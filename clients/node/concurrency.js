@@ -91,7 +91,10 @@ class ConcurrencyLimit {
       this.limit = Math.min(o.ceiling, this.limit + step);
     } else if (!bound) {
       // Shedding keeps the queue short: what it refused is the overload going on.
-      if (this.congested) this.congested = this.refused >= this.admitted;
+      if (this.congested && this.refused < this.admitted) this.congested = false;
+      // Refusing by the shares alone, under half the limit: room is probed for as headroom,
+      // so that a load the shares hold back cannot keep it.
+      else if (this.congested) this.limit = Math.min(o.ceiling, this.limit + Math.sqrt(this.limit));
       else this.limit = Math.max(o.floor, 2 * this.peak, this.limit * o.decay);
     }
     if (this.limit !== before) this.changes += 1;

@@ -376,6 +376,33 @@ class LocalLimitTest(unittest.TestCase):
         finally:
             client.close()
 
+    def test_a_healthy_load_the_shares_hold_back_after_an_overload_ends_congestion(self) -> None:
+        # Every request sheddable (no priority header), 50 ms each. A 1 s overload at twice
+        # the arrivals queues (latency four times over while 60 are in flight), then a steady
+        # request a millisecond: 50 in flight, healthy. Its share (0.2 of the limit) refuses
+        # most of it at first; the limit probes for room and congestion ends.
+        import heapq
+
+        limit, queue, now, overload_ends = ConcurrencyLimit(), [], 0, 3_000_000
+        ended, refused_after = None, 0
+        while now < 6_000_000:
+            while queue and queue[0][0] <= now:
+                at, latency = heapq.heappop(queue)
+                limit.finish(latency, at)
+            overloaded = 1_000_000 <= now < overload_ends
+            if limit.admit("sheddable", now):
+                latency = 200_000 if overloaded and limit.inflight > 60 else 50_000
+                heapq.heappush(queue, (now + latency, latency))
+            elif now >= overload_ends:
+                refused_after += 1
+            if now >= overload_ends and ended is None and not limit.congested:
+                ended = now
+            now += 500 if overloaded else 1_000
+        self.assertEqual(limit.congestions, 1)
+        self.assertIsNotNone(ended, "congestion ended")
+        self.assertLessEqual(ended - overload_ends, 1_000_000)
+        self.assertLess(refused_after, 300, "of 3,000 after the overload")
+
     def test_with_the_server_frozen_the_local_limit_still_protects(self) -> None:
         from test_client import BlackHole
 

@@ -14,7 +14,9 @@
 //!   times `target / fastest` (from 0.2 to 0.9), and again at every standing interval while
 //!   congested; between them it grows by one. It ends at the first interval whose peak
 //!   stayed under half the limit and which refused fewer requests than it admitted
-//!   (shedding keeps the queue short while the overload goes on).
+//!   (shedding keeps the queue short while the overload goes on); an interval under half
+//!   the limit that refused as many as it admitted grows it by its square root, so that a
+//!   load the shares alone hold back finds room.
 //! - **Not congested**, the limit grows by its square root when the peak reached half of it,
 //!   and otherwise eases down 5% an interval towards twice the peak.
 //! - **Priorities**: while congested, a class is admitted only while the requests in flight
@@ -207,7 +209,13 @@ impl ConcurrencyLimit {
         } else if !bound {
             if self.congested {
                 // Shedding keeps the queue short: what it refused is the overload going on.
-                self.congested = self.refused >= self.admitted;
+                if self.refused < self.admitted {
+                    self.congested = false;
+                } else {
+                    // Refusing by the shares alone, under half the limit: room is probed for
+                    // as headroom, so that a load the shares hold back cannot keep it.
+                    self.limit = o.ceiling.min(self.limit + self.limit.sqrt());
+                }
             } else {
                 self.limit = o.floor.max(2.0 * self.peak).max(self.limit * o.decay);
             }

@@ -14,7 +14,9 @@ classes while it is congested. The same algorithm, step for step, in every packa
   in-flight peak times `target / fastest` (Netflix's gradient, from 0.2 to 0.9), and again
   at every standing interval while congested; between them it grows by one. Congestion ends
   at the first interval whose peak stayed under half the limit and which refused fewer
-  requests than it admitted (shedding keeps the queue short while the overload goes on).
+  requests than it admitted (shedding keeps the queue short while the overload goes on); an
+  interval under half the limit that refused as many as it admitted grows it by its square
+  root, so that a load the shares alone hold back finds room.
 - **Not congested**, the limit grows by its square root (envoy's headroom) when the peak
   reached half of it, and otherwise eases down (5% an interval) towards twice the peak, so
   that the limit a new overload meets is near what the service was using.
@@ -123,6 +125,10 @@ class ConcurrencyLimit:
                 # Shedding keeps the queue short: what it refused is the overload going on.
                 if self._refused < self._admitted:
                     self.congested = False
+                else:
+                    # Refusing by the shares alone, under half the limit: room is probed for
+                    # as headroom, so that a load the shares hold back cannot keep it.
+                    self.limit = min(o.ceiling, self.limit + math.sqrt(self.limit))
             else:
                 self.limit = max(o.floor, float(2 * self._peak), self.limit * o.decay)
         if self.limit != before:

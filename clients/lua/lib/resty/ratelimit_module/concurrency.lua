@@ -97,7 +97,13 @@ local function roll(self, now)
     elseif not bound then
         if self.congested then
             -- Shedding keeps the queue short: what it refused is the overload going on.
-            self.congested = self.refused >= self.admitted
+            if self.refused < self.admitted then
+                self.congested = false
+            else
+                -- Refusing by the shares alone, under half the limit: room is probed for as
+                -- headroom, so that a load the shares hold back cannot keep it.
+                self.limit = min(o.ceiling, self.limit + sqrt(self.limit))
+            end
         else
             self.limit = max(o.floor, 2 * self.peak, self.limit * o.decay)
         end

@@ -75,7 +75,8 @@ class ConcurrencyLimit {
     const bound = this.peak >= this.limit / 2;
     const measured = this.windowMin < Infinity && noload < Infinity;
     const target = measured ? noload + Math.max(noload, o.targetUs) : Infinity;
-    const standing = measured && bound && this.windowMin > target;
+    // While congested, a queue stands whatever the peak: the probe may raise the limit past it.
+    const standing = measured && (bound || this.congested) && this.windowMin > target;
     this.standingRun = standing ? this.standingRun + 1 : 0;
     const before = this.limit;
     const deep = standing && this.windowMin > o.deep * target;

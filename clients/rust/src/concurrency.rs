@@ -7,7 +7,7 @@
 //!
 //! - **Standing queue**: an interval (100 ms) whose fastest request took longer than the
 //!   no-load latency plus the longer of one no-load latency and 5 ms, while the requests in
-//!   flight reached half the limit.
+//!   flight reached half the limit (at any peak while congested).
 //! - **No-load latency**: the least latency of the current and the previous epoch (30 s).
 //! - **Congestion** begins at the fourth standing interval in a row, or at once when the
 //!   fastest request took over four times the target: the limit is cut to the in-flight peak
@@ -184,7 +184,9 @@ impl ConcurrencyLimit {
             (Some(fastest), Some(noload)) => Some((fastest, noload + noload.max(micros(o.target)))),
             _ => None,
         };
-        let standing = bound && measured.is_some_and(|(fastest, target)| fastest > target);
+        // While congested, a queue stands whatever the peak: the probe may raise the limit past it.
+        let standing =
+            (bound || self.congested) && measured.is_some_and(|(fastest, target)| fastest > target);
         self.standing_run = if standing { self.standing_run + 1 } else { 0 };
         let before = self.limit;
         let deep = standing

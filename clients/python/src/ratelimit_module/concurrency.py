@@ -6,8 +6,8 @@ classes while it is congested. The same algorithm, step for step, in every packa
 
 - **Standing queue** (CoDel's test): an interval (100 ms) whose *fastest* request still took
   longer than the no-load latency plus the longer of one no-load latency and 5 ms, while the
-  requests in flight reached half the limit. A burst that drains within the interval leaves
-  a fast request in it; a queue that stands does not.
+  requests in flight reached half the limit (at any peak while congested). A burst that
+  drains within the interval leaves a fast request in it; a queue that stands does not.
 - **No-load latency**: the least latency of the current and the previous epoch (30 s each).
 - **Congestion** begins at the fourth standing interval in a row, or at once when the fastest
   request took over four times that target (a queue that grew fast): the limit is cut to the
@@ -105,7 +105,8 @@ class ConcurrencyLimit:
         bound = self._peak >= self.limit / 2
         measured = self._window_min < math.inf and noload < math.inf
         target = noload + max(noload, o.target_us) if measured else math.inf
-        standing = measured and bound and self._window_min > target
+        # While congested, a queue stands whatever the peak: the probe may raise the limit past it.
+        standing = measured and (bound or self.congested) and self._window_min > target
         self._standing_run = self._standing_run + 1 if standing else 0
         before = self.limit
         deep = standing and self._window_min > o.deep * target

@@ -78,7 +78,8 @@ local function roll(self, now)
     local bound = self.peak >= self.limit / 2
     local measured = self.window_min < huge and noload < huge
     local target = measured and noload + max(noload, o.target_us) or huge
-    local standing = measured and bound and self.window_min > target
+    -- While congested, a queue stands whatever the peak: the probe may raise the limit past it.
+    local standing = measured and (bound or self.congested) and self.window_min > target
     self.standing_run = standing and self.standing_run + 1 or 0
     local before = self.limit
     local deep = standing and self.window_min > o.deep * target

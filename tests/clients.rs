@@ -665,3 +665,299 @@ fn metrics_scraped_over_http_count_every_decision_and_shadow_mode_lets_refusals_
     assert_eq!(decisions(&scrape, "default", "allowed"), 2.0, "{scrape}");
     assert_eq!(decisions(&scrape, "default", "refused"), 1.0, "{scrape}");
 }
+
+/// One package's service for the outage test: both middlewares at their defaults (the
+/// rate limit on `/limited`, load shedding on everything), its shedder reporting under
+/// `service`; `/limited` answers `while_frozen` while the server is frozen.
+struct OutageService {
+    name: String,
+    port: u16,
+    service: String,
+    while_frozen: u16,
+    _running: Box<dyn std::any::Any>,
+}
+
+impl OutageService {
+    fn new(
+        name: String,
+        service: String,
+        while_frozen: u16,
+        running: impl std::any::Any,
+        port: u16,
+    ) -> OutageService {
+        OutageService {
+            name,
+            port,
+            service,
+            while_frozen,
+            _running: Box::new(running),
+        }
+    }
+}
+
+/// When the outage test's requests were sent.
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum Phase {
+    Before,
+    Frozen,
+    Back,
+}
+
+/// The package services of the outage test: each package's failure policy at its default
+/// and under deny.
+fn outage_services(server: &Server) -> Vec<OutageService> {
+    let mut services = Vec::new();
+    for (policy, status) in [("raise", 500), ("deny", 503)] {
+        let service = format!("load:outage:python:{policy}");
+        let args = [
+            "uvicorn",
+            "outage_app:app",
+            "--port",
+            "{port}",
+            "--log-level",
+            "critical",
+        ];
+        let extra = [("SERVICE", service.as_str()), ("ON_ERROR", policy)];
+        let app = app(server, "-m", &args, &extra);
+        let port = app.port;
+        services.push(OutageService::new(
+            format!("Python, {policy}"),
+            service,
+            status,
+            app,
+            port,
+        ));
+    }
+    for (policy, status) in [("throw", 500), ("deny", 503)] {
+        let service = format!("load:outage:node:{policy}");
+        let app = Listening::start("the Node outage app", |port| {
+            let mut command = Command::new("node");
+            command
+                .arg("test/apps/outage.js")
+                .env("PORT", port.to_string())
+                .env("REDIS_URL", redis_url(server))
+                .env("SERVICE", &service)
+                .env("ON_ERROR", policy)
+                .current_dir(repository().join("clients/node"));
+            command
+        });
+        let port = app.port;
+        services.push(OutageService::new(
+            format!("Node, {policy}"),
+            service,
+            status,
+            app,
+            port,
+        ));
+    }
+    let outage = repository().join("target/rust-clients/debug/examples/outage");
+    for (policy, status) in [("raise", 503), ("deny", 503)] {
+        let service = format!("load:outage:rust:{policy}");
+        let app = Listening::start("the Rust outage app", |port| {
+            let mut command = Command::new(&outage);
+            command
+                .env("PORT", port.to_string())
+                .env("REDIS_URL", redis_url(server))
+                .env("SERVICE", &service)
+                .env("ON_ERROR", policy);
+            command
+        });
+        let port = app.port;
+        services.push(OutageService::new(
+            format!("Rust, {policy}"),
+            service,
+            status,
+            app,
+            port,
+        ));
+    }
+    // nginx, as lua-resty-limit-traffic's README wires a limiter: 503 when rejected (which
+    // `on_error = "deny"` answers while the server fails), 500 on an error (unset).
+    for (policy, on_error, status) in [("unset", "", 500), ("deny", ", on_error = \"deny\"", 503)] {
+        let service = format!("load:outage:nginx:{policy}");
+        let redis = format!(
+            "{{ host = \"127.0.0.1\", port = {} {on_error} }}",
+            server.port()
+        );
+        let http = format!(
+            "    lua_shared_dict ratelimit_load 1m;
+    init_worker_by_lua_block {{
+        require(\"resty.ratelimit_module.load\").start({{ host = \"127.0.0.1\", port = {port} }},
+            {{ service = \"{service}\", dict = \"ratelimit_load\" }})
+        LIMIT = assert(require(\"resty.ratelimit_module.req\").new({redis}, 100, 100))
+    }}
+    server {{
+        listen {{listen}};
+        location / {{
+            access_by_lua_block {{
+                require(\"resty.ratelimit_module.load\").shed(ngx.var.http_x_priority)
+                if ngx.var.uri == \"/limited\" then
+                    local delay, err = LIMIT:incoming(ngx.var.binary_remote_addr, true)
+                    if not delay then
+                        return ngx.exit(err == \"rejected\" and 503 or 500)
+                    end
+                end
+            }}
+            content_by_lua_block {{ ngx.say(\"ok\") }}
+            log_by_lua_block {{ require(\"resty.ratelimit_module.load\").record() }}
+        }}
+    }}",
+            port = server.port()
+        );
+        let nginx = support::nginx::Nginx::start(&http);
+        let port = nginx.port();
+        services.push(OutageService::new(
+            format!("nginx, on_error {policy}"),
+            service,
+            status,
+            nginx,
+            port,
+        ));
+    }
+    services
+}
+
+/// Issue 58: a 5 s outage of the server under a service with both middlewares at their
+/// defaults (and under deny) sheds nothing once the server is back. The limiter's own
+/// answers while it failed (its 500s and 503s) are not the service failing: no report
+/// carries them, and no level rises. What is asserted is what the server reports (the
+/// level of each service, polled) and what each service answered.
+#[test]
+fn an_outage_of_the_server_sheds_nothing_once_it_is_back() {
+    use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+    use std::sync::{Arc, Mutex};
+
+    let server = Server::start();
+    let services = outage_services(&server);
+    let phase = Arc::new(AtomicU8::new(Phase::Before as u8));
+    let running = Arc::new(AtomicBool::new(true));
+    // (service, phase, path, status) of every request sent.
+    type Answered = Vec<(usize, Phase, &'static str, u16)>;
+    let answers: Arc<Mutex<Answered>> = Arc::default();
+    // 30 requests a second to each service, over /limited and /open in turn.
+    let senders: Vec<_> = services
+        .iter()
+        .enumerate()
+        .map(|(index, one)| {
+            let (port, phase, running, answers) =
+                (one.port, phase.clone(), running.clone(), answers.clone());
+            std::thread::spawn(move || {
+                let mut sent = Vec::new();
+                for number in 0.. {
+                    if !running.load(Ordering::SeqCst) {
+                        break;
+                    }
+                    let path = if number % 2 == 0 { "/limited" } else { "/open" };
+                    let at = match phase.load(Ordering::SeqCst) {
+                        0 => Phase::Before,
+                        1 => Phase::Frozen,
+                        _ => Phase::Back,
+                    };
+                    let answers = answers.clone();
+                    sent.push(std::thread::spawn(move || {
+                        let status = try_get(port, path).unwrap_or(0);
+                        answers.lock().unwrap().push((index, at, path, status));
+                    }));
+                    std::thread::sleep(Duration::from_millis(33));
+                }
+                for one in sent {
+                    one.join().unwrap();
+                }
+            })
+        })
+        .collect();
+    // Every service reports before the outage.
+    let mut con = server.connect();
+    let level_of = |con: &mut Connection, service: &str| -> (i64, i64) {
+        let status: Vec<Value> = query(con, &["RL.LOAD.STATUS", service]);
+        let int = |value: &Value| match value {
+            Value::Int(number) => *number,
+            other => panic!("{other:?}"),
+        };
+        (int(&status[1]), int(&status[5]))
+    };
+    for one in &services {
+        let reported = wait_until(Duration::from_secs(10), || {
+            level_of(&mut con, &one.service).1 > 0
+        });
+        assert!(reported, "{} never reported", one.name);
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    phase.store(Phase::Frozen as u8, Ordering::SeqCst);
+    server.signal(libc::SIGSTOP);
+    std::thread::sleep(Duration::from_secs(5));
+    server.signal(libc::SIGCONT);
+    phase.store(Phase::Back as u8, Ordering::SeqCst);
+    // Once the server is back, every service's level stays 0 while the reports of the
+    // outage's seconds come in (a report's window is 10 s: all of them carry it).
+    let mut highest = vec![0; services.len()];
+    let mut reported_after = vec![false; services.len()];
+    for _ in 0..40 {
+        for (index, one) in services.iter().enumerate() {
+            let (level, instances) = level_of(&mut con, &one.service);
+            highest[index] = highest[index].max(level);
+            reported_after[index] |= instances > 0;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    running.store(false, Ordering::SeqCst);
+    for sender in senders {
+        sender.join().unwrap();
+    }
+    let answers = answers.lock().unwrap();
+    let mut failures = Vec::new();
+    for (index, one) in services.iter().enumerate() {
+        let of = |phase: Phase, path: &str| -> Vec<u16> {
+            answers
+                .iter()
+                .filter(|(i, at, p, _)| *i == index && *at == phase && *p == path)
+                .map(|(_, _, _, status)| *status)
+                .collect()
+        };
+        let frozen = of(Phase::Frozen, "/limited");
+        if !frozen.contains(&one.while_frozen) {
+            failures.push(format!(
+                "{}: /limited answered {frozen:?} while frozen",
+                one.name
+            ));
+        }
+        for phase in [Phase::Before, Phase::Frozen, Phase::Back] {
+            let open = of(phase, "/open");
+            let shed = open.iter().filter(|status| **status != 200).count();
+            if shed > 0 {
+                failures.push(format!(
+                    "{}: /open answered {shed} of {} with other than 200 ({phase:?}): {open:?}",
+                    one.name,
+                    open.len()
+                ));
+            }
+        }
+        if !reported_after[index] {
+            failures.push(format!("{}: no report after the outage", one.name));
+        }
+        if highest[index] != 0 {
+            failures.push(format!(
+                "{}: the level rose to {} after the outage",
+                one.name, highest[index]
+            ));
+        }
+        let back = of(Phase::Back, "/limited");
+        if !back.contains(&200) {
+            failures.push(format!("{}: /limited answered {back:?} after", one.name));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// One GET request's status; None when the service did not answer.
+fn try_get(port: u16, path: &str) -> Option<u16> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .ok()?;
+    let request = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    response.split(' ').nth(1)?.parse().ok()
+}

@@ -5,6 +5,7 @@
 // (@nestjs/throttler).
 "use strict";
 
+const { markOwn } = require("./answered");
 const { Circuit, DenyCache, ServerUnavailable, guardedSender } = require("./resilience");
 const { Quota } = require("./quota");
 
@@ -176,6 +177,7 @@ class RateLimiter {
     const result = resultOf(reply, limiters, options);
     // A request shed by load is a draw, not a standing refusal: never cached.
     if (cacheKey && !result.shedLevel) this.denyCache.put(cacheKey, quantity, result);
+    if (result.shedLevel) markOwn();
     if (!result.allowed) {
       return this.refused(policy, limiters, result, result.shedLevel ? "shed" : "refused", shadow);
     }

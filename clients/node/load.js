@@ -19,6 +19,7 @@
 // level is 0 (nothing shed by level); the process's own limit goes on protecting it.
 "use strict";
 
+const { countsForService, watching } = require("./answered");
 const { reportCommand, reportResult } = require("./protocol");
 
 const fs = require("node:fs");
@@ -164,6 +165,12 @@ class Signals {
 
   started() {
     this.inflight += 1;
+  }
+
+  /** A request ended with an answer that says nothing of the service (a limit's refusal, the
+   * failure policy's): it leaves the requests in flight, and nothing else counts it. */
+  left() {
+    this.inflight = Math.max(0, this.inflight - 1);
   }
 
   /** A request ended after `latency` seconds with HTTP `status` (5xx: failed); `busy` when the
@@ -363,12 +370,15 @@ class LoadShedder {
     return this.interval;
   }
 
-  /** The request `admit` gave `ticket` ended with HTTP `status`. */
-  finished(ticket, status) {
+  /** The request `admit` gave `ticket` ended with HTTP `status`; `own` when the package answered
+   * it by its policy (answered.js): then, as for any 429, it leaves the requests in flight and
+   * says nothing of the service's health. */
+  finished(ticket, status, own = false) {
     const now = this.clock();
     const latency = Math.max(0, now - ticket.started);
     if (this.limit !== null && ticket.counted) this.limit.finish(micros(latency), micros(now));
-    this.signals.done(latency, status, this.limit?.congested ?? false);
+    if (countsForService(status, own)) this.signals.done(latency, status, this.limit?.congested ?? false);
+    else this.signals.left();
   }
 }
 
@@ -388,13 +398,14 @@ function loadShedding(shedder, { priority = "x-priority" } = {}) {
       return;
     }
     let done = false;
+    let request = null;
     const finish = (status) => {
-      if (!done) shedder.finished(ticket, status);
+      if (!done) shedder.finished(ticket, status, request?.own ?? false);
       done = true;
     };
     res.on("finish", () => finish(res.statusCode));
     res.on("close", () => finish(res.writableFinished ? res.statusCode : 499));
-    next();
+    request = watching(next);
   };
 }
 

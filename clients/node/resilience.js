@@ -7,6 +7,8 @@
 // drive them).
 "use strict";
 
+const { markOwn } = require("./answered");
+
 const ON_ERROR = ["allow", "deny", "throw"];
 
 /** The server failed (unreachable, too slow, loading, failing over), or failed less than a
@@ -133,7 +135,7 @@ class Circuit {
  */
 function guardedSender(client, send, circuit, timeout) {
   return async (args) => {
-    if (circuit.open()) throw circuit.unavailable();
+    if (circuit.open()) throw unavailable(circuit, circuit.unavailable());
     if (notReady(client)) return fail(circuit, new Error("the client is not connected"));
     let timer;
     const expired = new Promise((_, reject) => {
@@ -156,10 +158,17 @@ function guardedSender(client, send, circuit, timeout) {
 
 function fail(circuit, error) {
   circuit.failed(error);
-  throw new ServerUnavailable(`the server failed: ${error.message}`, {
-    cause: error,
-    retryAfter: circuit.retryAfter(),
-  });
+  throw unavailable(
+    circuit,
+    new ServerUnavailable(`the server failed: ${error.message}`, { cause: error, retryAfter: circuit.retryAfter() }),
+  );
+}
+
+/** `error`, the call's ServerUnavailable: unless the policy admits ("allow"), what the request
+ * is answered (an error, a 503) is the package's own, not the service's (answered.js). */
+function unavailable(circuit, error) {
+  if (circuit.onError !== "allow") markOwn();
+  return error;
 }
 
 /**

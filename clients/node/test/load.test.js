@@ -193,6 +193,39 @@ test("the signals count requests: latency, errors and the window's counts", () =
   assert.deepEqual([busy.max_rps, busy.min_rt], [2, 30]);
 });
 
+test("a limit's refusal and the package's own answers say nothing of the service", async () => {
+  const shedder = new LoadShedder(redis, `node:own:${randomUUID()}`, { limit: false, logger: quiet });
+  shedder.signals = new Signals({ cpu: () => null, memory: () => null });
+  // A 429 (whoever made it), and a 503 or 500 the package made by its policy: each leaves the
+  // requests in flight, and nothing else counts it.
+  for (const [status, own] of [
+    [429, false],
+    [503, true],
+    [500, true],
+  ])
+    shedder.finished(shedder.admit("critical"), status, own);
+  // The service's own 503 and 200 count.
+  shedder.finished(shedder.admit("critical"), 503);
+  shedder.finished(shedder.admit("critical"), 200);
+  const sample = shedder.signals.sample();
+  assert.equal(sample.inflight, 0);
+  assert.deepEqual([sample.requests, sample.successes, sample.errors], [2, 1, 0.5]);
+  // The failure policy marks the request it answers: under "deny" and "throw", not "allow".
+  const { watching } = require("../answered");
+  const marks = [];
+  for (const onError of ["deny", "throw", "allow"]) {
+    const limiter = new RateLimiter(redis, { onError, timeout: 1000, logger: { error() {} } });
+    limiter.circuit.failed(new Error("frozen"));
+    let pending;
+    const request = watching(() => {
+      pending = limiter.check([throttle("k", 1, 1, 1)]).catch(() => null);
+    });
+    await pending;
+    marks.push(request.own);
+  }
+  assert.deepEqual(marks, [true, true, false]);
+});
+
 /** A no-load latency of 5 ms, then a queue that stands: 20 requests in flight, and every one of
  * the next interval taking 100 ms (over four times the target of 10 ms). */
 function flood(shedder, clock) {

@@ -301,6 +301,53 @@ class SignalsTest(unittest.TestCase):
         self.assertNotIn("latency", later)
         self.assertEqual(later["requests"], 0.0)
 
+    def test_a_limits_refusal_and_the_packages_own_answers_say_nothing_of_the_service(
+        self,
+    ) -> None:
+        from ratelimit_module import AsyncRateLimiter
+        from ratelimit_module._answered import watching
+
+        clock = Clock()
+        shedder = LoadShedder(
+            redis.Redis.from_url(URL), f"py:own:{uuid.uuid4().hex}", clock=clock, limit=False
+        )
+        shedder.signals = Signals(clock=clock, cpu=lambda: None, memory=lambda: None)
+        # A 429 (whoever made it), and a 503 or 500 the package made by its policy: each
+        # leaves the requests in flight, and nothing else counts it.
+        for status, own in ((429, False), (503, True), (500, True)):
+            shedder.finished(shedder.admit("critical"), status, own)
+        # The service's own 503 and 200 count.
+        shedder.finished(shedder.admit("critical"), 503)
+        shedder.finished(shedder.admit("critical"), 200)
+        sample = shedder.signals.sample()
+        self.assertEqual(sample["inflight"], 0.0)
+        self.assertEqual((sample["requests"], sample["successes"]), (2.0, 1.0))
+        self.assertAlmostEqual(sample["errors"], 0.5)
+
+        # The failure policy marks the request it answers: under "deny" and "raise", not
+        # under "allow".
+        async def marked(on_error: str) -> bool:
+            from test_client import BlackHole
+
+            frozen = BlackHole()
+            try:
+                limiter = AsyncRateLimiter(
+                    redis.asyncio.Redis(port=frozen.port), on_error=on_error, timeout=0.05
+                )
+                with watching() as request:
+                    try:
+                        await limiter.check([Throttle("k", 1, 1, 1)])
+                    except Exception:  # noqa: BLE001 ("raise")
+                        pass
+                return request.own
+            finally:
+                frozen.close()
+
+        self.assertEqual(
+            [asyncio.run(marked(policy)) for policy in ("deny", "raise", "allow")],
+            [True, True, False],
+        )
+
 
 def flood(shedder, clock: Clock) -> None:  # type: ignore[no-untyped-def]
     """A no-load latency of 5 ms, then a queue that stands: 20 requests in flight, and every

@@ -43,7 +43,7 @@ use crate::asynchronous::AsyncRateLimiter;
 pub use crate::concurrency::{ConcurrencyLimit, LimitOptions};
 use crate::protocol::{report_words, LoadStanding, Priority};
 use crate::resilience::{monotonic, Clock};
-use crate::signals::Signals;
+use crate::signals::{counts_for_service, Signals};
 
 /// Nothing shed: what a shedder stands on until a report answers, and once its last
 /// report's time to live has passed.
@@ -293,8 +293,22 @@ impl<C> LoadShedder<C> {
         })
     }
 
-    /// The request [`LoadShedder::admit`] gave `ticket` ended with HTTP `status`.
+    /// The request [`LoadShedder::admit`] gave `ticket` ended with HTTP `status`. A 429 (a
+    /// limit's refusal, whoever made it) says nothing of the service's health: the request
+    /// only leaves the requests in flight.
     pub fn finished(&self, ticket: Ticket, status: u16) {
+        self.ended(ticket, status, false);
+    }
+
+    /// The request [`LoadShedder::admit`] gave `ticket` ended with the rate limiter's own
+    /// answer, not the service's: a refusal, or what its failure policy answers while the
+    /// server fails. It leaves the requests in flight and says nothing of the service's health
+    /// (counted, a server outage would read as the service failing and raise the level).
+    pub fn finished_by_limiter(&self, ticket: Ticket) {
+        self.ended(ticket, 503, true);
+    }
+
+    fn ended(&self, ticket: Ticket, status: u16, by_limiter: bool) {
         let now = (self.clock)();
         let latency = now.saturating_sub(ticket.started);
         let mut local = self.local();
@@ -307,7 +321,11 @@ impl<C> LoadShedder<C> {
             }
             None => false,
         };
-        local.signals.done(latency, status, busy);
+        if counts_for_service(status, by_limiter) {
+            local.signals.done(latency, status, busy);
+        } else {
+            local.signals.left();
+        }
     }
 
     /// What a shed request is told to wait: one report interval, when the level may have

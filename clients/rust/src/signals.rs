@@ -105,6 +105,13 @@ pub fn memory_share(cgroup: &Path, meminfo: &Path) -> Option<f64> {
     (total > 0.0).then(|| ((total - available) / total).clamp(0.0, 1.0))
 }
 
+/// Whether a response with HTTP `status` says anything about the service: not a limit's
+/// refusal (429, whoever made it), and not a 5xx the rate limiter made by its policy
+/// (`by_limiter`: its failure policy's answer, a load gate's shed).
+pub fn counts_for_service(status: u16, by_limiter: bool) -> bool {
+    status != 429 && !(by_limiter && status >= 500)
+}
+
 /// The host's run queue over its cores (load1 / cores, Sentinel's system load).
 pub fn host_load() -> Option<f64> {
     let text = read(Path::new("/proc/loadavg"))?;
@@ -187,6 +194,12 @@ impl Signals {
     /// A request began.
     pub fn started(&mut self) {
         self.inflight += 1;
+    }
+
+    /// A request ended with an answer that says nothing of the service (a limit's refusal,
+    /// the failure policy's): it leaves the requests in flight, and nothing else counts it.
+    pub fn left(&mut self) {
+        self.inflight = self.inflight.saturating_sub(1);
     }
 
     /// A request ended after `latency` with HTTP `status` (5xx: failed); `busy` when the
@@ -296,6 +309,24 @@ mod tests {
         let later = signals.sample();
         assert_eq!(value(&later, "requests"), Some(0.0));
         assert_eq!(value(&later, "latency"), None);
+    }
+
+    #[test]
+    fn a_limits_refusal_and_the_limiters_own_answers_say_nothing_of_the_service() {
+        assert!(!counts_for_service(429, false), "a 429, whoever made it");
+        assert!(!counts_for_service(503, true), "the failure policy's 503");
+        assert!(!counts_for_service(500, true));
+        assert!(counts_for_service(503, false), "the service's own 503");
+        assert!(counts_for_service(200, false));
+        let (_, clock) = clock();
+        let mut signals = Signals::new(10, clock);
+        signals.started();
+        signals.started();
+        signals.left();
+        signals.done(Duration::from_millis(5), 200, false);
+        let sample = signals.sample();
+        assert_eq!(value(&sample, "inflight"), Some(0.0));
+        assert_eq!(value(&sample, "requests"), Some(1.0));
     }
 
     #[test]

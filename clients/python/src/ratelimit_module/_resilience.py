@@ -21,6 +21,7 @@ from typing import Any, Callable, Hashable, Optional, Sequence
 
 import redis.exceptions
 
+from ._answered import mark_own
 from ._calls import DeadlineExceeded
 from ._protocol import Lease, Limiter, Options, RateLimit, command
 
@@ -229,6 +230,7 @@ class Decisions:
         raised again."""
         self.circuit.failed(error)
         if self.circuit.on_error == "raise":
+            mark_own()
             raise error
         return self._without_server(limiters)
 
@@ -247,6 +249,8 @@ class Decisions:
         # A request shed by load is a draw, not a standing refusal: never cached.
         if key is not None and not decided.shed_level:
             self.deny_cache.put(key, options.quantity, decided)  # type: ignore[union-attr]
+        if decided.shed_level:
+            mark_own()
         if not decided.allowed:
             outcome = "shed" if decided.shed_level else "refused"
             return self._refused(limiters, decided, outcome, shadow)
@@ -290,6 +294,10 @@ class Decisions:
         return self.circuit.on_error == "allow"
 
     def _without_server(self, limiters: Sequence[Limiter]) -> RateLimit:
+        """`on_error`'s decision; a refusal (or the error raised) is the package's own
+        answer to the request, not the service's (`_answered`)."""
+        if self.circuit.on_error != "allow":
+            mark_own()
         decided = self.circuit.decide()
         self.count(policy_name(limiters), "failed_open" if decided.allowed else "failed_closed")
         return decided

@@ -39,7 +39,9 @@ from limits.aio.storage import Storage as AsyncStorage
 from limits.storage import MovingWindowSupport, SlidingWindowCounterSupport, Storage
 from limits.storage.base import TimestampedSlidingWindow
 
+from ._answered import mark_own
 from ._calls import DEFAULT_TIMEOUT, AsyncCalls, SyncCalls
+from ._resilience import SERVER_FAILURES
 
 # A fixed window's count never reaches it: `incr` counts every hit, as `limits` wants.
 _UNBOUNDED = 1 << 62
@@ -199,7 +201,13 @@ class RateLimitModuleStorage(
     def _run(self, call: Call) -> Any:
         command, read = call
         started = time.perf_counter()
-        reply = self.call(*command)
+        try:
+            reply = self.call(*command)
+        except SERVER_FAILURES:
+            # What the framework makes of it (a 500, or its own fallback) is not the
+            # service's answer (`_answered`).
+            mark_own()
+            raise
         self.observer.timed(time.perf_counter() - started)
         return read(reply)
 
@@ -285,7 +293,11 @@ class AsyncRateLimitModuleStorage(
     async def _run(self, call: Call) -> Any:
         command, read = call
         started = time.perf_counter()
-        reply = await self.call(*command)
+        try:
+            reply = await self.call(*command)
+        except SERVER_FAILURES:
+            mark_own()
+            raise
         self.observer.timed(time.perf_counter() - started)
         return read(reply)
 

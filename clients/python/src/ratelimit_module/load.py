@@ -41,6 +41,7 @@ import threading
 import time
 from typing import Any, Callable, Optional
 
+from ._answered import counts_for_service, watching
 from ._calls import DEFAULT_TIMEOUT, AsyncCalls, SyncCalls
 from ._protocol import PRIORITIES, LoadStanding, report_command, report_result
 from ._resilience import SERVER_FAILURES
@@ -247,8 +248,10 @@ class _Shedding:
         have changed."""
         return self.interval
 
-    def finished(self, ticket: Ticket, status: int) -> None:
-        """The request `admit` gave `ticket` ended with HTTP `status`."""
+    def finished(self, ticket: Ticket, status: int, own: bool = False) -> None:
+        """The request `admit` gave `ticket` ended with HTTP `status`; `own` when the
+        package answered it by its policy (`_answered`): then, as for any 429, it leaves the
+        requests in flight and says nothing of the service's health."""
         now = self.clock()
         latency = max(0.0, now - ticket.started)
         congested = False
@@ -256,7 +259,10 @@ class _Shedding:
             if ticket.counted:
                 self.limit.finish(_micros(latency), _micros(now))
             congested = self.limit.congested
-        self.signals.done(latency, status, busy=congested)
+        if counts_for_service(status, own):
+            self.signals.done(latency, status, busy=congested)
+        else:
+            self.signals.left()
 
 
 class LoadShedder(_Shedding):
@@ -422,10 +428,11 @@ class LoadSheddingWSGI:
             status[0] = int(line.split()[0])
             return start_response(line, headers, *rest)
 
-        try:
-            return self.app(environ, recording_start_response)
-        finally:
-            self.shedder.finished(ticket, status[0])
+        with watching() as request:
+            try:
+                return self.app(environ, recording_start_response)
+            finally:
+                self.shedder.finished(ticket, status[0], request.own)
 
 
 __all__ = [

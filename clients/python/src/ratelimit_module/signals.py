@@ -153,6 +153,13 @@ class Signals:
         with self.lock:
             self.inflight += 1
 
+    def left(self) -> None:
+        """A request ended with an answer that says nothing of the service (a limit's
+        refusal, the failure policy's): it leaves the requests in flight, and nothing else
+        counts it."""
+        with self.lock:
+            self.inflight = max(0, self.inflight - 1)
+
     def done(self, latency: float, status: int, busy: bool = False) -> None:
         """A request ended after `latency` seconds with HTTP `status` (5xx: failed);
         `busy` when the instance's limit was congested (its throughput was capacity, not

@@ -25,6 +25,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from ._answered import watching
 from ._protocol import Limiter, RateLimit
 from .aio import AsyncRateLimiter
 from .fields import headers, seconds
@@ -160,10 +161,11 @@ class LoadSheddingMiddleware:
                 status[0] = int(message["status"])
             await send(message)
 
-        try:
-            await self.app(scope, receive, recording_send)
-        finally:
-            self.shedder.finished(ticket, status[0])
+        with watching() as request:
+            try:
+                await self.app(scope, receive, recording_send)
+            finally:
+                self.shedder.finished(ticket, status[0], request.own)
 
 
 __all__ = ["LoadSheddingMiddleware", "RateLimitMiddleware", "rate_limit"]

@@ -22,7 +22,7 @@ use redis::aio::ConnectionLike;
 use tower_layer::Layer;
 use tower_service::Service;
 
-use super::response::answer;
+use super::response::{answer, limiter_answer};
 use crate::asynchronous::AsyncRateLimiter;
 use crate::fields::fields;
 use crate::protocol::{Limiter, Options, Priority, RateLimit};
@@ -193,21 +193,22 @@ where
                     }
                     Ok(response)
                 }
-                Ok(decided) if decided.failed || decided.shed_level > 0 => {
-                    Ok(answer(StatusCode::SERVICE_UNAVAILABLE, decided.retry_after))
-                }
+                Ok(decided) if decided.failed || decided.shed_level > 0 => Ok(limiter_answer(
+                    answer(StatusCode::SERVICE_UNAVAILABLE, decided.retry_after),
+                )),
                 Ok(decided) => {
                     let mut response = answer(StatusCode::TOO_MANY_REQUESTS, None);
                     set_fields(response.headers_mut(), &decided, &limiters);
-                    Ok(response)
+                    Ok(limiter_answer(response))
                 }
-                Err(Error::Unavailable { retry_after, .. }) => {
-                    Ok(answer(StatusCode::SERVICE_UNAVAILABLE, Some(retry_after)))
-                }
-                Err(error) if error.is_server_failure() => Ok(answer(
+                Err(Error::Unavailable { retry_after, .. }) => Ok(limiter_answer(answer(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    Some(retry_after),
+                ))),
+                Err(error) if error.is_server_failure() => Ok(limiter_answer(answer(
                     StatusCode::SERVICE_UNAVAILABLE,
                     Some(Duration::from_secs(1)),
-                )),
+                ))),
                 Err(error) => {
                     tracing::error!(%error, "ratelimit: the check failed");
                     Ok(answer(StatusCode::INTERNAL_SERVER_ERROR, None))

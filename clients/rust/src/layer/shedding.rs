@@ -2,7 +2,9 @@
 //! process's own limit and the fleet's level) before the service runs, by its priority.
 //!
 //! - Admitted: the service answers; the request is counted in flight until its response is
-//!   made (or the call is dropped), with its latency and status.
+//!   made (or the call is dropped), with its latency and status. A response the rate-limit
+//!   layer made inside this one (a refusal, its failure policy's 503) and any 429 say nothing
+//!   of the service's health: the request only leaves the requests in flight.
 //! - Shed: `503 Service Unavailable` with `Retry-After` (one report interval).
 //!
 //! The priority is the `x-priority` field by default (`critical_plus`, `critical`,
@@ -21,7 +23,7 @@ use redis::aio::ConnectionLike;
 use tower_layer::Layer;
 use tower_service::Service;
 
-use super::response::answer;
+use super::response::{answer, is_limiter_answer};
 use crate::load::{LoadShedder, Ticket};
 use crate::protocol::Priority;
 
@@ -110,6 +112,12 @@ impl<C> InFlight<C> {
             self.shedder.finished(ticket, status);
         }
     }
+
+    fn finish_by_limiter(mut self) {
+        if let Some(ticket) = self.ticket.take() {
+            self.shedder.finished_by_limiter(ticket);
+        }
+    }
 }
 
 impl<C> Drop for InFlight<C> {
@@ -156,8 +164,12 @@ where
                 ticket: Some(ticket),
             };
             let response = inner.call(Request::from_parts(parts, body)).await;
-            let status = response.as_ref().map_or(500, |r| r.status().as_u16());
-            in_flight.finish(status);
+            match &response {
+                // The rate limiter's answer (a layer inside this one) is not the service's.
+                Ok(answered) if is_limiter_answer(answered) => in_flight.finish_by_limiter(),
+                Ok(answered) => in_flight.finish(answered.status().as_u16()),
+                Err(_) => in_flight.finish(500),
+            }
             response
         })
     }

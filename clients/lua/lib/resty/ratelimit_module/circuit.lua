@@ -53,13 +53,24 @@ function _M.log_error(client, message)
     end
 end
 
+--- Marks the current request's answer as the package's own: a refusal, or what the failure
+--- policy makes of a failed call (a 503, or the 500 of an error). Such an answer says nothing
+--- of the service's health, and `load.record` does not count it (counted, a server outage
+--- would read as the upstream failing and raise the fleet's level).
+local function mark_own()
+    ngx.ctx.ratelimit_own = true
+end
+_M.mark_own = mark_own
+
 --- What a call that the server failed decides, for `policy`: true to admit, false to refuse,
 --- nil to return the error (`on_error` unset).
 function _M.on_failure(client, policy)
     if client.on_error == "allow" then
         count(client, policy, "failed_open")
         return true
-    elseif client.on_error == "deny" then
+    end
+    mark_own()
+    if client.on_error == "deny" then
         count(client, policy, "failed_closed")
         return false
     end
@@ -75,6 +86,7 @@ function _M.refused(client, policy, key)
         return true
     end
     count(client, policy, "refused")
+    mark_own()
     return false
 end
 

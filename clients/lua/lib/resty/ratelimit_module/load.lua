@@ -287,7 +287,8 @@ function _M.shed(priority)
 end
 
 --- Counts the request that ends (from log_by_lua*): its upstream's response time (or the
---- request's) and status; nothing of a request `shed` shed.
+--- request's) and status; nothing of a request `shed` shed, and nothing but its place in flight
+--- of a 429 or of the package's own answer (a refusal, the failure policy's 503 or 500).
 function _M.record()
     local dict = config.dict
     local counted = ngx.ctx.ratelimit_load
@@ -304,6 +305,11 @@ function _M.record()
     local millis = seconds * 1000
     if counted == "counted" and limit then
         limit:finish(micros(seconds), micros(ngx.now()))
+    end
+    if status == 429 or (status >= 500 and ngx.ctx.ratelimit_own) then
+        -- A limit's refusal, or the failure policy's answer (circuit.mark_own): nothing of
+        -- the upstream's health.
+        return
     end
     dict:incr("finished", 1, 0)
     dict:incr("latency_sum_ms", millis, 0)

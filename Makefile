@@ -132,6 +132,9 @@ deps-bench: deps-nginx
 	@$(call ensure_packages,$(BENCH_PACKAGES))
 	CARGO_TARGET_DIR=$(RUST_CLIENTS_TARGET) $(CARGO) build --release --quiet --example bench \
 	  --example layer_bench --manifest-path clients/rust/Cargo.toml
+	CARGO_TARGET_DIR=$(CURDIR)/target/loadgen $(CARGO) build --release --quiet \
+	  --manifest-path bench/loadgen/Cargo.toml
+	npm ci --prefix bench/shapes --no-audit --no-fund --loglevel=error
 
 # Far more fuzzing, differential calls and soak than `make test`, each with its own seed.
 stress: deps-server build
@@ -166,6 +169,8 @@ lint: deps-build clients-deps
 	  CARGO_TARGET_DIR=$(RUST_CLIENTS_TARGET) $(CARGO) publish --dry-run --quiet --allow-dirty
 	cd examples/rust && CARGO_TARGET_DIR=$(RUST_CLIENTS_TARGET) $(CARGO) fmt --check && \
 	  CARGO_TARGET_DIR=$(RUST_CLIENTS_TARGET) $(CARGO) clippy --all-targets -- -D warnings
+	cd bench/loadgen && $(CARGO) fmt --check && \
+	  CARGO_TARGET_DIR=$(CURDIR)/target/loadgen $(CARGO) clippy -- -D warnings
 
 deps-build:
 	@$(call ensure_packages,$(BUILD_PACKAGES))

@@ -133,8 +133,9 @@ export class LoadShedder {
   limit: ConcurrencyLimit | null;
   /** A ticket when both the level and the process's limit admit the request; null when shed. */
   admit(priority: unknown): Ticket | null;
-  /** The request `admit` gave `ticket` ended with HTTP `status`. */
-  finished(ticket: Ticket, status: number): void;
+  /** The request `admit` gave `ticket` ended with HTTP `status`; `own` when the package answered
+   * it by its policy (then, as any 429, it says nothing of the service's health). */
+  finished(ticket: Ticket, status: number, own?: boolean): void;
 }
 
 /** Express middleware (and NestJS on express, through `app.use`). */
@@ -142,3 +143,11 @@ export function loadShedding(
   shedder: LoadShedder,
   options?: { priority?: string | ((req: unknown) => unknown) },
 ): (req: unknown, res: unknown, next: () => void) => void;
+
+/** A request listener for Node's http server that sheds before `listener` (an Express app, any
+ * `(req, res)`) sees the request: `http.createServer(shedRequests(shedder, app))`. */
+export function shedRequests(
+  shedder: LoadShedder,
+  listener: (req: import("node:http").IncomingMessage, res: import("node:http").ServerResponse) => void,
+  options?: { priority?: string | ((req: import("node:http").IncomingMessage) => unknown) },
+): (req: import("node:http").IncomingMessage, res: import("node:http").ServerResponse) => void;

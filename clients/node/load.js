@@ -382,30 +382,68 @@ class LoadShedder {
   }
 }
 
+/** `priority` as a function of a Node request: a header's name (any case) or a function. */
+function priorityReader(priority) {
+  if (typeof priority === "function") return priority;
+  const name = String(priority).toLowerCase();
+  return (req) => req.headers[name];
+}
+
 /**
- * Express middleware: sheds by `shedder`'s level before the routes (503 with Retry-After) and
- * counts every request in its signals. `priority` is a header's name ("x-priority") or a
- * function of the request.
+ * Admits or sheds the request `req`; a shed one is answered 503 with Retry-After on `res` (Node's
+ * own ServerResponse: no framework's response object is made), an admitted one goes on to
+ * `next` and is counted in the shedder's limit and signals until its response ends.
+ */
+function shed(shedder, priority, req, res, next) {
+  const ticket = shedder.admit(priority);
+  if (ticket === null) {
+    res.writeHead(503, {
+      "Content-Type": "text/plain; charset=utf-8",
+      "Content-Length": "19",
+      "Retry-After": String(Math.max(1, Math.ceil(shedder.retryAfter))),
+    });
+    res.end("Service Unavailable");
+    return;
+  }
+  let done = false;
+  let request = null;
+  const finish = (status) => {
+    if (!done) shedder.finished(ticket, status, request?.own ?? false);
+    done = true;
+  };
+  res.on("finish", () => finish(res.statusCode));
+  res.on("close", () => finish(res.writableFinished ? res.statusCode : 499));
+  request = watching(next);
+}
+
+/**
+ * Express middleware: sheds by `shedder`'s level and the process's own limit before the routes
+ * (503 with Retry-After) and counts every request in its signals. `priority` is a header's name
+ * ("x-priority") or a function of the request. Express has run its own setup of the request by
+ * then; `shedRequests` refuses before any of it.
  */
 function loadShedding(shedder, { priority = "x-priority" } = {}) {
-  const priorityOfRequest = typeof priority === "function" ? priority : (req) => req.get(priority);
+  const priorityOf = priorityReader(priority);
   shedder.start();
   return function shedByLoad(req, res, next) {
-    const ticket = shedder.admit(priorityOfRequest(req));
-    if (ticket === null) {
-      res.set("Retry-After", String(Math.max(1, Math.ceil(shedder.retryAfter))));
-      res.status(503).send("Service Unavailable");
-      return;
-    }
-    let done = false;
-    let request = null;
-    const finish = (status) => {
-      if (!done) shedder.finished(ticket, status, request?.own ?? false);
-      done = true;
-    };
-    res.on("finish", () => finish(res.statusCode));
-    res.on("close", () => finish(res.writableFinished ? res.statusCode : 499));
-    request = watching(next);
+    shed(shedder, priorityOf(req), req, res, next);
+  };
+}
+
+/**
+ * A request listener for Node's http server that sheds before `listener` (an Express app, a
+ * Fastify or Koa callback, any `(req, res)`) sees the request: the cheapest refusal Node allows,
+ * at the server's `request` event, before any routing or body parsing.
+ *
+ *     http.createServer(shedRequests(new LoadShedder(redis, "load:checkout"), app)).listen(8080);
+ *
+ * Options as `loadShedding`'s.
+ */
+function shedRequests(shedder, listener, { priority = "x-priority" } = {}) {
+  const priorityOf = priorityReader(priority);
+  shedder.start();
+  return function shedThenServe(req, res) {
+    shed(shedder, priorityOf(req), req, res, () => listener(req, res));
   };
 }
 
@@ -416,6 +454,7 @@ module.exports = {
   Signals,
   CpuMeter,
   loadShedding,
+  shedRequests,
   memoryShare,
   priorityOf,
   reportCommand,

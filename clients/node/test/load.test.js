@@ -24,6 +24,7 @@ const {
   Signals,
   loadShedding,
   memoryShare,
+  shedRequests,
   reportCommand,
   reportResult,
 } = require("../load");
@@ -393,6 +394,25 @@ test("Express: a shed request gets 503 with Retry-After over HTTP", async () => 
   app.use(loadShedding(shedder, { priority: "x-priority" }));
   app.get("/", (req, res) => res.send("hello"));
   await shedsOverHttp(listen(app), shedder);
+});
+
+test("Node's http server: shedRequests sheds before Express sees the request", async () => {
+  const http = require("node:http");
+  const key = await service();
+  const shedder = new LoadShedder(redis, key, { signals: signals(0.6), interval: 60, logger: quiet });
+  const app = express();
+  let seen = 0;
+  app.use((req, res, next) => {
+    seen += 1;
+    next();
+  });
+  app.get("/", (req, res) => res.send("hello"));
+  const server = http.createServer(shedRequests(shedder, app));
+  const listening = new Promise((resolve) => {
+    server.listen(0, "127.0.0.1", () => resolve({ server, base: `http://127.0.0.1:${server.address().port}` }));
+  });
+  await shedsOverHttp(listening, shedder);
+  assert.equal(seen, 2, "Express saw the two requests admitted, not the one shed");
 });
 
 test("NestJS (on express): a shed request gets 503 with Retry-After over HTTP", async () => {

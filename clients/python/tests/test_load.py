@@ -227,6 +227,41 @@ class AsyncShedderTest(unittest.IsolatedAsyncioTestCase):
             await client.aclose()
 
 
+class LoopWatchTest(unittest.IsolatedAsyncioTestCase):
+    async def test_a_request_waited_since_the_loops_turn_that_made_its_task_began(self) -> None:
+        from ratelimit_module.load import LoopWatch
+
+        clock = Clock()
+        watch = LoopWatch(clock)
+        watch.waited(clock())  # watches the running loop
+        loop = asyncio.get_running_loop()
+        waits: list[float] = []
+
+        async def request() -> None:
+            waits.append(watch.waited(clock()))
+
+        def busy_then_request() -> None:
+            clock.now += 0.05  # what ran before it in its turn took 50 ms
+            loop.create_task(request())
+
+        loop.call_soon(busy_then_request)
+        for _ in range(100):
+            if waits:
+                break
+            await asyncio.sleep(0)
+        self.assertAlmostEqual(waits[0], 0.05)
+        # A task made in a turn with nothing before it has not waited.
+        await loop.create_task(request())
+        self.assertEqual(waits[1], 0.0)
+        # A task the watch did not see made (a factory set after it) falls back to the time
+        # since the loop was last idle.
+        loop.set_task_factory(None)
+        clock.now += 0.01
+        await loop.create_task(request())
+        self.assertGreaterEqual(waits[2], 0.0)
+        self.assertLessEqual(waits[2], 0.06 + 1e-9)
+
+
 class SignalsTest(unittest.TestCase):
     def test_cpu_is_the_share_of_what_the_instance_may_use(self) -> None:
         clock, used = Clock(), [10.0]

@@ -33,12 +33,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import os
 import random
 import socket
 import threading
 import time
+import weakref
 from typing import Any, Callable, Optional
 
 from ._answered import counts_for_service, watching
@@ -62,54 +62,70 @@ NOTHING_SHED = LoadStanding(0, 0, (1.0, 1.0, 1.0, 1.0))
 # A selector call that blocked this long (seconds) found the loop idle.
 IDLE = 0.0002
 
-# The instance's limit for an event loop: a request waits in the kernel's accept queue, out of
-# the loop's sight, so its wait is bounded by the time since the loop was last idle, and every
-# request of a busy period reads as having waited since it began. A healthy service's busy
-# periods at 0.8 of its capacity reach 400 ms now and then (bench/overload.py: four standing
-# intervals refused 0.6-1.3% there), so congestion begins here at the eighth standing
-# interval in a row (0.8 s of a queue that never drained), never at once on a deep one; the
-# other options are the defaults every package ships.
-EVENT_LOOP_LIMIT = LimitOptions(enter=8, deep=math.inf)
-
 
 class LoopWatch:
-    """How long a request may have waited for an asyncio event loop before any middleware
-    saw it: since the loop was last idle. A loop whose selector waited for events, with no
-    callback ready, had nothing queued, neither in its ready queue nor in the kernel (the
-    accept queue, where a busy server leaves what it has no time for): a request seen now
-    arrived after that. The loop's selector is watched (asyncio's own loop; with another
-    loop, such as uvloop, the wait is taken as nothing)."""
+    """How long a request waited for an asyncio event loop before any middleware saw it.
+
+    A request reaches the app as a task that the server (uvicorn, hypercorn...) creates once
+    it has read the request: the watch installs a task factory (`loop.set_task_factory`,
+    chained to one already set) that notes, for each task, when the loop's turn that created
+    it began (its selector's return), so a request's wait is the time since then: its queue
+    in the loop, measured, however long the loop stays busy. What it waited before that turn
+    (the kernel's accept queue and the turn that accepted it; asyncio accepts every pending
+    connection at once) is not seen. A task created before the watch, or under a factory set
+    after it, falls back to the time since the loop was last idle (a selector call that
+    waited for events, with no callback ready: nothing was queued), which bounds its wait
+    from above. A loop without a selector to watch (uvloop) notes each task's creation."""
 
     def __init__(self, clock: Callable[[], float]):
         self.clock = clock
         self.idle_at: Optional[float] = None
+        self.turn_began: Optional[float] = None
         self.loop: Optional[asyncio.AbstractEventLoop] = None
+        self.arrivals: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
     def _watch(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
+        watch = self
+        previous = loop.get_task_factory()
+
+        def factory(loop: asyncio.AbstractEventLoop, coro: Any, **kwargs: Any) -> asyncio.Task:
+            if previous is not None:
+                task = previous(loop, coro, **kwargs)
+            else:
+                task = asyncio.Task(coro, loop=loop, **kwargs)
+            began = watch.turn_began
+            watch.arrivals[task] = began if began is not None else watch.clock()
+            return task
+
+        loop.set_task_factory(factory)  # type: ignore[arg-type]
         selector = getattr(loop, "_selector", None)
         select = getattr(selector, "select", None)
         if select is None:
             return
-        watch = self
 
         def watched(timeout: Optional[float] = None) -> list:
             began = watch.clock()
             events = select(timeout)
-            ended = watch.clock()
+            ended = watch.turn_began = watch.clock()
             if (timeout is None or timeout > 0) and (not events or ended - began >= IDLE):
                 watch.idle_at = ended
             return events
 
         selector.select = watched  # type: ignore[union-attr]
-        self.idle_at = self.clock()
+        self.idle_at = self.turn_began = self.clock()
 
     def waited(self, now: float) -> float:
-        """The most a request decided at `now`, in the running loop, waited for it."""
+        """How long the request decided at `now`, in the running loop's current task,
+        waited for it."""
         loop = asyncio.get_running_loop()
         if self.loop is not loop:
             self._watch(loop)
-        return 0.0 if self.idle_at is None else max(0.0, now - self.idle_at)
+        task = asyncio.current_task()
+        arrived = self.arrivals.get(task) if task is not None else None
+        if arrived is None:
+            arrived = self.idle_at
+        return 0.0 if arrived is None else max(0.0, now - arrived)
 
 
 def default_instance() -> str:
@@ -333,9 +349,10 @@ class AsyncLoadShedder(_Shedding):
     """The asyncio shedder: a task reports every `interval` seconds through a
     `redis.asyncio` client; `admit` decides from the last report (no await). Arguments as
     for `LoadShedder`. A request waits for the event loop before any middleware sees it:
-    that wait (`LoopWatch`, the time since the loop was last idle) counts in its latency
-    and, while the limit is congested, as that much work ahead of it, in the requests it
-    counts."""
+    that wait (`LoopWatch`: since the loop's turn that created the request's task began)
+    counts in its latency and, while the limit is congested, as that much work ahead of it,
+    in the requests it counts. The local limit has the defaults every package ships: the
+    wait is measured, not bounded, so a healthy loop's bursts are no standing queue."""
 
     def __init__(
         self,
@@ -360,8 +377,6 @@ class AsyncLoadShedder(_Shedding):
         self.client = client
         self.call = AsyncCalls(client, timeout)
         self._task: Optional[asyncio.Task] = None
-        if limit is True:
-            self.limit = _local_limit(limit, EVENT_LOOP_LIMIT)
         if self.limit is not None:
             self.watch = LoopWatch(self.clock)
 

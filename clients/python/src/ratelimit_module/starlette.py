@@ -128,31 +128,54 @@ class LoadSheddingMiddleware:
     instance's own limit or the service's level does not admit gets 503 with `Retry-After`
     without reaching the app; every request admitted is counted in the shedder's limit and
     signals (in flight, latency, status). `priority` is a header's name (`X-Priority`) or a
-    function of the request. The shedder starts reporting at the first request."""
+    function of the request. The shedder starts reporting at the first request.
+
+    A refusal costs the loop as little as ASGI allows: the header is read from the scope's
+    raw headers and the 503 sent as two messages, with no request or response object (the
+    server has parsed the request by then). Add it last (`add_middleware`), so that it is the
+    outermost of the app's middleware and nothing before it runs for a refused request."""
 
     def __init__(self, app: ASGIApp, shedder: Any, priority: Any = "X-Priority") -> None:
         self.app, self.shedder = app, shedder
+        self.header: Optional[bytes] = None
+        self.priority: Optional[Callable[[Request], Any]] = None
         if callable(priority):
             self.priority = priority
         else:
-            name = str(priority)
-            self.priority = lambda request: request.headers.get(name)
+            self.header = str(priority).lower().encode("latin-1")
+
+    def _priority_in(self, scope: Scope) -> Optional[str]:
+        for name, value in scope["headers"]:
+            if name == self.header:
+                return value.decode("latin-1")
+        return None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         self.shedder.start()
-        priority = self.priority(Request(scope))
-        if hasattr(priority, "__await__"):
-            priority = await priority
+        if self.priority is None:
+            priority = self._priority_in(scope)
+        else:
+            priority = self.priority(Request(scope))
+            if hasattr(priority, "__await__"):
+                priority = await priority
         ticket = self.shedder.admit(priority)
         if ticket is None:
-            retry = str(max(1, seconds(self.shedder.retry_after)))
-            response = PlainTextResponse(
-                "Service Unavailable", status_code=503, headers={"Retry-After": retry}
+            retry = str(max(1, seconds(self.shedder.retry_after))).encode()
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 503,
+                    "headers": [
+                        (b"content-type", b"text/plain; charset=utf-8"),
+                        (b"content-length", b"19"),
+                        (b"retry-after", retry),
+                    ],
+                }
             )
-            await response(scope, receive, send)
+            await send({"type": "http.response.body", "body": b"Service Unavailable"})
             return
         status = [500]
 

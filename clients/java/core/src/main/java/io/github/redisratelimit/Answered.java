@@ -1,0 +1,72 @@
+package io.github.redisratelimit;
+
+import java.util.function.Supplier;
+
+/**
+ * Whose answer a response is: the service's, or the package's own. A load shedder counts the
+ * responses it lets through as the service's health (latency, 5xx, successes); the package's own
+ * answers say nothing of it: a limit's refusal (429, whoever made it), and the 5xx its failure
+ * policy makes while the server fails (an exception, or a 503 under {@link OnError#DENY}) or a
+ * load gate's shed. Counted, a server outage would read as the service failing, raise the
+ * fleet's level and shed the service once the server is back.
+ *
+ * <p>The shedder runs the request {@link #watching}; the blocking {@link RateLimiter} marks the
+ * request of the thread it runs on when it answers by its policy ({@link #markOwn}), and the web
+ * adapters mark what they answer. A reactive pipeline carries the mark in its context instead
+ * (the Spring starter's WebFilters do).
+ */
+public final class Answered {
+  private static final ThreadLocal<Answered> CURRENT = new ThreadLocal<>();
+
+  private volatile boolean own;
+
+  /** Whether the package answered the request by its policy. */
+  public boolean own() {
+    return own;
+  }
+
+  /** Marks this request's answer as the package's own. */
+  public void mark() {
+    own = true;
+  }
+
+  /** Runs {@code request} with a fresh mark on this thread; the mark, and what it returned. */
+  public static <T> Watched<T> watching(Supplier<T> request) {
+    Answered answered = new Answered();
+    Answered before = CURRENT.get();
+    CURRENT.set(answered);
+    try {
+      return new Watched<>(answered, request.get());
+    } finally {
+      if (before == null) {
+        CURRENT.remove();
+      } else {
+        CURRENT.set(before);
+      }
+    }
+  }
+
+  /** The mark of the request this thread runs, if a shedder watches it. */
+  public static Answered current() {
+    return CURRENT.get();
+  }
+
+  /** Marks the request this thread runs, if watched, as the package's own answer. */
+  public static void markOwn() {
+    Answered answered = CURRENT.get();
+    if (answered != null) {
+      answered.mark();
+    }
+  }
+
+  /**
+   * Whether a response with HTTP {@code status} says anything about the service: not a limit's
+   * refusal (429), and not a 5xx the package made by its policy ({@code own}).
+   */
+  public static boolean countsForService(int status, boolean own) {
+    return status != 429 && !(own && status >= 500);
+  }
+
+  /** A request run by {@link #watching}: its mark and its value. */
+  public record Watched<T>(Answered answered, T value) {}
+}

@@ -1,0 +1,181 @@
+package io.github.redisratelimit.load;
+
+import io.github.redisratelimit.Priority;
+
+/**
+ * The instance's own limit on requests in flight, decided at admission with no server call
+ * (docs/load.md, "The local limit"): it follows measured latency, cuts when a standing queue
+ * forms (CoDel's test: an interval whose fastest request still waited) and grows back while none
+ * does, and while congested reserves its top places for the more important classes (trunk
+ * reservation). The same algorithm, step for step, as every package's: clients/conformance.json's
+ * {@code concurrency} traces, which this replays exactly.
+ *
+ * <p>Plain Java, no I/O: the time is passed in (whole microseconds of a monotonic clock).
+ * Thread-safe.
+ */
+public final class ConcurrencyLimit {
+  private final LimitOptions options;
+  private double limit;
+  private long inflight;
+  private boolean congested;
+  private long changes;
+  private long congestions;
+  private boolean started;
+  private long windowEnd;
+  private double windowMin = Double.POSITIVE_INFINITY;
+  private double peak;
+  private long admitted;
+  private long refused;
+  private int standingRun;
+  private double noloadNow = Double.POSITIVE_INFINITY;
+  private double noloadBefore = Double.POSITIVE_INFINITY;
+  private long epochEnd;
+
+  /** With the defaults every package ships. */
+  public ConcurrencyLimit() {
+    this(LimitOptions.DEFAULTS);
+  }
+
+  public ConcurrencyLimit(LimitOptions options) {
+    this.options = options;
+    this.limit = options.initial();
+  }
+
+  public LimitOptions options() {
+    return options;
+  }
+
+  /** The limit on requests in flight now. */
+  public synchronized double limit() {
+    return limit;
+  }
+
+  public synchronized long inflight() {
+    return inflight;
+  }
+
+  /** Whether a queue stands: the top places go to the more important classes. */
+  public synchronized boolean congested() {
+    return congested;
+  }
+
+  /** How many times the limit changed (for the bench). */
+  public synchronized long changes() {
+    return changes;
+  }
+
+  /** How many times congestion began. */
+  public synchronized long congestions() {
+    return congestions;
+  }
+
+  /** The no-load latency in µs: the least of this epoch and the last (infinite before any). */
+  public synchronized double noload() {
+    return Math.min(noloadNow, noloadBefore);
+  }
+
+  /** Closes the interval that ended at or before {@code now}, if any. */
+  private void roll(long now) {
+    LimitOptions o = options;
+    if (!started) {
+      started = true;
+      windowEnd = now + o.intervalUs();
+      epochEnd = now + o.epochUs();
+      return;
+    }
+    while (now >= epochEnd) {
+      noloadBefore = noloadNow;
+      noloadNow = Double.POSITIVE_INFINITY;
+      epochEnd += o.epochUs();
+    }
+    if (now < windowEnd) {
+      return;
+    }
+    double noload = Math.min(noloadNow, noloadBefore);
+    boolean bound = peak >= limit / 2;
+    boolean measured = windowMin < Double.POSITIVE_INFINITY && noload < Double.POSITIVE_INFINITY;
+    double target = measured ? noload + Math.max(noload, (double) o.targetUs()) : Double.POSITIVE_INFINITY;
+    // While congested, a queue stands whatever the peak: the probe may raise the limit past it.
+    boolean standing = measured && (bound || congested) && windowMin > target;
+    standingRun = standing ? standingRun + 1 : 0;
+    double before = limit;
+    boolean deep = standing && windowMin > o.deep() * target;
+    if (standing && (congested || deep || standingRun >= o.enter())) {
+      double gradient = Math.max(0.2, Math.min(0.9, target / windowMin));
+      limit = Math.max(o.floor(), Math.min(limit, peak) * gradient);
+      if (!congested) {
+        congestions += 1;
+      }
+      congested = true;
+    } else if (standing) {
+      // Not yet: a queue must stand for `enter` intervals, or be deep.
+    } else if (bound && measured) {
+      double step = congested ? 1.0 : Math.sqrt(limit);
+      limit = Math.min(o.ceiling(), limit + step);
+    } else if (!bound) {
+      if (congested) {
+        // Shedding keeps the queue short: what it refused is the overload going on.
+        if (refused < admitted) {
+          congested = false;
+        } else {
+          // Refusing by the shares alone, under half the limit: room is probed for.
+          limit = Math.min(o.ceiling(), limit + Math.sqrt(limit));
+        }
+      } else {
+        limit = Math.max(o.floor(), Math.max(2.0 * peak, limit * o.decay()));
+      }
+    }
+    if (limit != before) {
+      changes += 1;
+    }
+    windowMin = Double.POSITIVE_INFINITY;
+    peak = inflight;
+    admitted = 0;
+    refused = 0;
+    windowEnd = now + o.intervalUs();
+  }
+
+  /** {@link #admit(Priority, long, long)} with no wait before the decision. */
+  public boolean admit(Priority priority, long now) {
+    return admit(priority, now, 0);
+  }
+
+  /**
+   * Whether a request of {@code priority} is admitted at {@code now} (µs); an admitted one is in
+   * flight until {@link #finish}. {@code backlog} is how long it waited before it could be decided
+   * (µs): the work ahead of it, counted as that many no-load latencies' worth of requests in
+   * flight, for every class but the top one.
+   */
+  public synchronized boolean admit(Priority priority, long now, long backlog) {
+    roll(now);
+    double noload = Math.min(noloadNow, noloadBefore);
+    double waiting = backlog > 0 && noload < Double.POSITIVE_INFINITY ? backlog / noload : 0;
+    double load = inflight + waiting;
+    int index = priority.ordinal();
+    boolean admit;
+    if (congested) {
+      // The top class counts only what is in flight: its places are kept.
+      double counted = index == 0 ? inflight : load;
+      admit = counted < limit * options.share(index);
+    } else {
+      admit = inflight < limit;
+    }
+    if (admit) {
+      admitted += 1;
+      inflight += 1;
+      peak = Math.max(peak, load + 1);
+      return true;
+    }
+    peak = Math.max(peak, load);
+    refused += 1;
+    return false;
+  }
+
+  /** An admitted request ended at {@code now} after {@code latency} (µs both). */
+  public synchronized void finish(long latency, long now) {
+    roll(now);
+    inflight = Math.max(0, inflight - 1);
+    windowMin = Math.min(windowMin, (double) latency);
+    noloadNow = Math.min(noloadNow, (double) latency);
+  }
+}

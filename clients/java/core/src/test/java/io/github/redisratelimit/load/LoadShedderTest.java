@@ -1,0 +1,209 @@
+package io.github.redisratelimit.load;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertNotNull;
+import static org.junit.jupiter.api.Assertions.assertNull;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import io.github.redisratelimit.AsyncRateLimiter;
+import io.github.redisratelimit.Config;
+import io.github.redisratelimit.LettuceCalls;
+import io.github.redisratelimit.MicrometerMetrics;
+import io.github.redisratelimit.Priority;
+import io.github.redisratelimit.RedisCalls;
+import io.lettuce.core.RedisClient;
+import io.micrometer.prometheusmetrics.PrometheusConfig;
+import io.micrometer.prometheusmetrics.PrometheusMeterRegistry;
+import java.time.Duration;
+import java.util.List;
+import java.util.Map;
+import java.util.UUID;
+import java.util.concurrent.atomic.AtomicLong;
+import org.junit.jupiter.api.Test;
+
+/**
+ * Load shedding against the live server: the shedder reports the JVM's signals and sheds by the
+ * level the server answers, per priority; a level nobody reports any more sheds nothing; the
+ * local limit sheds a standing queue by priority, with the server answering or frozen, and the
+ * defaults shed nothing from a healthy service; a 429 and the package's own answers count nothing.
+ */
+class LoadShedderTest {
+  static String url() {
+    return System.getenv("REDIS_URL");
+  }
+
+  static AsyncRateLimiter limiter() {
+    return new AsyncRateLimiter(LettuceCalls.connect(RedisClient.create(url())));
+  }
+
+  static String service() {
+    return "java:load:" + UUID.randomUUID();
+  }
+
+  /** A clock the test moves, in nanoseconds. */
+  static final class Clock {
+    final AtomicLong nanos = new AtomicLong(1_000_000_000L);
+
+    long now() {
+      return nanos.get();
+    }
+
+    void advance(Duration by) {
+      nanos.addAndGet(by.toNanos());
+    }
+  }
+
+  @Test
+  void itShedsByPriorityTheLevelItsReportAnswers() {
+    try (AsyncRateLimiter limiter = limiter()) {
+      String service = service();
+      limiter.calls().call(List.of("RL.LOAD.POLICY", service, "HOLD", "0", "LEVEL", "inflight", "0", "SHARES", "1", "1", "0", "0")).join();
+      PrometheusMeterRegistry registry = new PrometheusMeterRegistry(PrometheusConfig.DEFAULT);
+      LoadShedder shedder =
+          LoadShedder.builder(limiter, service).metrics(new MicrometerMetrics(registry)).clock(System::nanoTime, () -> 0.5).build();
+      assertNotNull(shedder.report());
+      assertEquals(1, shedder.standing().level());
+      assertNotNull(shedder.admit(Priority.CRITICAL_PLUS));
+      assertNotNull(shedder.admit(Priority.CRITICAL));
+      assertNull(shedder.admit(Priority.SHEDDABLE_PLUS));
+      assertNull(shedder.admit(Priority.SHEDDABLE));
+      String scrape = registry.scrape();
+      assertTrue(scrape.contains("ratelimit_load_level{service=\"" + service + "\"} 1.0"), scrape);
+      assertTrue(scrape.contains("outcome=\"shed\",priority=\"sheddable\""), scrape);
+      // The report carries the JVM's signals: memory (the heap after collection, or the container's), CPU, in flight.
+      Map<String, Double> sample = shedder.signals().sample();
+      assertTrue(sample.containsKey("memory") && sample.get("memory") > 0 && sample.get("memory") <= 1, sample.toString());
+      assertEquals(2.0, sample.get("inflight"), "the two admitted, not yet finished");
+    }
+  }
+
+  @Test
+  void aLevelNobodyReportsAnyMoreShedsNothing() {
+    try (AsyncRateLimiter limiter = limiter()) {
+      String service = service();
+      limiter.calls().call(List.of("RL.LOAD.POLICY", service, "HOLD", "0", "LEVEL", "inflight", "0", "SHARES", "1", "0", "0", "0")).join();
+      Clock clock = new Clock();
+      LoadShedder shedder = LoadShedder.builder(limiter, service).clock(clock::now, () -> 0.5).build();
+      shedder.report();
+      assertNull(shedder.admit(Priority.SHEDDABLE));
+      clock.advance(Duration.ofSeconds(4));
+      assertEquals(0, shedder.standing().level(), "three intervals passed with no report");
+      assertNotNull(shedder.admit(Priority.SHEDDABLE));
+    }
+  }
+
+  /**
+   * A no-load latency of 5 ms, then a queue that stands: 20 requests in flight, and every one of
+   * the next interval taking 100 ms (over four times the target of 10 ms). The 9 still in flight
+   * are returned.
+   */
+  static List<LoadShedder.Ticket> flood(LoadShedder shedder, Clock clock) {
+    LoadShedder.Ticket ticket = shedder.admit(Priority.CRITICAL);
+    clock.advance(Duration.ofMillis(5));
+    shedder.finished(ticket, 200, false);
+    LoadShedder.Ticket[] tickets = new LoadShedder.Ticket[20];
+    for (int index = 0; index < 20; index++) {
+      tickets[index] = shedder.admit(Priority.CRITICAL);
+      assertNotNull(tickets[index], "under the limit of 20, everything goes");
+    }
+    clock.advance(Duration.ofMillis(100));
+    for (int index = 0; index < 10; index++) {
+      shedder.finished(tickets[index], 200, false);
+    }
+    clock.advance(Duration.ofMillis(100));
+    shedder.finished(tickets[10], 200, false);
+    return List.of(tickets).subList(11, 20);
+  }
+
+  @Test
+  void aStandingQueueShedsTheLeastImportantFirst() {
+    try (AsyncRateLimiter limiter = limiter()) {
+      Clock clock = new Clock();
+      LoadShedder shedder = LoadShedder.builder(limiter, service()).clock(clock::now, () -> 0.5).build();
+      List<LoadShedder.Ticket> inflight = flood(shedder, clock);
+      assertTrue(shedder.limit().congested());
+      assertEquals(4.0, shedder.limit().limit(), "cut to the floor");
+      assertNull(shedder.admit(Priority.CRITICAL_PLUS), "9 in flight of 4: nothing");
+      for (LoadShedder.Ticket ticket : inflight.subList(0, 6)) {
+        shedder.finished(ticket, 200, false);
+      }
+      // 3 in flight: the top class (under 4) is admitted; critical (under 2.4) and the
+      // sheddable classes are not.
+      assertNull(shedder.admit(Priority.SHEDDABLE), "shed by the instance's own limit");
+      assertNull(shedder.admit(Priority.CRITICAL));
+      assertNotNull(shedder.admit(Priority.CRITICAL_PLUS), "the top class keeps its places");
+    }
+  }
+
+  @Test
+  void withTheServerFrozenTheLocalLimitStillProtects() {
+    try (AsyncRateLimiter limiter = new AsyncRateLimiter(new FrozenCalls(), Config.defaults().timeout(Duration.ofMillis(100)))) {
+      Clock clock = new Clock();
+      LoadShedder shedder = LoadShedder.builder(limiter, service()).clock(clock::now, () -> 0.5).build();
+      assertNull(shedder.report(), "no answer within the deadline");
+      assertEquals(0, shedder.standing().level());
+      flood(shedder, clock);
+      assertNull(shedder.admit(Priority.SHEDDABLE), "still shed by its own limit");
+    }
+  }
+
+  /** Calls no server ever answers. */
+  static final class FrozenCalls implements RedisCalls {
+    @Override
+    public java.util.concurrent.CompletableFuture<Object> call(List<String> words) {
+      return new java.util.concurrent.CompletableFuture<>();
+    }
+
+    @Override
+    public java.util.concurrent.CompletableFuture<List<Object>> transaction(String key, List<List<String>> commands) {
+      return new java.util.concurrent.CompletableFuture<>();
+    }
+
+    @Override
+    public java.util.concurrent.CompletableFuture<List<Object>> onEveryPrimary(List<String> words) {
+      return new java.util.concurrent.CompletableFuture<>();
+    }
+  }
+
+  @Test
+  void defaultsShedNothingFromAHealthyService() {
+    try (AsyncRateLimiter limiter = limiter()) {
+      Clock clock = new Clock();
+      LoadShedder shedder = LoadShedder.builder(limiter, service()).clock(clock::now, () -> 0.5).build();
+      Priority[] classes = Priority.values();
+      for (int request = 0; request < 5_000; request++) {
+        // Half the capacity of a service of 5 ms: a request every 10 ms, at times two at once.
+        LoadShedder.Ticket first = shedder.admit(classes[request % 4]);
+        LoadShedder.Ticket second = request % 7 == 0 ? shedder.admit(classes[(request + 1) % 4]) : null;
+        assertNotNull(first, "request " + request);
+        clock.advance(Duration.ofMillis(5));
+        shedder.finished(first, 200, false);
+        if (request % 7 == 0) {
+          assertNotNull(second);
+          clock.advance(Duration.ofMillis(2));
+          shedder.finished(second, 200, false);
+        }
+        clock.advance(Duration.ofMillis(5));
+      }
+      assertFalse(shedder.limit().congested());
+    }
+  }
+
+  @Test
+  void aLimitsRefusalAndThePackagesOwnAnswersSayNothingOfTheService() {
+    try (AsyncRateLimiter limiter = limiter()) {
+      LoadShedder shedder = LoadShedder.builder(limiter, service()).withoutLimit().build();
+      shedder.finished(shedder.admit(Priority.CRITICAL), 429, false);
+      shedder.finished(shedder.admit(Priority.CRITICAL), 503, true);
+      shedder.finished(shedder.admit(Priority.CRITICAL), 500, true);
+      shedder.finished(shedder.admit(Priority.CRITICAL), 503, false);
+      shedder.finished(shedder.admit(Priority.CRITICAL), 200, false);
+      Map<String, Double> sample = shedder.signals().sample();
+      assertEquals(0.0, sample.get("inflight"));
+      assertEquals(2.0, sample.get("requests"));
+      assertEquals(1.0, sample.get("successes"));
+      assertEquals(0.5, sample.get("errors"));
+    }
+  }
+}

@@ -6,14 +6,14 @@ import java.util.function.Supplier;
  * Whose answer a response is: the service's, or the package's own. A load shedder counts the
  * responses it lets through as the service's health (latency, 5xx, successes); the package's own
  * answers say nothing of it: a limit's refusal (429, whoever made it), and the 5xx its failure
- * policy makes while the server fails (an exception, or a 503 under {@link OnError#DENY}) or a
- * load gate's shed. Counted, a server outage would read as the service failing, raise the
- * fleet's level and shed the service once the server is back.
+ * policy makes while the server fails (an exception, or a 503 under {@link OnError#DENY}) or a load
+ * gate's shed. Counted, a server outage would read as the service failing, raise the fleet's level
+ * and shed the service once the server is back.
  *
  * <p>The shedder runs the request {@link #watching}; the blocking {@link RateLimiter} marks the
  * request of the thread it runs on when it answers by its policy ({@link #markOwn}), and the web
- * adapters mark what they answer. A reactive pipeline carries the mark in its context instead
- * (the Spring starter's WebFilters do).
+ * adapters mark what they answer. A reactive pipeline carries the mark in its context instead (the
+ * Spring starter's WebFilters do).
  */
 public final class Answered {
   private static final ThreadLocal<Answered> CURRENT = new ThreadLocal<>();
@@ -38,6 +38,43 @@ public final class Answered {
     try {
       return new Watched<>(answered, request.get());
     } finally {
+      if (before == null) {
+        CURRENT.remove();
+      } else {
+        CURRENT.set(before);
+      }
+    }
+  }
+
+  /**
+   * Watches the request this thread runs until the scope is closed (a servlet filter's {@code
+   * try}): {@code try (Answered.Scope scope = Answered.open()) { chain.doFilter(...); }}, then
+   * {@code scope.answered().own()}.
+   */
+  public static Scope open() {
+    Answered answered = new Answered();
+    Answered before = CURRENT.get();
+    CURRENT.set(answered);
+    return new Scope(answered, before);
+  }
+
+  /** A watch opened by {@link #open()}: closing it restores what the thread watched before. */
+  public static final class Scope implements AutoCloseable {
+    private final Answered answered;
+    private final Answered before;
+
+    private Scope(Answered answered, Answered before) {
+      this.answered = answered;
+      this.before = before;
+    }
+
+    /** The mark of the request watched. */
+    public Answered answered() {
+      return answered;
+    }
+
+    @Override
+    public void close() {
       if (before == null) {
         CURRENT.remove();
       } else {

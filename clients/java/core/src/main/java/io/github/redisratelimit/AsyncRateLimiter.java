@@ -15,8 +15,8 @@ import java.util.stream.Collectors;
  * deny cache while a refusal stands, counted in the metrics. Thread-safe: one per application,
  * shared. {@link RateLimiter} is the same, blocking; {@link ReactiveRateLimiter}, with Reactor.
  *
- * <p>Arguments are checked before any call: a bad one throws {@link IllegalArgumentException}
- * at once, never a future that fails.
+ * <p>Arguments are checked before any call: a bad one throws {@link IllegalArgumentException} at
+ * once, never a future that fails.
  */
 public final class AsyncRateLimiter implements AutoCloseable {
   private static final System.Logger LOG = System.getLogger("io.github.redisratelimit");
@@ -36,7 +36,8 @@ public final class AsyncRateLimiter implements AutoCloseable {
     this.calls = java.util.Objects.requireNonNull(calls, "calls");
     this.config = java.util.Objects.requireNonNull(config, "config");
     this.circuit = new Circuit(config.onError(), config.cooldown(), config.clock());
-    this.denyCache = config.denyCache() > 0 ? new DenyCache(config.denyCache(), config.clock()) : null;
+    this.denyCache =
+        config.denyCache() > 0 ? new DenyCache(config.denyCache(), config.clock()) : null;
   }
 
   /** The settings it was made with. */
@@ -78,7 +79,8 @@ public final class AsyncRateLimiter implements AutoCloseable {
               if (failure instanceof ServerUnavailableException) {
                 circuit.failed(failure);
                 throw new CompletionException(
-                    new ServerUnavailableException(failure.getMessage(), failure.getCause(), circuit.retryAfter()));
+                    new ServerUnavailableException(
+                        failure.getMessage(), failure.getCause(), circuit.retryAfter()));
               }
               circuit.succeeded(); // the server answered: the call was wrong
               throw new CompletionException(failure);
@@ -99,7 +101,8 @@ public final class AsyncRateLimiter implements AutoCloseable {
 
   static Throwable unwrap(Throwable error) {
     Throwable cause = error;
-    while ((cause instanceof CompletionException || cause instanceof ExecutionException) && cause.getCause() != null) {
+    while ((cause instanceof CompletionException || cause instanceof ExecutionException)
+        && cause.getCause() != null) {
       cause = cause.getCause();
     }
     return cause;
@@ -125,21 +128,24 @@ public final class AsyncRateLimiter implements AutoCloseable {
   }
 
   /** {@link #check(List, Options)} in shadow mode or not, whatever the config says. */
-  public CompletableFuture<RateLimit> check(List<? extends Limiter> limiters, Options options, boolean shadow) {
+  public CompletableFuture<RateLimit> check(
+      List<? extends Limiter> limiters, Options options, boolean shadow) {
     return decide(List.copyOf(limiters), options, shadow);
   }
 
   /** What {@code check} would answer now, without writing (the {@code _RO} variants). */
   public CompletableFuture<RateLimit> peek(List<? extends Limiter> limiters, long quantity) {
-    return decide(List.copyOf(limiters), Options.defaults().quantity(quantity).readOnly(), config.shadow());
+    return decide(
+        List.copyOf(limiters), Options.defaults().quantity(quantity).readOnly(), config.shadow());
   }
 
   /**
-   * Waits for a slot, as Guava's {@code tryAcquire(timeout)}: one call with {@code DELAY}, then
-   * the wait the module gives (no thread held meanwhile); completes at once, refused, when the
-   * turn is further than {@code timeout} away. No polling: the module keeps the queue.
+   * Waits for a slot, as Guava's {@code tryAcquire(timeout)}: one call with {@code DELAY}, then the
+   * wait the module gives (no thread held meanwhile); completes at once, refused, when the turn is
+   * further than {@code timeout} away. No polling: the module keeps the queue.
    */
-  public CompletableFuture<RateLimit> acquire(List<? extends Limiter> limiters, long quantity, Duration timeout) {
+  public CompletableFuture<RateLimit> acquire(
+      List<? extends Limiter> limiters, long quantity, Duration timeout) {
     Checks.notNegative("timeout", timeout);
     return check(limiters, Options.defaults().quantity(quantity).delay(timeout))
         .thenCompose(
@@ -149,11 +155,13 @@ public final class AsyncRateLimiter implements AutoCloseable {
               }
               return CompletableFuture.supplyAsync(
                   () -> result,
-                  CompletableFuture.delayedExecutor(result.waitFor().toNanos(), TimeUnit.NANOSECONDS));
+                  CompletableFuture.delayedExecutor(
+                      result.waitFor().toNanos(), TimeUnit.NANOSECONDS));
             });
   }
 
-  private CompletableFuture<RateLimit> decide(List<Limiter> limiters, Options options, boolean shadow) {
+  private CompletableFuture<RateLimit> decide(
+      List<Limiter> limiters, Options options, boolean shadow) {
     List<String> words = Protocol.command(limiters, options);
     String policy = policy(limiters);
     List<String> cacheKey =
@@ -163,7 +171,8 @@ public final class AsyncRateLimiter implements AutoCloseable {
     if (cacheKey != null) {
       RateLimit cached = denyCache.get(cacheKey, options.quantity());
       if (cached != null) {
-        return CompletableFuture.completedFuture(refused(policy, limiters, cached, "deny_cache", shadow));
+        return CompletableFuture.completedFuture(
+            refused(policy, limiters, cached, "deny_cache", shadow));
       }
     }
     return send(words)
@@ -177,7 +186,8 @@ public final class AsyncRateLimiter implements AutoCloseable {
                 denyCache.put(cacheKey, options.quantity(), result);
               }
               if (!result.allowed()) {
-                return refused(policy, limiters, result, result.shedLevel() > 0 ? "shed" : "refused", shadow);
+                return refused(
+                    policy, limiters, result, result.shedLevel() > 0 ? "shed" : "refused", shadow);
               }
               config.metrics().decision(policy, result.waitFor().isZero() ? "allowed" : "delayed");
               return result;
@@ -187,7 +197,8 @@ public final class AsyncRateLimiter implements AutoCloseable {
   /** The failure policy's decision for a call that failed (or the error, under RAISE). */
   private RateLimit withoutServer(String policy, Throwable error) {
     Throwable cause = unwrap(error);
-    if (cause instanceof ServerUnavailableException unavailable && circuit.onError() != OnError.RAISE) {
+    if (cause instanceof ServerUnavailableException unavailable
+        && circuit.onError() != OnError.RAISE) {
       boolean allowed = circuit.onError() == OnError.ALLOW;
       config.metrics().decision(policy, allowed ? "failed_open" : "failed_closed");
       return RateLimit.withoutServer(allowed, unavailable.retryAfter());
@@ -195,7 +206,8 @@ public final class AsyncRateLimiter implements AutoCloseable {
     throw new CompletionException(cause);
   }
 
-  private RateLimit refused(String policy, List<Limiter> limiters, RateLimit result, String outcome, boolean shadow) {
+  private RateLimit refused(
+      String policy, List<Limiter> limiters, RateLimit result, String outcome, boolean shadow) {
     if (!shadow) {
       config.metrics().decision(policy, outcome);
       return result;
@@ -220,7 +232,8 @@ public final class AsyncRateLimiter implements AutoCloseable {
    * is 0 when refused. While the server fails, the policy decides: {@link OnError#ALLOW} grants a
    * lease with id 0 (nothing to release), {@link OnError#DENY} refuses it.
    */
-  public CompletableFuture<Lease> acquireLease(String key, long limit, Duration lease, long quantity) {
+  public CompletableFuture<Lease> acquireLease(
+      String key, long limit, Duration lease, long quantity) {
     return lease(Protocol.leaseCommand(key, limit, lease, quantity, false));
   }
 
@@ -243,8 +256,8 @@ public final class AsyncRateLimiter implements AutoCloseable {
   }
 
   /**
-   * {@code RL.RELEASE}: frees a lease at once; false when it was no longer held, or when the
-   * server was not reached (the lease ends at its expiry).
+   * {@code RL.RELEASE}: frees a lease at once; false when it was no longer held, or when the server
+   * was not reached (the lease ends at its expiry).
    */
   public CompletableFuture<Boolean> releaseLease(String key, long leaseId) {
     if (leaseId == 0) {
@@ -254,8 +267,8 @@ public final class AsyncRateLimiter implements AutoCloseable {
   }
 
   /**
-   * {@code RL.RENEW}: extends a held lease to {@code lease} from now; while the server fails,
-   * true under {@link OnError#ALLOW} (keep working), false under {@link OnError#DENY}.
+   * {@code RL.RENEW}: extends a held lease to {@code lease} from now; while the server fails, true
+   * under {@link OnError#ALLOW} (keep working), false under {@link OnError#DENY}.
    */
   public CompletableFuture<Boolean> renewLease(String key, long leaseId, Duration lease) {
     if (leaseId == 0) {
@@ -273,7 +286,8 @@ public final class AsyncRateLimiter implements AutoCloseable {
             return Replies.integer(reply) == 1;
           }
           Throwable cause = unwrap(error);
-          if (!(cause instanceof ServerUnavailableException) || circuit.onError() == OnError.RAISE) {
+          if (!(cause instanceof ServerUnavailableException)
+              || circuit.onError() == OnError.RAISE) {
             throw new CompletionException(cause);
           }
           return renewing && circuit.onError() == OnError.ALLOW;
@@ -281,12 +295,13 @@ public final class AsyncRateLimiter implements AutoCloseable {
   }
 
   /**
-   * {@code RL.TOP}: the keys refused most over the current and the previous minute, on the
-   * server or merged from every primary of a Cluster.
+   * {@code RL.TOP}: the keys refused most over the current and the previous minute, on the server
+   * or merged from every primary of a Cluster.
    */
   public CompletableFuture<List<TopKey>> top(int count) {
     Checks.atLeast("count", count, 1);
-    return calls.onEveryPrimary(List.of("RL.TOP", Integer.toString(count)))
+    return calls
+        .onEveryPrimary(List.of("RL.TOP", Integer.toString(count)))
         .orTimeout(config.timeout().toNanos(), TimeUnit.NANOSECONDS)
         .handle(
             (replies, error) -> {

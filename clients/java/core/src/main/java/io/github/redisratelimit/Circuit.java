@@ -6,8 +6,8 @@ import java.time.Duration;
  * The failure policy of one limiter. Closed, every call asks the server. A failure opens it for
  * {@code cooldown}: no call asks. Then it is half-open: the first call to ask is the probe, and
  * until its answer closes the circuit or its failure opens it again, the others decide as while
- * open. A probe that never reports back stops counting after a cool-down. Errors are logged at
- * most once a second.
+ * open. A probe that never reports back stops counting after a cool-down. Errors are logged at most
+ * once a second.
  */
 final class Circuit {
   private static final System.Logger LOG = System.getLogger("io.github.redisratelimit");
@@ -31,7 +31,9 @@ final class Circuit {
     return onError;
   }
 
-  /** Whether this call decides without asking; a call told false asks (after a failure, the probe). */
+  /**
+   * Whether this call decides without asking; a call told false asks (after a failure, the probe).
+   */
   boolean open() {
     if (openUntil == CLOSED) {
       return false;
@@ -100,7 +102,10 @@ final class Circuit {
   ServerUnavailableException unavailable() {
     Throwable last = lastError;
     return new ServerUnavailableException(
-        "the server failed less than " + cooldown / 1_000_000 + " ms ago: " + (last == null ? "" : last.getMessage()),
+        "the server failed less than "
+            + cooldown / 1_000_000
+            + " ms ago: "
+            + (last == null ? "" : last.getMessage()),
         last,
         retryAfter());
   }

@@ -5,15 +5,15 @@ import java.util.Objects;
 import java.util.function.LongSupplier;
 
 /**
- * How a limiter calls the server and decides when it fails; immutable, each method a changed
- * copy of {@link #defaults()}:
+ * How a limiter calls the server and decides when it fails; immutable, each method a changed copy
+ * of {@link #defaults()}:
  *
  * <ul>
  *   <li>{@code timeout} (1 s): the most a call waits, whatever the driver's own timeouts and
  *       reconnection; then the failure policy decides;
  *   <li>{@code onError} ({@link OnError#RAISE}): what a decision is when the server fails;
- *   <li>{@code cooldown} (1 s): after a failure, how long decisions are taken by the policy
- *       without asking; then one call probes the server while the others keep deciding so;
+ *   <li>{@code cooldown} (1 s): after a failure, how long decisions are taken by the policy without
+ *       asking; then one call probes the server while the others keep deciding so;
  *   <li>{@code denyCache} (0, off): how many standing refusals are answered locally;
  *   <li>{@code metrics} ({@link Metrics#NONE}); {@code shadow} (false): refusals let through,
  *       counted and logged; {@code clock} (nanoseconds, {@code System::nanoTime}).
@@ -40,7 +40,13 @@ public record Config(
   /** Every setting at its default. */
   public static Config defaults() {
     return new Config(
-        Duration.ofSeconds(1), OnError.RAISE, Duration.ofSeconds(1), 0, Metrics.NONE, false, System::nanoTime);
+        Duration.ofSeconds(1),
+        OnError.RAISE,
+        Duration.ofSeconds(1),
+        0,
+        Metrics.NONE,
+        false,
+        System::nanoTime);
   }
 
   public Config timeout(Duration timeout) {

@@ -7,9 +7,9 @@ import java.util.Map;
 import java.util.function.LongSupplier;
 
 /**
- * Refusals answered locally while they stand: at most {@code maxKeys}, the least recently used
- * out. It only ever refuses what the server refused, never for longer than the server said, for
- * the same command and a quantity not smaller.
+ * Refusals answered locally while they stand: at most {@code maxKeys}, the least recently used out.
+ * It only ever refuses what the server refused, never for longer than the server said, for the same
+ * command and a quantity not smaller.
  */
 final class DenyCache {
   private record Entry(long until, long quantity, RateLimit result, long cachedAt) {}
@@ -36,7 +36,8 @@ final class DenyCache {
     if (quantity < entry.quantity) {
       return null;
     }
-    return entry.result.aged(Duration.ofNanos(now - entry.cachedAt), Duration.ofNanos(entry.until - now));
+    return entry.result.aged(
+        Duration.ofNanos(now - entry.cachedAt), Duration.ofNanos(entry.until - now));
   }
 
   synchronized void put(List<String> key, long quantity, RateLimit result) {

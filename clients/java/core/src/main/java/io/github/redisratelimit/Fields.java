@@ -39,8 +39,10 @@ public final class Fields {
     for (int index = 0; index < Math.min(rates.size(), each.size()); index++) {
       Limiter limiter = rates.get(index);
       RateLimit one = each.get(index);
-      policies.add("\"" + limiter.name() + "\";q=" + one.limit() + ";w=" + seconds(limiter.windowSeconds()));
-      states.add("\"" + limiter.name() + "\";r=" + one.remaining() + ";t=" + seconds(one.resetAfter()));
+      policies.add(
+          "\"" + limiter.name() + "\";q=" + one.limit() + ";w=" + seconds(limiter.windowSeconds()));
+      states.add(
+          "\"" + limiter.name() + "\";r=" + one.remaining() + ";t=" + seconds(one.resetAfter()));
     }
     Map<String, String> fields = new LinkedHashMap<>();
     fields.put("RateLimit-Policy", String.join(", ", policies));

@@ -19,11 +19,11 @@ import redis.clients.jedis.commands.ProtocolCommand;
 import redis.clients.jedis.exceptions.JedisDataException;
 
 /**
- * The client's calls over Jedis (the articles' driver): a {@code JedisPool} (the articles'
- * {@code jedis.eval} setup, each call on a pooled connection), a {@code JedisPooled} or a {@code
+ * The client's calls over Jedis (the articles' driver): a {@code JedisPool} (the articles' {@code
+ * jedis.eval} setup, each call on a pooled connection), a {@code JedisPooled} or a {@code
  * JedisCluster} (routed by the command's key). Jedis blocks: each call runs on a worker of this
- * adapter's (at most {@code workers}), so that the client's deadline holds however long the
- * socket waits; a call given up on at its deadline goes on until Jedis' own timeout ends it.
+ * adapter's (at most {@code workers}), so that the client's deadline holds however long the socket
+ * waits; a call given up on at its deadline goes on until Jedis' own timeout ends it.
  */
 public final class JedisCalls implements RedisCalls {
   private final JedisPool pool;
@@ -86,7 +86,8 @@ public final class JedisCalls implements RedisCalls {
     }
     String key = Protocol.routingKey(words);
     if (unified instanceof JedisCluster && key != null) {
-      return read(unified.sendCommand(key.getBytes(StandardCharsets.UTF_8), command, bytes(rest(words))));
+      return read(
+          unified.sendCommand(key.getBytes(StandardCharsets.UTF_8), command, bytes(rest(words))));
     }
     return read(unified.sendCommand(command, rest(words)));
   }
@@ -192,7 +193,10 @@ public final class JedisCalls implements RedisCalls {
             List<Object> replies = new ArrayList<>();
             for (var node : cluster.getClusterNodes().entrySet()) {
               try (var connection = node.getValue().getResource()) {
-                Object role = read(connection.executeCommand(new redis.clients.jedis.CommandArguments(new Command("ROLE"))));
+                Object role =
+                    read(
+                        connection.executeCommand(
+                            new redis.clients.jedis.CommandArguments(new Command("ROLE"))));
                 if (role instanceof List<?> fields && "master".equals(fields.get(0))) {
                   replies.add(
                       read(

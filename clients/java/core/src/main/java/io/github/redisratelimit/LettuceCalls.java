@@ -23,14 +23,14 @@ import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CompletionException;
 
 /**
- * The client's calls over Lettuce (Spring Data Redis' default driver): a single server's
- * connection or a Cluster's, each command dispatched as it is ({@code dispatch}, no script), the
- * Cluster's routed by the command's key. A connection made from a client here is closed with
- * this; one given is the caller's.
+ * The client's calls over Lettuce (Spring Data Redis' default driver): a single server's connection
+ * or a Cluster's, each command dispatched as it is ({@code dispatch}, no script), the Cluster's
+ * routed by the command's key. A connection made from a client here is closed with this; one given
+ * is the caller's.
  *
  * <p>A transaction ({@link SharedLists}' writes) needs its connection to itself while it runs:
- * {@link #connect} opens one for them; over a connection given with {@link #of}, give the lists
- * a connection of their own.
+ * {@link #connect} opens one for them; over a connection given with {@link #of}, give the lists a
+ * connection of their own.
  */
 public final class LettuceCalls implements RedisCalls {
   private final StatefulRedisConnection<String, String> single;
@@ -110,7 +110,8 @@ public final class LettuceCalls implements RedisCalls {
     return args;
   }
 
-  private static CompletableFuture<Object> dispatch(RedisAsyncCommandsLike commands, List<String> words) {
+  private static CompletableFuture<Object> dispatch(
+      RedisAsyncCommandsLike commands, List<String> words) {
     return translated(
         commands
             .dispatch(new Keyword(words.get(0)), new ReplyOutput(), arguments(words))
@@ -121,7 +122,9 @@ public final class LettuceCalls implements RedisCalls {
   @FunctionalInterface
   private interface RedisAsyncCommandsLike {
     io.lettuce.core.RedisFuture<Object> dispatch(
-        ProtocolKeyword type, CommandOutput<String, String, Object> output, CommandArgs<String, String> args);
+        ProtocolKeyword type,
+        CommandOutput<String, String, Object> output,
+        CommandArgs<String, String> args);
   }
 
   /**
@@ -251,7 +254,8 @@ public final class LettuceCalls implements RedisCalls {
     try {
       for (RedisClusterNode node : cluster.getPartitions()) {
         if (node.is(RedisClusterNode.NodeFlag.UPSTREAM)) {
-          RedisAsyncCommands<String, String> onNode = cluster.getConnection(node.getNodeId()).async();
+          RedisAsyncCommands<String, String> onNode =
+              cluster.getConnection(node.getNodeId()).async();
           replies.add(dispatch(onNode::dispatch, words));
         }
       }
@@ -314,6 +318,7 @@ public final class LettuceCalls implements RedisCalls {
     if (cause instanceof RedisCommandExecutionException reply) {
       return RedisCalls.replyError(reply.getMessage(), reply);
     }
-    return new ServerUnavailableException("the server failed: " + cause, cause, java.time.Duration.ZERO);
+    return new ServerUnavailableException(
+        "the server failed: " + cause, cause, java.time.Duration.ZERO);
   }
 }

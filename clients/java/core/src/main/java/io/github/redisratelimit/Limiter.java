@@ -6,12 +6,11 @@ import java.util.Objects;
 
 /**
  * One limit a request is checked against, named as the module's commands are. A check of one
- * limiter sends its own command; of several, one {@code RL.ALL ... DETAILS}, all or nothing
- * (on a Cluster, give their keys one hash slot: {@code {user:7}:burst}, {@code {user:7}:day}).
+ * limiter sends its own command; of several, one {@code RL.ALL ... DETAILS}, all or nothing (on a
+ * Cluster, give their keys one hash slot: {@code {user:7}:burst}, {@code {user:7}:day}).
  *
- * <p>Every constructor checks its arguments: a key that is empty, a count or a limit under 1,
- * a period or window that is not positive get an {@link IllegalArgumentException} before any
- * call.
+ * <p>Every constructor checks its arguments: a key that is empty, a count or a limit under 1, a
+ * period or window that is not positive get an {@link IllegalArgumentException} before any call.
  */
 public sealed interface Limiter
     permits Limiter.Throttle, Limiter.Window, Limiter.Log, Limiter.Load, Limiter.Slots {
@@ -262,8 +261,8 @@ public sealed interface Limiter
 
   /**
    * The load gate of a service ({@code LOAD priority} in {@code RL.ALL}): {@code key} is the
-   * service's, which its instances' reports fill; a request its level sheds is refused with
-   * nothing written ({@link RateLimit#shedLevel()}).
+   * service's, which its instances' reports fill; a request its level sheds is refused with nothing
+   * written ({@link RateLimit#shedLevel()}).
    */
   record Load(String key, Priority priority) implements Limiter {
     public Load {

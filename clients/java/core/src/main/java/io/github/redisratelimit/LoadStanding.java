@@ -3,8 +3,8 @@ package io.github.redisratelimit;
 import java.util.Arrays;
 
 /**
- * A service's level and what it admits, as a report tells: the share of each priority class,
- * most important first, from 0 to 1.
+ * A service's level and what it admits, as a report tells: the share of each priority class, most
+ * important first, from 0 to 1.
  */
 public record LoadStanding(int level, int instances, double[] shares) {
   /** The standing before any report, and after the last one ended: nothing shed. */
@@ -39,6 +39,12 @@ public record LoadStanding(int level, int instances, double[] shares) {
 
   @Override
   public String toString() {
-    return "LoadStanding[level=" + level + ", instances=" + instances + ", shares=" + Arrays.toString(shares) + "]";
+    return "LoadStanding[level="
+        + level
+        + ", instances="
+        + instances
+        + ", shares="
+        + Arrays.toString(shares)
+        + "]";
   }
 }

@@ -3,8 +3,8 @@ package io.github.redisratelimit;
 import java.time.Duration;
 
 /**
- * Where decisions are counted, named as every package of the project names them (Prometheus
- * names; {@link MicrometerMetrics} registers them):
+ * Where decisions are counted, named as every package of the project names them (Prometheus names;
+ * {@link MicrometerMetrics} registers them):
  *
  * <ul>
  *   <li>{@code ratelimit_decisions_total{policy, outcome}}: decisions by policy (the limiters'

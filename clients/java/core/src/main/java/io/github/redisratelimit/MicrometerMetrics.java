@@ -61,7 +61,8 @@ public final class MicrometerMetrics implements Metrics {
             service,
             name -> {
               AtomicInteger value = new AtomicInteger();
-              io.micrometer.core.instrument.Gauge.builder("ratelimit.load.level", value, AtomicInteger::get)
+              io.micrometer.core.instrument.Gauge.builder(
+                      "ratelimit.load.level", value, AtomicInteger::get)
                   .description("A service's load level, as its last report answered.")
                   .tag("service", name)
                   .register(registry);

@@ -6,10 +6,10 @@ import java.util.List;
 import java.util.Objects;
 
 /**
- * A request's options (docs/options.md): immutable, each fluent method a changed copy. At most
- * one of {@code delay}, {@code atMost} and {@code force}; none of them with {@code refund}; {@code
- * block} with neither {@code delay} nor {@code force}. A combination the module refuses is
- * refused here, with an {@link IllegalArgumentException}, before any call.
+ * A request's options (docs/options.md): immutable, each fluent method a changed copy. At most one
+ * of {@code delay}, {@code atMost} and {@code force}; none of them with {@code refund}; {@code
+ * block} with neither {@code delay} nor {@code force}. A combination the module refuses is refused
+ * here, with an {@link IllegalArgumentException}, before any call.
  */
 public final class Options {
   private final long quantity;
@@ -71,12 +71,14 @@ public final class Options {
 
   /** The same; a refusal keeps the key refused for {@code block} (the penalty box). */
   public Options block(Duration block) {
-    return new Options(quantity, refund, Objects.requireNonNull(block, "block"), delay, atMost, force, readOnly);
+    return new Options(
+        quantity, refund, Objects.requireNonNull(block, "block"), delay, atMost, force, readOnly);
   }
 
   /** The same; a request that does not fit waits its turn, up to {@code delay}. */
   public Options delay(Duration delay) {
-    return new Options(quantity, refund, block, Objects.requireNonNull(delay, "delay"), atMost, force, readOnly);
+    return new Options(
+        quantity, refund, block, Objects.requireNonNull(delay, "delay"), atMost, force, readOnly);
   }
 
   /** The same, taking what fits of the quantity, at least 1. */

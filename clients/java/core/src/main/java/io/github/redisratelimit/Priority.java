@@ -3,8 +3,8 @@ package io.github.redisratelimit;
 import java.util.Locale;
 
 /**
- * A request's priority class, most important first (Google's criticality): what load shedding
- * sheds from the bottom. The wire names are lower case ({@code critical_plus}, ...).
+ * A request's priority class, most important first (Google's criticality): what load shedding sheds
+ * from the bottom. The wire names are lower case ({@code critical_plus}, ...).
  */
 public enum Priority {
   /** What must never be shed: payments, health checks. */

@@ -9,10 +9,10 @@ import java.util.Locale;
 import java.util.Map;
 
 /**
- * What the client sends and reads, with no I/O: each limiter's and option's words, each reply
- * read into a typed result, and the leases', load reports', counts', {@code RL.TOP}'s and the
- * shared lists' commands and replies. clients/conformance.json pins all of it, the table every
- * package of the project is tested against. Times are asked of the module in milliseconds.
+ * What the client sends and reads, with no I/O: each limiter's and option's words, each reply read
+ * into a typed result, and the leases', load reports', counts', {@code RL.TOP}'s and the shared
+ * lists' commands and replies. clients/conformance.json pins all of it, the table every package of
+ * the project is tested against. Times are asked of the module in milliseconds.
  */
 public final class Protocol {
   private Protocol() {}
@@ -27,8 +27,8 @@ public final class Protocol {
   }
 
   /**
-   * The one command a request against {@code limiters} takes: the limiter's own, or {@code
-   * RL.ALL} with {@code DETAILS}.
+   * The one command a request against {@code limiters} takes: the limiter's own, or {@code RL.ALL}
+   * with {@code DETAILS}.
    *
    * @throws IllegalArgumentException for no limiter
    */
@@ -38,7 +38,8 @@ public final class Protocol {
     }
     String suffix = options.isReadOnly() ? "_RO" : "";
     boolean onlyInAll =
-        limiters.stream().anyMatch(one -> one instanceof Limiter.Load || one instanceof Limiter.Slots);
+        limiters.stream()
+            .anyMatch(one -> one instanceof Limiter.Load || one instanceof Limiter.Slots);
     List<String> words = new ArrayList<>();
     if (limiters.size() == 1 && !onlyInAll) {
       Limiter one = limiters.get(0);
@@ -63,9 +64,9 @@ public final class Protocol {
   }
 
   /**
-   * The typed result of {@code command(limiters, options)}'s reply: the five integers, the sixth
-   * (a wait, a quantity granted, a lease's id), then with a load gate the level that shed the
-   * request, then each limiter's own ({@code DETAILS}).
+   * The typed result of {@code command(limiters, options)}'s reply: the five integers, the sixth (a
+   * wait, a quantity granted, a lease's id), then with a load gate the level that shed the request,
+   * then each limiter's own ({@code DETAILS}).
    */
   public static RateLimit result(List<?> reply, List<? extends Limiter> limiters, Options options) {
     boolean slots = limiters.stream().anyMatch(one -> one instanceof Limiter.Slots);
@@ -80,7 +81,8 @@ public final class Protocol {
     if (limiters.size() > 1) {
       for (int index = 0; index < limiters.size() && first + index < reply.size(); index++) {
         if (!(limiters.get(index) instanceof Limiter.Load)) {
-          each.add(RateLimit.fromFields(Replies.list(reply.get(first + index)), List.of(), 0, null));
+          each.add(
+              RateLimit.fromFields(Replies.list(reply.get(first + index)), List.of(), 0, null));
         }
       }
     }
@@ -90,7 +92,10 @@ public final class Protocol {
 
   /** The limiters that limit a rate (the HTTP fields' policies): not a load gate. */
   static List<Limiter> rateLimiters(List<? extends Limiter> limiters) {
-    return limiters.stream().filter(one -> !(one instanceof Limiter.Load)).map(one -> (Limiter) one).toList();
+    return limiters.stream()
+        .filter(one -> !(one instanceof Limiter.Load))
+        .map(one -> (Limiter) one)
+        .toList();
   }
 
   /** {@code RL.ACQUIRE} (or {@code RL.ACQUIRE_RO}, which takes nothing). */
@@ -124,17 +129,20 @@ public final class Protocol {
 
   /** {@code RL.ACQUIRE}'s reply: the five fields and the lease's id. */
   public static Lease lease(List<?> reply) {
-    return new Lease(RateLimit.fromFields(reply, List.of(), 0, null), Replies.integer(reply.get(5)));
+    return new Lease(
+        RateLimit.fromFields(reply, List.of(), 0, null), Replies.integer(reply.get(5)));
   }
 
   /** {@code RL.LOAD.REPORT}: an instance's factors, counting for {@code ttl}. */
   public static List<String> reportCommand(
       String key, String instance, Duration ttl, Map<String, Double> factors) {
     Checks.key(key);
-    List<String> words = new ArrayList<>(List.of("RL.LOAD.REPORT", key, instance, Long.toString(millis(ttl))));
+    List<String> words =
+        new ArrayList<>(List.of("RL.LOAD.REPORT", key, instance, Long.toString(millis(ttl))));
     factors.forEach(
         (name, value) -> {
-          double finite = value == null || value.isNaN() ? 0.0 : Math.min(Math.max(value, 0.0), 1e15);
+          double finite =
+              value == null || value.isNaN() ? 0.0 : Math.min(Math.max(value, 0.0), 1e15);
           words.add(name);
           words.add(sixDigits(finite));
         });
@@ -149,9 +157,14 @@ public final class Protocol {
     String text = String.format(Locale.ROOT, "%.6g", value);
     if (text.contains("e")) {
       String[] parts = text.split("e");
-      String mantissa = parts[0].contains(".") ? parts[0].replaceAll("0+$", "").replaceAll("\\.$", "") : parts[0];
+      String mantissa =
+          parts[0].contains(".") ? parts[0].replaceAll("0+$", "").replaceAll("\\.$", "") : parts[0];
       int exponent = Integer.parseInt(parts[1]);
-      return mantissa + "e" + (exponent < 0 ? "-" : "+") + (Math.abs(exponent) < 10 ? "0" : "") + Math.abs(exponent);
+      return mantissa
+          + "e"
+          + (exponent < 0 ? "-" : "+")
+          + (Math.abs(exponent) < 10 ? "0" : "")
+          + Math.abs(exponent);
     }
     if (text.contains(".")) {
       text = text.replaceAll("0+$", "").replaceAll("\\.$", "");
@@ -165,7 +178,8 @@ public final class Protocol {
     for (int index = 0; index < 4; index++) {
       shares[index] = Replies.decimal(reply.get(2 + index));
     }
-    return new LoadStanding((int) Replies.integer(reply.get(0)), (int) Replies.integer(reply.get(1)), shares);
+    return new LoadStanding(
+        (int) Replies.integer(reply.get(0)), (int) Replies.integer(reply.get(1)), shares);
   }
 
   /** {@code RL.WINDOW.COUNTS} or {@code RL.LOG.COUNTS}. */
@@ -224,14 +238,16 @@ public final class Protocol {
   }
 
   /** A shared list's item set, and the version incremented, in one transaction. */
-  public static List<List<String>> addCommands(String hash, String list, String item, String value) {
+  public static List<List<String>> addCommands(
+      String hash, String list, String item, String value) {
     return List.of(
         List.of("HSET", hash, list + ":" + item, value), List.of("HINCRBY", hash, "version", "1"));
   }
 
   /** A shared list's item removed, and the version incremented, in one transaction. */
   public static List<List<String>> removeCommands(String hash, String list, String item) {
-    return List.of(List.of("HDEL", hash, list + ":" + item), List.of("HINCRBY", hash, "version", "1"));
+    return List.of(
+        List.of("HDEL", hash, list + ":" + item), List.of("HINCRBY", hash, "version", "1"));
   }
 
   /** The lists of a shared hash: {@code list -> item -> value}, the version left out. */
@@ -241,7 +257,8 @@ public final class Protocol {
         (field, value) -> {
           int colon = field.indexOf(':');
           if (colon > 0) {
-            lists.computeIfAbsent(field.substring(0, colon), name -> new LinkedHashMap<>())
+            lists
+                .computeIfAbsent(field.substring(0, colon), name -> new LinkedHashMap<>())
                 .put(field.substring(colon + 1), value);
           }
         });

@@ -13,11 +13,11 @@ import java.util.concurrent.TimeUnit;
  * decisions are not bounded by one shard's thread and a round trip each. What is unused {@code
  * hold} after it was taken is given back ({@code REFUND}); {@link #close()} gives back the rest.
  *
- * <p>The bound: in any window, what N processes admit exceeds what the server alone would admit
- * by at most N x batch. While the limit binds (a take got less than it asked for), a take asks
- * for half a batch at once, waiting for it on the server ({@code DELAY}, up to {@code hold}), so
- * a binding limit costs at most one call per half batch admitted, and a refusal one call per
- * {@code retry_after}, not one per request. Thread-safe: takes queue behind each other.
+ * <p>The bound: in any window, what N processes admit exceeds what the server alone would admit by
+ * at most N x batch. While the limit binds (a take got less than it asked for), a take asks for
+ * half a batch at once, waiting for it on the server ({@code DELAY}, up to {@code hold}), so a
+ * binding limit costs at most one call per half batch admitted, and a refusal one call per {@code
+ * retry_after}, not one per request. Thread-safe: takes queue behind each other.
  *
  * <pre>{@code
  * Quota quota = new Quota(limiter, List.of(Limiter.window("api:global", 10_000, Duration.ofSeconds(1))), 50, Duration.ofMillis(500));
@@ -93,7 +93,9 @@ public final class Quota implements AutoCloseable {
     }
     boolean wasBinding = binding;
     long asked =
-        wasBinding ? Math.max(Math.min(half, batch - held), quantity - held) : Math.max(batch, quantity) - held;
+        wasBinding
+            ? Math.max(Math.min(half, batch - held), quantity - held)
+            : Math.max(batch, quantity) - held;
     Options how =
         wasBinding
             ? Options.defaults().quantity(asked).delay(Duration.ofNanos(hold))

@@ -118,7 +118,10 @@ public record RateLimit(
         failed,
         shadow,
         each.stream()
-            .map(one -> one.aged(elapsed, one.retryAfter == null ? null : less(one.retryAfter, elapsed)))
+            .map(
+                one ->
+                    one.aged(
+                        elapsed, one.retryAfter == null ? null : less(one.retryAfter, elapsed)))
             .toList(),
         shedLevel,
         leaseId);

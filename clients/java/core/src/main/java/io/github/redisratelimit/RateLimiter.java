@@ -6,12 +6,12 @@ import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CompletionException;
 
 /**
- * Every command of the module, blocking: {@link AsyncRateLimiter}'s calls, each waited for
- * (never longer than {@link Config#timeout()}). Exceptions come unwrapped: {@link
+ * Every command of the module, blocking: {@link AsyncRateLimiter}'s calls, each waited for (never
+ * longer than {@link Config#timeout()}). Exceptions come unwrapped: {@link
  * ServerUnavailableException} (the server failed, under {@link OnError#RAISE}), {@link
- * CommandException} (it refused the call), {@link IllegalArgumentException} (a bad argument,
- * before any call). Marks the request its thread runs as the package's own answer when it
- * answers by its policy ({@link Answered}).
+ * CommandException} (it refused the call), {@link IllegalArgumentException} (a bad argument, before
+ * any call). Marks the request its thread runs as the package's own answer when it answers by its
+ * policy ({@link Answered}).
  *
  * <pre>{@code
  * RateLimiter limiter = new RateLimiter(LettuceCalls.connect(RedisClient.create("redis://localhost")));

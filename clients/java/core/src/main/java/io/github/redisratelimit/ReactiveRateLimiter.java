@@ -33,7 +33,8 @@ public final class ReactiveRateLimiter {
     return Mono.fromFuture(() -> async.peek(limiters, quantity));
   }
 
-  public Mono<RateLimit> acquire(List<? extends Limiter> limiters, long quantity, Duration timeout) {
+  public Mono<RateLimit> acquire(
+      List<? extends Limiter> limiters, long quantity, Duration timeout) {
     return Mono.fromFuture(() -> async.acquire(limiters, quantity, timeout));
   }
 

@@ -9,10 +9,10 @@ import java.util.concurrent.TimeUnit;
 /**
  * Allow and deny lists shared by every gateway and application through one hash: fields {@code
  * <list>:<item>} and a {@code version} every change increments (the nginx package's
- * resty.ratelimit_module.lists reads and writes the same hash). A reader keeps a copy and asks
- * only for the version, at most once per {@code every}, reading the hash again when it changed.
- * A change increments the version after writing its item, in one transaction, so a reader that
- * saw the new version reads the new item.
+ * resty.ratelimit_module.lists reads and writes the same hash). A reader keeps a copy and asks only
+ * for the version, at most once per {@code every}, reading the hash again when it changed. A change
+ * increments the version after writing its item, in one transaction, so a reader that saw the new
+ * version reads the new item.
  */
 public final class SharedLists {
   private final RedisCalls calls;
@@ -24,7 +24,10 @@ public final class SharedLists {
   private volatile String version;
   private volatile long nextCheck = Long.MIN_VALUE;
 
-  /** The lists of {@code hash}, read at most once per {@code every}, through {@code limiter}'s connection. */
+  /**
+   * The lists of {@code hash}, read at most once per {@code every}, through {@code limiter}'s
+   * connection.
+   */
   public SharedLists(AsyncRateLimiter limiter, String hash, java.time.Duration every) {
     Checks.key(hash);
     Checks.positive("every", every);
@@ -36,15 +39,22 @@ public final class SharedLists {
   }
 
   private <T> T within(CompletableFuture<T> call) {
-    return RateLimiter.join(call.orTimeout(timeout, TimeUnit.NANOSECONDS).handle((value, error) -> {
-      if (error != null) {
-        throw new java.util.concurrent.CompletionException(AsyncRateLimiter.failure(error));
-      }
-      return value;
-    }));
+    return RateLimiter.join(
+        call.orTimeout(timeout, TimeUnit.NANOSECONDS)
+            .handle(
+                (value, error) -> {
+                  if (error != null) {
+                    throw new java.util.concurrent.CompletionException(
+                        AsyncRateLimiter.failure(error));
+                  }
+                  return value;
+                }));
   }
 
-  /** Sets {@code item} of {@code list} to {@code value} and increments the version, in one transaction. */
+  /**
+   * Sets {@code item} of {@code list} to {@code value} and increments the version, in one
+   * transaction.
+   */
   public void add(String list, String item, String value) {
     within(calls.transaction(hash, Protocol.addCommands(hash, list, item, value)));
   }
@@ -54,7 +64,10 @@ public final class SharedLists {
     within(calls.transaction(hash, Protocol.removeCommands(hash, list, item)));
   }
 
-  /** The lists, {@code list -> item -> value}: the copy, checked against the version at most once per {@code every}. */
+  /**
+   * The lists, {@code list -> item -> value}: the copy, checked against the version at most once
+   * per {@code every}.
+   */
   public synchronized Map<String, Map<String, String>> read() {
     long now = clock.getAsLong();
     if (nextCheck != Long.MIN_VALUE && now - nextCheck < 0) {

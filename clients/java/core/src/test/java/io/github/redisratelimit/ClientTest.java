@@ -18,15 +18,15 @@ import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.Future;
 import java.util.concurrent.atomic.AtomicInteger;
+import org.junit.jupiter.api.Test;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.MethodSource;
-import org.junit.jupiter.api.Test;
 
 /**
  * Every command and option against the live server, over Lettuce and over Jedis: typed results,
- * several limits at once, leases, counts, top keys, the load gate; many threads on one key
- * counted exactly; the deny cache, shadow mode and the metrics; quota leases and the shared
- * lists; and bad input refused before any call.
+ * several limits at once, leases, counts, top keys, the load gate; many threads on one key counted
+ * exactly; the deny cache, shadow mode and the metrics; quota leases and the shared lists; and bad
+ * input refused before any call.
  */
 class ClientTest {
   static List<Servers.Driver> drivers() {
@@ -60,7 +60,10 @@ class ClientTest {
       // Several limits, all or nothing: the day's limit is charged only with the burst's.
       String tag = "{" + Servers.unique("all") + "}";
       Limiter.Throttle second = Limiter.throttle(tag + ":burst", 1, 1, SECOND).named("burst");
-      Limiter.Window day = Limiter.window(tag + ":day", 1000, Duration.ofDays(1)).algorithm(Limiter.Algorithm.FIXED).named("day");
+      Limiter.Window day =
+          Limiter.window(tag + ":day", 1000, Duration.ofDays(1))
+              .algorithm(Limiter.Algorithm.FIXED)
+              .named("day");
       RateLimit both = limiter.check(List.of(second, day), Options.defaults());
       assertTrue(both.allowed());
       assertEquals(2, both.each().size());
@@ -72,7 +75,8 @@ class ClientTest {
       String delayed = Servers.unique("delay");
       Limiter.Throttle slow = Limiter.throttle(delayed, 0, 1, Duration.ofSeconds(10));
       assertTrue(limiter.check(slow).allowed());
-      RateLimit waits = limiter.check(List.of(slow), Options.defaults().delay(Duration.ofSeconds(30)));
+      RateLimit waits =
+          limiter.check(List.of(slow), Options.defaults().delay(Duration.ofSeconds(30)));
       assertTrue(waits.allowed());
       assertTrue(waits.waitFor().compareTo(Duration.ofSeconds(9)) > 0, waits.toString());
       Limiter.Log log = Limiter.log(Servers.unique("log"), 10, MINUTE);
@@ -80,13 +84,17 @@ class ClientTest {
       assertEquals(8L, some.granted());
       RateLimit rest = limiter.check(List.of(log), Options.defaults().quantity(8).atMost());
       assertEquals(2L, rest.granted());
-      RateLimit owed = limiter.check(List.of(Limiter.log(Servers.unique("force"), 10, MINUTE)), Options.defaults().quantity(15).force());
+      RateLimit owed =
+          limiter.check(
+              List.of(Limiter.log(Servers.unique("force"), 10, MINUTE)),
+              Options.defaults().quantity(15).force());
       assertTrue(owed.allowed());
 
       // BLOCK: a refusal keeps the key refused.
       Limiter.Throttle blocked = Limiter.throttle(Servers.unique("block"), 0, 1, MINUTE);
       limiter.check(blocked);
-      RateLimit penalty = limiter.check(List.of(blocked), Options.defaults().block(Duration.ofSeconds(900)));
+      RateLimit penalty =
+          limiter.check(List.of(blocked), Options.defaults().block(Duration.ofSeconds(900)));
       assertEquals(Duration.ofSeconds(900), penalty.retryAfter());
 
       // Counts of a window and a log.
@@ -107,7 +115,9 @@ class ClientTest {
       String slotsTag = "{" + Servers.unique("slots") + "}";
       RateLimit slotted =
           limiter.check(
-              List.of(Limiter.throttle(slotsTag + ":rate", 9, 10, SECOND), Limiter.slots(slotsTag + ":slots", 2, MINUTE)),
+              List.of(
+                  Limiter.throttle(slotsTag + ":rate", 9, 10, SECOND),
+                  Limiter.slots(slotsTag + ":slots", 2, MINUTE)),
               Options.defaults());
       assertTrue(slotted.allowed());
       assertTrue(slotted.leaseId() > 0);
@@ -118,16 +128,36 @@ class ClientTest {
   @ParameterizedTest
   @MethodSource("drivers")
   void theLoadGateShedsWithNothingCharged(Servers.Driver driver) {
-    try (RedisCalls calls = driver.onServer(); RateLimiter limiter = new RateLimiter(calls)) {
+    try (RedisCalls calls = driver.onServer();
+        RateLimiter limiter = new RateLimiter(calls)) {
       String tag = "{" + Servers.unique("gate") + "}";
       String service = tag + ":load";
-      calls.call(List.of("RL.LOAD.POLICY", service, "HOLD", "0", "LEVEL", "inflight", "0", "SHARES", "1", "1", "0", "0")).join();
+      calls
+          .call(
+              List.of(
+                  "RL.LOAD.POLICY",
+                  service,
+                  "HOLD",
+                  "0",
+                  "LEVEL",
+                  "inflight",
+                  "0",
+                  "SHARES",
+                  "1",
+                  "1",
+                  "0",
+                  "0"))
+          .join();
       calls.call(List.of("RL.LOAD.REPORT", service, "a", "60000", "inflight", "1")).join();
       Limiter.Throttle user = Limiter.throttle(tag + ":user", 4, 1, MINUTE);
-      RateLimit admitted = limiter.check(List.of(Limiter.load(service, Priority.CRITICAL), user), Options.defaults());
+      RateLimit admitted =
+          limiter.check(
+              List.of(Limiter.load(service, Priority.CRITICAL), user), Options.defaults());
       assertTrue(admitted.allowed());
       assertEquals(0, admitted.shedLevel());
-      RateLimit shed = limiter.check(List.of(Limiter.load(service, Priority.SHEDDABLE), user), Options.defaults());
+      RateLimit shed =
+          limiter.check(
+              List.of(Limiter.load(service, Priority.SHEDDABLE), user), Options.defaults());
       assertFalse(shed.allowed());
       assertEquals(1, shed.shedLevel());
       assertEquals(4, shed.remaining(), "nothing charged");
@@ -167,7 +197,8 @@ class ClientTest {
     try (AsyncRateLimiter async = new AsyncRateLimiter(Servers.drivers().get(0).onServer())) {
       Limiter.Throttle burst = Limiter.throttle(Servers.unique("faces"), 1, 1, MINUTE);
       CompletableFuture<RateLimit> first = async.check(burst);
-      RateLimit second = new ReactiveRateLimiter(async).check(List.of(burst), Options.defaults()).block();
+      RateLimit second =
+          new ReactiveRateLimiter(async).check(List.of(burst), Options.defaults()).block();
       RateLimit third = async.blocking().check(burst);
       assertTrue(first.join().allowed());
       assertNotNull(second);
@@ -178,14 +209,17 @@ class ClientTest {
 
   @Test
   void topKeysAreTheServersRefusalsMergedOverItsPrimaries() {
-    try (RedisCalls calls = Servers.drivers().get(0).onServer(); RateLimiter limiter = new RateLimiter(calls)) {
+    try (RedisCalls calls = Servers.drivers().get(0).onServer();
+        RateLimiter limiter = new RateLimiter(calls)) {
       calls.call(List.of("CONFIG", "SET", "ratelimit.top-keys", "128")).join();
       Limiter.Throttle hot = Limiter.throttle(Servers.unique("top"), 0, 1, MINUTE);
       for (int request = 0; request < 6; request++) {
         limiter.check(hot);
       }
       List<TopKey> top = limiter.top(1000);
-      assertTrue(top.stream().anyMatch(row -> row.key().equals(hot.key()) && row.refusals() >= 5), top.toString());
+      assertTrue(
+          top.stream().anyMatch(row -> row.key().equals(hot.key()) && row.refusals() >= 5),
+          top.toString());
     }
   }
 
@@ -198,7 +232,8 @@ class ClientTest {
         }
 
         @Override
-        public CompletableFuture<List<Object>> transaction(String key, List<List<String>> commands) {
+        public CompletableFuture<List<Object>> transaction(
+            String key, List<List<String>> commands) {
           throw new AssertionError("a call was made");
         }
 
@@ -211,23 +246,34 @@ class ClientTest {
   @Test
   void badInputGetsAClearExceptionBeforeAnyCall() {
     RateLimiter limiter = new RateLimiter(NEVER);
-    assertThrows(IllegalArgumentException.class, () -> Limiter.throttle("k", 1, 1, Duration.ZERO), "a zero period");
-    assertThrows(IllegalArgumentException.class, () -> Limiter.window("k", 10, Duration.ofSeconds(-1)));
+    assertThrows(
+        IllegalArgumentException.class,
+        () -> Limiter.throttle("k", 1, 1, Duration.ZERO),
+        "a zero period");
+    assertThrows(
+        IllegalArgumentException.class, () -> Limiter.window("k", 10, Duration.ofSeconds(-1)));
     assertThrows(IllegalArgumentException.class, () -> Limiter.log("", 10, MINUTE), "an empty key");
-    assertThrows(IllegalArgumentException.class, () -> Limiter.throttle("k", 1, 0, MINUTE), "a count of 0");
-    assertThrows(IllegalArgumentException.class, () -> limiter.check(List.of(), Options.defaults()), "no limiter");
-    assertThrows(IllegalArgumentException.class, () -> Priority.parse("urgent"), "an unknown priority");
+    assertThrows(
+        IllegalArgumentException.class, () -> Limiter.throttle("k", 1, 0, MINUTE), "a count of 0");
+    assertThrows(
+        IllegalArgumentException.class,
+        () -> limiter.check(List.of(), Options.defaults()),
+        "no limiter");
+    assertThrows(
+        IllegalArgumentException.class, () -> Priority.parse("urgent"), "an unknown priority");
     assertThrows(IllegalArgumentException.class, () -> Options.defaults().quantity(-1));
     assertThrows(IllegalArgumentException.class, () -> Options.defaults().delay(SECOND).force());
     assertThrows(IllegalArgumentException.class, () -> Options.defaults().refund().atMost());
-    assertThrows(IllegalArgumentException.class, () -> Options.defaults().block(SECOND).delay(SECOND));
+    assertThrows(
+        IllegalArgumentException.class, () -> Options.defaults().block(SECOND).delay(SECOND));
     assertThrows(IllegalArgumentException.class, () -> Limiter.Algorithm.buckets(0));
     assertThrows(IllegalArgumentException.class, () -> limiter.top(0));
     assertThrows(IllegalArgumentException.class, () -> limiter.acquireLease("k", 0, MINUTE, 1));
     assertThrows(IllegalArgumentException.class, () -> Config.defaults().timeout(Duration.ZERO));
     assertThrows(
         IllegalArgumentException.class,
-        () -> limiter.counts(Limiter.window("k", 1, MINUTE).algorithm(Limiter.Algorithm.buckets(4))));
+        () ->
+            limiter.counts(Limiter.window("k", 1, MINUTE).algorithm(Limiter.Algorithm.buckets(4))));
     assertThrows(IllegalArgumentException.class, () -> new Quota(limiter, List.of(), 10, SECOND));
   }
 
@@ -236,7 +282,8 @@ class ClientTest {
   void theDenyCacheShadowModeAndTheMetrics(Servers.Driver driver) {
     PrometheusMeterRegistry registry = new PrometheusMeterRegistry(PrometheusConfig.DEFAULT);
     Config config = Config.defaults().denyCache(100).metrics(new MicrometerMetrics(registry));
-    try (RedisCalls calls = driver.onServer(); RateLimiter limiter = new RateLimiter(calls, config)) {
+    try (RedisCalls calls = driver.onServer();
+        RateLimiter limiter = new RateLimiter(calls, config)) {
       Limiter.Throttle one = Limiter.throttle(Servers.unique("cache"), 0, 1, MINUTE).named("one");
       assertTrue(limiter.check(one).allowed());
       assertFalse(limiter.check(one).allowed());
@@ -247,10 +294,18 @@ class ClientTest {
       assertTrue(shadow.allowed());
       assertTrue(shadow.shadow());
       String scrape = registry.scrape();
-      assertTrue(scrape.contains("ratelimit_decisions_total{outcome=\"deny_cache\",policy=\"one\"} 1.0"), scrape);
-      assertTrue(scrape.contains("ratelimit_decisions_total{outcome=\"shadow\",policy=\"one\"} 1.0"), scrape);
-      assertTrue(scrape.contains("ratelimit_decisions_total{outcome=\"refused\",policy=\"one\"} 1.0"), scrape);
-      assertTrue(scrape.contains("ratelimit_decisions_total{outcome=\"allowed\",policy=\"one\"} 1.0"), scrape);
+      assertTrue(
+          scrape.contains("ratelimit_decisions_total{outcome=\"deny_cache\",policy=\"one\"} 1.0"),
+          scrape);
+      assertTrue(
+          scrape.contains("ratelimit_decisions_total{outcome=\"shadow\",policy=\"one\"} 1.0"),
+          scrape);
+      assertTrue(
+          scrape.contains("ratelimit_decisions_total{outcome=\"refused\",policy=\"one\"} 1.0"),
+          scrape);
+      assertTrue(
+          scrape.contains("ratelimit_decisions_total{outcome=\"allowed\",policy=\"one\"} 1.0"),
+          scrape);
       assertTrue(scrape.contains("ratelimit_server_call_duration_seconds_count"), scrape);
     }
   }
@@ -259,10 +314,12 @@ class ClientTest {
   @MethodSource("drivers")
   void quotaLeasesHoldTheLimitWithACallPerBatch(Servers.Driver driver) throws Exception {
     try (RateLimiter limiter = new RateLimiter(driver.onServer())) {
-      Limiter.Window global = Limiter.window(Servers.unique("quota"), 500, MINUTE).algorithm(Limiter.Algorithm.FIXED);
-      List<Quota> quotas = List.of(
-          new Quota(limiter, List.of(global), 20, Duration.ofSeconds(30)),
-          new Quota(limiter, List.of(global), 20, Duration.ofSeconds(30)));
+      Limiter.Window global =
+          Limiter.window(Servers.unique("quota"), 500, MINUTE).algorithm(Limiter.Algorithm.FIXED);
+      List<Quota> quotas =
+          List.of(
+              new Quota(limiter, List.of(global), 20, Duration.ofSeconds(30)),
+              new Quota(limiter, List.of(global), 20, Duration.ofSeconds(30)));
       int admitted = 0;
       for (int request = 0; request < 700; request++) {
         if (quotas.get(request % 2).take(1)) {

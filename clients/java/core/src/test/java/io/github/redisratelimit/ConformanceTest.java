@@ -20,11 +20,11 @@ import org.junit.jupiter.api.Test;
 
 /**
  * clients/conformance.json, the table every package of the project is tested against: the words
- * each limiter spec and option must produce, the result and HTTP fields each reply must give
- * (calls whose limits change between them too), the leases', RL.TOP's, the shared lists', the
- * load reports' and the counts' words and replies, and the local limit's traces, replayed
- * exactly. Every part but {@code lua}, which the nginx package's test reads; a part added to the
- * table fails here until it is read.
+ * each limiter spec and option must produce, the result and HTTP fields each reply must give (calls
+ * whose limits change between them too), the leases', RL.TOP's, the shared lists', the load
+ * reports' and the counts' words and replies, and the local limit's traces, replayed exactly. Every
+ * part but {@code lua}, which the nginx package's test reads; a part added to the table fails here
+ * until it is read.
  */
 class ConformanceTest {
   static JsonNode table;
@@ -61,16 +61,25 @@ class ConformanceTest {
         switch (spec.get("kind").asText()) {
           case "throttle" -> {
             Limiter.Throttle throttle =
-                Limiter.throttle(key, spec.get("max_burst").asLong(), spec.get("count").asLong(), seconds(spec.get("period")));
+                Limiter.throttle(
+                    key,
+                    spec.get("max_burst").asLong(),
+                    spec.get("count").asLong(),
+                    seconds(spec.get("period")));
             yield spec.has("warmup") ? throttle.warmup(seconds(spec.get("warmup"))) : throttle;
           }
           case "window" -> {
-            Limiter.Window window = Limiter.window(key, spec.get("limit").asLong(), seconds(spec.get("window")));
-            yield spec.has("algorithm") ? window.algorithm(Limiter.Algorithm.parse(spec.get("algorithm").asText())) : window;
+            Limiter.Window window =
+                Limiter.window(key, spec.get("limit").asLong(), seconds(spec.get("window")));
+            yield spec.has("algorithm")
+                ? window.algorithm(Limiter.Algorithm.parse(spec.get("algorithm").asText()))
+                : window;
           }
           case "log" -> Limiter.log(key, spec.get("limit").asLong(), seconds(spec.get("window")));
-          case "load" -> Limiter.load(key, Priority.parse(spec.path("priority").asText("sheddable")));
-          case "lease" -> Limiter.slots(key, spec.get("limit").asLong(), seconds(spec.get("lease")));
+          case "load" ->
+              Limiter.load(key, Priority.parse(spec.path("priority").asText("sheddable")));
+          case "lease" ->
+              Limiter.slots(key, spec.get("limit").asLong(), seconds(spec.get("lease")));
           default -> throw new IllegalArgumentException("unknown kind " + spec);
         };
     if (!spec.has("name")) {
@@ -172,21 +181,26 @@ class ConformanceTest {
   }
 
   void checkWords(JsonNode one) {
-    List<String> words = Protocol.command(limiters(one.get("limiters")), options(one.get("options")));
+    List<String> words =
+        Protocol.command(limiters(one.get("limiters")), options(one.get("options")));
     assertEquals(strings(one.get("words")), words, one.toString());
   }
 
   void checkReply(JsonNode one) {
     List<Limiter> specs = limiters(one.get("limiters"));
-    RateLimit got = Protocol.result((List<?>) reply(one.get("reply")), specs, options(one.get("options")));
+    RateLimit got =
+        Protocol.result((List<?>) reply(one.get("reply")), specs, options(one.get("options")));
     JsonNode expected = one.get("result");
     assertEquals(expected.get("allowed").asBoolean(), got.allowed(), one.toString());
     assertEquals(expected.get("limit").asLong(), got.limit());
     assertEquals(expected.get("remaining").asLong(), got.remaining());
-    assertEquals(expected.get("retry_after").isNull() ? null : expected.get("retry_after").asDouble(), seconds(got.retryAfter()));
+    assertEquals(
+        expected.get("retry_after").isNull() ? null : expected.get("retry_after").asDouble(),
+        seconds(got.retryAfter()));
     assertEquals(expected.get("reset_after").asDouble(), seconds(got.resetAfter()));
     assertEquals(expected.get("wait").asDouble(), seconds(got.waitFor()));
-    assertEquals(expected.get("granted").isNull() ? null : expected.get("granted").asLong(), got.granted());
+    assertEquals(
+        expected.get("granted").isNull() ? null : expected.get("granted").asLong(), got.granted());
     assertEquals(expected.get("shed_level").asInt(), got.shedLevel());
     assertEquals(expected.get("lease_id").asLong(), got.leaseId());
     assertEquals(expected.get("each").size(), got.each().size());
@@ -195,28 +209,40 @@ class ConformanceTest {
       RateLimit each = got.each().get(index);
       Map<String, Object> read = new LinkedHashMap<>();
       Map<String, Object> want = new LinkedHashMap<>();
-      wanted.properties().forEach(
-          field -> {
-            want.put(field.getKey(), field.getValue().isNull() ? null : field.getValue().isBoolean() ? (Object) field.getValue().asBoolean() : (Object) field.getValue().asDouble());
-            read.put(
-                field.getKey(),
-                switch (field.getKey()) {
-                  case "allowed" -> each.allowed();
-                  case "limit" -> (double) each.limit();
-                  case "remaining" -> (double) each.remaining();
-                  case "retry_after" -> seconds(each.retryAfter());
-                  case "reset_after" -> seconds(each.resetAfter());
-                  case "wait" -> seconds(each.waitFor());
-                  case "granted" -> each.granted() == null ? null : (Object) (double) each.granted();
-                  case "shed_level" -> (double) each.shedLevel();
-                  case "lease_id" -> (double) each.leaseId();
-                  default -> throw new IllegalArgumentException("unknown field " + field.getKey());
-                });
-          });
+      wanted
+          .properties()
+          .forEach(
+              field -> {
+                want.put(
+                    field.getKey(),
+                    field.getValue().isNull()
+                        ? null
+                        : field.getValue().isBoolean()
+                            ? (Object) field.getValue().asBoolean()
+                            : (Object) field.getValue().asDouble());
+                read.put(
+                    field.getKey(),
+                    switch (field.getKey()) {
+                      case "allowed" -> each.allowed();
+                      case "limit" -> (double) each.limit();
+                      case "remaining" -> (double) each.remaining();
+                      case "retry_after" -> seconds(each.retryAfter());
+                      case "reset_after" -> seconds(each.resetAfter());
+                      case "wait" -> seconds(each.waitFor());
+                      case "granted" ->
+                          each.granted() == null ? null : (Object) (double) each.granted();
+                      case "shed_level" -> (double) each.shedLevel();
+                      case "lease_id" -> (double) each.leaseId();
+                      default ->
+                          throw new IllegalArgumentException("unknown field " + field.getKey());
+                    });
+              });
       assertEquals(want, read, one.toString());
     }
     Map<String, String> fields = new LinkedHashMap<>();
-    one.get("fields").properties().forEach(field -> fields.put(field.getKey(), field.getValue().asText()));
+    one.get("fields")
+        .properties()
+        .forEach(field -> fields.put(field.getKey(), field.getValue().asText()));
     assertEquals(fields, Fields.headers(got, specs), one.toString());
   }
 
@@ -234,7 +260,8 @@ class ConformanceTest {
                     one.get("quantity").asLong(),
                     one.get("call").asText().equals("peek"));
             case "release" -> Protocol.releaseCommand(key, one.get("id").asLong());
-            default -> Protocol.renewCommand(key, one.get("id").asLong(), seconds(one.get("lease")));
+            default ->
+                Protocol.renewCommand(key, one.get("id").asLong(), seconds(one.get("lease")));
           };
       assertEquals(strings(one.get("words")), words);
     }
@@ -244,15 +271,20 @@ class ConformanceTest {
       assertEquals(one.get("id").asLong(), lease.id());
       assertEquals(one.get("remaining").asLong(), lease.result().remaining());
       assertEquals(
-          one.get("retry_after").isNull() ? null : one.get("retry_after").asDouble(), seconds(lease.result().retryAfter()));
+          one.get("retry_after").isNull() ? null : one.get("retry_after").asDouble(),
+          seconds(lease.result().retryAfter()));
     }
   }
 
   @Test
   void topMergesEveryPrimary() {
     for (JsonNode one : table.get("top")) {
-      List<TopKey> rows = Protocol.topKeys((List<?>) reply(one.get("replies")), one.get("count").asInt());
-      List<List<Object>> read = rows.stream().map(row -> List.<Object>of(row.key(), row.refusals(), row.error())).toList();
+      List<TopKey> rows =
+          Protocol.topKeys((List<?>) reply(one.get("replies")), one.get("count").asInt());
+      List<List<Object>> read =
+          rows.stream()
+              .map(row -> List.<Object>of(row.key(), row.refusals(), row.error()))
+              .toList();
       assertEquals(reply(one.get("rows")), read);
     }
   }
@@ -263,7 +295,11 @@ class ConformanceTest {
       String hash = one.get("hash").asText();
       List<List<String>> built =
           one.get("change").asText().equals("add")
-              ? Protocol.addCommands(hash, one.get("list").asText(), one.get("item").asText(), one.get("value").asText())
+              ? Protocol.addCommands(
+                  hash,
+                  one.get("list").asText(),
+                  one.get("item").asText(),
+                  one.get("value").asText())
               : Protocol.removeCommands(hash, one.get("list").asText(), one.get("item").asText());
       List<List<String>> expected = new ArrayList<>();
       one.get("commands").forEach(command -> expected.add(strings(command)));
@@ -277,7 +313,11 @@ class ConformanceTest {
       Map<String, Double> factors = new LinkedHashMap<>();
       one.get("factors").forEach(pair -> factors.put(pair.get(0).asText(), pair.get(1).asDouble()));
       List<String> words =
-          Protocol.reportCommand(one.get("service").asText(), one.get("instance").asText(), seconds(one.get("ttl")), factors);
+          Protocol.reportCommand(
+              one.get("service").asText(),
+              one.get("instance").asText(),
+              seconds(one.get("ttl")),
+              factors);
       assertEquals(strings(one.get("words")), words);
     }
     for (JsonNode one : table.get("load_replies")) {
@@ -297,9 +337,13 @@ class ConformanceTest {
   @Test
   void theLocalLimitReplaysEveryTrace() {
     JsonNode part = table.get("concurrency");
-    assertEquals(options(part.get("defaults"), LimitOptions.DEFAULTS), LimitOptions.DEFAULTS, "the shipped defaults");
+    assertEquals(
+        options(part.get("defaults"), LimitOptions.DEFAULTS),
+        LimitOptions.DEFAULTS,
+        "the shipped defaults");
     for (JsonNode trace : part.get("traces")) {
-      ConcurrencyLimit limit = new ConcurrencyLimit(options(trace.get("options"), LimitOptions.DEFAULTS));
+      ConcurrencyLimit limit =
+          new ConcurrencyLimit(options(trace.get("options"), LimitOptions.DEFAULTS));
       JsonNode events = trace.get("events");
       JsonNode expect = trace.get("expect");
       for (int step = 0; step < events.size(); step++) {
@@ -351,7 +395,9 @@ class ConformanceTest {
       Counts got = Protocol.counts(spec, (List<?>) reply(one.get("reply")));
       Map<String, Object> read = new LinkedHashMap<>();
       Map<String, Object> want = new LinkedHashMap<>();
-      one.get("counts").properties().forEach(field -> want.put(field.getKey(), field.getValue().asDouble()));
+      one.get("counts")
+          .properties()
+          .forEach(field -> want.put(field.getKey(), field.getValue().asDouble()));
       if (got instanceof Counts.LogCounts log) {
         read.put("count", (double) log.count());
         read.put("oldest_ends_in", seconds(log.oldestEndsIn()));

@@ -17,12 +17,16 @@ import org.junit.jupiter.params.provider.MethodSource;
 /**
  * The server frozen (a proxy that stops relaying, as a stopped or partitioned server looks to its
  * clients): every call answers within the deadline with what the failure policy says, over each
- * driver; after a failure the circuit decides without asking, then one call probes while the
- * others keep the policy; service resumes once the server does.
+ * driver; after a failure the circuit decides without asking, then one call probes while the others
+ * keep the policy; service resumes once the server does.
  */
 class FrozenTest {
   static final Duration TIMEOUT = Duration.ofMillis(200);
-  /** What a call may take past its deadline on a busy machine: the timer's wake-up and the future's hand-off. */
+
+  /**
+   * What a call may take past its deadline on a busy machine: the timer's wake-up and the future's
+   * hand-off.
+   */
   static final Duration MARGIN = Duration.ofMillis(800);
 
   static final Duration LONG = Duration.ofSeconds(30);
@@ -40,11 +44,14 @@ class FrozenTest {
   @ParameterizedTest
   @MethodSource("drivers")
   void aFrozenServerCostsTheDeadlineThenThePolicyDecides(Servers.Driver driver) throws Exception {
-    Limiter.Throttle burst = Limiter.throttle(Servers.unique("frozen"), 9, 10, Duration.ofSeconds(1));
+    Limiter.Throttle burst =
+        Limiter.throttle(Servers.unique("frozen"), 9, 10, Duration.ofSeconds(1));
     for (OnError policy : OnError.values()) {
       try (Servers.FrozenProxy proxy = new Servers.FrozenProxy(Servers.uri());
           RateLimiter limiter =
-              new RateLimiter(driver.on(proxy.uri()), Config.defaults().timeout(TIMEOUT).onError(policy).cooldown(LONG))) {
+              new RateLimiter(
+                  driver.on(proxy.uri()),
+                  Config.defaults().timeout(TIMEOUT).onError(policy).cooldown(LONG))) {
         assertTrue(limiter.check(burst).allowed(), "through the proxy before it freezes");
         proxy.freeze();
         for (int call = 0; call < 3; call++) {
@@ -67,7 +74,8 @@ class FrozenTest {
         }
         // Leases follow the policy too.
         if (policy == OnError.RAISE) {
-          assertThrows(ServerUnavailableException.class, () -> limiter.acquireLease("k", 1, LONG, 1));
+          assertThrows(
+              ServerUnavailableException.class, () -> limiter.acquireLease("k", 1, LONG, 1));
         } else {
           Lease lease = limiter.acquireLease("k", 1, LONG, 1);
           assertEquals(policy == OnError.ALLOW, lease.allowed());
@@ -81,12 +89,16 @@ class FrozenTest {
   @ParameterizedTest
   @MethodSource("drivers")
   void serviceResumesOnceTheServerDoes(Servers.Driver driver) throws Exception {
-    Limiter.Throttle burst = Limiter.throttle(Servers.unique("resume"), 99, 100, Duration.ofSeconds(1));
+    Limiter.Throttle burst =
+        Limiter.throttle(Servers.unique("resume"), 99, 100, Duration.ofSeconds(1));
     try (Servers.FrozenProxy proxy = new Servers.FrozenProxy(Servers.uri());
         RateLimiter limiter =
             new RateLimiter(
                 driver.on(proxy.uri()),
-                Config.defaults().timeout(TIMEOUT).onError(OnError.DENY).cooldown(Duration.ofMillis(300)))) {
+                Config.defaults()
+                    .timeout(TIMEOUT)
+                    .onError(OnError.DENY)
+                    .cooldown(Duration.ofMillis(300)))) {
       assertFalse(limiter.check(burst).failed());
       proxy.freeze();
       assertTrue(limiter.check(burst).failed());
@@ -129,9 +141,14 @@ class FrozenTest {
     AsyncRateLimiter limiter =
         new AsyncRateLimiter(
             calls,
-            Config.defaults().timeout(Duration.ofMillis(50)).onError(OnError.DENY).cooldown(Duration.ofSeconds(1)).clock(now::get));
+            Config.defaults()
+                .timeout(Duration.ofMillis(50))
+                .onError(OnError.DENY)
+                .cooldown(Duration.ofSeconds(1))
+                .clock(now::get));
     Limiter.Throttle burst = Limiter.throttle("probe", 9, 10, Duration.ofSeconds(1));
-    assertTrue(limiter.check(burst).join().failed(), "the first call asks, and fails at its deadline");
+    assertTrue(
+        limiter.check(burst).join().failed(), "the first call asks, and fails at its deadline");
     assertEquals(1, calls.calls.get());
     for (int call = 0; call < 5; call++) {
       assertTrue(limiter.check(burst).join().failed());

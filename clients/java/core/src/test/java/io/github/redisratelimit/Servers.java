@@ -15,18 +15,19 @@ import redis.clients.jedis.JedisPool;
  * The live server the tests run against ({@code REDIS_URL}, the module loaded: tests/clients.rs
  * starts it), and the drivers' calls on it.
  */
-final class Servers {
+public final class Servers {
   private Servers() {}
 
-  static String url() {
+  public static String url() {
     String url = System.getenv("REDIS_URL");
     if (url == null) {
-      throw new IllegalStateException("REDIS_URL names the server with the module (make test sets it)");
+      throw new IllegalStateException(
+          "REDIS_URL names the server with the module (make test sets it)");
     }
     return url;
   }
 
-  static URI uri() {
+  public static URI uri() {
     return URI.create(url());
   }
 
@@ -37,7 +38,8 @@ final class Servers {
 
   /** Each driver's calls, by name: each test runs on both. */
   static List<Driver> drivers() {
-    return List.of(new Driver("lettuce", uri -> LettuceCalls.connect(RedisClient.create(uri.toString()))),
+    return List.of(
+        new Driver("lettuce", uri -> LettuceCalls.connect(RedisClient.create(uri.toString()))),
         new Driver("jedis", uri -> JedisCalls.of(new JedisPool(uri.getHost(), uri.getPort()))));
   }
 
@@ -62,13 +64,13 @@ final class Servers {
    * nothing, as a stopped ({@code SIGSTOP}) or partitioned server looks to its clients; thawed,
    * what waited goes through. Each connection is two threads copying bytes.
    */
-  static final class FrozenProxy implements AutoCloseable {
+  public static final class FrozenProxy implements AutoCloseable {
     private final ServerSocket socket;
     private final List<Socket> open = new ArrayList<>();
     private final Object gate = new Object();
     private volatile boolean frozen;
 
-    FrozenProxy(URI server) throws IOException {
+    public FrozenProxy(URI server) throws IOException {
       socket = new ServerSocket(0, 64, java.net.InetAddress.getLoopbackAddress());
       Thread acceptor =
           new Thread(
@@ -129,15 +131,15 @@ final class Servers {
       thread.start();
     }
 
-    URI uri() {
+    public URI uri() {
       return URI.create("redis://127.0.0.1:" + socket.getLocalPort());
     }
 
-    void freeze() {
+    public void freeze() {
       frozen = true;
     }
 
-    void thaw() {
+    public void thaw() {
       synchronized (gate) {
         frozen = false;
         gate.notifyAll();

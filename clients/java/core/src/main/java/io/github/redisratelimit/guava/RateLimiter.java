@@ -33,10 +33,10 @@ import java.util.concurrent.TimeUnit;
  *       intervals a permit at the coldest, falling to one over {@code warmupPeriod} of sustained
  *       use ({@code CL.THROTTLE ... WARMUP}, Guava's cold factor of 3); left idle it cools again.
  *   <li><b>{@code acquire(n)}</b> waits the time the server says and returns it, in seconds. A
- *       request of more permits than are stored waits for its own ({@code DELAY}), where Guava
- *       lets it through and makes the next caller wait: the same rate, the wait moved to the
- *       caller that asked. More than the bucket ever holds is taken at once and owed ({@code
- *       FORCE}), as Guava does: later callers wait it out.
+ *       request of more permits than are stored waits for its own ({@code DELAY}), where Guava lets
+ *       it through and makes the next caller wait: the same rate, the wait moved to the caller that
+ *       asked. More than the bucket ever holds is taken at once and owed ({@code FORCE}), as Guava
+ *       does: later callers wait it out.
  *   <li><b>{@code tryAcquire(n, timeout)}</b> reserves only what it will wait for: one call with
  *       {@code DELAY timeout}, admitted with its wait or refused at once, nothing taken.
  *   <li><b>{@code setRate}</b> changes the rate for every call after it; what was used counts at
@@ -50,7 +50,10 @@ public final class RateLimiter {
   /** How far ahead {@code acquire} waits its turn: any wait Guava would sleep. */
   private static final Duration FOREVER = Duration.ofDays(1);
 
-  /** The rate's basis: {@code count} permits per {@code BASIS}, so that any double rate is exact to 1e-9. */
+  /**
+   * The rate's basis: {@code count} permits per {@code BASIS}, so that any double rate is exact to
+   * 1e-9.
+   */
   private static final Duration BASIS = Duration.ofSeconds(1_000_000);
 
   private final io.github.redisratelimit.RateLimiter limiter;
@@ -59,7 +62,8 @@ public final class RateLimiter {
   private volatile double rate;
   private volatile Limiter.Throttle throttle;
 
-  private RateLimiter(io.github.redisratelimit.RateLimiter limiter, String key, double rate, Duration warmup) {
+  private RateLimiter(
+      io.github.redisratelimit.RateLimiter limiter, String key, double rate, Duration warmup) {
     this.limiter = limiter;
     this.key = key;
     this.warmup = warmup;
@@ -68,11 +72,13 @@ public final class RateLimiter {
 
   /** SmoothBursty: {@code permitsPerSecond}, up to a second of them stored, in {@code key}. */
   public static RateLimiter create(RedisCalls calls, String key, double permitsPerSecond) {
-    return new RateLimiter(new io.github.redisratelimit.RateLimiter(calls), key, permitsPerSecond, null);
+    return new RateLimiter(
+        new io.github.redisratelimit.RateLimiter(calls), key, permitsPerSecond, null);
   }
 
   /** SmoothBursty over a limiter of the caller's (its deadline, failure policy and metrics). */
-  public static RateLimiter create(io.github.redisratelimit.RateLimiter limiter, String key, double permitsPerSecond) {
+  public static RateLimiter create(
+      io.github.redisratelimit.RateLimiter limiter, String key, double permitsPerSecond) {
     return new RateLimiter(limiter, key, permitsPerSecond, null);
   }
 
@@ -83,12 +89,16 @@ public final class RateLimiter {
   }
 
   /** SmoothWarmingUp: {@code permitsPerSecond}, reached over {@code warmupPeriod} of use. */
-  public static RateLimiter create(RedisCalls calls, String key, double permitsPerSecond, Duration warmupPeriod) {
+  public static RateLimiter create(
+      RedisCalls calls, String key, double permitsPerSecond, Duration warmupPeriod) {
     if (warmupPeriod == null || warmupPeriod.isNegative()) {
       throw new IllegalArgumentException("warmupPeriod must not be negative: " + warmupPeriod);
     }
     return new RateLimiter(
-        new io.github.redisratelimit.RateLimiter(calls), key, permitsPerSecond, warmupPeriod.isZero() ? null : warmupPeriod);
+        new io.github.redisratelimit.RateLimiter(calls),
+        key,
+        permitsPerSecond,
+        warmupPeriod.isZero() ? null : warmupPeriod);
   }
 
   /** The stable rate, in permits per second. */
@@ -98,12 +108,15 @@ public final class RateLimiter {
 
   /** Changes the stable rate for every call after this one. */
   public void setRate(double permitsPerSecond) {
-    if (!(permitsPerSecond > 0.0) || Double.isNaN(permitsPerSecond) || Double.isInfinite(permitsPerSecond)) {
+    if (!(permitsPerSecond > 0.0)
+        || Double.isNaN(permitsPerSecond)
+        || Double.isInfinite(permitsPerSecond)) {
       throw new IllegalArgumentException("rate must be positive and finite: " + permitsPerSecond);
     }
     long count = Math.round(permitsPerSecond * BASIS.getSeconds());
     if (count < 1) {
-      throw new IllegalArgumentException("rate is at least one permit in " + BASIS.getSeconds() + " s");
+      throw new IllegalArgumentException(
+          "rate is at least one permit in " + BASIS.getSeconds() + " s");
     }
     long stored = (long) Math.floor(permitsPerSecond);
     Limiter.Throttle next = Limiter.throttle(key, stored, count, BASIS);
@@ -216,6 +229,7 @@ public final class RateLimiter {
 
   @Override
   public String toString() {
-    return String.format(java.util.Locale.ROOT, "RateLimiter[key=%s, stableRate=%3.1fqps]", key, rate);
+    return String.format(
+        java.util.Locale.ROOT, "RateLimiter[key=%s, stableRate=%3.1fqps]", key, rate);
   }
 }

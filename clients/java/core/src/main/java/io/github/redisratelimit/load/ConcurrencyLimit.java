@@ -4,11 +4,11 @@ import io.github.redisratelimit.Priority;
 
 /**
  * The instance's own limit on requests in flight, decided at admission with no server call
- * (docs/load.md, "The local limit"): it follows measured latency, cuts when a standing queue
- * forms (CoDel's test: an interval whose fastest request still waited) and grows back while none
- * does, and while congested reserves its top places for the more important classes (trunk
- * reservation). The same algorithm, step for step, as every package's: clients/conformance.json's
- * {@code concurrency} traces, which this replays exactly.
+ * (docs/load.md, "The local limit"): it follows measured latency, cuts when a standing queue forms
+ * (CoDel's test: an interval whose fastest request still waited) and grows back while none does,
+ * and while congested reserves its top places for the more important classes (trunk reservation).
+ * The same algorithm, step for step, as every package's: clients/conformance.json's {@code
+ * concurrency} traces, which this replays exactly.
  *
  * <p>Plain Java, no I/O: the time is passed in (whole microseconds of a monotonic clock).
  * Thread-safe.
@@ -94,7 +94,8 @@ public final class ConcurrencyLimit {
     double noload = Math.min(noloadNow, noloadBefore);
     boolean bound = peak >= limit / 2;
     boolean measured = windowMin < Double.POSITIVE_INFINITY && noload < Double.POSITIVE_INFINITY;
-    double target = measured ? noload + Math.max(noload, (double) o.targetUs()) : Double.POSITIVE_INFINITY;
+    double target =
+        measured ? noload + Math.max(noload, (double) o.targetUs()) : Double.POSITIVE_INFINITY;
     // While congested, a queue stands whatever the peak: the probe may raise the limit past it.
     boolean standing = measured && (bound || congested) && windowMin > target;
     standingRun = standing ? standingRun + 1 : 0;

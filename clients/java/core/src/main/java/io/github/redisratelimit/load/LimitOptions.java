@@ -4,8 +4,8 @@ import java.util.Arrays;
 
 /**
  * The local limit's parameters (docs/load.md, "The local limit"); {@link #DEFAULTS} is what every
- * package of the project ships. Times are whole microseconds, so that every package compares
- * them exactly.
+ * package of the project ships. Times are whole microseconds, so that every package compares them
+ * exactly.
  *
  * @param initial the limit before anything is measured
  * @param floor the least it is cut to
@@ -32,7 +32,17 @@ public record LimitOptions(
 
   /** What every package ships. */
   public static final LimitOptions DEFAULTS =
-      new LimitOptions(20.0, 4.0, 1000.0, 100_000, 5_000, 4, 4.0, 30_000_000, 0.95, new double[] {1.0, 0.6, 0.4, 0.2});
+      new LimitOptions(
+          20.0,
+          4.0,
+          1000.0,
+          100_000,
+          5_000,
+          4,
+          4.0,
+          30_000_000,
+          0.95,
+          new double[] {1.0, 0.6, 0.4, 0.2});
 
   public LimitOptions {
     if (shares == null || shares.length != 4) {
@@ -42,7 +52,12 @@ public record LimitOptions(
     if (!(floor > 0) || !(initial >= floor) || !(ceiling >= initial)) {
       throw new IllegalArgumentException("0 < floor <= initial <= ceiling");
     }
-    if (intervalUs <= 0 || targetUs <= 0 || epochUs <= 0 || enter < 1 || !(deep > 0) || !(decay > 0 && decay <= 1)) {
+    if (intervalUs <= 0
+        || targetUs <= 0
+        || epochUs <= 0
+        || enter < 1
+        || !(deep > 0)
+        || !(decay > 0 && decay <= 1)) {
       throw new IllegalArgumentException("positive times, enter >= 1, deep > 0, 0 < decay <= 1");
     }
   }
@@ -73,15 +88,33 @@ public record LimitOptions(
 
   @Override
   public int hashCode() {
-    return java.util.Objects.hash(initial, floor, ceiling, intervalUs, targetUs, enter, deep, epochUs, decay)
+    return java.util.Objects.hash(
+            initial, floor, ceiling, intervalUs, targetUs, enter, deep, epochUs, decay)
         + Arrays.hashCode(shares);
   }
 
   @Override
   public String toString() {
-    return "LimitOptions[initial=" + initial + ", floor=" + floor + ", ceiling=" + ceiling
-        + ", intervalUs=" + intervalUs + ", targetUs=" + targetUs + ", enter=" + enter
-        + ", deep=" + deep + ", epochUs=" + epochUs + ", decay=" + decay
-        + ", shares=" + Arrays.toString(shares) + "]";
+    return "LimitOptions[initial="
+        + initial
+        + ", floor="
+        + floor
+        + ", ceiling="
+        + ceiling
+        + ", intervalUs="
+        + intervalUs
+        + ", targetUs="
+        + targetUs
+        + ", enter="
+        + enter
+        + ", deep="
+        + deep
+        + ", epochUs="
+        + epochUs
+        + ", decay="
+        + decay
+        + ", shares="
+        + Arrays.toString(shares)
+        + "]";
   }
 }

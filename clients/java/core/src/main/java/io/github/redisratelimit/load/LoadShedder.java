@@ -29,8 +29,8 @@ import java.util.function.Supplier;
  *       follows the measured latency, cuts when a queue stands and, while congested, keeps its top
  *       places for the more important classes; it needs no server at all;
  *   <li><b>the fleet's level</b>: the instance reports its health ({@link Signals}: CPU, memory
- *       with the heap after collection, in flight, latency, 5xx...) under the service's key once
- *       an interval, and learns in the same call the level and the share of each class it admits.
+ *       with the heap after collection, in flight, latency, 5xx...) under the service's key once an
+ *       interval, and learns in the same call the level and the share of each class it admits.
  * </ul>
  *
  * A request goes on only when both admit it. When a report fails, the last level holds until the
@@ -82,7 +82,8 @@ public final class LoadShedder implements AutoCloseable {
     this.ttl = builder.ttl != null ? builder.ttl : builder.interval.multipliedBy(3);
     this.shadow = builder.shadow;
     this.metrics = builder.metrics != null ? builder.metrics : limiter.config().metrics();
-    this.signals = builder.signals != null ? builder.signals : new Signals().withClock(builder.clock);
+    this.signals =
+        builder.signals != null ? builder.signals : new Signals().withClock(builder.clock);
     this.factors = builder.factors;
     this.draw = builder.draw;
     this.clock = builder.clock;
@@ -163,8 +164,8 @@ public final class LoadShedder implements AutoCloseable {
     }
 
     /**
-     * The application's own factors, added to each report ({@code Map.of("queue", jobs.size())}:
-     * a queue's backlog, a pool's waiters, any number a policy declares). A supplier that throws
+     * The application's own factors, added to each report ({@code Map.of("queue", jobs.size())}: a
+     * queue's backlog, a pool's waiters, any number a policy declares). A supplier that throws
      * costs its factors, never the report.
      */
     public Builder factors(Supplier<Map<String, Double>> factors) {
@@ -245,7 +246,11 @@ public final class LoadShedder implements AutoCloseable {
       try {
         sample.putAll(factors.get());
       } catch (RuntimeException failed) {
-        LOG.log(System.Logger.Level.WARNING, "ratelimit: the load factors of {0} failed: {1}", service, failed.toString());
+        LOG.log(
+            System.Logger.Level.WARNING,
+            "ratelimit: the load factors of {0} failed: {1}",
+            service,
+            failed.toString());
       }
     }
     return Protocol.reportCommand(service, instance, ttl, sample);
@@ -254,7 +259,11 @@ public final class LoadShedder implements AutoCloseable {
   /** Reports now: the standing the server answered, or null when the report failed. */
   public LoadStanding report() {
     try {
-      Object reply = limiter.calls().call(reportCommand()).get(limiter.config().timeout().toNanos(), TimeUnit.NANOSECONDS);
+      Object reply =
+          limiter
+              .calls()
+              .call(reportCommand())
+              .get(limiter.config().timeout().toNanos(), TimeUnit.NANOSECONDS);
       LoadStanding answered = Protocol.standing((List<?>) reply);
       standing = answered;
       reportedAt = clock.getAsLong();
@@ -264,7 +273,11 @@ public final class LoadShedder implements AutoCloseable {
       Thread.currentThread().interrupt();
       return null;
     } catch (Exception failed) {
-      LOG.log(System.Logger.Level.WARNING, "ratelimit: the load report of {0} failed: {1}", service, failed.toString());
+      LOG.log(
+          System.Logger.Level.WARNING,
+          "ratelimit: the load report of {0} failed: {1}",
+          service,
+          failed.toString());
       return null;
     }
   }
@@ -279,7 +292,8 @@ public final class LoadShedder implements AutoCloseable {
                 thread.setDaemon(true);
                 return thread;
               });
-      reports = timer.scheduleWithFixedDelay(this::report, 0, interval.toNanos(), TimeUnit.NANOSECONDS);
+      reports =
+          timer.scheduleWithFixedDelay(this::report, 0, interval.toNanos(), TimeUnit.NANOSECONDS);
     }
     return this;
   }

@@ -15,15 +15,15 @@ import java.util.OptionalDouble;
 import java.util.function.LongSupplier;
 
 /**
- * What an instance measures of itself between two reports of its load, with no code from the
- * user, the JVM's own signals among them:
+ * What an instance measures of itself between two reports of its load, with no code from the user,
+ * the JVM's own signals among them:
  *
  * <ul>
- *   <li>{@code cpu}: in a container with a CPU quota (cgroup v2 {@code cpu.max}), the cgroup's
- *       use over the quota; otherwise the process's CPU time over the cores it may use;
+ *   <li>{@code cpu}: in a container with a CPU quota (cgroup v2 {@code cpu.max}), the cgroup's use
+ *       over the quota; otherwise the process's CPU time over the cores it may use;
  *   <li>{@code memory}: the larger of the heap in use after the last collection over the heap's
- *       maximum (the tenured pool's, what a collection could not free) and the container's
- *       memory over its limit (the host's without one);
+ *       maximum (the tenured pool's, what a collection could not free) and the container's memory
+ *       over its limit (the host's without one);
  *   <li>{@code load}: the host's run queue over its cores;
  *   <li>{@code inflight}, the mean {@code latency} and the {@code errors} (5xx) share of the
  *       interval; over the last 10 s, the {@code requests} and their {@code successes}, and from
@@ -107,8 +107,8 @@ public final class Signals {
   }
 
   /**
-   * A request ended after {@code latencyNanos} with HTTP {@code status} (5xx: failed); {@code
-   * busy} when the local limit was congested (its throughput was the capacity, not the demand).
+   * A request ended after {@code latencyNanos} with HTTP {@code status} (5xx: failed); {@code busy}
+   * when the local limit was congested (its throughput was the capacity, not the demand).
    */
   public synchronized void done(long latencyNanos, int status, boolean busy) {
     inflight = Math.max(0, inflight - 1);
@@ -186,7 +186,8 @@ public final class Signals {
     if (parts.length != 2 || parts[0].equals("max")) {
       return OptionalDouble.empty();
     }
-    return OptionalDouble.of(Math.max(Double.parseDouble(parts[0]) / Double.parseDouble(parts[1]), 0.01));
+    return OptionalDouble.of(
+        Math.max(Double.parseDouble(parts[0]) / Double.parseDouble(parts[1]), 0.01));
   }
 
   /** The CPU in use since the last reading, 0 to 1 of what the process may use. */
@@ -209,7 +210,8 @@ public final class Signals {
         return OptionalDouble.empty();
       }
       cores = quota.getAsDouble();
-    } else if (ManagementFactory.getOperatingSystemMXBean() instanceof com.sun.management.OperatingSystemMXBean os) {
+    } else if (ManagementFactory.getOperatingSystemMXBean()
+        instanceof com.sun.management.OperatingSystemMXBean os) {
       used = os.getProcessCpuTime() / 1e9;
       cores = Runtime.getRuntime().availableProcessors();
     } else {
@@ -227,7 +229,9 @@ public final class Signals {
     return OptionalDouble.of(Math.max(0, Math.min(1, share)));
   }
 
-  /** The heap after the last collection, or the container's (host's) memory, whichever is fuller. */
+  /**
+   * The heap after the last collection, or the container's (host's) memory, whichever is fuller.
+   */
   private OptionalDouble memory() {
     double share = -1;
     for (MemoryPoolMXBean pool : ManagementFactory.getMemoryPoolMXBeans()) {
@@ -240,7 +244,10 @@ public final class Signals {
     String current = read(cgroup.resolve("memory.current"));
     String limit = read(cgroup.resolve("memory.max"));
     if (current != null && limit != null && !limit.equals("max")) {
-      share = Math.max(share, Math.min(1, Double.parseDouble(current) / Math.max(1, Double.parseDouble(limit))));
+      share =
+          Math.max(
+              share,
+              Math.min(1, Double.parseDouble(current) / Math.max(1, Double.parseDouble(limit))));
     } else {
       String meminfo = read(Path.of("/proc/meminfo"));
       if (meminfo != null) {
@@ -255,8 +262,12 @@ public final class Signals {
   }
 
   private static boolean isTenured(String pool) {
-    return pool.contains("Old Gen") || pool.contains("Tenured") || pool.equals("G1 Old Gen")
-        || pool.contains("ZHeap") || pool.contains("ZGC Old") || pool.contains("Shenandoah");
+    return pool.contains("Old Gen")
+        || pool.contains("Tenured")
+        || pool.equals("G1 Old Gen")
+        || pool.contains("ZHeap")
+        || pool.contains("ZGC Old")
+        || pool.contains("Shenandoah");
   }
 
   private static double field(String meminfo, String name) {
@@ -290,6 +301,7 @@ public final class Signals {
     if (lastAt == Long.MIN_VALUE || now <= lastAt) {
       return OptionalDouble.of(0);
     }
-    return OptionalDouble.of(Math.max(0, Math.min(1, (millis - lastMillis) / ((now - lastAt) / 1e6))));
+    return OptionalDouble.of(
+        Math.max(0, Math.min(1, (millis - lastMillis) / ((now - lastAt) / 1e6))));
   }
 }

@@ -52,7 +52,9 @@ class GuavaRateLimiterTest {
       }
     }
     guava.remove("toString[]");
-    assertTrue(ours.containsAll(guava), "missing: " + guava.stream().filter(one -> !ours.contains(one)).toList());
+    assertTrue(
+        ours.containsAll(guava),
+        "missing: " + guava.stream().filter(one -> !ours.contains(one)).toList());
   }
 
   @Test
@@ -88,7 +90,11 @@ class GuavaRateLimiterTest {
       assertEquals(Duration.ZERO, big.waitFor(), "taken at once");
       RateLimit next = limiter.reserve(1, Duration.ofSeconds(60));
       double waited = next.waitFor().toNanos() / 1e9;
-      assertEquals(4.0, waited, 0.1, "the next caller waits out the 7 owed beyond the 3 stored, and its own");
+      assertEquals(
+          4.0,
+          waited,
+          0.1,
+          "the next caller waits out the 7 owed beyond the 3 stored, and its own");
     }
   }
 
@@ -100,7 +106,8 @@ class GuavaRateLimiterTest {
       while (limiter.tryAcquire()) {
         cold++;
       }
-      // Cold, a bucket of 11 takes 3 permits at three intervals each (docs/commands/cl.throttle.md).
+      // Cold, a bucket of 11 takes 3 permits at three intervals each
+      // (docs/commands/cl.throttle.md).
       assertEquals(3, cold, "a cold limiter lets fewer through at once");
       RateLimiter warm = RateLimiter.create(calls, key(), 10.0);
       int bursty = 0;

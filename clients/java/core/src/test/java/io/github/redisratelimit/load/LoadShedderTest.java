@@ -24,9 +24,9 @@ import org.junit.jupiter.api.Test;
 
 /**
  * Load shedding against the live server: the shedder reports the JVM's signals and sheds by the
- * level the server answers, per priority; a level nobody reports any more sheds nothing; the
- * local limit sheds a standing queue by priority, with the server answering or frozen, and the
- * defaults shed nothing from a healthy service; a 429 and the package's own answers count nothing.
+ * level the server answers, per priority; a level nobody reports any more sheds nothing; the local
+ * limit sheds a standing queue by priority, with the server answering or frozen, and the defaults
+ * shed nothing from a healthy service; a 429 and the package's own answers count nothing.
  */
 class LoadShedderTest {
   static String url() {
@@ -58,10 +58,29 @@ class LoadShedderTest {
   void itShedsByPriorityTheLevelItsReportAnswers() {
     try (AsyncRateLimiter limiter = limiter()) {
       String service = service();
-      limiter.calls().call(List.of("RL.LOAD.POLICY", service, "HOLD", "0", "LEVEL", "inflight", "0", "SHARES", "1", "1", "0", "0")).join();
+      limiter
+          .calls()
+          .call(
+              List.of(
+                  "RL.LOAD.POLICY",
+                  service,
+                  "HOLD",
+                  "0",
+                  "LEVEL",
+                  "inflight",
+                  "0",
+                  "SHARES",
+                  "1",
+                  "1",
+                  "0",
+                  "0"))
+          .join();
       PrometheusMeterRegistry registry = new PrometheusMeterRegistry(PrometheusConfig.DEFAULT);
       LoadShedder shedder =
-          LoadShedder.builder(limiter, service).metrics(new MicrometerMetrics(registry)).clock(System::nanoTime, () -> 0.5).build();
+          LoadShedder.builder(limiter, service)
+              .metrics(new MicrometerMetrics(registry))
+              .clock(System::nanoTime, () -> 0.5)
+              .build();
       assertNotNull(shedder.report());
       assertEquals(1, shedder.standing().level());
       assertNotNull(shedder.admit(Priority.CRITICAL_PLUS));
@@ -71,9 +90,12 @@ class LoadShedderTest {
       String scrape = registry.scrape();
       assertTrue(scrape.contains("ratelimit_load_level{service=\"" + service + "\"} 1.0"), scrape);
       assertTrue(scrape.contains("outcome=\"shed\",priority=\"sheddable\""), scrape);
-      // The report carries the JVM's signals: memory (the heap after collection, or the container's), CPU, in flight.
+      // The report carries the JVM's signals: memory (the heap after collection, or the
+      // container's), CPU, in flight.
       Map<String, Double> sample = shedder.signals().sample();
-      assertTrue(sample.containsKey("memory") && sample.get("memory") > 0 && sample.get("memory") <= 1, sample.toString());
+      assertTrue(
+          sample.containsKey("memory") && sample.get("memory") > 0 && sample.get("memory") <= 1,
+          sample.toString());
       assertEquals(2.0, sample.get("inflight"), "the two admitted, not yet finished");
     }
   }
@@ -82,9 +104,26 @@ class LoadShedderTest {
   void aLevelNobodyReportsAnyMoreShedsNothing() {
     try (AsyncRateLimiter limiter = limiter()) {
       String service = service();
-      limiter.calls().call(List.of("RL.LOAD.POLICY", service, "HOLD", "0", "LEVEL", "inflight", "0", "SHARES", "1", "0", "0", "0")).join();
+      limiter
+          .calls()
+          .call(
+              List.of(
+                  "RL.LOAD.POLICY",
+                  service,
+                  "HOLD",
+                  "0",
+                  "LEVEL",
+                  "inflight",
+                  "0",
+                  "SHARES",
+                  "1",
+                  "0",
+                  "0",
+                  "0"))
+          .join();
       Clock clock = new Clock();
-      LoadShedder shedder = LoadShedder.builder(limiter, service).clock(clock::now, () -> 0.5).build();
+      LoadShedder shedder =
+          LoadShedder.builder(limiter, service).clock(clock::now, () -> 0.5).build();
       shedder.report();
       assertNull(shedder.admit(Priority.SHEDDABLE));
       clock.advance(Duration.ofSeconds(4));
@@ -120,7 +159,8 @@ class LoadShedderTest {
   void aStandingQueueShedsTheLeastImportantFirst() {
     try (AsyncRateLimiter limiter = limiter()) {
       Clock clock = new Clock();
-      LoadShedder shedder = LoadShedder.builder(limiter, service()).clock(clock::now, () -> 0.5).build();
+      LoadShedder shedder =
+          LoadShedder.builder(limiter, service()).clock(clock::now, () -> 0.5).build();
       List<LoadShedder.Ticket> inflight = flood(shedder, clock);
       assertTrue(shedder.limit().congested());
       assertEquals(4.0, shedder.limit().limit(), "cut to the floor");
@@ -138,9 +178,12 @@ class LoadShedderTest {
 
   @Test
   void withTheServerFrozenTheLocalLimitStillProtects() {
-    try (AsyncRateLimiter limiter = new AsyncRateLimiter(new FrozenCalls(), Config.defaults().timeout(Duration.ofMillis(100)))) {
+    try (AsyncRateLimiter limiter =
+        new AsyncRateLimiter(
+            new FrozenCalls(), Config.defaults().timeout(Duration.ofMillis(100)))) {
       Clock clock = new Clock();
-      LoadShedder shedder = LoadShedder.builder(limiter, service()).clock(clock::now, () -> 0.5).build();
+      LoadShedder shedder =
+          LoadShedder.builder(limiter, service()).clock(clock::now, () -> 0.5).build();
       assertNull(shedder.report(), "no answer within the deadline");
       assertEquals(0, shedder.standing().level());
       flood(shedder, clock);
@@ -156,7 +199,8 @@ class LoadShedderTest {
     }
 
     @Override
-    public java.util.concurrent.CompletableFuture<List<Object>> transaction(String key, List<List<String>> commands) {
+    public java.util.concurrent.CompletableFuture<List<Object>> transaction(
+        String key, List<List<String>> commands) {
       return new java.util.concurrent.CompletableFuture<>();
     }
 
@@ -170,12 +214,14 @@ class LoadShedderTest {
   void defaultsShedNothingFromAHealthyService() {
     try (AsyncRateLimiter limiter = limiter()) {
       Clock clock = new Clock();
-      LoadShedder shedder = LoadShedder.builder(limiter, service()).clock(clock::now, () -> 0.5).build();
+      LoadShedder shedder =
+          LoadShedder.builder(limiter, service()).clock(clock::now, () -> 0.5).build();
       Priority[] classes = Priority.values();
       for (int request = 0; request < 5_000; request++) {
         // Half the capacity of a service of 5 ms: a request every 10 ms, at times two at once.
         LoadShedder.Ticket first = shedder.admit(classes[request % 4]);
-        LoadShedder.Ticket second = request % 7 == 0 ? shedder.admit(classes[(request + 1) % 4]) : null;
+        LoadShedder.Ticket second =
+            request % 7 == 0 ? shedder.admit(classes[(request + 1) % 4]) : null;
         assertNotNull(first, "request " + request);
         clock.advance(Duration.ofMillis(5));
         shedder.finished(first, 200, false);

@@ -1,0 +1,40 @@
+package io.github.redisratelimit.spring.mvc;
+
+import io.github.redisratelimit.Servers;
+import java.io.IOException;
+import java.io.UncheckedIOException;
+import java.util.UUID;
+import org.junit.jupiter.api.Test;
+import org.springframework.boot.test.context.SpringBootTest;
+import org.springframework.boot.test.web.server.LocalServerPort;
+import org.springframework.test.context.DynamicPropertyRegistry;
+import org.springframework.test.context.DynamicPropertySource;
+
+/** {@link Outage} with the failure policy `raise`. */
+@SpringBootTest(classes = MvcApp.class, webEnvironment = SpringBootTest.WebEnvironment.RANDOM_PORT)
+class OutageUnderRaiseTest {
+  static final String SERVICE = "java:outage:raise:" + UUID.randomUUID();
+  static final Servers.FrozenProxy PROXY;
+
+  static {
+    try {
+      PROXY = new Servers.FrozenProxy(Servers.uri());
+    } catch (IOException failed) {
+      throw new UncheckedIOException(failed);
+    }
+  }
+
+  @DynamicPropertySource
+  static void properties(DynamicPropertyRegistry registry) {
+    registry.add("spring.data.redis.url", () -> PROXY.uri().toString());
+    registry.add("ratelimit.on-error", () -> "raise");
+    registry.add("ratelimit.load-shedding.service", () -> SERVICE);
+  }
+
+  @LocalServerPort int port;
+
+  @Test
+  void aServerOutageShedsNothingOnceItIsBack() throws Exception {
+    Outage.shedsNothingOnceTheServerIsBack(port, PROXY, SERVICE, 500);
+  }
+}

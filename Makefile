@@ -8,7 +8,8 @@
 #               and Valkey 9, built from Debian's source packages (cached under target/servers/)
 #   make lint   rustfmt check, clippy with warnings as errors (the module, the Rust crate and
 #               examples; the crate's docs and `cargo publish --dry-run`), luacheck, and ruff,
-#               eslint and prettier on the client packages
+#               eslint and prettier on the client packages; javac's -Xlint -Werror and Spotless
+#               (google-java-format) on the Java packages
 #   make stress longer fuzzing, differential and soak runs (minutes)
 #   make bench  the module against INCR, SET ... PX and Lua scripts, in three setups (a replica
 #               attached, alone, an AOF): tables printed, and target/bench/BENCHMARKS.md
@@ -60,7 +61,7 @@ CLIENTS_VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' clients/python/py
 # trixie. Redis 8.0 is the line Debian 13 ships; redis:8 is the newest 8.x.
 OTHER_SERVERS := redis:8.0 redis:8 valkey:8 valkey:9
 
-.PHONY: all build run test test-servers dist lint bench bench-update deps-bench stress valgrind deps-build deps-server deps-nginx deps-examples examples-deps clients-deps rust-clients clean
+.PHONY: all build run test test-servers dist lint bench bench-update deps-bench stress valgrind deps-build deps-server deps-nginx deps-examples deps-java examples-deps clients-deps rust-clients java-clients clean
 
 all: build
 
@@ -169,6 +170,7 @@ lint: deps-build clients-deps
 	  CARGO_TARGET_DIR=$(RUST_CLIENTS_TARGET) $(CARGO) publish --dry-run --quiet --allow-dirty
 	cd examples/rust && CARGO_TARGET_DIR=$(RUST_CLIENTS_TARGET) $(CARGO) fmt --check && \
 	  CARGO_TARGET_DIR=$(RUST_CLIENTS_TARGET) $(CARGO) clippy --all-targets -- -D warnings
+	mvn -B -q -f clients/java/pom.xml spotless:check
 	cd bench/loadgen && $(CARGO) fmt --check && \
 	  CARGO_TARGET_DIR=$(CURDIR)/target/loadgen $(CARGO) clippy -- -D warnings
 
@@ -214,7 +216,26 @@ examples/node/node_modules/.package-lock.json: examples/node/package-lock.json \
 # from its source distribution (not kept in the repository), which tests/clients.rs runs
 # against the package's storages.
 clients-deps: deps-examples $(CLIENTS_VENV)/installed clients/node/node_modules/.package-lock.json \
-		$(LIMITS_SUITE)/pytest.ini rust-clients
+		$(LIMITS_SUITE)/pytest.ini rust-clients java-clients
+
+# The Java packages (clients/java, Maven, Java 17), built and installed in the local
+# repository with every dependency their tests and the lint need, so that tests/clients.rs runs
+# them offline (`mvn -o test`). A JDK and Maven come from Debian's packages when missing.
+JAVA_SOURCES := $(shell find clients/java -name pom.xml -o -path '*/src/*' -type f 2>/dev/null)
+
+java-clients: deps-java $(CURDIR)/target/java-clients.stamp
+
+$(CURDIR)/target/java-clients.stamp: $(JAVA_SOURCES)
+	mvn -B -q -f clients/java/pom.xml install -DskipTests
+	mvn -B -q -f clients/java/pom.xml dependency:resolve-plugins dependency:resolve -DincludeScope=test
+	mvn -B -q -f clients/java/pom.xml test -Dtest=NoSuchTest -Dsurefire.failIfNoSpecifiedTests=false
+	mkdir -p $(dir $@) && touch $@
+
+deps-java:
+	@missing=""; \
+	command -v javac >/dev/null 2>&1 || missing="$$missing openjdk-17-jdk-headless"; \
+	command -v mvn >/dev/null 2>&1 || missing="$$missing maven"; \
+	$(install_missing)
 
 # The Rust crate's tests and the Rust example, built (tests/clients.rs and tests/examples.rs
 # run them), in a target directory of their own.

@@ -135,6 +135,42 @@ fn the_rust_crate_passes_its_tests_with_axum() {
     run(&server, command);
 }
 
+/// The Java packages' tests (clients/java, Maven; `make test` builds them first): the client
+/// over Lettuce and Jedis, the conformance table, the frozen server, load shedding, the Guava
+/// RateLimiter; the Spring Boot starter in real Spring MVC and WebFlux apps over real HTTP, a 5 s
+/// outage under both policies; the Spring Cloud Gateway drop-in against the gateway's own script
+/// and in a real gateway. A failing run prints the reports of the failed tests.
+#[test]
+fn the_java_packages_pass_their_tests_with_spring() {
+    let server = Server::start();
+    let java = repository().join("clients/java");
+    let output = Command::new("mvn")
+        .args(["-B", "-q", "-o", "test"])
+        .env("REDIS_URL", redis_url(&server))
+        .current_dir(&java)
+        .output()
+        .unwrap_or_else(|error| panic!("mvn could not run (`make test` installs Maven): {error}"));
+    if !output.status.success() {
+        let mut reports = String::new();
+        for module in ["core", "spring-boot-starter", "spring-cloud-gateway"] {
+            let dir = java.join(module).join("target/surefire-reports");
+            for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+                let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
+                if entry.path().extension().is_some_and(|ext| ext == "txt")
+                    && text.contains("FAILURE")
+                {
+                    reports.push_str(&text);
+                }
+            }
+        }
+        panic!(
+            "the Java tests failed:\n{}\n{}\n{reports}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+}
+
 /// A web app from clients/python/tests/apps, with `$PORT`, `$REDIS_URL` and `extra` in its
 /// environment.
 fn app(server: &Server, program: &str, args: &[&str], extra: &[(&str, &str)]) -> Listening {

@@ -35,6 +35,11 @@ final class Outage {
   static void shedsNothingOnceTheServerIsBack(
       int port, Servers.FrozenProxy proxy, String service, int whileFrozen) throws Exception {
     try (RedisCalls direct = LettuceCalls.connect(RedisClient.create(Servers.url()))) {
+      // Warmed up first, as a readiness probe would: a JVM's first requests (the dispatcher's
+      // start, the first compilations) are no measure of its health.
+      for (int request = 0; request < 50; request++) {
+        Http.get(port, request % 2 == 0 ? "/outage" : "/open", "X-Priority", "critical_plus");
+      }
       ConcurrentLinkedQueue<Answer> answers = new ConcurrentLinkedQueue<>();
       Phase[] phase = {Phase.BEFORE};
       ExecutorService senders = Executors.newFixedThreadPool(64);

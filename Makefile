@@ -9,7 +9,7 @@
 #   make lint   rustfmt check, clippy with warnings as errors (the module, the Rust crate and
 #               examples; the crate's docs and `cargo publish --dry-run`), luacheck, and ruff,
 #               eslint and prettier on the client packages; javac's -Xlint -Werror and Spotless
-#               (google-java-format) on the Java packages
+#               (google-java-format) on the Java packages; go vet and golangci-lint on the Go ones
 #   make stress longer fuzzing, differential and soak runs (minutes)
 #   make bench  the module against INCR, SET ... PX and Lua scripts, in three setups (a replica
 #               attached, alone, an AOF): tables printed, and target/bench/BENCHMARKS.md
@@ -61,7 +61,7 @@ CLIENTS_VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' clients/python/py
 # trixie. Redis 8.0 is the line Debian 13 ships; redis:8 is the newest 8.x.
 OTHER_SERVERS := redis:8.0 redis:8 valkey:8 valkey:9
 
-.PHONY: all build run test test-servers dist lint bench bench-update deps-bench stress valgrind deps-build deps-server deps-nginx deps-examples deps-java examples-deps clients-deps rust-clients java-clients clean
+.PHONY: all build run test test-servers dist lint bench bench-update deps-bench stress valgrind deps-build deps-server deps-nginx deps-examples deps-java deps-go examples-deps clients-deps rust-clients java-clients go-clients clean
 
 all: build
 
@@ -156,7 +156,7 @@ valgrind: deps-server build
 	  RATELIMIT_MODULE=$(MODULE) $(CARGO) test --release --no-fail-fast \
 	  $(addprefix --test ,$(VALGRIND_TESTS))
 
-lint: deps-build clients-deps
+lint: deps-build clients-deps $(GOLANGCI_LINT)
 	@$(call ensure_packages,$(LINT_PACKAGES))
 	$(CARGO) fmt --check
 	$(CARGO) clippy --release --all-targets -- -D warnings
@@ -171,6 +171,8 @@ lint: deps-build clients-deps
 	cd examples/rust && CARGO_TARGET_DIR=$(RUST_CLIENTS_TARGET) $(CARGO) fmt --check && \
 	  CARGO_TARGET_DIR=$(RUST_CLIENTS_TARGET) $(CARGO) clippy --all-targets -- -D warnings
 	mvn -B -q -f clients/java/pom.xml spotless:check
+	cd clients/go && go vet ./... && $(GOLANGCI_LINT) run ./...
+	cd clients/go/compat && go vet ./... && $(GOLANGCI_LINT) run --config ../.golangci.yml ./...
 	cd bench/loadgen && $(CARGO) fmt --check && \
 	  CARGO_TARGET_DIR=$(CURDIR)/target/loadgen $(CARGO) clippy -- -D warnings
 
@@ -216,7 +218,7 @@ examples/node/node_modules/.package-lock.json: examples/node/package-lock.json \
 # from its source distribution (not kept in the repository), which tests/clients.rs runs
 # against the package's storages.
 clients-deps: deps-examples $(CLIENTS_VENV)/installed clients/node/node_modules/.package-lock.json \
-		$(LIMITS_SUITE)/pytest.ini rust-clients java-clients
+		$(LIMITS_SUITE)/pytest.ini rust-clients java-clients go-clients
 
 # The Java packages (clients/java, Maven, Java 17), built and installed in the local
 # repository with every dependency their tests and the lint need, so that tests/clients.rs runs
@@ -236,6 +238,29 @@ deps-java:
 	command -v javac >/dev/null 2>&1 || missing="$$missing openjdk-17-jdk-headless"; \
 	command -v mvn >/dev/null 2>&1 || missing="$$missing maven"; \
 	$(install_missing)
+
+# The Go packages (clients/go and its compat/ module, the tests that need the libraries it
+# replaces): their modules downloaded from the module proxy and their tests built with the race
+# detector, for tests/clients.rs; golangci-lint, for `make lint`, built from the proxy too into
+# target/go-tools. A Go 1.21 or newer fetches the 1.26 toolchain go.mod asks for by itself.
+GO_SOURCES := $(shell find clients/go -name '*.go' -o -name 'go.*' 2>/dev/null)
+GOLANGCI_LINT_VERSION := v2.15.0
+GOLANGCI_LINT := $(CURDIR)/target/go-tools/golangci-lint
+
+go-clients: deps-go $(CURDIR)/target/go-clients.stamp
+
+$(CURDIR)/target/go-clients.stamp: $(GO_SOURCES)
+	cd clients/go && go mod download && go test -race -count=1 -run '^$$' ./... >/dev/null
+	cd clients/go/compat && go mod download && go test -race -count=1 -run '^$$' ./... >/dev/null
+	mkdir -p $(dir $@) && touch $@
+
+$(GOLANGCI_LINT):
+	GOBIN=$(dir $@) go install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
+
+deps-go:
+	@command -v go >/dev/null 2>&1 || { \
+	  echo "Go is missing: install Go 1.21 or newer (https://go.dev/dl/), which fetches the toolchain clients/go asks for" >&2; \
+	  exit 1; }
 
 # The Rust crate's tests and the Rust example, built (tests/clients.rs and tests/examples.rs
 # run them), in a target directory of their own.

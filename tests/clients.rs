@@ -171,6 +171,23 @@ fn the_java_packages_pass_their_tests_with_spring() {
     }
 }
 
+/// The Go packages' tests (clients/go and its compat module; `make test` builds them first),
+/// with the race detector: the whole conformance table, the client on the server, a frozen
+/// server under every policy, load shedding, net/http and gRPC over real connections, a 5 s
+/// outage under the middleware; in compat/, the drop-ins against go-redis/redis_rate's and
+/// go-zero's own scripts on the same server, and chi and gorilla/mux taking the middleware.
+#[test]
+fn the_go_packages_pass_their_tests_with_the_race_detector() {
+    let server = Server::start();
+    for module in ["clients/go", "clients/go/compat"] {
+        let mut command = Command::new("go");
+        command
+            .args(["test", "-race", "-count=1", "./..."])
+            .current_dir(repository().join(module));
+        run(&server, command);
+    }
+}
+
 /// A web app from clients/python/tests/apps, with `$PORT`, `$REDIS_URL` and `extra` in its
 /// environment.
 fn app(server: &Server, program: &str, args: &[&str], extra: &[(&str, &str)]) -> Listening {
@@ -511,6 +528,10 @@ fn every_package_works_on_a_cluster() {
         (python(), vec!["clients/python/tests/cluster_check.py"]),
         (PathBuf::from("node"), vec!["clients/node/test/cluster.js"]),
         (cargo, rust.to_vec()),
+        (
+            PathBuf::from("go"),
+            vec!["test", "-C", "clients/go/compat", "-count=1", "-run", "TestOnACluster", "."],
+        ),
     ] {
         let output = Command::new(&program)
             .args(&args)

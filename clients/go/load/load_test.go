@@ -1,0 +1,323 @@
+package load_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redisratelimit/ratelimit"
+	"github.com/redisratelimit/ratelimit/internal/testserver"
+	"github.com/redisratelimit/ratelimit/load"
+)
+
+func newClient(t *testing.T, rdb redis.UniversalClient, opts ...ratelimit.ClientOption) *ratelimit.Client {
+	t.Helper()
+	client, err := ratelimit.NewClient(rdb, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return client
+}
+
+func newShedder(t *testing.T, client *ratelimit.Client, service string, opts ...load.Option) *load.Shedder {
+	t.Helper()
+	shedder, err := load.NewShedder(client, service, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(shedder.Close)
+	return shedder
+}
+
+// get is a request to url with X-Priority: priority (none when ""): its status and headers.
+func get(t *testing.T, url, priority string) (int, http.Header) {
+	t.Helper()
+	request, _ := http.NewRequest(http.MethodGet, url, nil)
+	if priority != "" {
+		request.Header.Set("X-Priority", priority)
+	}
+	response, err := http.DefaultClient.Do(request)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = response.Body.Close()
+	return response.StatusCode, response.Header
+}
+
+func ok(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) }
+
+func TestAHealthyServiceIsNeverShedWithTheDefaults(t *testing.T) {
+	client := newClient(t, testserver.Client(t))
+	shedder := newShedder(t, client, testserver.Unique("healthy"), load.Interval(100*time.Millisecond))
+	server := httptest.NewServer(load.Middleware(shedder, nil)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(time.Millisecond)
+		ok(w, r)
+	})))
+	defer server.Close()
+	// Eight callers at once, each waiting for its answer: at most eight in flight, well under
+	// the service's capacity, every class, over a dozen report intervals.
+	var refused atomic.Int64
+	var wg sync.WaitGroup
+	for caller := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			priority := []string{"", "critical_plus", "critical", "sheddable_plus", "sheddable"}[caller%5]
+			for range 150 {
+				if status, _ := get(t, server.URL, priority); status != 200 {
+					refused.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	standing := shedder.Standing()
+	if refused.Load() != 0 || standing.Level != 0 {
+		t.Fatalf("%d of 1,200 requests refused, level %d", refused.Load(), standing.Level)
+	}
+	if limit := shedder.Limit(); limit.Congested() || limit.Inflight() != 0 {
+		t.Fatalf("the local limit: congested %v, %d in flight", limit.Congested(), limit.Inflight())
+	}
+}
+
+func TestTheFleetsLevelShedsByPriorityAndShadowModeCountsIt(t *testing.T) {
+	rdb := testserver.Client(t)
+	ctx := context.Background()
+	service := testserver.Unique("level")
+	if err := rdb.Do(ctx, "RL.LOAD.POLICY", service, "HOLD", "0", "LEVEL", "inflight", "5", "SHARES", "1", "1", "0", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	hot := func(inflight string) {
+		if err := rdb.Do(ctx, "RL.LOAD.REPORT", service, "hot", "60000", "inflight", inflight).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hot("50")
+	registry := prometheus.NewRegistry()
+	metrics := ratelimit.NewPrometheusMetrics(registry)
+	client := newClient(t, rdb)
+	shedder := newShedder(t, client, service, load.Manual(), load.WithMetrics(metrics))
+	shadow := newShedder(t, client, service, load.Manual(), load.Shadow(true), load.Instance("shadow-1"), load.WithMetrics(metrics))
+	for _, one := range []*load.Shedder{shedder, shadow} {
+		if standing, err := one.Report(ctx); err != nil || standing.Level != 1 {
+			t.Fatalf("report: %+v %v", standing, err)
+		}
+	}
+	if level := testutil.ToFloat64(metrics.Level().WithLabelValues(service)); level != 1 {
+		t.Fatalf("ratelimit_load_level = %v", level)
+	}
+	server := httptest.NewServer(load.Middleware(shedder, nil)(http.HandlerFunc(ok)))
+	defer server.Close()
+	shadowed := httptest.NewServer(load.Middleware(shadow, nil)(http.HandlerFunc(ok)))
+	defer shadowed.Close()
+	for _, priority := range []string{"sheddable", "sheddable_plus", ""} {
+		if status, header := get(t, server.URL, priority); status != 503 || header.Get("Retry-After") != "1" {
+			t.Fatalf("%q: %d, Retry-After %q", priority, status, header.Get("Retry-After"))
+		}
+		if status, _ := get(t, shadowed.URL, priority); status != 200 {
+			t.Fatalf("shadow, %q: %d", priority, status)
+		}
+	}
+	for _, priority := range []string{"critical", "critical_plus"} {
+		if status, _ := get(t, server.URL, priority); status != 200 {
+			t.Fatalf("%q: %d", priority, status)
+		}
+	}
+	decisions := metrics.LoadDecisions()
+	if shed := testutil.ToFloat64(decisions.WithLabelValues(service, "sheddable", "shed")); shed != 2 {
+		t.Fatalf("shed sheddable: %v", shed)
+	}
+	if shadows := testutil.ToFloat64(decisions.WithLabelValues(service, "sheddable", "shadow")); shadows != 2 {
+		t.Fatalf("shadow sheddable: %v", shadows)
+	}
+	hot("0")
+	if standing, err := shedder.Report(ctx); err != nil || standing.Level != 0 {
+		t.Fatalf("cool: %+v %v", standing, err)
+	}
+	if status, _ := get(t, server.URL, "sheddable"); status != 200 {
+		t.Fatalf("once the hot instance reports cool: %d", status)
+	}
+}
+
+// monotonic is a time the test moves.
+type monotonic struct{ at atomic.Int64 }
+
+func (m *monotonic) now() time.Duration       { return time.Duration(m.at.Load()) }
+func (m *monotonic) advance(by time.Duration) { m.at.Add(int64(by)) }
+
+func TestAFrozenServerEndsTheLevelAfterItsTTLAndTheLocalLimitGoesOn(t *testing.T) {
+	rdb := testserver.Client(t)
+	ctx := context.Background()
+	service := testserver.Unique("frozen")
+	if err := rdb.Do(ctx, "RL.LOAD.POLICY", service, "HOLD", "0", "LEVEL", "inflight", "5", "SHARES", "1", "1", "0", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.Do(ctx, "RL.LOAD.REPORT", service, "hot", "60000", "inflight", "50").Err(); err != nil {
+		t.Fatal(err)
+	}
+	proxy := testserver.NewFrozenProxy(t)
+	behind := redis.NewClient(&redis.Options{Addr: proxy.Addr()})
+	t.Cleanup(func() { _ = behind.Close() })
+	clock := &monotonic{}
+	draw := func() float64 { return 0.5 }
+	shedder := newShedder(t, newClient(t, behind, ratelimit.Timeout(100*time.Millisecond)), service,
+		load.Manual(), load.WithClock(clock.now, draw))
+	if standing, err := shedder.Report(ctx); err != nil || standing.Level != 1 {
+		t.Fatalf("report: %+v %v", standing, err)
+	}
+	proxy.Freeze()
+	defer proxy.Thaw()
+	clock.advance(time.Second)
+	if _, err := shedder.Report(ctx); err == nil {
+		t.Fatal("a frozen server fails the report")
+	}
+	if _, admitted := shedder.Admit(ratelimit.Sheddable); admitted {
+		t.Fatal("the last level holds for the report's time to live")
+	}
+	clock.advance(2*time.Second + time.Millisecond)
+	if standing := shedder.Standing(); standing.Level != 0 {
+		t.Fatalf("after the time to live, no level: %+v", standing)
+	}
+	// The local limit needs no server: a queue that stands is shed by priority. One request
+	// takes a millisecond (the no-load latency); then each takes a whole interval.
+	fast, _ := shedder.Admit(ratelimit.Critical)
+	clock.advance(time.Millisecond)
+	shedder.Finished(fast, 200, false)
+	var tickets []load.Ticket
+	for range 40 {
+		if ticket, admitted := shedder.Admit(ratelimit.Critical); admitted {
+			tickets = append(tickets, ticket)
+		}
+	}
+	for interval := 0; interval < 12 && !shedder.Limit().Congested(); interval++ {
+		clock.advance(100 * time.Millisecond)
+		for _, ticket := range tickets {
+			shedder.Finished(ticket, 200, false) // each took the interval: a standing queue
+		}
+		tickets = tickets[:0]
+		for range 40 {
+			if ticket, admitted := shedder.Admit(ratelimit.Critical); admitted {
+				tickets = append(tickets, ticket)
+			}
+		}
+	}
+	if !shedder.Limit().Congested() {
+		t.Fatal("a standing queue congests the local limit")
+	}
+	if _, admitted := shedder.Admit(ratelimit.Sheddable); admitted {
+		t.Fatal("congested, sheddable is shed first")
+	}
+	if _, admitted := shedder.Admit(ratelimit.CriticalPlus); !admitted {
+		t.Fatal("congested, critical_plus keeps its places")
+	}
+}
+
+func TestTheLimitersOwnAnswersAreNotTheServices(t *testing.T) {
+	client := newClient(t, testserver.Client(t))
+	shedder := newShedder(t, client, testserver.Unique("own"), load.Manual())
+	handler := load.Middleware(shedder, nil)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/own":
+			ratelimit.MarkOwn(r.Context())
+			http.Error(w, "the limiter's", http.StatusServiceUnavailable)
+		case "/limited":
+			http.Error(w, "limited", http.StatusTooManyRequests)
+		case "/failing":
+			http.Error(w, "the service's", http.StatusInternalServerError)
+		default:
+			ok(w, r)
+		}
+	}))
+	server := httptest.NewServer(handler)
+	defer server.Close()
+	for _, path := range []string{"/own", "/limited", "/failing", "/"} {
+		get(t, server.URL+path, "critical")
+	}
+	factors := shedder.Signals().Sample(nil)
+	if factors["requests"] != 2 || factors["successes"] != 1 || factors["errors"] != 0.5 || factors["inflight"] != 0 {
+		t.Fatalf("the service's two answers count, the limiter's two leave: %v", factors)
+	}
+}
+
+func TestTheSignalsReadTheCgroupAndGoRuntime(t *testing.T) {
+	client := newClient(t, testserver.Client(t))
+	ctx := context.Background()
+	service := testserver.Unique("signals")
+	rdb := testserver.Client(t)
+	clock := &monotonic{}
+	cgroup := t.TempDir()
+	write := func(name, text string) {
+		if err := os.WriteFile(filepath.Join(cgroup, name), []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("cpu.max", "50000 100000\n")
+	write("cpu.stat", "usage_usec 1000000\nuser_usec 1\n")
+	write("memory.current", "300\n")
+	write("memory.max", "1000\n")
+	signals := load.NewSignalsAt(clock.now, cgroup, "/proc")
+	clock.advance(time.Second)
+	write("cpu.stat", "usage_usec 1250000\n")
+	factors := signals.Sample(nil)
+	if factors["cpu"] != 0.5 {
+		t.Fatalf("a quarter of a second over a second of half a core: %v", factors["cpu"])
+	}
+	if factors["memory"] < 0.3 {
+		t.Fatalf("memory is at least the cgroup's 0.3: %v", factors["memory"])
+	}
+	if _, found := factors["gc"]; found {
+		t.Fatalf("gc is reported only when declared: %v", factors)
+	}
+	declared := signals.Sample(func(name string) bool { return name == "gc" || name == "goroutines" })
+	if declared["goroutines"] < 1 || declared["gc"] < 0 || declared["gc"] > 1 {
+		t.Fatalf("gc and goroutines when declared: %v", declared)
+	}
+
+	// Reported to the server: without the policy declaring them, gc and goroutines are left out
+	// (it refuses a factor it does not know); once declared, they go in.
+	failing := func() map[string]float64 { panic("the application's factors failed") }
+	shedder := newShedder(t, client, service, load.Manual(), load.Factors(failing))
+	if _, err := shedder.Report(ctx); err != nil {
+		t.Fatalf("a report without the declared factors, the application's failing: %v", err)
+	}
+	if err := rdb.Do(ctx, "RL.LOAD.POLICY", service, "FACTOR", "gc", "MEAN", "FACTOR", "goroutines", "MAX",
+		"LEVEL", "goroutines", "1000000", "SHARES", "1", "1", "1", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	declaring := newShedder(t, client, service, load.Manual(), load.Instance("declaring"))
+	if _, err := declaring.Report(ctx); err != nil {
+		t.Fatal(err)
+	}
+	status, err := rdb.Do(ctx, "RL.LOAD.STATUS", service).Slice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if text := strings.ToLower(strings.Join(flatten(status), " ")); !strings.Contains(text, "goroutines") || !strings.Contains(text, "gc") {
+		t.Fatalf("the status shows the declared factors: %s", text)
+	}
+}
+
+// flatten is every word of a reply, nested arrays' included.
+func flatten(values []any) []string {
+	var out []string
+	for _, value := range values {
+		if nested, ok := value.([]any); ok {
+			out = append(out, flatten(nested)...)
+		} else {
+			out = append(out, fmt.Sprint(value))
+		}
+	}
+	return out
+}

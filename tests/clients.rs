@@ -530,7 +530,15 @@ fn every_package_works_on_a_cluster() {
         (cargo, rust.to_vec()),
         (
             PathBuf::from("go"),
-            vec!["test", "-C", "clients/go/compat", "-count=1", "-run", "TestOnACluster", "."],
+            vec![
+                "test",
+                "-C",
+                "clients/go/compat",
+                "-count=1",
+                "-run",
+                "TestOnACluster",
+                ".",
+            ],
         ),
     ] {
         let output = Command::new(&program)

@@ -8,18 +8,21 @@ docs show, every option at its default and the default policy, nothing tuned to 
   (d) nginx (the Lua package's `load.shed`/`record`) in front of a slow upstream that serves
       4 requests at a time, 20 ms each, and queues the rest;
   (e) two instances of (a) calling one backend whose latency goes from 5 ms to 300 ms for
-      20 s and back (the fleet run).
+      20 s and back (the fleet run);
+  (f) a Go net/http service on one core (GOMAXPROCS=1, `load.Middleware`), CPU-bound, beside
+      go-zero's adaptive shedder with its defaults.
 
-Shapes (a) to (d): open-loop Poisson arrivals, 10 s at half the capacity, 30 s at three
+Shapes (a) to (d) and (f): open-loop Poisson arrivals, 10 s at half the capacity, 30 s at three
 times it, 10 s at half again, each request with a class drawn from the mix (10%
 critical_plus, 15% critical, 15% sheddable_plus, 60% sheddable) in `X-Priority`; a client
 gives up after TIMEOUT seconds (a late answer is not goodput). Each shape runs with no
 protection, with the package's fixed limit (a rate limit at the measured capacity), and
 with load shedding, one after the other on the same schedule; then 20 s at 0.8 of the
-capacity with load shedding, for what it refuses from a healthy service. Only the standard
+capacity with load shedding (and each peer a shape names for it), for what it refuses from a
+healthy service. Only the standard
 library here; the services run in the clients' virtualenv, node and nginx.
 
-    python3 bench/overload.py [path/to/libredis_ratelimit.so] [--json] [--shapes abcde]
+    python3 bench/overload.py [path/to/libredis_ratelimit.so] [--json] [--shapes abcdef]
         [--modes none,fixed,shed,...] [--no-steady]
 """
 
@@ -46,6 +49,8 @@ from typing import Callable, Optional
 ROOT = Path(__file__).resolve().parent.parent
 PYTHON = ROOT / "target/clients-venv/bin/python"
 SHAPES_DIR = ROOT / "bench/shapes"
+# Shape (f), built by `make deps-bench` from clients/go/compat/shape.
+GO_SHAPE = ROOT / "target/go-bench/shape"
 
 TIMEOUT = 2.0
 CPU_MS = 4.5
@@ -207,6 +212,8 @@ class Shape:
     # Peers run on this shape beside the three modes, each with its documented defaults:
     # (mode, what the table calls it).
     peers: tuple = ()
+    # The modes also run at a steady 0.8 of the capacity.
+    steady_modes: tuple = ("shed",)
 
     def modes(self) -> tuple:
         return MODES + self.peers
@@ -241,6 +248,12 @@ def express_service(redis_port: int, mode: str, capacity: float) -> Process:
                    "the Express service")
 
 
+def go_service(redis_port: int, mode: str, capacity: float) -> Process:
+    port = free_port()
+    return Process([GO_SHAPE, port, f"redis://127.0.0.1:{redis_port}", mode, CPU_MS, capacity],
+                   port, "the Go service")
+
+
 SHAPES = (
     Shape("a", "one async Python worker (uvicorn, Starlette), CPU-bound",
           python_service("starlette_service.py")),
@@ -251,6 +264,9 @@ SHAPES = (
           peers=(("toobusy", "toobusy-js, defaults"),
                  ("overload-protection", "overload-protection, defaults"))),
     Shape("d", "nginx in front of a slow upstream (4 at a time, 20 ms each)", Nginx),
+    Shape("f", "a Go net/http service on one core (GOMAXPROCS=1), CPU-bound", go_service,
+          peers=(("gozero", "go-zero's adaptive shedder, defaults"),),
+          steady_modes=("shed", "gozero")),
 )
 
 
@@ -547,16 +563,18 @@ def run_shape(shape: Shape, module: Path, only: Optional[set] = None,
                       f"CPU: goodput at 3x at most {measured['goodput_bound']:.0%}",
                       file=sys.stderr, flush=True)
         if steady:
-            call(redis.port, "FLUSHALL")
-            service = shape.start(redis.port, "shed", nominal)
-            try:
-                records = asyncio.run(offer([service.port], arrivals(
-                    [STEADY], lambda x: x * nominal, seed=52)))
-            finally:
-                service.stop()
-            measured["steady_refused"] = (sum(refused(r[2]) for r in records)
-                                          / max(1, len(records)))
-            measured["steady_requests"] = len(records)
+            measured["steady"] = {}
+            for mode in shape.steady_modes:
+                call(redis.port, "FLUSHALL")
+                service = shape.start(redis.port, mode, nominal)
+                try:
+                    records = asyncio.run(offer([service.port], arrivals(
+                        [STEADY], lambda x: x * nominal, seed=52)))
+                finally:
+                    service.stop()
+                measured["steady"][mode] = {
+                    "refused": sum(refused(r[2]) for r in records) / max(1, len(records)),
+                    "requests": len(records)}
         return measured
     finally:
         redis.stop()
@@ -714,7 +732,7 @@ http {{
         shutil.rmtree(work, ignore_errors=True)
 
 
-def measure_overload(module: Path, letters: str = "abcde", only: Optional[set] = None,
+def measure_overload(module: Path, letters: str = "abcdef", only: Optional[set] = None,
                      steady: bool = True) -> dict | None:
     """Every shape of `letters`, in every mode (or those of `only`), with the steady run at
     0.8 of the capacity unless `steady` is False."""
@@ -809,14 +827,15 @@ def overload_section(result) -> list[str]:
             first = False
             lines.append(f"| {label} | {capacity_cell} | {name} | " + " | ".join(cells)
                          + f" | {p99} | {goodput} | {timing} | {outside} | {changes} |")
-    lines += ["", "At a steady 0.8 of the capacity, with load shedding and its defaults, refused:", ""]
-    lines += ["| Shape | Requests | Refused |", "|---|---:|---:|"]
+    lines += ["", "At a steady 0.8 of the capacity, with load shedding and its defaults (and a "
+              "shape's peer), refused:", ""]
+    lines += ["| Shape | Mode | Requests | Refused |", "|---|---|---:|---:|"]
     for letter, shape in result["shapes"].items():
-        if "steady_refused" not in shape:
-            continue
-        ok = shape["steady_refused"] <= AIMS["outside"]
-        lines.append(f"| ({letter}) | {shape['steady_requests']:,} | "
-                     f"{shape['steady_refused']:.2%}{mark(ok)} |")
+        modes = dict(shapes[letter].modes())
+        for mode, steady_run in shape.get("steady", {}).items():
+            ok = mode not in AIMED or steady_run["refused"] <= AIMS["outside"]
+            lines.append(f"| ({letter}) | {modes[mode]} | {steady_run['requests']:,} | "
+                         f"{steady_run['refused']:.2%}{mark(ok)} |")
     fleet_result = result.get("fleet")
     if fleet_result:
         served = fleet_result["served"]
@@ -889,7 +908,7 @@ def overload_svg(result) -> str:
 
 if __name__ == "__main__":
     arguments = [arg for arg in sys.argv[1:] if not arg.startswith("--")]
-    letters = "abcde"
+    letters = "abcdef"
     if "--shapes" in sys.argv:
         letters = sys.argv[sys.argv.index("--shapes") + 1]
         arguments = [arg for arg in arguments if arg != letters]

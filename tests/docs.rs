@@ -504,6 +504,12 @@ fn every_link_in_the_docs_leads_somewhere() {
     for extra in ["CHANGELOG.md", "BENCHMARKS.md", "examples/README.md"] {
         files.push(repository().join(extra));
     }
+    for package in fs::read_dir(repository().join("clients")).unwrap() {
+        let readme = package.unwrap().path().join("README.md");
+        if readme.exists() {
+            files.push(readme);
+        }
+    }
     let mut broken = Vec::new();
     for file in &files {
         let text = fs::read_to_string(file).unwrap();

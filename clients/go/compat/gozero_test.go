@@ -14,7 +14,7 @@ import (
 )
 
 // zeroStore is go-zero's own Redis on the test's server.
-func zeroStore(t *testing.T) *zeroredis.Redis {
+func zeroStore(t testing.TB) *zeroredis.Redis {
 	t.Helper()
 	options := server(t).Options()
 	store, err := zeroredis.NewRedis(zeroredis.RedisConf{Host: options.Addr, Type: zeroredis.NodeType})

@@ -48,6 +48,8 @@ type Shedder struct {
 	manual   bool
 	options  LimitOptions
 	noLimit  bool
+	clocked  bool
+	queue    *runQueue
 
 	mu         sync.Mutex
 	standing   ratelimit.Standing
@@ -96,9 +98,10 @@ func WithSignals(signals *Signals) Option { return func(s *Shedder) { s.signals 
 // WithLogger logs through logger (slog's default).
 func WithLogger(logger *slog.Logger) Option { return func(s *Shedder) { s.logger = logger } }
 
-// WithClock decides by now (a monotonic time) and draw (uniform in [0, 1)): the tests'.
+// WithClock decides by now (a monotonic time) and draw (uniform in [0, 1)), with no wait for
+// the scheduler counted: the tests'.
 func WithClock(now func() time.Duration, draw func() float64) Option {
-	return func(s *Shedder) { s.now, s.draw = now, draw }
+	return func(s *Shedder) { s.now, s.draw, s.clocked = now, draw, true }
 }
 
 // Manual starts no reporting goroutine: the caller reports (Report), as the tests do.
@@ -145,6 +148,9 @@ func NewShedder(client *ratelimit.Client, service string, opts ...Option) (*Shed
 	}
 	if s.signals == nil {
 		s.signals = newSignals(s.now, "/sys/fs/cgroup", "/proc")
+	}
+	if s.limit != nil && !s.clocked {
+		s.queue = newRunQueue()
 	}
 	if !s.manual {
 		s.stop, s.stopped = make(chan struct{}), make(chan struct{})
@@ -309,7 +315,8 @@ func (s *Shedder) Admit(priority ratelimit.Priority) (Ticket, bool) {
 	standing := s.Standing()
 	byLevel := s.draw() < standing.Share(priority)
 	at := s.now()
-	counted := byLevel && s.limit != nil && s.limit.Admit(priority, micros(at), 0)
+	waited := s.waited(at)
+	counted := byLevel && s.limit != nil && s.limit.Admit(priority, micros(at), micros(waited))
 	admitted := byLevel && (counted || s.limit == nil)
 	outcome := "admitted"
 	switch {
@@ -333,7 +340,18 @@ func (s *Shedder) Admit(priority ratelimit.Priority) (Ticket, bool) {
 		return Ticket{}, false
 	}
 	s.signals.Started()
-	return Ticket{started: at, counted: counted}, true
+	return Ticket{started: at - waited, counted: counted}, true
+}
+
+// Waited is how long a request decided now is counted as having waited for a CPU before the
+// middleware saw it (0 where nothing queues for one).
+func (s *Shedder) Waited() time.Duration { return s.waited(s.now()) }
+
+func (s *Shedder) waited(now time.Duration) time.Duration {
+	if s.limit == nil {
+		return 0
+	}
+	return s.queue.waited(now, s.limit.Noload())
 }
 
 // Finished says the request ticket was given for ended with HTTP status; own when the package

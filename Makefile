@@ -127,7 +127,7 @@ $(BASELINE_MODULE):
 	git worktree add --force --detach $(CURDIR)/target/baseline/$(BASELINE) $(BASELINE)
 	cd $(CURDIR)/target/baseline/$(BASELINE) && $(CARGO) build --release
 
-deps-bench: deps-nginx deps-go
+deps-bench: deps-nginx deps-go java-clients
 	@command -v python3 >/dev/null 2>&1 || { missing=" python3"; $(install_missing); }
 	@command -v valgrind >/dev/null 2>&1 || { missing=" valgrind"; $(install_missing); }
 	@$(call ensure_packages,$(BENCH_PACKAGES))
@@ -137,6 +137,8 @@ deps-bench: deps-nginx deps-go
 	  --manifest-path bench/loadgen/Cargo.toml
 	npm ci --prefix bench/shapes --no-audit --no-fund --loglevel=error
 	cd clients/go/compat && go build -o $(CURDIR)/target/go-bench/shape ./shape
+	mvn -B -q -o -f clients/java/pom.xml dependency:build-classpath \
+	  -Dmdep.outputFile=target/classpath.txt -pl bench-servlet,bench-gateway
 
 # Far more fuzzing, differential calls and soak than `make test`, each with its own seed.
 stress: deps-server build

@@ -10,9 +10,11 @@ docs show, every option at its default and the default policy, nothing tuned to 
   (e) two instances of (a) calling one backend whose latency goes from 5 ms to 300 ms for
       20 s and back (the fleet run);
   (f) a Go net/http service on one core (GOMAXPROCS=1, `load.Middleware`), CPU-bound, beside
-      go-zero's adaptive shedder with its defaults.
+      go-zero's adaptive shedder with its defaults;
+  (g) a Spring MVC service (Tomcat's 200 threads, the starter's load shedding), CPU-bound,
+      beside Netflix's concurrency-limits (Gradient2) with its defaults.
 
-Shapes (a) to (d) and (f): open-loop Poisson arrivals, 10 s at half the capacity, 30 s at three
+Shapes (a) to (d), (f) and (g): open-loop Poisson arrivals, 10 s at half the capacity, 30 s at three
 times it, 10 s at half again, each request with a class drawn from the mix (10%
 critical_plus, 15% critical, 15% sheddable_plus, 60% sheddable) in `X-Priority`; a client
 gives up after TIMEOUT seconds (a late answer is not goodput). Each shape runs with no
@@ -22,7 +24,7 @@ capacity with load shedding (and each peer a shape names for it), for what it re
 healthy service. Only the standard
 library here; the services run in the clients' virtualenv, node and nginx.
 
-    python3 bench/overload.py [path/to/libredis_ratelimit.so] [--json] [--shapes abcdef]
+    python3 bench/overload.py [path/to/libredis_ratelimit.so] [--json] [--shapes abcdefg]
         [--modes none,fixed,shed,...] [--no-steady]
 """
 
@@ -51,8 +53,13 @@ PYTHON = ROOT / "target/clients-venv/bin/python"
 SHAPES_DIR = ROOT / "bench/shapes"
 # Shape (f), built by `make deps-bench` from clients/go/compat/shape.
 GO_SHAPE = ROOT / "target/go-bench/shape"
+# Shape (g): clients/java/bench-servlet, its classpath written by `make deps-bench`.
+JAVA_SHAPE = ROOT / "clients/java/bench-servlet"
 
 TIMEOUT = 2.0
+# Before a run, each service is sent requests closed-loop for this long, as a readiness probe
+# warms it: a JVM's first seconds (its JIT) are no measure of its health.
+WARMUP = 3.0
 CPU_MS = 4.5
 # (seconds, offered load as a multiple of the capacity)
 PHASES = ((10, 0.5), (30, 3.0), (10, 0.5))
@@ -254,6 +261,15 @@ def go_service(redis_port: int, mode: str, capacity: float) -> Process:
                    port, "the Go service")
 
 
+def java_service(redis_port: int, mode: str, capacity: float) -> Process:
+    port = free_port()
+    classpath = (f"{JAVA_SHAPE / 'target/classes'}:"
+                 f"{(JAVA_SHAPE / 'target/classpath.txt').read_text().strip()}")
+    return Process(["java", "-cp", classpath, "io.github.redisratelimit.bench.ServletShape", port,
+                    f"redis://127.0.0.1:{redis_port}", mode, CPU_MS, capacity], port,
+                   "the Spring MVC service")
+
+
 SHAPES = (
     Shape("a", "one async Python worker (uvicorn, Starlette), CPU-bound",
           python_service("starlette_service.py")),
@@ -267,6 +283,9 @@ SHAPES = (
     Shape("f", "a Go net/http service on one core (GOMAXPROCS=1), CPU-bound", go_service,
           peers=(("gozero", "go-zero's adaptive shedder, defaults"),),
           steady_modes=("shed", "gozero")),
+    Shape("g", "a Spring MVC service (Tomcat, 200 threads), CPU-bound", java_service,
+          peers=(("gradient2", "concurrency-limits' Gradient2, defaults"),),
+          steady_modes=("shed", "gradient2")),
 )
 
 
@@ -365,10 +384,24 @@ def capacity(start: Callable, redis_port: int) -> float:
             await asyncio.gather(*(client() for _ in range(8)))
             return done
 
-        asyncio.run(run(2.0))
+        asyncio.run(run(2.0 + WARMUP))
         return asyncio.run(run(3.0)) / 3.0
     finally:
         service.stop()
+
+
+def warm(port: int) -> None:
+    """Four clients in a closed loop for WARMUP seconds, as the top class (never shed)."""
+    async def run() -> None:
+        end = time.perf_counter() + WARMUP
+
+        async def client() -> None:
+            while time.perf_counter() < end:
+                await request(port, "critical_plus")
+
+        await asyncio.gather(*(client() for _ in range(4)))
+
+    asyncio.run(run())
 
 
 def cpu_seconds(pid: int) -> float:
@@ -387,6 +420,7 @@ def refusal_cost(shape: "Shape", redis_port: int, nominal: float) -> Optional[fl
         if pid is None:
             return None
         pid = pid.pid
+        warm(service.port)
         key = f"load:{service.port}"
         call(redis_port, "RL.LOAD.POLICY", key, "LEVEL", "inflight", "0", "SHARES",
              "0", "0", "0", "0")
@@ -535,6 +569,7 @@ def run_shape(shape: Shape, module: Path, only: Optional[set] = None,
                 continue
             call(redis.port, "FLUSHALL")
             service = shape.start(redis.port, mode, nominal)
+            warm(service.port)
             watch = Watch(redis.port, service.port, f"load:{service.port}", time.monotonic())
             watch.start()
             try:
@@ -568,6 +603,7 @@ def run_shape(shape: Shape, module: Path, only: Optional[set] = None,
                 call(redis.port, "FLUSHALL")
                 service = shape.start(redis.port, mode, nominal)
                 try:
+                    warm(service.port)
                     records = asyncio.run(offer([service.port], arrivals(
                         [STEADY], lambda x: x * nominal, seed=52)))
                 finally:
@@ -732,7 +768,7 @@ http {{
         shutil.rmtree(work, ignore_errors=True)
 
 
-def measure_overload(module: Path, letters: str = "abcdef", only: Optional[set] = None,
+def measure_overload(module: Path, letters: str = "abcdefg", only: Optional[set] = None,
                      steady: bool = True) -> dict | None:
     """Every shape of `letters`, in every mode (or those of `only`), with the steady run at
     0.8 of the capacity unless `steady` is False."""
@@ -773,7 +809,9 @@ def overload_section(result) -> list[str]:
         "([bench/overload.py](bench/overload.py)): open-loop Poisson arrivals, 10 s at half "
         "the shape's capacity, 30 s at three times it, 10 s at half; "
         f"{', '.join(f'{share:.0%} {name}' for name, share in MIX)} in `X-Priority`; a client "
-        f"gives up after {TIMEOUT:.0f} s. Each request on a new connection, sent and timed "
+        f"gives up after {TIMEOUT:.0f} s. Each service is first sent {WARMUP:.0f} s of requests "
+        "by four clients in a closed loop, as a readiness probe warms it (a JVM's first seconds "
+        "are its JIT's). Each request on a new connection, sent and timed "
         "from the instant it was due by [bench/loadgen](bench/loadgen/main.rs) (Rust: its "
         "own lag is not in what it measures). The same schedule with no protection, with the "
         "package's fixed limit (a rate limit at the measured capacity), with load shedding, "
@@ -908,7 +946,7 @@ def overload_svg(result) -> str:
 
 if __name__ == "__main__":
     arguments = [arg for arg in sys.argv[1:] if not arg.startswith("--")]
-    letters = "abcdef"
+    letters = "abcdefg"
     if "--shapes" in sys.argv:
         letters = sys.argv[sys.argv.index("--shapes") + 1]
         arguments = [arg for arg in arguments if arg != letters]

@@ -11,8 +11,8 @@ are measured in the replica setup without valgrind. Then memory: bytes per key, 
 request and per held lease, read from used_memory once INFO keyspace shows every key.
 Beside them, DELAY against polling (bench/roundtrips.py), requests through nginx with
 the Lua package (bench/nginx.py), quota leases (bench/quota.py), the Rust layer against
-tower_governor (bench/layer.py), the Go module against the scripts it replaces
-(bench/golang.py) and load shedding under overload (bench/overload.py).
+tower_governor (bench/layer.py), the Go module and the Java packages against what they replace
+(bench/golang.py, bench/java.py) and load shedding under overload (bench/overload.py).
 
 Every limit is chosen so that no key expires during a measurement.
 
@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from golang import go_section, measure_go
+from java import java_section, measure_java
 from layer import layer_section, measure_layer
 from nginx import measure_nginx, nginx_section
 from overload import measure_overload, overload_section, overload_svg
@@ -757,7 +758,7 @@ def roundtrips_section(result) -> list[str]:
 
 def report(workloads, memory, info, requests, callgrind_requests, minutes, command,
            baseline: str | None = None, roundtrips=None, through_nginx=None,
-           quota=None, overload=None, layer=None, golang=None) -> str:
+           quota=None, overload=None, layer=None, golang=None, java=None) -> str:
     lines = [
         "# Benchmarks",
         "",
@@ -798,6 +799,7 @@ def report(workloads, memory, info, requests, callgrind_requests, minutes, comma
         *quota_section(quota),
         *layer_section(layer),
         *go_section(golang),
+        *java_section(java),
         *overload_section(overload),
         *([f"Against an earlier build, {baseline}, measured in the same run (instructions "
            "per request):", "", *baseline_table(workloads, baseline), ""] if baseline else []),
@@ -877,6 +879,10 @@ def main() -> None:
     if not options.no_speed and not options.only:
         print("The Go module against redis_rate's and go-zero's scripts:", flush=True)
         golang = measure_go(MODULE)
+    java = None
+    if not options.no_speed and not options.only:
+        print("The Java packages against Spring Cloud Gateway's script and bucket4j:", flush=True)
+        java = measure_java(MODULE)
     overload = None
     if not options.no_speed and not options.only:
         print("Load shedding under overload:", flush=True)
@@ -894,7 +900,7 @@ def main() -> None:
         command += f" BASELINE={options.baseline_name}"
     text = report(workloads, memory, info, options.requests, options.callgrind_requests, minutes, command,
                   options.baseline_name if options.baseline else None, roundtrips, through_nginx,
-                  quota, overload, layer, golang)
+                  quota, overload, layer, golang, java)
     print()
     print("\n".join(line for line in text.splitlines() if line.startswith("|")))
     out = ROOT if options.write else ROOT / "target/bench"

@@ -56,6 +56,11 @@ RUST_CLIENTS_TARGET := $(CURDIR)/target/rust-clients
 # The client packages' own version (clients/python/pyproject.toml, clients/node/package.json).
 CLIENTS_VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' clients/python/pyproject.toml)
 
+# golangci-lint, for `make lint`, built from the Go module proxy into target/go-tools (defined
+# before `lint`, whose prerequisites make expands as it reads them).
+GOLANGCI_LINT_VERSION := v2.15.0
+GOLANGCI_LINT := $(CURDIR)/target/go-tools/golangci-lint
+
 # The other servers test-servers runs the suite against: package:version, the newest release
 # whose version starts with that (a major, or major.minor) in Debian's sid, experimental or
 # trixie. Redis 8.0 is the line Debian 13 ships; redis:8 is the newest 8.x.
@@ -247,8 +252,6 @@ deps-java:
 # detector, for tests/clients.rs; golangci-lint, for `make lint`, built from the proxy too into
 # target/go-tools. A Go 1.21 or newer fetches the 1.26 toolchain go.mod asks for by itself.
 GO_SOURCES := $(shell find clients/go -name '*.go' -o -name 'go.*' 2>/dev/null)
-GOLANGCI_LINT_VERSION := v2.15.0
-GOLANGCI_LINT := $(CURDIR)/target/go-tools/golangci-lint
 
 go-clients: deps-go $(CURDIR)/target/go-clients.stamp
 

@@ -131,6 +131,57 @@ fn the_rust_client_example_reads_typed_results() {
     assert_eq!(run_example(&server, Command::new(program)), CLIENT_OUTPUT);
 }
 
+/// Every Rust example of clients/rust/README.md is a whole program that builds when pasted: each
+/// one, as it stands on the page, is the `main.rs` of a package whose dependencies are the
+/// README's own `[dependencies]` lines (the crate's path made this checkout's), built offline
+/// with the versions of the crate's lock file in the crate's target directory.
+#[test]
+fn the_rust_crates_readme_examples_build_when_pasted() {
+    let crate_dir = repository().join("clients/rust");
+    let readme = std::fs::read_to_string(crate_dir.join("README.md")).unwrap();
+    let fenced = |tag: &str| -> Vec<String> {
+        let mut blocks = Vec::new();
+        let mut lines = readme.lines();
+        while let Some(line) = lines.next() {
+            if line.trim_end() == format!("```{tag}") {
+                let body: Vec<&str> = lines.by_ref().take_while(|l| *l != "```").collect();
+                blocks.push(body.join("\n") + "\n");
+            }
+        }
+        blocks
+    };
+    let dependencies = fenced("toml");
+    assert_eq!(dependencies.len(), 1, "one [dependencies] block");
+    let programs = fenced("rust,no_run");
+    assert!(programs.len() >= 3, "the README's examples: {}", programs.len());
+    let package = repository().join("target/readme-pasted");
+    let _ = std::fs::remove_dir_all(&package);
+    std::fs::create_dir_all(package.join("src/bin")).unwrap();
+    let path = format!("path = \"{}\"", crate_dir.display());
+    let manifest = format!(
+        "[package]\nname = \"pasted\"\nversion = \"0.0.0\"\nedition = \"2021\"\npublish = false\n\n{}",
+        dependencies[0].replace("path = \"clients/rust\"", &path)
+    );
+    assert!(manifest.contains(&path), "the crate's path in {manifest}");
+    std::fs::write(package.join("Cargo.toml"), manifest).unwrap();
+    std::fs::copy(crate_dir.join("Cargo.lock"), package.join("Cargo.lock")).unwrap();
+    for (number, program) in programs.iter().enumerate() {
+        assert!(program.contains("fn main()"), "example {number} is a program:\n{program}");
+        std::fs::write(package.join(format!("src/bin/example_{number}.rs")), program).unwrap();
+    }
+    let built = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .args(["build", "--offline", "--bins", "--quiet"])
+        .env("CARGO_TARGET_DIR", repository().join("target/rust-clients"))
+        .current_dir(&package)
+        .output()
+        .unwrap();
+    assert!(
+        built.status.success(),
+        "the pasted examples do not build:\n{}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+}
+
 /// examples/rust's axum service, the crate's README setup with only the crate as a
 /// dependency: each API key's bucket of 5, then 429 with `Retry-After` and the fields; a
 /// request with no key is not limited; load shedding lets a healthy service's traffic by.

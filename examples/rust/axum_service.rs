@@ -36,9 +36,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             .to_str()
             .ok()
             .map(str::to_owned)
-    });
+    })?;
     // Every option at its default: the process's own limit, the fleet's level by priority.
-    let shedding = LoadSheddingLayer::new(LoadShedder::builder(limiter, "example:load").build());
+    let shedding = LoadSheddingLayer::new(LoadShedder::builder(limiter, "example:load").build()?);
     let app = Router::new()
         .route("/", get(|| async { "hello\n" }))
         .layer(limits)

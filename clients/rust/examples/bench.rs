@@ -78,7 +78,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let connection = redis::Client::open(format!("redis://127.0.0.1:{port}/"))?
         .get_multiplexed_async_connection()
         .await?;
-    let limiter = AsyncRateLimiter::shared(connection, Config::default());
+    let limiter = AsyncRateLimiter::shared(connection, Config::default())?;
     let limits = |batch: u64| {
         vec![Limiter::window(
             format!("bench:rust:{batch}"),
@@ -111,7 +111,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             batch,
             Duration::from_millis(500),
             monotonic(),
-        );
+        )?;
         let started = Instant::now();
         while started.elapsed() < span {
             quota.take(1).await?;

@@ -57,7 +57,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 .ok()
                 .map(str::to_owned)
         },
-    );
+    )?;
     let governor = GovernorConfigBuilder::default()
         .key_extractor(ApiKey)
         .per_nanosecond(1)

@@ -23,11 +23,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let limiter = AsyncRateLimiter::connect(&client, Config::default().on_error(on_error)).await?;
     let shedder_limiter = AsyncRateLimiter::connect(&client, Config::default()).await?;
-    let shedder = LoadShedder::builder(shedder_limiter, env("SERVICE")?).build();
+    let shedder = LoadShedder::builder(shedder_limiter, env("SERVICE")?).build()?;
     let policies = vec![Limiter::rate("outage:", 100, Duration::from_secs(1)).burst(100)];
     let limits = RateLimitLayer::new(limiter, policies, |request: &Parts| {
         (request.uri.path() == "/limited").then(|| "everyone".to_owned())
-    });
+    })?;
     let app = axum::Router::new()
         .route("/limited", get(|| async { "ok" }))
         .route("/open", get(|| async { "ok" }))

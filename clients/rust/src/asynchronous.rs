@@ -1,16 +1,17 @@
 //! The async client, over the redis crate's tokio connections: a `MultiplexedConnection`, a
 //! `ConnectionManager` or a Cluster's connection, each call within a deadline of its own.
 
+use std::fmt;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use redis::aio::ConnectionLike;
 use redis::Value;
 
-use crate::policy::{Config, Policy};
+use crate::policy::{Config, Policy, Step};
 use crate::protocol::{
-    cmd, command_words, counts_words, integers, lease_words, release_words, renew_words, result,
-    top_keys, Counts, Lease, Limiter, Options, RateLimit, TopKey,
+    cmd, counts_words, integers, lease_words, release_words, renew_words, top_keys, top_words,
+    Counts, Lease, Limiter, Options, RateLimit, TopKey,
 };
 use crate::resilience::Error;
 
@@ -25,6 +26,15 @@ pub struct AsyncRateLimiter<C> {
     connection: C,
     policy: Policy,
     timeout: Duration,
+}
+
+impl<C> fmt::Debug for AsyncRateLimiter<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AsyncRateLimiter")
+            .field("policy", &self.policy)
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
 }
 
 impl AsyncRateLimiter<redis::aio::MultiplexedConnection> {
@@ -43,13 +53,14 @@ impl AsyncRateLimiter<redis::aio::MultiplexedConnection> {
     /// # }
     /// ```
     pub async fn connect(client: &redis::Client, config: Config) -> Result<Arc<Self>, Error> {
+        config.validate()?;
         let settings = redis::AsyncConnectionConfig::new()
             .set_connection_timeout(Some(config.timeout))
             .set_response_timeout(None);
         let connection = client
             .get_multiplexed_async_connection_with_config(&settings)
             .await?;
-        Ok(Self::shared(connection, config))
+        Self::shared(connection, config)
     }
 }
 
@@ -57,13 +68,14 @@ impl<C> AsyncRateLimiter<C>
 where
     C: ConnectionLike + Clone + Send + Sync + 'static,
 {
-    /// A limiter over `connection` with `config`.
-    pub fn new(connection: C, config: Config) -> Self {
-        AsyncRateLimiter {
+    /// A limiter over `connection` with `config`; an error for a config no client can work
+    /// with ([`Config::validate`]).
+    pub fn new(connection: C, config: Config) -> Result<Self, Error> {
+        Ok(AsyncRateLimiter {
             connection,
-            policy: Policy::new(&config),
+            policy: Policy::new(&config)?,
             timeout: config.timeout,
-        }
+        })
     }
 
     /// A limiter shared by tasks and the tower layer.
@@ -73,8 +85,8 @@ where
     /// call before a longer [`Config::timeout`]: make the connection with none
     /// (`AsyncConnectionConfig::new().set_response_timeout(None)`), or let
     /// [`AsyncRateLimiter::connect`] make it.
-    pub fn shared(connection: C, config: Config) -> Arc<Self> {
-        Arc::new(Self::new(connection, config))
+    pub fn shared(connection: C, config: Config) -> Result<Arc<Self>, Error> {
+        Ok(Arc::new(Self::new(connection, config)?))
     }
 
     /// Sends `words` within the deadline.
@@ -93,19 +105,13 @@ where
         options: &Options,
         shadow: Option<bool>,
     ) -> Result<RateLimit, Error> {
-        let (key, decided) = self.policy.before(limiters, options, shadow)?;
-        if let Some(decided) = decided {
-            return Ok(decided);
+        match self.policy.check(limiters, options, shadow)? {
+            Step::Decided(decided) => Ok(decided),
+            Step::Ask(call) => {
+                let reply = self.send(call.words()).await;
+                self.policy.checked(call, reply)
+            }
         }
-        let started = Instant::now();
-        let reply = match self.send(&command_words(limiters, options)).await {
-            Ok(reply) => reply,
-            Err(error) => return self.policy.failed(error, limiters),
-        };
-        let decided = result(&reply, limiters, options)?;
-        Ok(self
-            .policy
-            .after(key, limiters, options, decided, started.elapsed(), shadow))
     }
 
     /// One request against every limiter, all or nothing, in one call.
@@ -147,29 +153,22 @@ where
     }
 
     async fn lease(&self, words: Vec<String>) -> Result<Lease, Error> {
-        if let Some(decided) = self.policy.lease_before()? {
-            return Ok(decided);
-        }
-        let started = Instant::now();
-        match self.send(&words).await {
-            Ok(reply) => Ok(self
-                .policy
-                .lease_after(Lease::from_reply(&reply)?, started.elapsed())),
-            Err(error) => self.policy.lease_failed(error),
+        match self.policy.lease(words)? {
+            Step::Decided(decided) => Ok(decided),
+            Step::Ask(call) => {
+                let reply = self.send(call.words()).await;
+                self.policy.leased(call, reply)
+            }
         }
     }
 
     async fn held(&self, words: Option<Vec<String>>, renewing: bool) -> Result<bool, Error> {
-        let Some(words) = words.filter(|_| !self.policy.circuit.open()) else {
-            return self.policy.held_without_server(None, renewing);
-        };
-        let started = Instant::now();
-        match self.send(&words).await {
-            Ok(reply) => {
-                self.policy.answered(started.elapsed());
-                Ok(matches!(reply, Value::Int(1)))
+        match self.policy.hold(words, renewing)? {
+            Step::Decided(decided) => Ok(decided),
+            Step::Ask(call) => {
+                let reply = self.send(call.words()).await;
+                self.policy.held(call, reply, renewing)
             }
-            Err(error) => self.policy.held_without_server(Some(error), renewing),
         }
     }
 
@@ -182,7 +181,7 @@ where
         lease: Duration,
         quantity: u64,
     ) -> Result<Lease, Error> {
-        self.lease(lease_words(key, limit, lease, quantity, false))
+        self.lease(lease_words(key, limit, lease, quantity, false)?)
             .await
     }
 
@@ -194,7 +193,7 @@ where
         lease: Duration,
         quantity: u64,
     ) -> Result<Lease, Error> {
-        self.lease(lease_words(key, limit, lease, quantity, true))
+        self.lease(lease_words(key, limit, lease, quantity, true)?)
             .await
     }
 
@@ -210,7 +209,11 @@ where
     /// `RL.RENEW`: extends a held lease to `lease` from now; while the server fails, true
     /// under Allow (keep working), false under Deny.
     pub async fn renew_lease(&self, key: &str, id: i64, lease: Duration) -> Result<bool, Error> {
-        let words = (id != 0).then(|| renew_words(key, id, lease));
+        let words = if id == 0 {
+            None
+        } else {
+            Some(renew_words(key, id, lease)?)
+        };
         self.held(words, true).await
     }
 
@@ -218,15 +221,16 @@ where
     /// minute (on a Cluster, use [`AsyncRateLimiter::top_of`] with each primary's
     /// connection).
     pub async fn top(&self, count: usize) -> Result<Vec<TopKey>, Error> {
-        let reply = self.send(&["RL.TOP".into(), count.to_string()]).await?;
+        let reply = self.send(&top_words(count)).await?;
         Ok(top_keys(&[reply], count)?)
     }
 
     /// `RL.TOP` asked of every connection given (each primary of a Cluster), merged.
     pub async fn top_of(connections: &mut [C], count: usize) -> Result<Vec<TopKey>, Error> {
         let mut replies = Vec::new();
+        let words = top_words(count);
         for connection in connections {
-            let reply: Value = cmd(&["RL.TOP".into(), count.to_string()])
+            let reply: Value = cmd(&words)
                 .query_async(connection)
                 .await
                 .map_err(Error::from_redis)?;

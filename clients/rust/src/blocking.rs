@@ -1,15 +1,16 @@
 //! The synchronous client, over the redis crate's blocking connections (`Connection`,
 //! `cluster::ClusterConnection`).
 
+use std::fmt;
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use redis::{ConnectionLike, Value};
 
-use crate::policy::{Config, Policy};
+use crate::policy::{Config, Policy, Step};
 use crate::protocol::{
-    cmd, command_words, counts_words, integers, lease_words, release_words, renew_words, result,
-    top_keys, Counts, Lease, Limiter, Options, RateLimit, TopKey,
+    cmd, counts_words, integers, lease_words, release_words, renew_words, top_keys, top_words,
+    Counts, Lease, Limiter, Options, RateLimit, TopKey,
 };
 use crate::resilience::Error;
 
@@ -44,15 +45,25 @@ pub struct RateLimiter<C> {
     policy: Policy,
 }
 
+impl<C> fmt::Debug for RateLimiter<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RateLimiter")
+            .field("policy", &self.policy)
+            .finish_non_exhaustive()
+    }
+}
+
 impl<C: BlockingConnection> RateLimiter<C> {
-    /// A limiter over `connection` with `config`; sets the connection's timeouts.
+    /// A limiter over `connection` with `config`; sets the connection's timeouts. An error
+    /// for a config no client can work with ([`Config::validate`]).
     pub fn new(mut connection: C, config: Config) -> Result<Self, Error> {
+        let policy = Policy::new(&config)?;
         connection
             .bound(config.timeout)
             .map_err(Error::from_redis)?;
         Ok(RateLimiter {
             connection: Mutex::new(connection),
-            policy: Policy::new(&config),
+            policy,
         })
     }
 
@@ -72,19 +83,13 @@ impl<C: BlockingConnection> RateLimiter<C> {
         options: &Options,
         shadow: Option<bool>,
     ) -> Result<RateLimit, Error> {
-        let (key, decided) = self.policy.before(limiters, options, shadow)?;
-        if let Some(decided) = decided {
-            return Ok(decided);
+        match self.policy.check(limiters, options, shadow)? {
+            Step::Decided(decided) => Ok(decided),
+            Step::Ask(call) => {
+                let reply = self.send(call.words());
+                self.policy.checked(call, reply)
+            }
         }
-        let started = Instant::now();
-        let reply = match self.send(&command_words(limiters, options)) {
-            Ok(reply) => reply,
-            Err(error) => return self.policy.failed(error, limiters),
-        };
-        let decided = result(&reply, limiters, options)?;
-        Ok(self
-            .policy
-            .after(key, limiters, options, decided, started.elapsed(), shadow))
     }
 
     /// One request against every limiter, all or nothing, in one call.
@@ -115,29 +120,22 @@ impl<C: BlockingConnection> RateLimiter<C> {
     }
 
     fn lease(&self, words: Vec<String>) -> Result<Lease, Error> {
-        if let Some(decided) = self.policy.lease_before()? {
-            return Ok(decided);
-        }
-        let started = Instant::now();
-        match self.send(&words) {
-            Ok(reply) => Ok(self
-                .policy
-                .lease_after(Lease::from_reply(&reply)?, started.elapsed())),
-            Err(error) => self.policy.lease_failed(error),
+        match self.policy.lease(words)? {
+            Step::Decided(decided) => Ok(decided),
+            Step::Ask(call) => {
+                let reply = self.send(call.words());
+                self.policy.leased(call, reply)
+            }
         }
     }
 
     fn held(&self, words: Option<Vec<String>>, renewing: bool) -> Result<bool, Error> {
-        let Some(words) = words.filter(|_| !self.policy.circuit.open()) else {
-            return self.policy.held_without_server(None, renewing);
-        };
-        let started = Instant::now();
-        match self.send(&words) {
-            Ok(reply) => {
-                self.policy.answered(started.elapsed());
-                Ok(matches!(reply, Value::Int(1)))
+        match self.policy.hold(words, renewing)? {
+            Step::Decided(decided) => Ok(decided),
+            Step::Ask(call) => {
+                let reply = self.send(call.words());
+                self.policy.held(call, reply, renewing)
             }
-            Err(error) => self.policy.held_without_server(Some(error), renewing),
         }
     }
 
@@ -149,7 +147,7 @@ impl<C: BlockingConnection> RateLimiter<C> {
         lease: Duration,
         quantity: u64,
     ) -> Result<Lease, Error> {
-        self.lease(lease_words(key, limit, lease, quantity, false))
+        self.lease(lease_words(key, limit, lease, quantity, false)?)
     }
 
     /// `RL.ACQUIRE_RO`: what `acquire_lease` would answer, taking nothing.
@@ -160,7 +158,7 @@ impl<C: BlockingConnection> RateLimiter<C> {
         lease: Duration,
         quantity: u64,
     ) -> Result<Lease, Error> {
-        self.lease(lease_words(key, limit, lease, quantity, true))
+        self.lease(lease_words(key, limit, lease, quantity, true)?)
     }
 
     /// `RL.RELEASE`: frees a lease at once; false when it was no longer held, or not reached.
@@ -174,7 +172,12 @@ impl<C: BlockingConnection> RateLimiter<C> {
     /// `RL.RENEW`: extends a held lease to `lease` from now (while the server fails: true
     /// under Allow, false under Deny).
     pub fn renew_lease(&self, key: &str, id: i64, lease: Duration) -> Result<bool, Error> {
-        self.held((id != 0).then(|| renew_words(key, id, lease)), true)
+        let words = if id == 0 {
+            None
+        } else {
+            Some(renew_words(key, id, lease)?)
+        };
+        self.held(words, true)
     }
 
     /// What a `FIXED`, `SLIDING` or `ANCHORED` window or a log counts, without writing.
@@ -188,7 +191,7 @@ impl<C: BlockingConnection> RateLimiter<C> {
 
     /// `RL.TOP` of the server the connection reaches.
     pub fn top(&self, count: usize) -> Result<Vec<TopKey>, Error> {
-        let reply = self.send(&["RL.TOP".into(), count.to_string()])?;
+        let reply = self.send(&top_words(count))?;
         Ok(top_keys(&[reply], count)?)
     }
 

@@ -25,7 +25,7 @@
 
 use std::time::Duration;
 
-use crate::protocol::Priority;
+use crate::protocol::{InvalidArgument, Priority};
 
 /// The local limit's parameters. [`LimitOptions::default`] is what every package ships.
 #[derive(Clone, Debug, PartialEq)]
@@ -50,6 +50,53 @@ pub struct LimitOptions {
     pub decay: f64,
     /// The share of the limit each class may fill while congested, most important first.
     pub shares: [f64; 4],
+}
+
+impl LimitOptions {
+    /// Whether the limit can work with them: finite numbers, `1 <= floor <= initial <=
+    /// ceiling`, positive interval and epoch, `enter` and `deep` at least 1 (`deep` infinite:
+    /// congestion never begins at once), `decay` in
+    /// (0, 1], and shares from 0 to 1 that never grow from a class to a less important one.
+    pub fn validate(&self) -> Result<(), InvalidArgument> {
+        let bad = |what: String| Err(InvalidArgument(what));
+        let numbers = [self.initial, self.floor, self.ceiling, self.decay];
+        if numbers.iter().chain(&self.shares).any(|n| !n.is_finite()) {
+            return bad(format!("the limit's options are finite numbers: {self:?}"));
+        }
+        let ordered =
+            1.0 <= self.floor && self.floor <= self.initial && self.initial <= self.ceiling;
+        if !ordered {
+            return bad(format!(
+                "the limit's options need 1 <= floor <= initial <= ceiling, not {}, {}, {}",
+                self.floor, self.initial, self.ceiling
+            ));
+        }
+        if self.interval.is_zero() || self.epoch.is_zero() {
+            return bad("the limit's interval and epoch are positive durations".into());
+        }
+        let deep_enough = self.deep >= 1.0; // NaN is not
+        if self.enter < 1 || !deep_enough {
+            return bad(format!(
+                "the limit's enter and deep are at least 1, not {} and {}",
+                self.enter, self.deep
+            ));
+        }
+        let decays = self.decay > 0.0 && self.decay <= 1.0;
+        if !decays {
+            return bad(format!(
+                "the limit's decay is in (0, 1], not {}",
+                self.decay
+            ));
+        }
+        let in_range = self.shares.iter().all(|share| (0.0..=1.0).contains(share));
+        if !in_range || self.shares.windows(2).any(|pair| pair[1] > pair[0]) {
+            return bad(format!(
+                "the limit's shares are 0 to 1, most important first and never growing: {:?}",
+                self.shares
+            ));
+        }
+        Ok(())
+    }
 }
 
 impl Default for LimitOptions {
@@ -191,8 +238,9 @@ impl ConcurrencyLimit {
         let before = self.limit;
         let deep = standing
             && measured.is_some_and(|(fastest, target)| fastest as f64 > o.deep * target as f64);
-        if standing && (self.congested || deep || self.standing_run >= o.enter) {
-            let (fastest, target) = measured.expect("standing is measured");
+        let cut = measured
+            .filter(|_| standing && (self.congested || deep || self.standing_run >= o.enter));
+        if let Some((fastest, target)) = cut {
             let gradient = (target as f64 / fastest as f64).clamp(0.2, 0.9);
             self.limit = o.floor.max(self.limit.min(self.peak) * gradient);
             if !self.congested {

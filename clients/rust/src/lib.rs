@@ -59,12 +59,13 @@ pub use fields::{fields, seconds};
 pub use lists::SharedLists;
 pub use lists::{add_words, parse_lists, remove_words, Lists};
 #[cfg(feature = "tokio")]
-pub use load::{LoadShedder, NOTHING_SHED};
+pub use load::{LoadShedder, LocalLimit, NOTHING_SHED};
 pub use policy::{policy_name, Config};
 pub use protocol::{
     command_words, counts_words, lease_words, millis, release_words, renew_words, report_words,
-    result, top_keys, Algorithm, Counts, Kind, Lease, Limiter, LoadStanding, Options, Priority,
-    RateLimit, Shortfall, TopKey, UnexpectedReply, UnknownPriority,
+    result, top_keys, top_words, validate, Algorithm, Counts, InvalidArgument, Kind, Lease,
+    Limiter, LoadStanding, Options, Priority, RateLimit, Shortfall, TopKey, UnexpectedReply,
+    UnknownPriority, MAX_LIMITERS,
 };
 #[cfg(feature = "tokio")]
 pub use quota::AsyncQuota;

@@ -23,7 +23,7 @@
 //! let client = redis::Client::open("redis://127.0.0.1/")?;
 //! let limiter = AsyncRateLimiter::connect(&client, Config::default()).await?;
 //! // Every option at its default: the process's own limit on, reports every second.
-//! let shedder = LoadShedder::builder(limiter, "load:checkout").build();
+//! let shedder = LoadShedder::builder(limiter, "load:checkout").build()?;
 //! shedder.start();
 //! if let Some(ticket) = shedder.admit(Priority::Critical) {
 //!     // ... serve the request, then:
@@ -33,6 +33,7 @@
 //! # }
 //! ```
 
+use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -41,7 +42,7 @@ use redis::aio::ConnectionLike;
 
 use crate::asynchronous::AsyncRateLimiter;
 pub use crate::concurrency::{ConcurrencyLimit, LimitOptions};
-use crate::protocol::{report_words, LoadStanding, Priority};
+use crate::protocol::{report_words, InvalidArgument, LoadStanding, Priority};
 use crate::resilience::{monotonic, Clock};
 use crate::signals::{counts_for_service, Signals};
 
@@ -62,6 +63,17 @@ type Factors = dyn Fn() -> Vec<(String, f64)> + Send + Sync;
 pub struct Ticket {
     started: Duration,
     counted: bool,
+}
+
+/// The process's own limit at one moment ([`LoadShedder::limit`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LocalLimit {
+    /// The requests it admits at once now.
+    pub limit: f64,
+    /// Whether a standing queue was found and has not cleared (the shares then apply).
+    pub congested: bool,
+    /// The requests it counts in flight.
+    pub in_flight: u64,
 }
 
 /// What the shedder keeps behind one lock: the process's limit and signals.
@@ -174,12 +186,35 @@ impl<C> LoadShedderBuilder<C> {
 
     /// The shedder. It reports once [`LoadShedder::start`]ed (the layer starts it at its
     /// first request).
-    pub fn build(self) -> Arc<LoadShedder<C>> {
+    ///
+    /// # Errors
+    ///
+    /// An empty service key, an instance name the module refuses (1 to 64 letters, digits,
+    /// `_ - . :`), a zero interval or time to live, or limit options
+    /// ([`LimitOptions::validate`]) the limit cannot work with.
+    pub fn build(self) -> Result<Arc<LoadShedder<C>>, InvalidArgument> {
+        let bad = |what: String| Err(InvalidArgument(what));
+        if self.service.is_empty() {
+            return bad("the service's key is a non-empty string".into());
+        }
+        let instance = self.instance.unwrap_or_else(default_instance);
+        let allowed = |c: char| c.is_ascii_alphanumeric() || "_-.:".contains(c);
+        if instance.is_empty() || instance.len() > 64 || !instance.chars().all(allowed) {
+            return bad(format!(
+                "an instance is 1 to 64 letters, digits, _ - . or :, not {instance:?}"
+            ));
+        }
+        if self.interval.is_zero() || self.ttl.is_some_and(|ttl| ttl.is_zero()) {
+            return bad("the interval and the time to live are positive durations".into());
+        }
+        if let Some(limit) = &self.limit {
+            limit.validate()?;
+        }
         let seed = (self.clock)().as_nanos() as u64 | 1;
-        Arc::new(LoadShedder {
+        Ok(Arc::new(LoadShedder {
             limiter: self.limiter,
             service: self.service,
-            instance: self.instance.unwrap_or_else(default_instance),
+            instance,
             interval: self.interval,
             ttl: self.ttl.unwrap_or(self.interval * 3),
             shadow: self.shadow,
@@ -193,7 +228,20 @@ impl<C> LoadShedderBuilder<C> {
             started: AtomicBool::new(false),
             seed: AtomicU64::new(seed),
             lag: AtomicU64::new(0),
-        })
+        }))
+    }
+}
+
+impl<C> fmt::Debug for LoadShedder<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LoadShedder")
+            .field("service", &self.service)
+            .field("instance", &self.instance)
+            .field("interval", &self.interval)
+            .field("ttl", &self.ttl)
+            .field("shadow", &self.shadow)
+            .field("limit", &self.limit())
+            .finish_non_exhaustive()
     }
 }
 
@@ -236,12 +284,15 @@ impl<C> LoadShedder<C> {
         }
     }
 
-    /// The process's own limit now (`None` when off): its limit, whether it is congested,
-    /// and the requests it counts in flight.
-    pub fn limit(&self) -> Option<(f64, bool, u64)> {
+    /// The process's own limit now (`None` when off).
+    pub fn limit(&self) -> Option<LocalLimit> {
         let local = self.local();
         let limit = local.limit.as_ref()?;
-        Some((limit.limit(), limit.congested(), limit.inflight()))
+        Some(LocalLimit {
+            limit: limit.limit(),
+            congested: limit.congested(),
+            in_flight: limit.inflight(),
+        })
     }
 
     /// Whether a request of `priority` goes on: a [`Ticket`] (for [`LoadShedder::finished`])

@@ -158,7 +158,51 @@ pub enum Kind {
     },
 }
 
-/// One limiter: a key, what limits it, and the name its policy has in the HTTP fields.
+/// An argument the module would refuse, or a builder used on a limiter it does not apply to:
+/// found before any call ([`crate::Error::Invalid`]), so that no bad request reaches the server
+/// or waits on it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InvalidArgument(pub String);
+
+impl fmt::Display for InvalidArgument {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "invalid argument: {}", self.0)
+    }
+}
+
+impl std::error::Error for InvalidArgument {}
+
+fn invalid<T>(message: impl Into<String>) -> Result<T, InvalidArgument> {
+    Err(InvalidArgument(message.into()))
+}
+
+/// `duration` is more than zero and fits the module's milliseconds.
+fn positive(what: &str, duration: Duration) -> Result<(), InvalidArgument> {
+    if duration.is_zero() {
+        return invalid(format!("{what} is a positive duration, not zero"));
+    }
+    if rounded_millis(duration) > i64::MAX as u128 {
+        return invalid(format!(
+            "{what} of {duration:?} is longer than the module counts"
+        ));
+    }
+    Ok(())
+}
+
+/// `value` is at least `least` and fits the module's 64-bit integers.
+fn within(what: &str, value: u64, least: u64) -> Result<(), InvalidArgument> {
+    if value < least {
+        return invalid(format!("{what} is at least {least}, not {value}"));
+    }
+    if value > i64::MAX as u64 {
+        return invalid(format!("{what} of {value} is more than the module counts"));
+    }
+    Ok(())
+}
+
+/// One limiter: a key, what limits it, and the name its policy has in the HTTP fields. Made
+/// by its constructors ([`Limiter::rate`], [`Limiter::window`], ...); a check finds a bad
+/// parameter or a builder that does not apply ([`Limiter::validate`]).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Limiter {
     /// The key the module keeps its state in (on a Cluster, the keys of one call share a
@@ -168,6 +212,8 @@ pub struct Limiter {
     pub name: String,
     /// Its command and parameters.
     pub kind: Kind,
+    /// A builder used where it does not apply (`.burst(0)`, `.algorithm(..)` on a rate).
+    misuse: Option<String>,
 }
 
 impl Limiter {
@@ -198,6 +244,7 @@ impl Limiter {
                 period,
                 warmup: None,
             },
+            misuse: None,
         }
     }
 
@@ -212,6 +259,7 @@ impl Limiter {
                 window,
                 algorithm: Algorithm::Sliding,
             },
+            misuse: None,
         }
     }
 
@@ -221,6 +269,7 @@ impl Limiter {
             key: key.into(),
             name: "log".into(),
             kind: Kind::Log { limit, window },
+            misuse: None,
         }
     }
 
@@ -230,6 +279,7 @@ impl Limiter {
             key: key.into(),
             name: "load".into(),
             kind: Kind::Load { priority },
+            misuse: None,
         }
     }
 
@@ -239,6 +289,7 @@ impl Limiter {
             key: key.into(),
             name: "slots".into(),
             kind: Kind::Lease { limit, lease },
+            misuse: None,
         }
     }
 
@@ -248,29 +299,93 @@ impl Limiter {
         self
     }
 
-    /// A window's algorithm (no effect on other limiters).
+    /// A window's algorithm. On any other limiter it is a mistake, which
+    /// [`Limiter::validate`] (and so every call) reports.
     pub fn algorithm(mut self, algorithm: Algorithm) -> Self {
-        if let Kind::Window { algorithm: a, .. } = &mut self.kind {
-            *a = algorithm;
+        match &mut self.kind {
+            Kind::Window { algorithm: a, .. } => *a = algorithm,
+            _ => self.misused(format!("algorithm({algorithm:?}) is a window's")),
         }
         self
     }
 
-    /// A throttle's bucket: up to `requests` at once (at least 1; no effect on other
-    /// limiters).
+    /// A throttle's bucket: up to `requests` at once, at least 1. Zero, or a limiter other
+    /// than a throttle, is a mistake that [`Limiter::validate`] reports.
     pub fn burst(mut self, requests: u64) -> Self {
-        if let Kind::Throttle { max_burst, .. } = &mut self.kind {
-            *max_burst = requests.max(1) - 1;
+        match &mut self.kind {
+            Kind::Throttle { max_burst, .. } if requests > 0 => *max_burst = requests - 1,
+            Kind::Throttle { .. } => self.misused("burst is at least 1 request, not 0".into()),
+            _ => self.misused(format!("burst({requests}) is a throttle's")),
         }
         self
     }
 
-    /// A throttle's warm-up (no effect on other limiters).
+    /// A throttle's warm-up, a positive duration. On any other limiter it is a mistake that
+    /// [`Limiter::validate`] reports.
     pub fn warmup(mut self, warmup: Duration) -> Self {
-        if let Kind::Throttle { warmup: w, .. } = &mut self.kind {
-            *w = Some(warmup);
+        match &mut self.kind {
+            Kind::Throttle { warmup: w, .. } => *w = Some(warmup),
+            _ => self.misused(format!("warmup({warmup:?}) is a throttle's")),
         }
         self
+    }
+
+    /// Keeps the first mistake, naming the limiter it was made on.
+    fn misused(&mut self, what: String) {
+        let on = self.in_all().to_ascii_lowercase();
+        self.misuse
+            .get_or_insert_with(|| format!("{what}, and {:?} is a {on}", self.key));
+    }
+
+    /// Whether the module would take this limiter: a key, counts of at least 1, positive
+    /// periods and windows, a policy name without `"` (it is quoted in the HTTP fields), and
+    /// no builder used where it does not apply. Every call checks it before anything is sent.
+    pub fn validate(&self) -> Result<(), InvalidArgument> {
+        if let Some(misuse) = &self.misuse {
+            return invalid(misuse.clone());
+        }
+        if self.key.is_empty() {
+            return invalid("a limiter's key is a non-empty string");
+        }
+        if self.name.contains('"') {
+            return invalid(format!("a policy's name has no '\"': {:?}", self.name));
+        }
+        match &self.kind {
+            Kind::Throttle {
+                max_burst,
+                count,
+                period,
+                warmup,
+            } => {
+                within("max_burst", *max_burst, 0)?;
+                within("count", *count, 1)?;
+                positive("period", *period)?;
+                if let Some(warmup) = warmup {
+                    positive("warmup", *warmup)?;
+                }
+            }
+            Kind::Window {
+                limit,
+                window,
+                algorithm,
+            } => {
+                within("limit", *limit, 1)?;
+                positive("window", *window)?;
+                if let Algorithm::Buckets(n) = algorithm {
+                    within("BUCKETS", u64::from(*n), 1)?;
+                }
+            }
+            Kind::Log { limit, window } => {
+                within("limit", *limit, 1)?;
+                positive("window", *window)?;
+            }
+            Kind::Lease { limit, lease } => {
+                within("limit", *limit, 1)?;
+                positive("lease", *lease)?;
+            }
+            Kind::Load { .. } => {}
+        }
+        Ok(())
     }
 
     fn is_gate(&self) -> bool {
@@ -463,6 +578,30 @@ impl Options {
     fn has_sixth(&self) -> bool {
         matches!(self.shortfall, Shortfall::Delay(_) | Shortfall::AtMost)
     }
+
+    /// Whether the module would take these options together: a quantity it counts, a
+    /// positive block, no `REFUND` with a shortfall rule, and `BLOCK` with neither `DELAY`
+    /// nor `FORCE` (combinations it refuses). Every call checks it before anything is sent.
+    pub fn validate(&self) -> Result<(), InvalidArgument> {
+        within("quantity", self.quantity, 0)?;
+        if let Some(block) = self.block {
+            positive("block", block)?;
+            if matches!(self.shortfall, Shortfall::Delay(_) | Shortfall::Force) {
+                return invalid("block takes neither delay nor force");
+            }
+        }
+        if let Shortfall::Delay(max_wait) = self.shortfall {
+            if rounded_millis(max_wait) > i64::MAX as u128 {
+                return invalid(format!(
+                    "a delay of {max_wait:?} is longer than the module counts"
+                ));
+            }
+        }
+        if self.refund && self.shortfall != Shortfall::Refuse {
+            return invalid("refund takes none of delay, at_most and force");
+        }
+        Ok(())
+    }
 }
 
 /// The redis crate's command of `words` (the name first).
@@ -484,14 +623,41 @@ fn rounded_millis(duration: Duration) -> u128 {
     (duration.as_micros() + 500) / 1000
 }
 
+/// The most limiters one call takes (`RL.ALL`'s bound).
+pub const MAX_LIMITERS: usize = 16;
+
+/// Whether the module would take a request of `options` against `limiters`: one to
+/// [`MAX_LIMITERS`] of them, each valid, at most one load gate, and options it takes.
+pub fn validate(limiters: &[Limiter], options: &Options) -> Result<(), InvalidArgument> {
+    if limiters.is_empty() {
+        return invalid("at least one limiter");
+    }
+    if limiters.len() > MAX_LIMITERS {
+        return invalid(format!(
+            "at most {MAX_LIMITERS} limiters in one call, not {}",
+            limiters.len()
+        ));
+    }
+    if limiters.iter().filter(|one| one.is_gate()).count() > 1 {
+        return invalid("at most one load gate in one call");
+    }
+    limiters.iter().try_for_each(Limiter::validate)?;
+    options.validate()
+}
+
 /// The one command a request against `limiters` takes: the limiter's own, or `RL.ALL` with
-/// `DETAILS` (several limiters, or a load gate).
-///
-/// # Panics
-///
-/// With no limiter.
-pub fn command_words(limiters: &[Limiter], options: &Options) -> Vec<String> {
-    assert!(!limiters.is_empty(), "at least one limiter");
+/// `DETAILS` (several limiters, or a load gate). An error, and nothing to send, for what
+/// [`validate`] refuses.
+pub fn command_words(
+    limiters: &[Limiter],
+    options: &Options,
+) -> Result<Vec<String>, InvalidArgument> {
+    validate(limiters, options)?;
+    Ok(checked_words(limiters, options))
+}
+
+/// [`command_words`] of a request already validated.
+pub(crate) fn checked_words(limiters: &[Limiter], options: &Options) -> Vec<String> {
     let suffix = if options.read_only { "_RO" } else { "" };
     let mut words = Vec::with_capacity(16);
     match limiters {
@@ -668,27 +834,29 @@ pub fn result(
 }
 
 /// `RL.ACQUIRE` (or `RL.ACQUIRE_RO`, which takes nothing): `quantity` of `limit` slots for
-/// `lease`.
+/// `lease`; an error for a key, limit, lease or quantity the module would refuse.
 pub fn lease_words(
     key: &str,
     limit: u64,
     lease: Duration,
     quantity: u64,
     read_only: bool,
-) -> Vec<String> {
+) -> Result<Vec<String>, InvalidArgument> {
+    Limiter::slots(key, limit, lease).validate()?;
+    within("quantity", quantity, 0)?;
     let name = if read_only {
         "RL.ACQUIRE_RO"
     } else {
         "RL.ACQUIRE"
     };
-    vec![
+    Ok(vec![
         name.into(),
         key.into(),
         limit.to_string(),
         millis(lease),
         quantity.to_string(),
         "MS".into(),
-    ]
+    ])
 }
 
 /// `RL.RELEASE`: frees a held lease.
@@ -696,15 +864,22 @@ pub fn release_words(key: &str, id: i64) -> Vec<String> {
     vec!["RL.RELEASE".into(), key.into(), id.to_string()]
 }
 
-/// `RL.RENEW`: extends a held lease to `lease` from now.
-pub fn renew_words(key: &str, id: i64, lease: Duration) -> Vec<String> {
-    vec![
+/// `RL.RENEW`: extends a held lease to `lease` from now; an error for a lease that is not
+/// a positive duration.
+pub fn renew_words(key: &str, id: i64, lease: Duration) -> Result<Vec<String>, InvalidArgument> {
+    positive("lease", lease)?;
+    Ok(vec![
         "RL.RENEW".into(),
         key.into(),
         id.to_string(),
         millis(lease),
         "MS".into(),
-    ]
+    ])
+}
+
+/// `RL.TOP count`: the `count` keys refused most.
+pub fn top_words(count: usize) -> Vec<String> {
+    vec!["RL.TOP".into(), count.to_string()]
 }
 
 /// `RL.ACQUIRE`'s answer: the five fields, and the lease's id (0 when refused, or granted
@@ -830,7 +1005,8 @@ impl Counts {
 
 /// `RL.WINDOW.COUNTS` or `RL.LOG.COUNTS` for a `FIXED`, `SLIDING` or `ANCHORED` window or a
 /// log; an error for another limiter.
-pub fn counts_words(limiter: &Limiter) -> Result<Vec<String>, UnexpectedReply> {
+pub fn counts_words(limiter: &Limiter) -> Result<Vec<String>, InvalidArgument> {
+    limiter.validate()?;
     match &limiter.kind {
         Kind::Log { window, .. } => Ok(vec![
             "RL.LOG.COUNTS".into(),
@@ -852,9 +1028,7 @@ pub fn counts_words(limiter: &Limiter) -> Result<Vec<String>, UnexpectedReply> {
             words.push("MS".into());
             Ok(words)
         }
-        _ => Err(UnexpectedReply(
-            "counts are read from a FIXED, SLIDING or ANCHORED window, or a log".into(),
-        )),
+        _ => invalid("counts are read from a FIXED, SLIDING or ANCHORED window, or a log"),
     }
 }
 

@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use crate::blocking::{BlockingConnection, RateLimiter};
 use crate::policy::policy_name;
-use crate::protocol::{Kind, Limiter, Options, RateLimit};
+use crate::protocol::{validate, InvalidArgument, Kind, Limiter, Options, RateLimit};
 use crate::resilience::{Clock, Error};
 
 /// What a process holds of a quota, with no I/O: the units taken and not yet spent, and
@@ -50,12 +50,25 @@ pub struct Ledger {
 }
 
 impl Ledger {
-    /// An empty ledger of leases of `limiters` (`batch` at least 1, `hold` more than zero).
-    pub fn new(batch: u64, hold: Duration, limiters: &[Limiter]) -> Ledger {
-        assert!(
-            batch >= 1 && !hold.is_zero(),
-            "batch is at least 1 and hold more than 0"
-        );
+    /// An empty ledger of leases of `limiters`.
+    ///
+    /// # Errors
+    ///
+    /// A batch of 0, a zero hold, or limiters a call would refuse.
+    pub fn new(
+        batch: u64,
+        hold: Duration,
+        limiters: &[Limiter],
+    ) -> Result<Ledger, InvalidArgument> {
+        if batch < 1 || batch > i64::MAX as u64 {
+            return Err(InvalidArgument(format!("batch is at least 1, not {batch}")));
+        }
+        if hold.is_zero() {
+            return Err(InvalidArgument(
+                "hold is a positive duration, not zero".into(),
+            ));
+        }
+        validate(limiters, &Options::new())?;
         let half = limiters
             .iter()
             .filter_map(|limiter| match limiter.kind {
@@ -64,7 +77,7 @@ impl Ledger {
                 Kind::Load { .. } | Kind::Lease { .. } => None,
             })
             .fold(batch.div_ceil(2), u64::min);
-        Ledger {
+        Ok(Ledger {
             batch,
             hold,
             half,
@@ -76,7 +89,7 @@ impl Ledger {
             decisions: 0,
             admitted: 0,
             calls: 0,
-        }
+        })
     }
 
     /// The units to give back at `now` (their hold ended), forgotten.
@@ -220,21 +233,30 @@ pub struct Quota<'a, C> {
     pub ledger: Mutex<Ledger>,
 }
 
+impl<C> std::fmt::Debug for Quota<'_, C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Quota")
+            .field("limiters", &self.limiters)
+            .field("ledger", &self.ledger)
+            .finish_non_exhaustive()
+    }
+}
+
 impl<'a, C: BlockingConnection> Quota<'a, C> {
-    /// A quota of `limiters` through `limiter`.
+    /// A quota of `limiters` through `limiter`; an error for what [`Ledger::new`] refuses.
     pub fn new(
         limiter: &'a RateLimiter<C>,
         limiters: Vec<Limiter>,
         batch: u64,
         hold: Duration,
         clock: Clock,
-    ) -> Self {
-        Quota {
+    ) -> Result<Self, InvalidArgument> {
+        Ok(Quota {
             limiter,
             clock,
-            ledger: Mutex::new(Ledger::new(batch, hold, &limiters)),
+            ledger: Mutex::new(Ledger::new(batch, hold, &limiters)?),
             limiters,
-        }
+        })
     }
 
     /// Whether a request of `quantity` may go ahead: from what this process holds, or after
@@ -297,25 +319,34 @@ mod tokio_quota {
         armed: Mutex<bool>,
     }
 
+    impl<C> std::fmt::Debug for AsyncQuota<C> {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.debug_struct("AsyncQuota")
+                .field("limiters", &self.limiters)
+                .finish_non_exhaustive()
+        }
+    }
+
     impl<C> AsyncQuota<C>
     where
         C: ConnectionLike + Clone + Send + Sync + 'static,
     {
-        /// A quota of `limiters` through `limiter`.
+        /// A quota of `limiters` through `limiter`; an error for what [`Ledger::new`]
+        /// refuses.
         pub fn new(
             limiter: Arc<AsyncRateLimiter<C>>,
             limiters: Vec<Limiter>,
             batch: u64,
             hold: Duration,
             clock: Clock,
-        ) -> Arc<Self> {
-            Arc::new(AsyncQuota {
+        ) -> Result<Arc<Self>, InvalidArgument> {
+            Ok(Arc::new(AsyncQuota {
                 limiter,
                 clock,
-                ledger: tokio::sync::Mutex::new(Ledger::new(batch, hold, &limiters)),
+                ledger: tokio::sync::Mutex::new(Ledger::new(batch, hold, &limiters)?),
                 limiters,
                 armed: Mutex::new(false),
-            })
+            }))
         }
 
         /// Whether a request of `quantity` may go ahead (see [`Quota::take`]).
@@ -413,7 +444,7 @@ mod tests {
 
     #[test]
     fn a_ledger_spends_what_it_took_and_gives_back_after_hold() {
-        let mut ledger = Ledger::new(10, ms(500), &log(100));
+        let mut ledger = Ledger::new(10, ms(500), &log(100)).unwrap();
         let ask = |take| matches!(take, Take::Ask(o) if o.quantity == 10 && o.shortfall == crate::Shortfall::AtMost);
         let (expired, take) = ledger.begin(ms(0), 1);
         assert!(expired == 0 && ask(take));
@@ -446,7 +477,7 @@ mod tests {
 
     #[test]
     fn a_partial_grant_binds_and_half_a_batch_at_once_unbinds() {
-        let mut ledger = Ledger::new(10, ms(500), &log(100));
+        let mut ledger = Ledger::new(10, ms(500), &log(100)).unwrap();
         let at_most = Options::new().quantity(10).at_most();
         assert_eq!(ledger.ask(1), at_most);
         assert!(ledger.answered(ms(0), 1, &at_most, &granted(3)));
@@ -456,8 +487,8 @@ mod tests {
         ledger.answered_take(ms(1), &half, &scheduled(Duration::ZERO));
         assert_eq!(ledger.ask(1), Options::new().quantity(3).at_most());
         // Half a batch is at most the least limit; a batch of 1 never binds.
-        assert_eq!(Ledger::new(10, ms(500), &log(3)).half, 3);
-        let mut one = Ledger::new(1, ms(500), &log(100));
+        assert_eq!(Ledger::new(10, ms(500), &log(3)).unwrap().half, 3);
+        let mut one = Ledger::new(1, ms(500), &log(100)).unwrap();
         let single = Options::new().quantity(1).at_most();
         one.answered_take(ms(0), &single, &granted(0));
         assert_eq!(one.ask(1), single);

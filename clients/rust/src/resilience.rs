@@ -13,7 +13,7 @@ use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::protocol::{RateLimit, UnexpectedReply};
+use crate::protocol::{InvalidArgument, RateLimit, UnexpectedReply};
 
 /// A monotonic clock: the time since some fixed instant. Injected in tests.
 pub type Clock = Arc<dyn Fn() -> Duration + Send + Sync>;
@@ -75,6 +75,8 @@ pub enum Error {
     Refused(Failure),
     /// The reply was not the module's.
     Unexpected(UnexpectedReply),
+    /// A bad argument, found before any call (nothing was sent).
+    Invalid(InvalidArgument),
 }
 
 impl fmt::Display for Error {
@@ -88,6 +90,7 @@ impl fmt::Display for Error {
             ),
             Error::Refused(error) => write!(f, "{error}"),
             Error::Unexpected(error) => write!(f, "{error}"),
+            Error::Invalid(error) => write!(f, "{error}"),
         }
     }
 }
@@ -97,6 +100,7 @@ impl std::error::Error for Error {
         match self {
             Error::Server(failure) | Error::Refused(failure) => Some(&failure.0),
             Error::Unexpected(error) => Some(error),
+            Error::Invalid(error) => Some(error),
             _ => None,
         }
     }
@@ -105,6 +109,12 @@ impl std::error::Error for Error {
 impl From<redis::RedisError> for Error {
     fn from(error: redis::RedisError) -> Self {
         Error::from_redis(error)
+    }
+}
+
+impl From<InvalidArgument> for Error {
+    fn from(error: InvalidArgument) -> Self {
+        Error::Invalid(error)
     }
 }
 
@@ -120,7 +130,7 @@ impl Error {
     pub fn is_server_failure(&self) -> bool {
         match self {
             Error::Server(_) | Error::Timeout(_) | Error::Unavailable { .. } => true,
-            Error::Refused(_) | Error::Unexpected(_) => false,
+            Error::Refused(_) | Error::Unexpected(_) | Error::Invalid(_) => false,
         }
     }
 
@@ -240,8 +250,8 @@ impl Circuit {
         }
     }
 
-    /// A failed call: opens for a cool-down; logged at most once a second (on stderr, as
-    /// the redis crate has no logger of its own to follow).
+    /// A failed call: opens for a cool-down; logged at most once a second (a `tracing`
+    /// warning).
     pub fn failed(&self, error: &dyn fmt::Display) {
         let now = (self.clock)();
         let mut state = self.lock();
@@ -252,9 +262,11 @@ impl Circuit {
             .is_none_or(|at| now.saturating_sub(at) >= Duration::from_secs(1))
         {
             state.logged_at = Some(now);
-            eprintln!(
-                "rate limiter: the server failed ({error}); deciding {:?} for {:?}",
-                self.on_error, self.cooldown
+            tracing::warn!(
+                error = %error,
+                on_error = ?self.on_error,
+                cooldown = ?self.cooldown,
+                "rate limiter: the server failed; deciding by on_error for the cool-down"
             );
         }
     }
@@ -294,6 +306,14 @@ pub struct DenyCache {
     clock: Clock,
     // Key -> refusal, and the keys from least to most recently used.
     entries: Mutex<(HashMap<String, Cached>, VecDeque<String>)>,
+}
+
+impl fmt::Debug for DenyCache {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DenyCache")
+            .field("max_keys", &self.max_keys)
+            .finish_non_exhaustive()
+    }
 }
 
 impl DenyCache {

@@ -171,16 +171,6 @@ impl Signals {
 
     fn second(&mut self, now: Duration) -> &mut Second {
         let second = now.as_secs();
-        if self.seconds.back().is_none_or(|last| last.second != second) {
-            self.seconds.push_back(Second {
-                second,
-                completed: 0,
-                fastest: None,
-                requests: 0,
-                successes: 0,
-                busy: false,
-            });
-        }
         while self
             .seconds
             .front()
@@ -188,7 +178,19 @@ impl Signals {
         {
             self.seconds.pop_front();
         }
-        self.seconds.back_mut().expect("pushed")
+        match self.seconds.back() {
+            Some(last) if last.second == second => {}
+            _ => self.seconds.push_back(Second {
+                second,
+                completed: 0,
+                fastest: None,
+                requests: 0,
+                successes: 0,
+                busy: false,
+            }),
+        }
+        let last = self.seconds.len() - 1;
+        &mut self.seconds[last]
     }
 
     /// A request began.

@@ -12,7 +12,9 @@ use axum::routing::get;
 use axum::Router;
 use common::{connection, unique, Response};
 use ratelimit_module::layer::{LoadSheddingLayer, RateLimitLayer};
-use ratelimit_module::{Algorithm, AsyncRateLimiter, Config, Limiter, LoadShedder, Priority};
+use ratelimit_module::{
+    Algorithm, AsyncRateLimiter, Config, Limiter, LoadShedder, LocalLimit, Priority,
+};
 
 /// Serves `router` on a free loopback port, on a runtime of its own; the port.
 fn serve(router: Router) -> u16 {
@@ -31,7 +33,7 @@ fn serve(router: Router) -> u16 {
 }
 
 async fn app(prefix: &str, config: Config) -> u16 {
-    let limiter = AsyncRateLimiter::shared(connection().await, config);
+    let limiter = AsyncRateLimiter::shared(connection().await, config).unwrap();
     // 5 in a burst, then 1 a minute, per client.
     let policies = vec![Limiter::throttle(
         format!("{prefix}:"),
@@ -42,7 +44,8 @@ async fn app(prefix: &str, config: Config) -> u16 {
     let layer = RateLimitLayer::new(limiter, policies, |request: &http::request::Parts| {
         let client = request.headers.get("x-client")?;
         client.to_str().ok().map(str::to_owned)
-    });
+    })
+    .unwrap();
     serve(
         Router::new()
             .route("/", get(|| async { "hello" }))
@@ -102,7 +105,7 @@ async fn in_shadow_mode_a_refused_request_goes_through() {
 #[tokio::test(flavor = "multi_thread")]
 async fn the_load_gate_sheds_by_priority_with_503() {
     let service = common::hot_service("load").await;
-    let limiter = AsyncRateLimiter::shared(connection().await, Config::default());
+    let limiter = AsyncRateLimiter::shared(connection().await, Config::default()).unwrap();
     let policies = vec![
         Limiter::window(format!("{{{service}}}:"), 100, Duration::from_secs(60))
             .algorithm(Algorithm::Anchored),
@@ -110,11 +113,13 @@ async fn the_load_gate_sheds_by_priority_with_503() {
     let layer = RateLimitLayer::new(limiter, policies, |_: &http::request::Parts| {
         Some(String::new())
     })
+    .unwrap()
     .load_gate(service.clone(), |request: &http::request::Parts| {
         let priority = request.headers.get("x-priority");
         let name = priority.and_then(|p| p.to_str().ok()).unwrap_or("");
         name.parse().unwrap_or(Priority::Sheddable)
-    });
+    })
+    .unwrap();
     let port = serve(
         Router::new()
             .route("/", get(|| async { "hello" }))
@@ -144,8 +149,10 @@ fn sleeping() -> Router {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_shedding_layer_with_its_defaults_sheds_nothing_from_a_healthy_service() {
-    let limiter = AsyncRateLimiter::shared(connection().await, Config::default());
-    let shedder = LoadShedder::builder(limiter, unique("healthy-layer")).build();
+    let limiter = AsyncRateLimiter::shared(connection().await, Config::default()).unwrap();
+    let shedder = LoadShedder::builder(limiter, unique("healthy-layer"))
+        .build()
+        .unwrap();
     let port = serve(sleeping().layer(LoadSheddingLayer::new(shedder.clone())));
     const CLASSES: [&[(&str, &str)]; 4] = [
         &[("x-priority", "critical_plus")],
@@ -174,11 +181,12 @@ async fn the_shedding_layer_sheds_by_the_level_with_503() {
         .query_async(&mut admin)
         .await
         .unwrap();
-    let limiter = AsyncRateLimiter::shared(connection().await, Config::default());
+    let limiter = AsyncRateLimiter::shared(connection().await, Config::default()).unwrap();
     let shedder = LoadShedder::builder(limiter, &service)
         .interval(Duration::from_secs(60))
         .factors(|| vec![("queue".to_owned(), 20.0)])
-        .build();
+        .build()
+        .unwrap();
     assert_eq!(shedder.report().await.unwrap().level, 1);
     let port = serve(sleeping().layer(LoadSheddingLayer::new(shedder)));
     let shed = fetch(port, &[("x-priority", "sheddable")]).await;
@@ -194,8 +202,10 @@ async fn the_shedding_layer_sheds_by_the_level_with_503() {
 /// latencies the layer measured.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_shedding_layer_sheds_a_standing_queue_by_the_processs_own_limit() {
-    let limiter = AsyncRateLimiter::shared(connection().await, Config::default());
-    let shedder = LoadShedder::builder(limiter, unique("queue-layer")).build();
+    let limiter = AsyncRateLimiter::shared(connection().await, Config::default()).unwrap();
+    let shedder = LoadShedder::builder(limiter, unique("queue-layer"))
+        .build()
+        .unwrap();
     let port = serve(sleeping().layer(LoadSheddingLayer::new(shedder.clone())));
     let at_once = |count: usize, path: &'static str, priority: &'static str| async move {
         let calls: Vec<_> = (0..count)
@@ -216,19 +226,30 @@ async fn the_shedding_layer_sheds_a_standing_queue_by_the_processs_own_limit() {
     assert_eq!(at_once(15, "/?ms=1000", "critical").await, [200; 15]);
     // The first of three more to end closes the interval the 15 ended in: congestion.
     assert_eq!(at_once(3, "/?ms=1000", "critical_plus").await, [200; 3]);
-    assert_eq!(shedder.limit(), Some((4.0, true, 0)));
+    assert_eq!(
+        shedder.limit(),
+        Some(LocalLimit {
+            limit: 4.0,
+            congested: true,
+            in_flight: 0
+        })
+    );
     // Three in flight of 4: only critical_plus has room.
     let held = tokio::spawn(at_once(3, "/?ms=1000", "critical_plus"));
     for _ in 0..1_000 {
-        if shedder
-            .limit()
-            .is_some_and(|(_, _, inflight)| inflight == 3)
-        {
+        if shedder.limit().is_some_and(|limit| limit.in_flight == 3) {
             break;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    assert_eq!(shedder.limit(), Some((4.0, true, 3)));
+    assert_eq!(
+        shedder.limit(),
+        Some(LocalLimit {
+            limit: 4.0,
+            congested: true,
+            in_flight: 3
+        })
+    );
     assert_eq!(at_once(1, "/", "sheddable").await, [503]);
     assert_eq!(at_once(1, "/", "critical").await, [503]);
     assert_eq!(at_once(1, "/", "critical_plus").await, [200]);

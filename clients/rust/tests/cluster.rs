@@ -21,7 +21,7 @@ fn nodes() -> Vec<String> {
 async fn the_async_client_works_on_a_cluster() {
     let client = redis::cluster::ClusterClient::new(nodes()).unwrap();
     let connection = client.get_async_connection().await.unwrap();
-    let limiter = AsyncRateLimiter::new(connection, Config::default());
+    let limiter = AsyncRateLimiter::new(connection, Config::default()).unwrap();
     for i in 0..30 {
         let limits = [Limiter::log(format!("rs:async:{i}"), 1, MINUTE)];
         assert!(

@@ -269,9 +269,10 @@ fn leases_build_their_words_and_read_their_replies() {
                 seconds(&case["lease"]),
                 number(case, "quantity"),
                 call == "peek",
-            ),
+            )
+            .unwrap(),
             "release" => release_words(key, id()),
-            _ => renew_words(key, id(), seconds(&case["lease"])),
+            _ => renew_words(key, id(), seconds(&case["lease"])).unwrap(),
         };
         assert_eq!(built, strings(&case["words"]), "{case}");
     }
@@ -395,7 +396,7 @@ fn limiters_of(case: &Json) -> Vec<Limiter> {
 }
 
 fn check_words(case: &Json) {
-    let words = command_words(&limiters_of(case), &options(&case["options"]));
+    let words = command_words(&limiters_of(case), &options(&case["options"])).unwrap();
     let wanted: Vec<String> = case["words"].as_array().unwrap().iter().map(text).collect();
     assert_eq!(words, wanted, "{case}");
 }

@@ -27,7 +27,8 @@ async fn calls(command: &str) -> i64 {
 
 #[tokio::test]
 async fn the_deny_cache_answers_a_flood_with_one_call() {
-    let limiter = AsyncRateLimiter::new(connection().await, Config::default().deny_cache(100));
+    let limiter =
+        AsyncRateLimiter::new(connection().await, Config::default().deny_cache(100)).unwrap();
     let key = unique("flood");
     let limits = [Limiter::log(&key, 2, 60 * SECOND)];
     for _ in 0..2 {
@@ -55,7 +56,7 @@ async fn the_deny_cache_answers_a_flood_with_one_call() {
 
 #[tokio::test]
 async fn a_quota_admits_within_its_bound_and_a_refused_one_asks_once_per_retry_after() {
-    let limiter = AsyncRateLimiter::shared(connection().await, Config::default());
+    let limiter = AsyncRateLimiter::shared(connection().await, Config::default()).unwrap();
     let key = unique("quota");
     // 40 a minute; four quotas of batch 10: at most 40 + 4 x 10 admitted, and at least 40.
     let limits = vec![Limiter::window(&key, 40, 60 * SECOND).algorithm(Algorithm::Anchored)];
@@ -68,6 +69,7 @@ async fn a_quota_admits_within_its_bound_and_a_refused_one_asks_once_per_retry_a
                 60 * SECOND,
                 ratelimit_module::monotonic(),
             )
+            .unwrap()
         })
         .collect();
     let mut admitted = 0;

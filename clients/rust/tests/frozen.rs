@@ -79,26 +79,30 @@ async fn a_frozen_server_costs_the_deadline_then_the_policy_decides() {
             .on_error(on_error)
             .cooldown(LONG)
     };
-    let allowing = AsyncRateLimiter::new(connection().await, config(OnError::Allow));
-    let denying = AsyncRateLimiter::new(connection().await, config(OnError::Deny));
-    let raising = AsyncRateLimiter::new(connection().await, config(OnError::Raise));
+    let allowing = AsyncRateLimiter::new(connection().await, config(OnError::Allow)).unwrap();
+    let denying = AsyncRateLimiter::new(connection().await, config(OnError::Deny)).unwrap();
+    let raising = AsyncRateLimiter::new(connection().await, config(OnError::Raise)).unwrap();
     // The probing limiter's clock is the test's: its cool-down ends when the test says.
     let now = Arc::new(AtomicU64::new(0));
     let read = now.clone();
-    let probing = Arc::new(AsyncRateLimiter::new(
-        connection().await,
-        config(OnError::Deny)
-            .cooldown(Duration::from_secs(1))
-            .clock(Arc::new(move || {
-                Duration::from_millis(read.load(Ordering::SeqCst))
-            })),
-    ));
-    let layered = AsyncRateLimiter::shared(connection().await, config(OnError::Deny));
+    let probing = Arc::new(
+        AsyncRateLimiter::new(
+            connection().await,
+            config(OnError::Deny)
+                .cooldown(Duration::from_secs(1))
+                .clock(Arc::new(move || {
+                    Duration::from_millis(read.load(Ordering::SeqCst))
+                })),
+        )
+        .unwrap(),
+    );
+    let layered = AsyncRateLimiter::shared(connection().await, config(OnError::Deny)).unwrap();
     let layer = RateLimitLayer::new(
         layered,
         vec![Limiter::log("rs:frozen:http:", 5, LONG)],
         |_: &http::request::Parts| Some("k".into()),
-    );
+    )
+    .unwrap();
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     listener.set_nonblocking(true).unwrap();
     let port = listener.local_addr().unwrap().port();
@@ -110,7 +114,7 @@ async fn a_frozen_server_costs_the_deadline_then_the_policy_decides() {
         axum::serve(listener, app).await.unwrap();
     });
     let limits = [Limiter::log("rs:frozen", 5, LONG)];
-    let shedding = AsyncRateLimiter::shared(connection().await, config(OnError::Allow));
+    let shedding = AsyncRateLimiter::shared(connection().await, config(OnError::Allow)).unwrap();
     // Connected by the crate, the deadline is `Config::timeout`'s alone, below or above the
     // redis crate's own 500 ms.
     let mut bounded = Vec::new();
@@ -202,7 +206,8 @@ async fn a_frozen_server_costs_the_deadline_then_the_policy_decides() {
         .clock(Arc::new(move || {
             Duration::from_millis(read.load(Ordering::SeqCst))
         }))
-        .build();
+        .build()
+        .unwrap();
     assert_eq!(shedder.report().await, None);
     assert_eq!(shedder.standing().level, 0);
     common::flood(&shedder, &shed_clock);
@@ -230,6 +235,7 @@ async fn a_frozen_server_costs_the_deadline_then_the_policy_decides() {
     let resumed = AsyncRateLimiter::new(
         connection().await,
         config(OnError::Deny).cooldown(Duration::from_millis(100)),
-    );
+    )
+    .unwrap();
     assert!(!resumed.check(&limits, Options::new()).await.unwrap().failed);
 }

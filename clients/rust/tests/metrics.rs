@@ -15,7 +15,8 @@ async fn decisions_are_counted_by_policy_and_outcome_and_calls_timed() {
     let recorder = DebuggingRecorder::new();
     let snapshotter = recorder.snapshotter();
     recorder.install().unwrap();
-    let limiter = AsyncRateLimiter::new(connection().await, Config::default().deny_cache(10));
+    let limiter =
+        AsyncRateLimiter::new(connection().await, Config::default().deny_cache(10)).unwrap();
     let policy = unique("policy").replace(':', "_");
     let limits = [Limiter::log(unique("metrics"), 2, Duration::from_secs(60)).named(&policy)];
     for _ in 0..4 {

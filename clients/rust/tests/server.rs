@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use common::{client, connection, unique};
 use ratelimit_module::{
-    parse_lists, Algorithm, AsyncRateLimiter, Config, Counts, Error, Limiter, LoadShedder, OnError,
-    Options, Priority, Quota, RateLimit, RateLimiter, SharedLists,
+    parse_lists, Algorithm, AsyncRateLimiter, Config, Counts, Error, Limiter, LoadShedder,
+    LocalLimit, OnError, Options, Priority, Quota, RateLimit, RateLimiter, SharedLists,
 };
 
 const SECOND: Duration = Duration::from_secs(1);
@@ -19,7 +19,7 @@ fn ms(millis: u64) -> Duration {
 
 #[tokio::test]
 async fn every_option_answers_typed() {
-    let limiter = AsyncRateLimiter::new(connection().await, Config::default());
+    let limiter = AsyncRateLimiter::new(connection().await, Config::default()).unwrap();
     let key = unique("options");
     let gcra = [Limiter::throttle(format!("{key}:gcra"), 1, 1, 10 * SECOND)];
     let first = limiter.check(&gcra, Options::new()).await.unwrap();
@@ -122,7 +122,7 @@ async fn every_option_answers_typed() {
 
 #[tokio::test]
 async fn leases_are_held_released_and_renewed() {
-    let limiter = AsyncRateLimiter::new(connection().await, Config::default());
+    let limiter = AsyncRateLimiter::new(connection().await, Config::default()).unwrap();
     let key = unique("lease");
     let one = limiter
         .acquire_lease(&key, 2, 10 * SECOND, 1)
@@ -167,7 +167,7 @@ async fn top_lists_the_keys_refused_most() {
         .query_async(&mut admin)
         .await
         .unwrap();
-    let limiter = AsyncRateLimiter::new(connection().await, Config::default());
+    let limiter = AsyncRateLimiter::new(connection().await, Config::default()).unwrap();
     let key = unique("top");
     for _ in 0..3 {
         limiter
@@ -186,7 +186,7 @@ async fn top_lists_the_keys_refused_most() {
 #[tokio::test]
 async fn a_load_gate_sheds_by_priority_in_the_same_call() {
     let service = common::hot_service("load").await;
-    let limiter = AsyncRateLimiter::new(connection().await, Config::default());
+    let limiter = AsyncRateLimiter::new(connection().await, Config::default()).unwrap();
     let limit = Limiter::log(format!("{{{service}}}:limit"), 100, 60 * SECOND);
     let gate = |priority| Limiter::load(&service, priority);
     let shed = limiter
@@ -242,7 +242,8 @@ fn a_sync_quota_spends_what_it_took() {
         50,
         60 * SECOND,
         ratelimit_module::monotonic(),
-    );
+    )
+    .unwrap();
     for _ in 0..500 {
         assert!(quota.take(1).unwrap());
     }
@@ -255,7 +256,7 @@ fn a_binding_limit_costs_a_call_per_half_batch() {
     // 1,000 a second in bursts of 100, leases of 50: past the burst, the limit binds.
     let limiter = RateLimiter::new(client().get_connection().unwrap(), Config::default()).unwrap();
     let limits = vec![Limiter::throttle(unique("binding"), 99, 1000, SECOND)];
-    let quota = Quota::new(&limiter, limits, 50, SECOND, ratelimit_module::monotonic());
+    let quota = Quota::new(&limiter, limits, 50, SECOND, ratelimit_module::monotonic()).unwrap();
     while quota.ledger.lock().unwrap().admitted < 600 {
         if !quota.take(1).unwrap() {
             std::thread::sleep(Duration::from_millis(1));
@@ -272,7 +273,7 @@ fn a_binding_limit_costs_a_call_per_half_batch() {
 
 #[tokio::test]
 async fn the_shared_lists_change_in_one_transaction_and_are_read_by_version() {
-    let limiter = AsyncRateLimiter::shared(connection().await, Config::default());
+    let limiter = AsyncRateLimiter::shared(connection().await, Config::default()).unwrap();
     let hash = unique("lists");
     let now = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
     let read = now.clone();
@@ -312,10 +313,20 @@ fn errors_are_told_apart_by_kind() {
         Config::default().on_error(OnError::Allow),
     )
     .unwrap();
-    // A bad call is the caller's, whatever the policy: returned, not decided.
+    // A call the server refuses is the caller's, whatever the policy: returned, not decided.
+    let list = unique("a-list");
+    limiter
+        .call(&["RPUSH".into(), list.clone(), "x".into()])
+        .unwrap();
+    let refused = limiter.check(&[Limiter::log(list, 3, SECOND)], Options::new());
+    match refused {
+        Err(Error::Refused(error)) => assert_eq!(error.code(), Some("WRONGTYPE")),
+        other => panic!("{other:?}"),
+    }
+    // One the module would refuse never reaches it.
     let bad = limiter.check(&[Limiter::log(unique("bad"), 0, SECOND)], Options::new());
     match bad {
-        Err(Error::Refused(error)) => assert!(error.to_string().contains("limit")),
+        Err(Error::Invalid(error)) => assert!(error.to_string().contains("limit")),
         other => panic!("{other:?}"),
     }
 }
@@ -331,7 +342,7 @@ async fn a_load_shedder_reports_its_factors_and_sheds_by_priority() {
         .query_async(&mut admin)
         .await
         .unwrap();
-    let limiter = AsyncRateLimiter::shared(connection().await, Config::default());
+    let limiter = AsyncRateLimiter::shared(connection().await, Config::default()).unwrap();
     let now = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
     let read = now.clone();
     let clock: ratelimit_module::Clock = std::sync::Arc::new(move || {
@@ -342,7 +353,8 @@ async fn a_load_shedder_reports_its_factors_and_sheds_by_priority() {
         .interval(SECOND)
         .factors(|| vec![("queue".to_owned(), 20.0)])
         .clock(clock)
-        .build();
+        .build()
+        .unwrap();
     // Nothing is shed before a report answers.
     let ticket = shedder
         .admit(Priority::Sheddable)
@@ -393,8 +405,10 @@ async fn a_load_shedder_reports_its_factors_and_sheds_by_priority() {
 /// process sheds nothing, however many of its requests it reports.
 #[tokio::test]
 async fn a_load_shedder_with_its_defaults_sheds_nothing_from_a_healthy_service() {
-    let limiter = AsyncRateLimiter::shared(connection().await, Config::default());
-    let shedder = LoadShedder::builder(limiter, unique("healthy")).build();
+    let limiter = AsyncRateLimiter::shared(connection().await, Config::default()).unwrap();
+    let shedder = LoadShedder::builder(limiter, unique("healthy"))
+        .build()
+        .unwrap();
     assert_eq!(shedder.report().await.unwrap().level, 0);
     let mut refused = 0;
     for number in 0..400 {
@@ -407,15 +421,12 @@ async fn a_load_shedder_with_its_defaults_sheds_nothing_from_a_healthy_service()
         }
     }
     assert_eq!(refused, 0);
-    assert_eq!(
-        shedder.limit().map(|(_, congested, _)| congested),
-        Some(false)
-    );
+    assert_eq!(shedder.limit().map(|limit| limit.congested), Some(false));
 }
 
 #[tokio::test]
 async fn a_standing_queue_sheds_the_least_important_first_by_the_processs_own_limit() {
-    let limiter = AsyncRateLimiter::shared(connection().await, Config::default());
+    let limiter = AsyncRateLimiter::shared(connection().await, Config::default()).unwrap();
     let now = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
     let read = now.clone();
     let clock: ratelimit_module::Clock = std::sync::Arc::new(move || {
@@ -423,10 +434,18 @@ async fn a_standing_queue_sheds_the_least_important_first_by_the_processs_own_li
     });
     let shedder = LoadShedder::builder(limiter.clone(), unique("flood"))
         .clock(clock)
-        .build();
+        .build()
+        .unwrap();
     common::flood(&shedder, &now);
     // Cut to the peak times target / fastest, at least 0.2: 20 * 0.2 = 4; 9 in flight.
-    assert_eq!(shedder.limit(), Some((4.0, true, 9)));
+    assert_eq!(
+        shedder.limit(),
+        Some(LocalLimit {
+            limit: 4.0,
+            congested: true,
+            in_flight: 9
+        })
+    );
     for priority in Priority::ALL {
         assert!(
             shedder.admit(priority).is_none(),
@@ -436,7 +455,8 @@ async fn a_standing_queue_sheds_the_least_important_first_by_the_processs_own_li
     // Without a limit of its own, only the level sheds.
     let alone = LoadShedder::builder(limiter, unique("alone"))
         .without_limit()
-        .build();
+        .build()
+        .unwrap();
     assert_eq!(alone.limit(), None);
     assert!((0..100).all(|_| alone.admit(Priority::Sheddable).is_some()));
 }

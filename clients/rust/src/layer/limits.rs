@@ -9,10 +9,8 @@
 //! - In shadow mode ([`crate::Config::shadow`]), a refused request goes through, counted
 //!   and logged.
 
-use std::future::Future;
-use std::pin::Pin;
+use std::fmt;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use http::header::{HeaderName, HeaderValue};
@@ -23,25 +21,30 @@ use tower_layer::Layer;
 use tower_service::Service;
 
 use super::response::{answer, limiter_answer};
+use super::wrapped::{Answering, Around, Wrapped};
 use crate::asynchronous::AsyncRateLimiter;
 use crate::fields::fields;
-use crate::protocol::{Limiter, Options, Priority, RateLimit};
+use crate::protocol::{validate, InvalidArgument, Limiter, Options, Priority, RateLimit};
 use crate::resilience::Error;
 
 type KeyOf = dyn Fn(&Parts) -> Option<String> + Send + Sync;
 type PriorityOf = dyn Fn(&Parts) -> Priority + Send + Sync;
 
-/// What every clone of the layer and its services share.
-struct Shared<C> {
+/// The layer: see the module's documentation. Every clone and every service it makes share
+/// the limiter, the policies and the functions.
+pub struct RateLimitLayer<C> {
     limiter: Arc<AsyncRateLimiter<C>>,
     policies: Arc<[Limiter]>,
     key: Arc<KeyOf>,
     load: Option<(String, Arc<PriorityOf>)>,
 }
 
-impl<C> Clone for Shared<C> {
+/// The service the layer wraps around another.
+pub type RateLimitService<S, C> = Wrapped<S, RateLimitLayer<C>>;
+
+impl<C> Clone for RateLimitLayer<C> {
     fn clone(&self) -> Self {
-        Shared {
+        RateLimitLayer {
             limiter: self.limiter.clone(),
             policies: self.policies.clone(),
             key: self.key.clone(),
@@ -50,67 +53,80 @@ impl<C> Clone for Shared<C> {
     }
 }
 
-impl<C> Shared<C> {
-    /// The request's limiters: each policy on its key prefix followed by the request's key,
-    /// then the load gate.
-    fn limiters(&self, key: &str, request: &Parts) -> Vec<Limiter> {
-        let mut limiters: Vec<Limiter> = self
-            .policies
-            .iter()
-            .map(|policy| Limiter {
-                key: format!("{}{key}", policy.key),
-                ..policy.clone()
-            })
-            .collect();
-        if let Some((service, priority)) = &self.load {
-            limiters.push(Limiter::load(service.clone(), priority(request)));
-        }
-        limiters
-    }
-}
-
-/// The layer: see the module's documentation.
-pub struct RateLimitLayer<C> {
-    shared: Shared<C>,
-}
-
-impl<C> Clone for RateLimitLayer<C> {
-    fn clone(&self) -> Self {
-        RateLimitLayer {
-            shared: self.shared.clone(),
-        }
+impl<C> fmt::Debug for RateLimitLayer<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RateLimitLayer")
+            .field("limiter", &self.limiter)
+            .field("policies", &self.policies)
+            .field("load", &self.load.as_ref().map(|(service, _)| service))
+            .finish_non_exhaustive()
     }
 }
 
 impl<C> RateLimitLayer<C> {
     /// Checks `policies` through `limiter` for every request `key` finds a key for (`None`:
-    /// not limited). Each policy's key is the prefix the request's key follows; on a
-    /// Cluster, give several policies' keys one hash slot (a key like `{203.0.113.7}`).
+    /// not limited; [`super::key`] has the common ones). Each policy's key is the prefix the
+    /// request's key follows; on a Cluster, give several policies' keys one hash slot (a
+    /// key like `{203.0.113.7}`).
+    ///
+    /// # Errors
+    ///
+    /// No policy, more than a call takes, or one the module would refuse
+    /// ([`Limiter::validate`]): found here, not on every request.
     pub fn new(
         limiter: Arc<AsyncRateLimiter<C>>,
         policies: Vec<Limiter>,
         key: impl Fn(&Parts) -> Option<String> + Send + Sync + 'static,
-    ) -> Self {
-        RateLimitLayer {
-            shared: Shared {
-                limiter,
-                policies: policies.into(),
-                key: Arc::new(key),
-                load: None,
-            },
-        }
+    ) -> Result<Self, InvalidArgument> {
+        let layer = RateLimitLayer {
+            limiter,
+            policies: policies.into(),
+            key: Arc::new(key),
+            load: None,
+        };
+        layer.validate()?;
+        Ok(layer)
     }
 
     /// Adds graded limiting by load: the level of `service` (its instances' reports) sheds
     /// a share of each priority class, the request's class given by `priority`, decided in
     /// the same call as the limits. A layer cloned before keeps what it had.
+    ///
+    /// # Errors
+    ///
+    /// An empty service key, or a gate beyond the limiters a call takes.
     pub fn load_gate(
         mut self,
         service: impl Into<String>,
         priority: impl Fn(&Parts) -> Priority + Send + Sync + 'static,
-    ) -> Self {
-        self.shared.load = Some((service.into(), Arc::new(priority)));
-        self
+    ) -> Result<Self, InvalidArgument> {
+        self.load = Some((service.into(), Arc::new(priority)));
+        self.validate()?;
+        Ok(self)
+    }
+
+    /// The policies, with the gate, as a request with some key would have them.
+    fn validate(&self) -> Result<(), InvalidArgument> {
+        let sample = self.limiters("k", |_| Priority::Sheddable);
+        validate(&sample, &Options::new())
+    }
+
+    /// The request's limiters: each policy on its key prefix followed by the request's key,
+    /// then the load gate.
+    fn limiters(&self, key: &str, priority: impl Fn(&PriorityOf) -> Priority) -> Vec<Limiter> {
+        let mut limiters: Vec<Limiter> = self
+            .policies
+            .iter()
+            .map(|policy| {
+                let mut limiter = policy.clone();
+                limiter.key = format!("{}{key}", policy.key);
+                limiter
+            })
+            .collect();
+        if let Some((service, of)) = &self.load {
+            limiters.push(Limiter::load(service.clone(), priority(of.as_ref())));
+        }
+        limiters
     }
 }
 
@@ -118,25 +134,7 @@ impl<S, C> Layer<S> for RateLimitLayer<C> {
     type Service = RateLimitService<S, C>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        RateLimitService {
-            inner,
-            shared: self.shared.clone(),
-        }
-    }
-}
-
-/// The service the layer wraps around another.
-pub struct RateLimitService<S, C> {
-    inner: S,
-    shared: Shared<C>,
-}
-
-impl<S: Clone, C> Clone for RateLimitService<S, C> {
-    fn clone(&self) -> Self {
-        RateLimitService {
-            inner: self.inner.clone(),
-            shared: self.shared.clone(),
-        }
+        Wrapped::new(inner, self.clone())
     }
 }
 
@@ -156,35 +154,26 @@ fn lower(name: &'static str) -> &'static str {
     }
 }
 
-impl<S, C, ReqBody, ResBody> Service<Request<ReqBody>> for RateLimitService<S, C>
+impl<S, C, ReqBody, ResBody> Around<S, ReqBody> for RateLimitLayer<C>
 where
-    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
+    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Send + 'static,
     S::Future: Send + 'static,
     S::Error: Send + 'static,
     C: ConnectionLike + Clone + Send + Sync + 'static,
     ReqBody: Send + 'static,
     ResBody: Default + Send + 'static,
 {
-    type Response = Response<ResBody>;
-    type Error = S::Error;
-    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
+    type Body = ResBody;
 
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
-        // The service polled ready is the one that serves: a fresh clone stays behind.
-        let clone = self.inner.clone();
-        let mut inner = std::mem::replace(&mut self.inner, clone);
-        let shared = self.shared.clone();
+    fn around(&self, mut inner: S, request: Request<ReqBody>) -> Answering<ResBody, S::Error> {
+        let layer = self.clone();
         Box::pin(async move {
             let (parts, body) = request.into_parts();
-            let Some(key) = (shared.key)(&parts) else {
+            let Some(key) = (layer.key)(&parts) else {
                 return inner.call(Request::from_parts(parts, body)).await;
             };
-            let limiters = shared.limiters(&key, &parts);
-            let decided = shared.limiter.check(&limiters, Options::new()).await;
+            let limiters = layer.limiters(&key, |priority| priority(&parts));
+            let decided = layer.limiter.check(&limiters, Options::new()).await;
             match decided {
                 Ok(decided) if decided.allowed => {
                     let mut response = inner.call(Request::from_parts(parts, body)).await?;

@@ -24,16 +24,19 @@
 //! ];
 //! let limits = RateLimitLayer::new(limiter.clone(), policies, |request: &Parts| {
 //!     request.headers.get("x-api-key")?.to_str().ok().map(str::to_owned)
-//! });
-//! let shedding = LoadSheddingLayer::new(LoadShedder::builder(limiter, "load:api").build());
+//! })?;
+//! let shedding = LoadSheddingLayer::new(LoadShedder::builder(limiter, "load:api").build()?);
 //! let app: axum::Router = axum::Router::new().layer(limits).layer(shedding);
 //! # Ok(())
 //! # }
 //! ```
 
+pub mod key;
 mod limits;
 mod response;
 mod shedding;
+mod wrapped;
 
 pub use limits::{RateLimitLayer, RateLimitService};
 pub use shedding::{LoadSheddingLayer, LoadSheddingService};
+pub use wrapped::{Answering, Around, Wrapped};

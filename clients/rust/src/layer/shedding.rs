@@ -12,10 +12,8 @@
 //! whatever [`LoadSheddingLayer::priority`] finds. The shedder starts reporting at the first
 //! request.
 
-use std::future::Future;
-use std::pin::Pin;
+use std::fmt;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 
 use http::request::Parts;
 use http::{Request, Response, StatusCode};
@@ -24,6 +22,7 @@ use tower_layer::Layer;
 use tower_service::Service;
 
 use super::response::{answer, is_limiter_answer};
+use super::wrapped::{Answering, Around, Wrapped};
 use crate::load::{LoadShedder, Ticket};
 use crate::protocol::Priority;
 
@@ -73,29 +72,22 @@ impl<C> LoadSheddingLayer<C> {
     }
 }
 
-impl<S, C> Layer<S> for LoadSheddingLayer<C> {
-    type Service = LoadSheddingService<S, C>;
-
-    fn layer(&self, inner: S) -> Self::Service {
-        LoadSheddingService {
-            inner,
-            layer: self.clone(),
-        }
+impl<C> fmt::Debug for LoadSheddingLayer<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LoadSheddingLayer")
+            .field("shedder", &self.shedder)
+            .finish_non_exhaustive()
     }
 }
 
 /// The service the layer wraps around another.
-pub struct LoadSheddingService<S, C> {
-    inner: S,
-    layer: LoadSheddingLayer<C>,
-}
+pub type LoadSheddingService<S, C> = Wrapped<S, LoadSheddingLayer<C>>;
 
-impl<S: Clone, C> Clone for LoadSheddingService<S, C> {
-    fn clone(&self) -> Self {
-        LoadSheddingService {
-            inner: self.inner.clone(),
-            layer: self.layer.clone(),
-        }
+impl<S, C> Layer<S> for LoadSheddingLayer<C> {
+    type Service = LoadSheddingService<S, C>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        Wrapped::new(inner, self.clone())
     }
 }
 
@@ -128,31 +120,22 @@ impl<C> Drop for InFlight<C> {
     }
 }
 
-impl<S, C, ReqBody, ResBody> Service<Request<ReqBody>> for LoadSheddingService<S, C>
+impl<S, C, ReqBody, ResBody> Around<S, ReqBody> for LoadSheddingLayer<C>
 where
-    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
+    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Send + 'static,
     S::Future: Send + 'static,
     S::Error: Send + 'static,
     C: ConnectionLike + Clone + Send + Sync + 'static,
     ReqBody: Send + 'static,
     ResBody: Default + Send + 'static,
 {
-    type Response = Response<ResBody>;
-    type Error = S::Error;
-    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
+    type Body = ResBody;
 
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
-        // The service polled ready is the one that serves: a fresh clone stays behind.
-        let clone = self.inner.clone();
-        let mut inner = std::mem::replace(&mut self.inner, clone);
-        let shedder = self.layer.shedder.clone();
+    fn around(&self, mut inner: S, request: Request<ReqBody>) -> Answering<ResBody, S::Error> {
+        let shedder = self.shedder.clone();
         shedder.start();
         let (parts, body) = request.into_parts();
-        let priority = (self.layer.priority)(&parts);
+        let priority = (self.priority)(&parts);
         let admitted = shedder.admit(priority);
         Box::pin(async move {
             let Some(ticket) = admitted else {

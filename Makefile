@@ -4,8 +4,9 @@
 #   make test   unit, property and integration tests (against real redis-server processes),
 #               and the client examples and HTTP service under examples/
 #   make dist   the release tarball, dist/redis-ratelimit-<version>-<os>-<arch>.tar.gz
-#   make test-servers  the integration tests against the newest Redis 8.0, Redis 8, Valkey 8
-#               and Valkey 9, built from Debian's source packages (cached under target/servers/)
+#   make test-servers  the module's integration tests against the newest Redis 8.0, Redis 8,
+#               Valkey 8 and Valkey 9, built from Debian's source packages (cached under
+#               target/servers/); the client packages' suites run once, in make test
 #   make lint   rustfmt check, clippy with warnings as errors (the module, the Rust crate and
 #               examples; the crate's docs and `cargo publish --dry-run`), luacheck, and ruff,
 #               eslint and prettier on the client packages; javac's -Xlint -Werror and Spotless
@@ -81,14 +82,19 @@ test: deps-server deps-nginx build examples-deps clients-deps dist
 	  CLIENTS_PYTHON=$(CLIENTS_PYTHON) LIMITS_SUITE=$(LIMITS_SUITE) $(CARGO) test --release
 
 # The integration tests (not the unit tests, which involve no server) against each of
-# OTHER_SERVERS, built by tests/servers/build.sh on the first run.
-test-servers: deps-server deps-nginx build examples-deps clients-deps dist
+# OTHER_SERVERS, built by tests/servers/build.sh on the first run. The client packages' own
+# suites in their frameworks (tests/clients.rs), the examples' and the release tarball's, and
+# the layering test (the sources alone) run once, in `make test`: what they check of the server
+# is the module's replies, which every test here checks on each server.
+SERVER_TESTS := $(filter-out clients examples dist layering,$(basename $(notdir $(wildcard tests/*.rs))))
+
+test-servers: deps-server deps-nginx build examples-deps clients-deps
 	@for spec in $(OTHER_SERVERS); do \
 	  server=$$(tests/servers/build.sh $${spec%%:*} $${spec##*:}) || exit 1; \
 	  echo "== the integration tests against $$server ($$($$server --version | cut -d' ' -f1-3))"; \
-	  REDIS_SERVER=$$server RATELIMIT_MODULE=$(MODULE) RATELIMIT_DIST=$(DIST_TARBALL) \
-	    EXAMPLES_PYTHON=$(EXAMPLES_PYTHON) CLIENTS_PYTHON=$(CLIENTS_PYTHON) LIMITS_SUITE=$(LIMITS_SUITE) \
-	    $(CARGO) test --release --test '*' || exit 1; \
+	  REDIS_SERVER=$$server RATELIMIT_MODULE=$(MODULE) EXAMPLES_PYTHON=$(EXAMPLES_PYTHON) \
+	    CLIENTS_PYTHON=$(CLIENTS_PYTHON) $(CARGO) test --release $(addprefix --test ,$(SERVER_TESTS)) \
+	    || exit 1; \
 	done
 
 # The release tarball: the module, README, docs, examples, the client packages (the Python wheel,

@@ -99,8 +99,21 @@ final class Outage {
                 .filter(one -> one.phase == at && one.path.equals("/open"))
                 .map(Answer::status)
                 .toList();
-        if (open.stream().anyMatch(status -> status != 200)) {
-          failures.add("/open answered " + open + " (" + at + ")");
+        List<Integer> refused = new ArrayList<>();
+        for (int index = 0; index < open.size(); index++) {
+          if (open.get(index) != 200) {
+            refused.add(index);
+          }
+        }
+        if (!refused.isEmpty()) {
+          failures.add(
+              at
+                  + ": /open answered other than 200 at "
+                  + refused
+                  + " of "
+                  + open.size()
+                  + ": "
+                  + open);
         }
       }
       if (!reported) {

@@ -14,6 +14,9 @@ pub enum CommandError {
     /// A malformed call: `ERR syntax error. Usage: ...`, the usage rendered from the command's
     /// argument specs (the same `COMMAND DOCS` shows), so that it is never written twice.
     Syntax,
+    /// A malformed call with a word on what: `ERR <what>. Usage: ...`, the usage rendered as
+    /// for [`CommandError::Syntax`].
+    Usage(&'static CStr),
     /// Any other error, with its full message (`ERR ...` or `WRONGTYPE ...`).
     Message(&'static CStr),
 }
@@ -44,6 +47,7 @@ impl CommandError {
         match self {
             CommandError::WrongArity => "ERR wrong number of arguments",
             CommandError::Syntax => "ERR syntax error",
+            CommandError::Usage(what) => what.to_str().unwrap(),
             CommandError::Message(message) => message.to_str().unwrap(),
         }
     }

@@ -1,19 +1,22 @@
-//! `RL.ALL numkeys key [key ...] limiter [limiter ...] [quantity] [S | MS | US]
-//! [BLOCK duration] [DELAY max_wait|AT_MOST|FORCE] [DETAILS] [REFUND]`: several limits, one atomic all-or-nothing
-//! decision; and `RL.ALL_RO`, the same decision without writing. Each limiter is, in key
-//! order, one of
+//! `RL.ALL numkeys key [key ...] THROTTLE max_burst count period [WARMUP period] | WINDOW limit
+//! window [FIXED | SLIDING | BUCKETS n | ANCHORED] | LOG limit window | LEASE limit lease | LOAD
+//! priority [...] [quantity] [S | MS | US] [DETAILS] [BLOCK duration] [DELAY max_wait | AT_MOST
+//! | FORCE] [REFUND]`: several limits, one atomic all-or-nothing decision; and `RL.ALL_RO`, the
+//! same decision without writing. Each limiter is, in key order, one of
 //!
-//! - `THROTTLE max_burst count period` (GCRA, as `CL.THROTTLE`),
-//! - `WINDOW limit window [FIXED | SLIDING | BUCKETS n]` (as `RL.WINDOW`),
+//! - `THROTTLE max_burst count period [WARMUP period]` (GCRA, as `CL.THROTTLE`),
+//! - `WINDOW limit window [FIXED | SLIDING | BUCKETS n | ANCHORED]` (as `RL.WINDOW`),
 //! - `LOG limit window` (as `RL.LOG`),
 //! - `LEASE limit lease` (as `RL.ACQUIRE`),
+//! - `LOAD priority` (the load gate of a service, `RL.LOAD.*`),
 //!
 //! on the same state as the single commands. The request is admitted, and charged to every
 //! limiter, only if every limiter admits it; otherwise nothing is charged anywhere. With a
 //! `LEASE`, the lease is taken only if every rate admits, and a rate is charged only if the
 //! lease is granted: the reply's sixth integer is the lease's id.
 
-use std::ffi::{c_int, CStr};
+use std::ffi::{c_int, CStr, CString};
+use std::sync::OnceLock;
 
 use crate::args::{integer_argument, parse_integer, parse_options, CommonOptions, Keyword, Tail};
 use crate::core::engine::{Call, MAX_LIMITERS};
@@ -26,7 +29,7 @@ use crate::core::verdict::Verdict;
 use crate::error::CommandError;
 use crate::redis::call::{Details, Invocation, LimiterReply, Outcome, Reply};
 use crate::redis::clock;
-use crate::redis::metadata::{Arg, ArgKind, Mode};
+use crate::redis::metadata::{block_keywords, block_usage, Arg, ArgKind, Mode};
 use crate::redis::store;
 
 use super::arguments::limiting_args;
@@ -315,68 +318,116 @@ fn is_limiter_keyword(arg: &[u8]) -> bool {
             .is_some_and(|keyword| [THROTTLE, WINDOW, LOG, LEASE, LOAD].contains(&keyword))
 }
 
+/// The limiters `RL.ALL` takes, in the order of [`ARGS`]' alternatives.
+const LIMITERS: [Keyword; 5] = [THROTTLE, WINDOW, LOG, LEASE, LOAD];
+
+/// What `LOAD`'s priority may be, after its name in the errors.
+const PRIORITY_NAMES: &str = ": critical_plus, critical, sheddable_plus or sheddable (or 0 to 3)";
+
+/// `ERR THROTTLE takes max_burst count period [WARMUP period]` and the like: what limiter
+/// `index` of [`LIMITERS`] takes, rendered from [`ARGS`] once (never written by hand, so that
+/// it follows the grammar); `LOAD` names the priorities too.
+fn takes(index: usize) -> &'static CStr {
+    static MESSAGES: [OnceLock<CString>; LIMITERS.len()] =
+        [const { OnceLock::new() }; LIMITERS.len()];
+    MESSAGES[index].get_or_init(|| {
+        let keyword = block_keywords(ARGS, c"limiter")[index];
+        let arguments = block_usage(ARGS, keyword).unwrap_or_default();
+        let names = if LIMITERS[index] == LOAD {
+            PRIORITY_NAMES
+        } else {
+            ""
+        };
+        let line = format!("ERR {} takes {arguments}{names}", keyword.to_string_lossy());
+        CString::new(line).unwrap_or_default()
+    })
+}
+
+/// `ERR unknown limiter: expected THROTTLE, WINDOW, LOG, LEASE or LOAD`, from [`ARGS`].
+fn unknown_limiter() -> &'static CStr {
+    static MESSAGE: OnceLock<CString> = OnceLock::new();
+    MESSAGE.get_or_init(|| {
+        let names: Vec<String> = block_keywords(ARGS, c"limiter")
+            .iter()
+            .map(|keyword| keyword.to_string_lossy().into_owned())
+            .collect();
+        let (last, first) = names
+            .split_last()
+            .map_or(("", &[][..]), |(l, f)| (l.as_str(), f));
+        let line = format!(
+            "ERR unknown limiter: expected {} or {last}",
+            first.join(", ")
+        );
+        CString::new(line).unwrap_or_default()
+    })
+}
+
+/// `ERR no such priority: ...`.
+fn no_such_priority() -> &'static CStr {
+    static MESSAGE: OnceLock<CString> = OnceLock::new();
+    MESSAGE.get_or_init(|| {
+        CString::new(format!("ERR no such priority{PRIORITY_NAMES}")).unwrap_or_default()
+    })
+}
+
 /// One limiter, `keyword` then its arguments from `args`: the parameters, and how many
 /// arguments they took.
 fn limiter(keyword: &[u8], args: &[&[u8]]) -> Result<(Params, usize), CommandError> {
-    let needs = |count: usize, message: &'static CStr| {
+    let keyword = Keyword::read(keyword);
+    let Some(index) = LIMITERS.iter().position(|known| Some(*known) == keyword) else {
+        return Err(CommandError::Message(unknown_limiter()));
+    };
+    let needs = |count: usize| {
         if args.len() < count || args[..count].iter().any(|&arg| is_limiter_keyword(arg)) {
-            Err(CommandError::Message(message))
+            Err(CommandError::Message(takes(index)))
         } else {
             Ok(())
         }
     };
-    let keyword = Keyword::read(keyword);
-    if keyword == Some(THROTTLE) {
-        needs(
-            3,
-            c"ERR THROTTLE takes max_burst count period [WARMUP period]",
-        )?;
-        let mut params = throttle::Params::parse(&args[..3])?;
-        let mut tail = Tail::new(&args[3..]);
-        if let Some(next) = tail.next_argument() {
-            let warmup = Keyword::read(next).and_then(|k| throttle::warmup_keyword(k, &mut tail));
-            if let Some(warmup) = warmup {
-                params.warmup = Some(warmup?);
-                return Ok((Params::Throttle(params), 3 + tail.read()));
+    match LIMITERS[index] {
+        THROTTLE => {
+            needs(3)?;
+            let mut params = throttle::Params::parse(&args[..3])?;
+            let mut tail = Tail::new(&args[3..]);
+            if let Some(next) = tail.next_argument() {
+                let warmup =
+                    Keyword::read(next).and_then(|k| throttle::warmup_keyword(k, &mut tail));
+                if let Some(warmup) = warmup {
+                    params.warmup = Some(warmup?);
+                    return Ok((Params::Throttle(params), 3 + tail.read()));
+                }
             }
+            Ok((Params::Throttle(params), 3))
         }
-        Ok((Params::Throttle(params), 3))
-    } else if keyword == Some(WINDOW) {
-        needs(
-            2,
-            c"ERR WINDOW takes limit window [FIXED|SLIDING|BUCKETS n|ANCHORED]",
-        )?;
-        let mut params = window::Params::parse(args[0], args[1])?;
-        let mut tail = Tail::new(&args[2..]);
-        if let Some(next) = tail.next_argument() {
-            let algorithm = Keyword::read(next).and_then(|k| algorithm_keyword(k, &mut tail));
-            if let Some(algorithm) = algorithm {
-                params.algorithm = Some(algorithm?);
-                return Ok((Params::Window(params), 2 + tail.read()));
+        WINDOW => {
+            needs(2)?;
+            let mut params = window::Params::parse(args[0], args[1])?;
+            let mut tail = Tail::new(&args[2..]);
+            if let Some(next) = tail.next_argument() {
+                let algorithm = Keyword::read(next).and_then(|k| algorithm_keyword(k, &mut tail));
+                if let Some(algorithm) = algorithm {
+                    params.algorithm = Some(algorithm?);
+                    return Ok((Params::Window(params), 2 + tail.read()));
+                }
             }
+            Ok((Params::Window(params), 2))
         }
-        Ok((Params::Window(params), 2))
-    } else if keyword == Some(LOG) {
-        needs(2, c"ERR LOG takes limit window")?;
-        Ok((Params::Log(log::Params::parse(args[0], args[1])?), 2))
-    } else if keyword == Some(LOAD) {
-        needs(
-            1,
-            c"ERR LOAD takes priority: critical_plus, critical, sheddable_plus or sheddable (or 0 to 3)",
-        )?;
-        let priority = Priority::parse(args[0]).ok_or(CommandError::Message(
-            c"ERR no such priority: critical_plus, critical, sheddable_plus or sheddable (or 0 to 3)",
-        ))?;
-        Ok((Params::Load(priority), 1))
-    } else if keyword == Some(LEASE) {
-        needs(2, c"ERR LEASE takes limit lease")?;
-        let limit = integer_argument(args[0], c"ERR limit is not an integer or out of range")?;
-        let lease = integer_argument(args[1], c"ERR lease is not an integer or out of range")?;
-        Ok((Params::Lease(limit, lease), 2))
-    } else {
-        Err(CommandError::Message(
-            c"ERR unknown limiter: expected THROTTLE, WINDOW, LOG, LEASE or LOAD",
-        ))
+        LOG => {
+            needs(2)?;
+            Ok((Params::Log(log::Params::parse(args[0], args[1])?), 2))
+        }
+        LOAD => {
+            needs(1)?;
+            let priority =
+                Priority::parse(args[0]).ok_or(CommandError::Message(no_such_priority()))?;
+            Ok((Params::Load(priority), 1))
+        }
+        _ => {
+            needs(2)?;
+            let limit = integer_argument(args[0], c"ERR limit is not an integer or out of range")?;
+            let lease = integer_argument(args[1], c"ERR lease is not an integer or out of range")?;
+            Ok((Params::Lease(limit, lease), 2))
+        }
     }
 }
 

@@ -3,10 +3,10 @@
 //! `engine::apply`, the path the master's own commit takes (see `core::effect`).
 //!
 //! - `RL.LOG.APPLY key fields`: a log's change.
-//! - `RL.LEASE.APPLY key fields`: a lease set's change.
+//! - `RL.LEASE.APPLY key fields [fields ...]`: a lease set's change.
 //! - `RL.LOG.LOADCHUNK key entries [BLOCKED until_us]` and
 //!   `RL.LEASE.LOADCHUNK key next_id leases`: what an AOF rewrite emits to rebuild a value.
-//! - `RL.LOG.REPLAY key fields`: what releases before 0.3 sent for a log, the call again
+//! - `RL.LOG.REPLAY key fields [fields ...]`: what releases before 0.3 sent for a log, the call again
 //!   with the master's time, which the engine decides again.
 //!
 //! Each is accepted only from a master's replication stream (or a slot migration's) or

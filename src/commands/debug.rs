@@ -25,11 +25,7 @@ pub(super) fn fail_next(call: &Invocation, _: Mode) -> Result<Reply, CommandErro
     let fail = match call.args.get(1).copied().unwrap_or_default() {
         word if word.eq_ignore_ascii_case(b"EXPIRE") => FailNext::Expiry,
         word if word.eq_ignore_ascii_case(b"DELETE") => FailNext::Delete,
-        _ => {
-            return Err(CommandError::Message(
-                c"ERR syntax error. Usage: RL.DEBUG.FAIL EXPIRE|DELETE",
-            ))
-        }
+        _ => return Err(CommandError::Syntax),
     };
     key::fail_next(fail);
     Ok(Reply::Ok)

@@ -4,9 +4,13 @@
 //!   counting for `ttl` milliseconds; replies `[level, instances, share, share, share,
 //!   share]`, the service's level and what it admits of each priority class, most important
 //!   first, so that the instance learns them in the call that reports;
-//! - `RL.LOAD.POLICY key [DEFAULT | policy]`: sets the service's policy (its levels, their
-//!   thresholds and shares), or the default back, in one write; with nothing after the key,
-//!   replies the policy in force in the words that set it;
+//! - `RL.LOAD.POLICY key [DEFAULT | [HYSTERESIS share] [HOLD ms] [RETRY ms] [ADMISSION threshold
+//!   aggression min_requests max_rejection] [BBR factor threshold] [FACTOR name MAX | MEAN | SUM
+//!   [FACTOR name MAX | MEAN | SUM ...]] LEVEL factor threshold [factor threshold ...] SHARES
+//!   critical_plus critical sheddable_plus sheddable [LEVEL factor threshold [factor threshold
+//!   ...] SHARES critical_plus critical sheddable_plus sheddable ...]]`: sets the service's policy
+//!   (its levels, their thresholds and shares), or the default back, in one write; with nothing
+//!   after the key, replies the policy in force in the words that set it;
 //! - `RL.LOAD.STATUS key`: the level, since when, the live instances, the shares and every
 //!   factor's value over the fleet, for operators.
 //!
@@ -25,12 +29,92 @@ use crate::core::time::Micros;
 use crate::error::CommandError;
 use crate::redis::call::{Invocation, Item, Reply};
 use crate::redis::clock;
-use crate::redis::metadata::Mode;
+use crate::redis::metadata::{Arg, ArgKind, Mode};
 use crate::redis::store::RedisStore;
 
-pub(super) const POLICY_USAGE: CommandError = CommandError::Message(
-    c"ERR syntax error. Usage: RL.LOAD.POLICY key [DEFAULT | [HYSTERESIS share] [HOLD ms] [RETRY ms] [ADMISSION threshold aggression min_requests max_rejection] [BBR factor threshold] [FACTOR name MAX|MEAN|SUM ...] LEVEL factor threshold [factor threshold ...] SHARES share share share share [LEVEL ...]]",
-);
+/// `RL.LOAD.POLICY`'s arguments, as `COMMAND DOCS` gives them and its syntax errors name them:
+/// the key, then `DEFAULT`, or the policy (its options, then a level or more, each its
+/// thresholds and the share of each class it admits).
+pub(super) const POLICY_ARGS: &[Arg] = &[
+    Arg::new(c"key", ArgKind::Key),
+    Arg::one_of(
+        c"policy",
+        &[
+            Arg::token(c"DEFAULT"),
+            Arg::block(
+                c"levels",
+                &[
+                    Arg::new(c"share", ArgKind::String)
+                        .after_token(c"HYSTERESIS")
+                        .optional(),
+                    Arg::new(c"ms", ArgKind::Integer)
+                        .after_token(c"HOLD")
+                        .optional(),
+                    Arg::new(c"ms", ArgKind::Integer)
+                        .after_token(c"RETRY")
+                        .optional(),
+                    Arg::block(
+                        c"admission",
+                        &[
+                            Arg::token(c"ADMISSION"),
+                            Arg::new(c"threshold", ArgKind::String),
+                            Arg::new(c"aggression", ArgKind::String),
+                            Arg::new(c"min_requests", ArgKind::String),
+                            Arg::new(c"max_rejection", ArgKind::String),
+                        ],
+                    )
+                    .optional(),
+                    Arg::block(
+                        c"bbr",
+                        &[
+                            Arg::token(c"BBR"),
+                            Arg::new(c"factor", ArgKind::String),
+                            Arg::new(c"threshold", ArgKind::String),
+                        ],
+                    )
+                    .optional(),
+                    Arg::block(
+                        c"aggregate",
+                        &[
+                            Arg::token(c"FACTOR"),
+                            Arg::new(c"name", ArgKind::String),
+                            Arg::one_of(
+                                c"how",
+                                &[Arg::token(c"MAX"), Arg::token(c"MEAN"), Arg::token(c"SUM")],
+                            ),
+                        ],
+                    )
+                    .optional()
+                    .multiple(),
+                    Arg::block(
+                        c"level",
+                        &[
+                            Arg::token(c"LEVEL"),
+                            Arg::block(
+                                c"threshold",
+                                &[
+                                    Arg::new(c"factor", ArgKind::String),
+                                    Arg::new(c"threshold", ArgKind::String),
+                                ],
+                            )
+                            .multiple(),
+                            Arg::token(c"SHARES"),
+                            Arg::new(c"critical_plus", ArgKind::String),
+                            Arg::new(c"critical", ArgKind::String),
+                            Arg::new(c"sheddable_plus", ArgKind::String),
+                            Arg::new(c"sheddable", ArgKind::String),
+                        ],
+                    )
+                    .multiple(),
+                ],
+            ),
+        ],
+    )
+    .optional(),
+];
+
+/// A policy that is not one: `ERR syntax error. Usage: ...` from [`POLICY_ARGS`].
+pub(super) const POLICY_USAGE: CommandError = CommandError::Syntax;
 
 impl From<LoadError> for CommandError {
     fn from(error: LoadError) -> CommandError {
@@ -434,12 +518,12 @@ mod tests {
             error(&["LEVEL", "cpu", "x", "SHARES", "1", "1", "1", "1"]),
             "ERR a value must be a decimal number, not negative"
         );
-        assert_eq!(error(&["LEVEL", "cpu", "0.8"]), POLICY_USAGE.text());
+        assert_eq!(error(&["LEVEL", "cpu", "0.8"]), CommandError::Syntax.text());
         assert_eq!(
             error(&["HOLD", "100"]),
             "ERR a policy has at least one LEVEL (RL.LOAD.POLICY key DEFAULT sets the default)"
         );
-        assert_eq!(error(&["SPEED", "1"]), POLICY_USAGE.text());
+        assert_eq!(error(&["SPEED", "1"]), CommandError::Syntax.text());
         assert!(error(&[
             "BBR",
             "admission",

@@ -175,10 +175,7 @@ pub static TABLE: [Command; 26] = [
     Command::limiter(c"rl.load.policy", Mode::Write, load::policy)
         .flags(c"write", c"write slow")
         .arity(-2)
-        .args(&[
-            Arg::new(c"key", ArgKind::Key),
-            Arg::new(c"policy", ArgKind::String).multiple().optional(),
-        ])
+        .args(load::POLICY_ARGS)
         .docs(
             c"Sets a service's load levels, thresholds and shares (or the default), or replies them",
             c"O(N) for N instances reporting",
@@ -310,6 +307,8 @@ mod usage_tests {
             "RL.WINDOW.COUNTS key window [FIXED|SLIDING|ANCHORED] [S|MS|US]",
             "RL.LOG.COUNTS key window [S|MS|US]",
             "RL.LOAD.REPORT key instance ttl factor value [factor value ...]",
+            "RL.LOAD.POLICY key [DEFAULT | [HYSTERESIS share] [HOLD ms] [RETRY ms] [ADMISSION threshold aggression min_requests max_rejection] [BBR factor threshold] [FACTOR name MAX|MEAN|SUM [FACTOR name MAX|MEAN|SUM ...]] LEVEL factor threshold [factor threshold ...] SHARES critical_plus critical sheddable_plus sheddable [LEVEL factor threshold [factor threshold ...] SHARES critical_plus critical sheddable_plus sheddable ...]]",
+            "RL.DEBUG.FAIL EXPIRE|DELETE",
         ];
         for line in expected {
             let name = line.split(' ').next().unwrap();
@@ -321,6 +320,68 @@ mod usage_tests {
             let error = command.syntax_error(index).to_str().unwrap();
             assert_eq!(error, format!("ERR syntax error. Usage: {line}"));
         }
+    }
+
+    /// The sources of the command files, for their documented grammars.
+    const SOURCES: [(&str, &str); 10] = [
+        ("all.rs", include_str!("all.rs")),
+        ("apply.rs", include_str!("apply.rs")),
+        ("counts.rs", include_str!("counts.rs")),
+        ("debug.rs", include_str!("debug.rs")),
+        ("lease.rs", include_str!("lease.rs")),
+        ("load.rs", include_str!("load.rs")),
+        ("log.rs", include_str!("log.rs")),
+        ("throttle.rs", include_str!("throttle.rs")),
+        ("top.rs", include_str!("top.rs")),
+        ("window.rs", include_str!("window.rs")),
+    ];
+
+    /// A grammar as written, compared without regard to spacing (`S | MS` is `S|MS`).
+    fn normal(text: &str) -> String {
+        let words = text.split_whitespace().collect::<Vec<_>>().join(" ");
+        words
+            .replace(" | ", "|")
+            .replace("| ", "|")
+            .replace(" |", "|")
+    }
+
+    /// Each command file's module documentation opens each command it defines with its
+    /// grammar, `` `NAME args` `` (at the start of a line or a list item): that grammar is the
+    /// usage line rendered from the table, so that the documentation cannot drift from it.
+    #[test]
+    fn every_documented_grammar_is_the_rendered_usage() {
+        let mut documented = 0;
+        let mut drifted = Vec::new();
+        for (file, source) in SOURCES {
+            let docs: Vec<&str> = source
+                .lines()
+                .take_while(|line| line.starts_with("//!"))
+                .map(|line| line.trim_start_matches("//!").trim())
+                .collect();
+            let text = docs.join("\n");
+            for (at, _) in text.match_indices('`') {
+                let opens_item =
+                    text[..at].ends_with('\n') || text[..at].ends_with("- ") || at == 0;
+                let Some(end) = text[at + 1..].find('`') else {
+                    break;
+                };
+                let grammar = &text[at + 1..at + 1 + end];
+                let name = grammar.split_whitespace().next().unwrap_or("");
+                let command = TABLE
+                    .iter()
+                    .find(|c| c.name.to_str().unwrap().eq_ignore_ascii_case(name));
+                if !opens_item || command.is_none() || !grammar.contains(' ') {
+                    continue;
+                }
+                let rendered = command.unwrap().usage_line();
+                if normal(grammar) != normal(&rendered) {
+                    drifted.push(format!("{file}: `{grammar}`, rendered `{rendered}`"));
+                }
+                documented += 1;
+            }
+        }
+        assert!(drifted.is_empty(), "drifted:\n{}", drifted.join("\n"));
+        assert!(documented >= 15, "{documented} grammars documented");
     }
 
     #[test]

@@ -1,6 +1,6 @@
-//! `CL.THROTTLE key max_burst count period [quantity] [S | MS | US] [BLOCK duration]
-//! [REFUND]`: GCRA, with redis-cell's arguments and reply, without its defects; and
-//! `CL.THROTTLE_RO`, the same decision without writing.
+//! `CL.THROTTLE key max_burst count period [quantity] [S | MS | US] [WARMUP period] [BLOCK
+//! duration] [DELAY max_wait | AT_MOST | FORCE] [REFUND]`: GCRA, with redis-cell's arguments and
+//! reply, without its defects; and `CL.THROTTLE_RO`, the same decision without writing.
 
 use std::ffi::{c_int, CStr};
 

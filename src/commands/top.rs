@@ -34,9 +34,7 @@ pub(super) fn run(call: &Invocation, _: Mode) -> Result<Reply, CommandError> {
         }
         [word] => parse_integer(word)
             .filter(|count| *count >= 0)
-            .ok_or(CommandError::Message(
-                c"ERR count must be a non-negative integer. Usage: RL.TOP [count]",
-            ))?,
+            .ok_or(CommandError::Usage(c"count must be a non-negative integer"))?,
         _ => return Err(CommandError::WrongArity),
     };
     if top::capacity() == 0 {

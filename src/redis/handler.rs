@@ -104,6 +104,9 @@ fn run(ctx: Ctx<'_>, argv: &[ServerStr<'_>], index: usize, command: &'static Com
         Ok(reply) => reply.send(ctx),
         Err(CommandError::WrongArity) => api::wrong_arity(ctx),
         Err(CommandError::Syntax) => api::reply_with_error(ctx, command.syntax_error(index)),
+        Err(CommandError::Usage(what)) => {
+            api::reply_with_error(ctx, command.usage_error(index, what))
+        }
         Err(CommandError::Message(message)) => api::reply_with_error(ctx, message),
     }
 }

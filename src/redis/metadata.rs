@@ -7,7 +7,7 @@
 use std::ffi::{c_int, CStr, CString};
 use std::mem::size_of;
 use std::ptr;
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 
 use redis_module::raw;
 
@@ -550,18 +550,75 @@ fn c_args(args: &[Arg]) -> CArgs {
 }
 
 impl Command {
-    /// Its syntax error (`CommandError::Syntax`): `ERR syntax error. Usage: NAME args`, the
-    /// arguments as `COMMAND DOCS` gives them, rendered once per command (entry `index` of
-    /// the table) on the first malformed call.
+    /// Its usage line, `NAME args`, the arguments as `COMMAND DOCS` gives them.
+    pub fn usage_line(&self) -> String {
+        let name = self.name.to_string_lossy().to_uppercase();
+        match usage(self.args) {
+            args if args.is_empty() => name,
+            args => format!("{name} {args}"),
+        }
+    }
+
+    /// Its syntax error (`CommandError::Syntax`): `ERR syntax error. Usage: NAME args`,
+    /// rendered once per command (entry `index` of the table) on the first malformed call.
     pub fn syntax_error(&self, index: usize) -> &'static CStr {
         static USAGES: [OnceLock<CString>; MAX_COMMANDS] =
             [const { OnceLock::new() }; MAX_COMMANDS];
-        USAGES[index].get_or_init(|| {
-            let name = self.name.to_string_lossy().to_uppercase();
-            let line = format!("ERR syntax error. Usage: {name} {}", usage(self.args));
-            CString::new(line).unwrap_or_default()
-        })
+        USAGES[index]
+            .get_or_init(|| rendered(format!("ERR syntax error. Usage: {}", self.usage_line())))
     }
+
+    /// A syntax error that says what was wrong (`CommandError::Usage(what)`): `ERR what.
+    /// Usage: NAME args`, rendered once per command and `what` (a command has a few) and kept.
+    pub fn usage_error(&self, index: usize, what: &'static CStr) -> &'static CStr {
+        static RENDERED: Mutex<Vec<(usize, usize, &'static CStr)>> = Mutex::new(Vec::new());
+        let mut rendered_ones = RENDERED.lock().unwrap_or_else(|held| held.into_inner());
+        let id = what.as_ptr() as usize;
+        if let Some(&(_, _, message)) = rendered_ones
+            .iter()
+            .find(|one| one.0 == index && one.1 == id)
+        {
+            return message;
+        }
+        let line = format!(
+            "ERR {}. Usage: {}",
+            what.to_string_lossy(),
+            self.usage_line()
+        );
+        let message: &'static CStr = Box::leak(rendered(line).into_boxed_c_str());
+        rendered_ones.push((index, id, message));
+        message
+    }
+}
+
+/// A rendered message as a C string (a usage line holds no NUL).
+fn rendered(line: String) -> CString {
+    CString::new(line).unwrap_or_default()
+}
+
+/// The usage of the block among `args` (at any depth) that begins with the keyword `token`,
+/// without it: what follows the keyword, as `THROTTLE`'s `max_burst count period [WARMUP
+/// period]` in `RL.ALL`.
+pub fn block_usage(args: &[Arg], token: &CStr) -> Option<String> {
+    args.iter().find_map(|arg| match arg.subargs.split_first() {
+        Some((first, rest)) if matches!(arg.kind, ArgKind::Block) && first.token == Some(token) => {
+            Some(usage(rest))
+        }
+        _ => block_usage(arg.subargs, token),
+    })
+}
+
+/// The keywords the blocks of the alternatives named `name` begin with, in order.
+pub fn block_keywords(args: &[Arg], name: &CStr) -> Vec<&'static CStr> {
+    args.iter()
+        .find(|arg| matches!(arg.kind, ArgKind::OneOf) && arg.name == name)
+        .map(|arg| {
+            arg.subargs
+                .iter()
+                .filter_map(|block| block.subargs.first()?.token)
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// `args` as a usage line: optional parts in brackets, alternatives joined by `|` (` | `

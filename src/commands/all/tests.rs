@@ -122,3 +122,39 @@ fn every_mistake_has_its_own_error() {
         "ERR quantity must not be negative"
     );
 }
+
+/// The errors that say what a limiter takes are rendered from the arguments `COMMAND DOCS`
+/// gives, as is the grammar the module's documentation opens with for each of them.
+#[test]
+fn each_limiters_grammar_is_rendered_from_the_arguments() {
+    let expected = [
+        "ERR THROTTLE takes max_burst count period [WARMUP period]",
+        "ERR WINDOW takes limit window [FIXED|SLIDING|BUCKETS n|ANCHORED]",
+        "ERR LOG takes limit window",
+        "ERR LEASE takes limit lease",
+        "ERR LOAD takes priority: critical_plus, critical, sheddable_plus or sheddable (or 0 to 3)",
+    ];
+    for (index, message) in expected.iter().enumerate() {
+        assert_eq!(takes(index).to_str().unwrap(), *message);
+    }
+    assert_eq!(
+        unknown_limiter().to_str().unwrap(),
+        "ERR unknown limiter: expected THROTTLE, WINDOW, LOG, LEASE or LOAD"
+    );
+    let docs: String = include_str!("../all.rs")
+        .lines()
+        .take_while(|line| line.starts_with("//!"))
+        .map(|line| line.trim_start_matches("//!").trim())
+        .collect::<Vec<_>>()
+        .join(" ");
+    for message in expected {
+        let grammar = message
+            .trim_start_matches("ERR ")
+            .replacen(" takes ", " ", 1);
+        let grammar = grammar.split(':').next().unwrap().replace('|', " | ");
+        assert!(
+            docs.contains(&format!("- `{grammar}`")),
+            "the docs list `{grammar}`"
+        );
+    }
+}

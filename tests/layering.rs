@@ -6,6 +6,9 @@
 //! - No file depends on another that depends back on it, directly or through others:
 //!   every edge counts, a parent's to its children (a `pub use` of one, a call into one)
 //!   and a child's to its parent alike, so that what both need lives in a file of its own.
+//!   A method call counts too: `self.f()` in an `impl T` (or `impl X for T`) block reaches
+//!   the file whose inherent `impl T` defines `f`, though no path names it (a type whose
+//!   methods are spread over several files is otherwise a loop no `use` shows).
 //! - The modules point one way: `core` uses nothing of `redis`, `commands`, `args` or
 //!   `error`; `redis` (the FFI layer) uses nothing of `commands` or `args`; `args` and
 //!   `error` use nothing of `redis` or `commands`.
@@ -261,40 +264,232 @@ fn file_of<'a>(
         .find_map(|len| files.get_key_value(&path[..len]).map(|(key, _)| key))
 }
 
-/// The crate's files and, for each, the other files it names.
-fn graph() -> BTreeMap<Vec<String>, BTreeSet<Vec<String>>> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let files = sources(&root);
+/// One `impl` block: the type it is for, whether it is the type's own (not a trait's), and
+/// its body.
+struct ImplBlock<'a> {
+    type_name: String,
+    inherent: bool,
+    body: &'a str,
+}
+
+/// The `impl` blocks of `code` (comments and strings already gone).
+fn impl_blocks(code: &str) -> Vec<ImplBlock<'_>> {
+    let bytes = code.as_bytes();
+    let mut blocks = Vec::new();
+    let mut at = 0;
+    while let Some(found) = code[at..].find("impl") {
+        let start = at + found;
+        at = start + 4;
+        // An item: `impl` opens its line (`unsafe impl` too), not `-> impl Trait` in a type.
+        let line_start = code[..start].rfind('\n').map_or(0, |newline| newline + 1);
+        let before = code[line_start..start].trim();
+        let bounded =
+            matches!(before, "" | "unsafe") && matches!(bytes.get(at), Some(b'<' | b' ' | b'\n'));
+        let Some(open) = code[at..].find(['{', ';']).map(|offset| at + offset) else {
+            break;
+        };
+        if !bounded || bytes[open] == b';' {
+            continue;
+        }
+        let header = code[at..open].split(" where ").next().unwrap_or("");
+        let (inherent, target) = match header.rfind(" for ") {
+            Some(split) => (false, &header[split + 5..]),
+            None => (true, header),
+        };
+        let target = skip_generics(target.trim_start());
+        let type_name: String = target
+            .trim_start_matches(['&', ' '])
+            .split('<')
+            .next()
+            .unwrap_or("")
+            .rsplit("::")
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_owned();
+        let mut depth = 0;
+        let mut close = open;
+        for (offset, byte) in bytes[open..].iter().enumerate() {
+            match byte {
+                b'{' => depth += 1,
+                b'}' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        close = open + offset;
+                        break;
+                    }
+                }
+                _ => {}
+            }
+        }
+        if !type_name.is_empty() {
+            blocks.push(ImplBlock {
+                type_name,
+                inherent,
+                body: &code[open..=close],
+            });
+        }
+        at = open + 1;
+    }
+    blocks
+}
+
+/// `<T: A<B>> Rest` as `Rest`: an `impl`'s own generics skipped.
+fn skip_generics(text: &str) -> &str {
+    let Some(rest) = text.strip_prefix('<') else {
+        return text;
+    };
+    let mut depth = 1;
+    for (offset, character) in rest.char_indices() {
+        match character {
+            '<' => depth += 1,
+            '>' => {
+                depth -= 1;
+                if depth == 0 {
+                    return rest[offset + 1..].trim_start();
+                }
+            }
+            _ => {}
+        }
+    }
+    ""
+}
+
+/// The names after each `marker` in `body` (`fn ` gives the functions it defines, `self.`
+/// the methods it calls on `self`, each followed by `(`).
+fn names_after<'a>(body: &'a str, marker: &str) -> Vec<&'a str> {
+    let mut names = Vec::new();
+    for (at, _) in body.match_indices(marker) {
+        let bytes = body.as_bytes();
+        if at > 0 && (bytes[at - 1].is_ascii_alphanumeric() || bytes[at - 1] == b'_') {
+            continue;
+        }
+        let rest = &body[at + marker.len()..];
+        let len = rest
+            .find(|c: char| !(c.is_alphanumeric() || c == '_'))
+            .unwrap_or(rest.len());
+        if len > 0 && matches!(rest[len..].chars().next(), Some('(' | '<')) {
+            names.push(&rest[..len]);
+        }
+    }
+    names
+}
+
+/// Whether `code` defines the type `name` (a struct, an enum, a union or an alias).
+fn defines(code: &str, name: &str) -> bool {
+    ["struct ", "enum ", "union ", "type "]
+        .iter()
+        .any(|kind| names_after_word(code, kind).contains(&name))
+}
+
+/// The names after each `marker` in `code` at a word's start, whatever follows them.
+fn names_after_word<'a>(code: &'a str, marker: &str) -> Vec<&'a str> {
+    let bytes = code.as_bytes();
+    code.match_indices(marker)
+        .filter(|(at, _)| {
+            *at == 0 || !(bytes[at - 1].is_ascii_alphanumeric() || bytes[at - 1] == b'_')
+        })
+        .map(|(at, _)| {
+            let rest = &code[at + marker.len()..];
+            let len = rest
+                .find(|c: char| !(c.is_alphanumeric() || c == '_'))
+                .unwrap_or(rest.len());
+            &rest[..len]
+        })
+        .collect()
+}
+
+/// The file that defines the type `name` as `module` names it: `module` itself, or the file
+/// a path ending in `name` leads to (through re-exports, a few of them).
+fn type_home(
+    files: &BTreeMap<Vec<String>, String>,
+    codes: &BTreeMap<&Vec<String>, String>,
+    module: &[String],
+    name: &str,
+) -> Option<Vec<String>> {
+    let mut at = module.to_vec();
+    for _ in 0..4 {
+        let code = codes.get(&at)?;
+        if defines(code, name) {
+            return Some(at);
+        }
+        let path = named_paths(&at, code)
+            .into_iter()
+            .find(|path| path.last().is_some_and(|last| last == name))?;
+        let next = file_of(files, &path)?.clone();
+        if next == at {
+            return None;
+        }
+        at = next;
+    }
+    None
+}
+
+/// A type's method: the file that defines the type, its name, and the method's name.
+type Method = (Vec<String>, String, String);
+
+/// The files' dependencies: the other files each names, and the files whose inherent methods
+/// each calls on `self` (of the same type: two types of one name in two files are two).
+fn dependencies(
+    files: &BTreeMap<Vec<String>, String>,
+) -> BTreeMap<Vec<String>, BTreeSet<Vec<String>>> {
+    let codes: BTreeMap<&Vec<String>, String> = files
+        .iter()
+        .map(|(module, source)| (module, code_only(source)))
+        .collect();
+    // Each type's method -> the files whose `impl type` defines it.
+    let mut defined: BTreeMap<Method, BTreeSet<Vec<String>>> = BTreeMap::new();
+    for (module, code) in &codes {
+        for block in impl_blocks(code).into_iter().filter(|block| block.inherent) {
+            let Some(home) = type_home(files, &codes, module, &block.type_name) else {
+                continue;
+            };
+            for method in names_after(block.body, "fn ") {
+                defined
+                    .entry((home.clone(), block.type_name.clone(), method.to_owned()))
+                    .or_default()
+                    .insert((*module).clone());
+            }
+        }
+    }
     let mut graph = BTreeMap::new();
-    for (module, source) in &files {
-        let code = code_only(source);
+    for (module, code) in &codes {
         let mut named = BTreeSet::new();
-        for path in named_paths(module, &code) {
-            if let Some(file) = file_of(&files, &path) {
+        for path in named_paths(module, code) {
+            if let Some(file) = file_of(files, &path) {
                 // Every edge counts, a parent's to its children too (a `pub use` of one).
-                if file != module {
+                if file != *module {
                     named.insert(file.clone());
                 }
             }
         }
-        graph.insert(module.clone(), named);
+        for block in impl_blocks(code) {
+            let Some(home) = type_home(files, &codes, module, &block.type_name) else {
+                continue;
+            };
+            let calls = names_after(block.body, "self.").into_iter();
+            for method in calls.chain(names_after(block.body, "Self::")) {
+                let key = (home.clone(), block.type_name.clone(), method.to_owned());
+                for file in defined.get(&key).into_iter().flatten() {
+                    if file != *module {
+                        named.insert(file.clone());
+                    }
+                }
+            }
+        }
+        graph.insert((*module).clone(), named);
     }
     graph
 }
 
-fn name(module: &[String]) -> String {
-    if module.is_empty() {
-        "lib".to_owned()
-    } else {
-        module.join("/")
-    }
+/// The crate's files and, for each, the other files it depends on.
+fn graph() -> BTreeMap<Vec<String>, BTreeSet<Vec<String>>> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    dependencies(&sources(&root))
 }
 
-#[test]
-fn no_file_depends_on_itself_through_others() {
-    let graph = graph();
-    // Every edge whose target reaches back to its source closes a loop: report them all,
-    // each with the way back.
+/// Every edge whose target reaches back to its source, each with the way back.
+fn loops(graph: &BTreeMap<Vec<String>, BTreeSet<Vec<String>>>) -> Vec<String> {
     let way_back = |from: &Vec<String>, to: &Vec<String>| -> Option<Vec<Vec<String>>> {
         let mut came_from: BTreeMap<&Vec<String>, &Vec<String>> = BTreeMap::new();
         let mut queue = std::collections::VecDeque::from([to]);
@@ -319,7 +514,7 @@ fn no_file_depends_on_itself_through_others() {
         None
     };
     let mut loops = Vec::new();
-    for (from, named) in &graph {
+    for (from, named) in graph {
         for to in named {
             if let Some(path) = way_back(from, to) {
                 let names: Vec<String> = path.iter().map(|m| name(m)).collect();
@@ -327,11 +522,74 @@ fn no_file_depends_on_itself_through_others() {
             }
         }
     }
+    loops
+}
+
+fn name(module: &[String]) -> String {
+    if module.is_empty() {
+        "lib".to_owned()
+    } else {
+        module.join("/")
+    }
+}
+
+#[test]
+fn no_file_depends_on_itself_through_others() {
+    let graph = graph();
+    let edges: usize = graph.values().map(BTreeSet::len).sum();
+    let loops = loops(&graph);
     assert!(
         loops.is_empty(),
-        "files that depend on themselves:\n{}",
+        "files that depend on themselves ({edges} edges):\n{}",
         loops.join("\n")
     );
+}
+
+/// The loop no `use` line shows: a method added to `core/windows/limiter.rs` that calls
+/// `self.pair_counts()`, which `pair.rs` (which uses `limiter.rs`) defines for the same type.
+#[test]
+fn a_method_call_into_a_file_that_uses_this_one_is_a_loop() {
+    let file = |path: &str, text: &str| {
+        let module: Vec<String> = path.split('/').map(str::to_owned).collect();
+        (module, text.to_owned())
+    };
+    let limiter = "pub struct WindowLimiter;\n\
+                   impl WindowLimiter {\n    pub fn counts(&self) -> u64 { self.pair_counts() }\n}\n";
+    let pair = "use super::limiter::WindowLimiter;\n\
+                impl WindowLimiter {\n    pub(super) fn pair_counts(&self) -> u64 { 0 }\n}\n";
+    let without_call = "pub struct WindowLimiter;\nimpl WindowLimiter {\n    pub fn one() {}\n}\n";
+    let files = BTreeMap::from([
+        file("core/windows/limiter", limiter),
+        file("core/windows/pair", pair),
+    ]);
+    let found = loops(&dependencies(&files));
+    assert!(
+        found.contains(
+            &"core/windows/limiter -> core/windows/pair -> core/windows/limiter".to_owned()
+        ),
+        "{found:?}"
+    );
+    let files = BTreeMap::from([
+        file("core/windows/limiter", without_call),
+        file("core/windows/pair", pair),
+    ]);
+    assert!(loops(&dependencies(&files)).is_empty());
+    // A trait's method on `self` or a method of another type is not this type's: no edge.
+    let trait_call = "use super::limiter::WindowLimiter;\n\
+                      impl Clone for WindowLimiter {\n    fn clone(&self) -> Self { Self::one() }\n}\n";
+    let files = BTreeMap::from([
+        file("core/windows/limiter", without_call),
+        file("core/windows/pair", trait_call),
+    ]);
+    let graph = dependencies(&files);
+    assert!(
+        graph[&vec!["core".to_owned(), "windows".to_owned(), "pair".to_owned()]].contains(&vec![
+            "core".to_owned(),
+            "windows".to_owned(),
+            "limiter".to_owned()
+        ])
+    );
+    assert!(loops(&graph).is_empty());
 }
 
 #[test]

@@ -153,7 +153,11 @@ fn the_rust_crates_readme_examples_build_when_pasted() {
     let dependencies = fenced("toml");
     assert_eq!(dependencies.len(), 1, "one [dependencies] block");
     let programs = fenced("rust,no_run");
-    assert!(programs.len() >= 3, "the README's examples: {}", programs.len());
+    assert!(
+        programs.len() >= 3,
+        "the README's examples: {}",
+        programs.len()
+    );
     let package = repository().join("target/readme-pasted");
     let _ = std::fs::remove_dir_all(&package);
     std::fs::create_dir_all(package.join("src/bin")).unwrap();
@@ -166,8 +170,15 @@ fn the_rust_crates_readme_examples_build_when_pasted() {
     std::fs::write(package.join("Cargo.toml"), manifest).unwrap();
     std::fs::copy(crate_dir.join("Cargo.lock"), package.join("Cargo.lock")).unwrap();
     for (number, program) in programs.iter().enumerate() {
-        assert!(program.contains("fn main()"), "example {number} is a program:\n{program}");
-        std::fs::write(package.join(format!("src/bin/example_{number}.rs")), program).unwrap();
+        assert!(
+            program.contains("fn main()"),
+            "example {number} is a program:\n{program}"
+        );
+        std::fs::write(
+            package.join(format!("src/bin/example_{number}.rs")),
+            program,
+        )
+        .unwrap();
     }
     let built = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
         .args(["build", "--offline", "--bins", "--quiet"])

@@ -12,6 +12,7 @@
 # The checkout is not part of this repository: fetch it and give its path. Needs mvn,
 # redis-server, the module built and the Java packages installed (`make java-clients`).
 #
+# On 2026-12-01, 11 of 12 pass (clients/java/README.md, Tests, says which does not and why).
 # Run: RedisRateLimiterTests (the limit enforced through the drop-in, its headers, a zero burst),
 # RedisRateLimiterConfigTests and RedisRateLimiterDefaultFilterConfigTests (the configuration read
 # from the routes and the default filters). Not run: RedisRateLimiterLuaScriptTests (the script
@@ -167,6 +168,14 @@ cat > "$work/pom.xml" <<POM
     <plugins>
       <plugin>
         <groupId>org.apache.maven.plugins</groupId>
+        <artifactId>maven-compiler-plugin</artifactId>
+        <version>3.14.0</version>
+        <configuration>
+          <release>17</release>
+        </configuration>
+      </plugin>
+      <plugin>
+        <groupId>org.apache.maven.plugins</groupId>
         <artifactId>maven-surefire-plugin</artifactId>
         <version>3.5.4</version>
       </plugin>
@@ -181,6 +190,6 @@ grep -h -E '^(Tests run|\[ERROR\] (Tests run|Failures|  ))' "$work/mvn.log" || t
 for report in "$work"/target/surefire-reports/*.txt; do
     [ -e "$report" ] && sed -n '1,4p' "$report"
 done
-[ "$status" -eq 0 ] || { tail -n 60 "$work/mvn.log"; exit "$status"; }
+[ "$status" -eq 0 ] || { grep -h -A3 "Caused by" "$work"/target/surefire-reports/*.txt | sort -u | head -n 20; exit "$status"; }
 # That the drop-in decided: the module's command was called, no script was.
 redis-cli -p "$port" info commandstats | grep -E 'cmdstat_(cl\.throttle|evalsha|eval):' || true

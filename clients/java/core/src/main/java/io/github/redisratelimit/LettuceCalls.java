@@ -15,12 +15,19 @@ import io.lettuce.core.protocol.CommandArgs;
 import io.lettuce.core.protocol.ProtocolKeyword;
 import java.nio.ByteBuffer;
 import java.nio.charset.StandardCharsets;
+import java.time.Duration;
 import java.util.ArrayDeque;
 import java.util.ArrayList;
 import java.util.Deque;
 import java.util.List;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CompletionException;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.TimeoutException;
+import java.util.function.Supplier;
 
 /**
  * The client's calls over Lettuce (Spring Data Redis' default driver): a single server's connection
@@ -28,48 +35,135 @@ import java.util.concurrent.CompletionException;
  * routed by the command's key. A connection made from a client here is closed with this; one given
  * is the caller's.
  *
+ * <p>A connection made from a client ({@link #connect}) is opened on a thread of its own, begun
+ * when it is made and begun again at the next call after an attempt failed: an application whose
+ * server is down when it starts still starts, and its calls go by the failure policy (a call waits
+ * for an attempt within its deadline) until the server answers.
+ *
  * <p>A transaction ({@link SharedLists}' writes) needs its connection to itself while it runs:
  * {@link #connect} opens one for them; over a connection given with {@link #of}, give the lists a
  * connection of their own.
  */
 public final class LettuceCalls implements RedisCalls {
-  private final StatefulRedisConnection<String, String> single;
-  private final StatefulRedisClusterConnection<String, String> cluster;
+  /** Where connections are opened: a blocking call, kept off the callers' threads. */
+  private static final ExecutorService OPENING =
+      Executors.newCachedThreadPool(
+          task -> {
+            Thread thread = new Thread(task, "redis-ratelimit-connect");
+            thread.setDaemon(true);
+            return thread;
+          });
+
+  /** How long {@link #connect} waits for its connection before it returns without one. */
+  static final Duration STARTUP_WAIT = Duration.ofSeconds(2);
+
+  private volatile StatefulRedisConnection<String, String> single;
+  private volatile StatefulRedisClusterConnection<String, String> cluster;
+
+  /** The client to open the connection from, when this made it (null: the caller's). */
   private final AbstractRedisClient client;
+
+  /** Whether this is the connection transactions run on (opened from {@link #client} too). */
+  private final boolean forTransactions;
+
+  /** The attempt to open the connection, if one was made (guarded by this). */
+  private CompletableFuture<Void> opening;
+
+  private boolean closed;
   private volatile LettuceCalls transactions;
 
   private LettuceCalls(
       StatefulRedisConnection<String, String> single,
       StatefulRedisClusterConnection<String, String> cluster,
-      AbstractRedisClient client) {
+      AbstractRedisClient client,
+      boolean forTransactions) {
     this.single = single;
     this.cluster = cluster;
     this.client = client;
+    this.forTransactions = forTransactions;
   }
 
   /** Over a connection of the caller's (a {@code StringCodec} one). */
   public static LettuceCalls of(StatefulRedisConnection<String, String> connection) {
-    return new LettuceCalls(connection, null, null);
+    return new LettuceCalls(connection, null, null, false);
   }
 
   /** Over a Cluster connection of the caller's (a {@code StringCodec} one). */
   public static LettuceCalls of(StatefulRedisClusterConnection<String, String> connection) {
-    return new LettuceCalls(null, connection, null);
+    return new LettuceCalls(null, connection, null, false);
   }
 
   /**
    * Over a connection of its own from {@code client} (a {@code RedisClient} or a {@code
    * RedisClusterClient}: the application's, with its address, credentials and TLS), closed with
-   * this.
+   * this. Waits up to {@link #STARTUP_WAIT} for it to open; never fails for a server that is down.
    */
   public static LettuceCalls connect(AbstractRedisClient client) {
+    if (!(client instanceof RedisClusterClient) && !(client instanceof RedisClient)) {
+      throw new IllegalArgumentException("a RedisClient or a RedisClusterClient, not " + client);
+    }
+    LettuceCalls calls = new LettuceCalls(null, null, client, false);
+    try {
+      // Open when this returns, as a connection normally is; a server that is down or slow
+      // leaves it opening (or to open at the next call) instead of failing the application.
+      calls.open().get(STARTUP_WAIT.toMillis(), TimeUnit.MILLISECONDS);
+    } catch (ExecutionException | TimeoutException notYet) {
+      // the calls go by the failure policy until it opens
+    } catch (InterruptedException interrupted) {
+      Thread.currentThread().interrupt();
+    }
+    return calls;
+  }
+
+  /** Done once the connection is open: at once, or when an attempt to open it ends. */
+  private CompletableFuture<Void> open() {
+    if (single != null || cluster != null) {
+      return CompletableFuture.completedFuture(null);
+    }
+    synchronized (this) {
+      if (closed) {
+        return CompletableFuture.failedFuture(
+            new IllegalStateException("the rate limiter's connection is closed"));
+      }
+      if (single == null
+          && cluster == null
+          && (opening == null || opening.isCompletedExceptionally())) {
+        opening = CompletableFuture.runAsync(this::openNow, OPENING);
+      }
+      return single != null || cluster != null ? CompletableFuture.completedFuture(null) : opening;
+    }
+  }
+
+  private void openNow() {
     if (client instanceof RedisClusterClient clusterClient) {
-      return new LettuceCalls(null, clusterClient.connect(StringCodec.UTF8), client);
+      StatefulRedisClusterConnection<String, String> opened =
+          clusterClient.connect(StringCodec.UTF8);
+      synchronized (this) {
+        if (closed) {
+          opened.close();
+        } else {
+          cluster = opened;
+        }
+      }
+    } else {
+      StatefulRedisConnection<String, String> opened =
+          ((RedisClient) client).connect(StringCodec.UTF8);
+      synchronized (this) {
+        if (closed) {
+          opened.close();
+        } else {
+          single = opened;
+        }
+      }
     }
-    if (client instanceof RedisClient redisClient) {
-      return new LettuceCalls(redisClient.connect(StringCodec.UTF8), null, client);
+  }
+
+  /** {@code then} once the connection is open, its failures as the package's. */
+  private <T> CompletableFuture<T> whenOpen(Supplier<CompletableFuture<T>> then) {
+    if (single != null || cluster != null) {
+      return then.get();
     }
-    throw new IllegalArgumentException("a RedisClient or a RedisClusterClient, not " + client);
+    return translated(open().thenCompose(opened -> then.get()));
   }
 
   /** A command's name, as Lettuce sends it. */
@@ -181,6 +275,10 @@ public final class LettuceCalls implements RedisCalls {
 
   @Override
   public CompletableFuture<Object> call(List<String> words) {
+    return whenOpen(() -> callNow(words));
+  }
+
+  private CompletableFuture<Object> callNow(List<String> words) {
     try {
       if (cluster != null) {
         return dispatch(cluster.async()::dispatch, words);
@@ -193,18 +291,22 @@ public final class LettuceCalls implements RedisCalls {
 
   @Override
   public CompletableFuture<List<Object>> transaction(String key, List<List<String>> commands) {
-    if (client != null) {
+    if (client != null && !forTransactions) {
       LettuceCalls own = transactions;
       if (own == null) {
         synchronized (this) {
           if (transactions == null) {
-            transactions = connect(client).withoutClient();
+            transactions = new LettuceCalls(null, null, client, true);
           }
           own = transactions;
         }
       }
       return own.transaction(key, commands);
     }
+    return whenOpen(() -> transactionNow(key, commands));
+  }
+
+  private CompletableFuture<List<Object>> transactionNow(String key, List<List<String>> commands) {
     CompletableFuture<TransactionResult> result;
     try {
       if (cluster != null) {
@@ -247,6 +349,10 @@ public final class LettuceCalls implements RedisCalls {
 
   @Override
   public CompletableFuture<List<Object>> onEveryPrimary(List<String> words) {
+    return whenOpen(() -> onEveryPrimaryNow(words));
+  }
+
+  private CompletableFuture<List<Object>> onEveryPrimaryNow(List<String> words) {
     if (cluster == null) {
       return call(words).thenApply(List::of);
     }
@@ -266,24 +372,18 @@ public final class LettuceCalls implements RedisCalls {
         .thenApply(done -> replies.stream().map(CompletableFuture::join).toList());
   }
 
-  /** The same connection, transactions run on it (the dedicated one). */
-  private LettuceCalls withoutClient() {
-    return new LettuceCalls(single, cluster, null);
-  }
-
   @Override
   public void close() {
-    if (client != null) {
-      if (single != null) {
-        single.close();
-      }
-      if (cluster != null) {
-        cluster.close();
-      }
-      LettuceCalls own = transactions;
-      if (own != null) {
-        own.closeConnection();
-      }
+    if (client == null) {
+      return; // the caller's connection
+    }
+    synchronized (this) {
+      closed = true;
+    }
+    closeConnection();
+    LettuceCalls own = transactions;
+    if (own != null) {
+      own.close();
     }
   }
 

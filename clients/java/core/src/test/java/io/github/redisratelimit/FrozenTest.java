@@ -162,4 +162,90 @@ class FrozenTest {
     assertEquals(2, calls.calls.get(), "one probe");
     assertTrue(probe.join().failed());
   }
+
+  /**
+   * A connection made from a client while no server listens (an application starting during a
+   * failover): made at once, each call answers by the policy within the deadline, and once the
+   * server is there the next calls reach it; nothing is opened before the first call.
+   */
+  @Test
+  void aClientMadeWhileTheServerIsDownStartsAndConnectsOnceItIsUp() throws Exception {
+    int port;
+    try (java.net.ServerSocket probe =
+        new java.net.ServerSocket(0, 1, java.net.InetAddress.getLoopbackAddress())) {
+      port = probe.getLocalPort();
+    }
+    io.lettuce.core.RedisClient client =
+        io.lettuce.core.RedisClient.create("redis://127.0.0.1:" + port);
+    Config config = Config.defaults().timeout(TIMEOUT).onError(OnError.ALLOW);
+    try (RateLimiter limiter = new RateLimiter(LettuceCalls.connect(client), config)) {
+      Limiter log = Limiter.log(Servers.unique("down-at-start"), 5, LONG);
+      Duration took = timed(() -> assertTrue(limiter.check(log).failed()));
+      assertTrue(took.compareTo(TIMEOUT.plus(MARGIN)) < 0, "took " + took);
+      try (ForwardedPort forwarded = new ForwardedPort(port, Servers.uri())) {
+        assertEquals(port, forwarded.port());
+        long deadline = System.nanoTime() + LONG.toNanos();
+        RateLimit answered = limiter.check(log);
+        while (answered.failed() && System.nanoTime() < deadline) {
+          Thread.sleep(50); // the circuit's cool-down, then a probe opens the connection
+          answered = limiter.check(log);
+        }
+        assertFalse(answered.failed(), "the server was reached once it listened");
+        assertEquals(4, answered.remaining());
+      }
+    } finally {
+      client.shutdown();
+    }
+  }
+
+  /** Port {@code port} relaying to the server, until closed. */
+  static final class ForwardedPort implements AutoCloseable {
+    private final java.net.ServerSocket socket;
+
+    ForwardedPort(int port, java.net.URI server) throws java.io.IOException {
+      socket = new java.net.ServerSocket(port, 16, java.net.InetAddress.getLoopbackAddress());
+      Thread acceptor =
+          new Thread(
+              () -> {
+                while (!socket.isClosed()) {
+                  try {
+                    java.net.Socket client = socket.accept();
+                    java.net.Socket upstream =
+                        new java.net.Socket(server.getHost(), server.getPort());
+                    pipe(client, upstream);
+                    pipe(upstream, client);
+                  } catch (java.io.IOException closed) {
+                    return;
+                  }
+                }
+              },
+              "forwarded-port");
+      acceptor.setDaemon(true);
+      acceptor.start();
+    }
+
+    private static void pipe(java.net.Socket from, java.net.Socket to) {
+      Thread thread =
+          new Thread(
+              () -> {
+                try {
+                  from.getInputStream().transferTo(to.getOutputStream());
+                } catch (java.io.IOException ended) {
+                  // the connection ended
+                }
+              },
+              "forwarded-port-copy");
+      thread.setDaemon(true);
+      thread.start();
+    }
+
+    int port() {
+      return socket.getLocalPort();
+    }
+
+    @Override
+    public void close() throws java.io.IOException {
+      socket.close();
+    }
+  }
 }

@@ -30,7 +30,13 @@ public class GatewayRateLimitAutoConfiguration {
     return new ModuleRedisRateLimiter(limiter, configurationService);
   }
 
-  @Bean
+  /**
+   * Beyond the drop-in, named in a route ({@code rate-limiter: "#{@moduleRateLimiter}"}). Not a
+   * candidate for injection by type: the gateway injects the one {@code RateLimiter} an application
+   * has into its filter factory, and an application with a limiter bean of its own must still have
+   * exactly one.
+   */
+  @Bean(autowireCandidate = false)
   @ConditionalOnMissingBean
   public ModuleRateLimiter moduleRateLimiter(
       ReactiveRateLimiter limiter, ConfigurationService configurationService) {

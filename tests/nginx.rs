@@ -1925,9 +1925,12 @@ fn a_binding_quota_costs_a_call_per_half_batch() {
     let calls = server_calls(&mut con, "cl.throttle");
     eprintln!("binding quota: {admitted} admitted, {calls} server calls");
     assert_eq!(admitted, 600, "{}", nginx.log());
-    // The burst, a few calls that get what refilled, then half a batch a call.
+    // The burst, a few calls that get what refilled, then half a batch a call: 24 calls for
+    // the 600 at best. How many take only what refilled since the last depends on how fast the
+    // requests come (a busy machine's are slower), so the bound is twice that, still far from
+    // the call per unit refilled (hundreds) that a lease which never binds would cost.
     assert!(
-        calls <= 600 / 25 + 4,
+        calls <= 2 * (600 / 25),
         "{calls} calls for {admitted} admitted"
     );
 }

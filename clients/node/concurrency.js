@@ -74,10 +74,7 @@ class ConcurrencyLimit {
     const noload = this.noload;
     const bound = this.peak >= this.limit / 2;
     const measured = this.windowMin < Infinity && noload < Infinity;
-    // The queue a slow request may stand behind: one no-load latency (at least `targetUs`),
-    // and while congested a quarter of one, so that the limit settles at a pool's size.
-    const allowed = this.congested ? Math.floor(noload / 4) : noload;
-    const target = measured ? noload + Math.max(allowed, o.targetUs) : Infinity;
+    const target = measured ? noload + Math.max(noload, o.targetUs) : Infinity;
     // While congested, a queue stands whatever the peak: the probe may raise the limit past it.
     const standing = measured && (bound || this.congested) && this.windowMin > target;
     this.standingRun = standing ? this.standingRun + 1 : 0;

@@ -159,13 +159,7 @@ func (c *ConcurrencyLimit) roll(now int64) {
 	measured := !math.IsInf(c.windowMin, 1) && !math.IsInf(noload, 1)
 	target := math.Inf(1)
 	if measured {
-		// The queue a slow request may stand behind: one no-load latency (at least TargetUs),
-		// and while congested a quarter of one, so that the limit settles at a pool's size.
-		allowed := noload
-		if c.congested {
-			allowed = math.Floor(noload / 4)
-		}
-		target = noload + math.Max(allowed, float64(o.TargetUs))
+		target = noload + math.Max(noload, float64(o.TargetUs))
 	}
 	// While congested, a queue stands whatever the peak: the probe may raise the limit past it.
 	standing := measured && (bound || c.congested) && c.windowMin > target

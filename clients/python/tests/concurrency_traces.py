@@ -61,16 +61,6 @@ TRACES = (
         {"epoch_us": 400_000},
         51,
     ),
-    (
-        "slow overload",
-        "a slow service, 20 ms a request, at half, three times, half its capacity: while "
-        "congested the queue it may keep is a quarter of its no-load latency, not a whole one, "
-        "so the limit settles near what it serves at once instead of probing a queue past it",
-        20_000,
-        ((1_000_000, 0.5), (2_000_000, 3.0), (1_000_000, 0.5)),
-        {},
-        54,
-    ),
 )
 # An event loop: a request waits for the loop before it can be decided (its wait is the
 # backlog it is decided with), and a refusal costs the loop REFUSAL µs.

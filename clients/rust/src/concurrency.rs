@@ -6,9 +6,8 @@
 //! Lua packages' (`clients/conformance.json`, part `concurrency`).
 //!
 //! - **Standing queue**: an interval (100 ms) whose fastest request took longer than the
-//!   no-load latency plus the longer of one no-load latency (a quarter of one while
-//!   congested) and 5 ms, while the requests in flight reached half the limit (at any peak
-//!   while congested).
+//!   no-load latency plus the longer of one no-load latency and 5 ms, while the requests in
+//!   flight reached half the limit (at any peak while congested).
 //! - **No-load latency**: the least latency of the current and the previous epoch (30 s).
 //! - **Congestion** begins at the fourth standing interval in a row, or at once when the
 //!   fastest request took over four times the target: the limit is cut to the in-flight peak
@@ -229,13 +228,7 @@ impl ConcurrencyLimit {
         let o = &self.options;
         let bound = self.peak >= self.limit / 2.0;
         let measured = match (self.window_min, self.noload_us()) {
-            // The queue a slow request may stand behind: one no-load latency (at least
-            // `target`), and while congested a quarter of one, so that the limit settles at
-            // a pool's size.
-            (Some(fastest), Some(noload)) => {
-                let allowed = if self.congested { noload / 4 } else { noload };
-                Some((fastest, noload + allowed.max(micros(o.target))))
-            }
+            (Some(fastest), Some(noload)) => Some((fastest, noload + noload.max(micros(o.target)))),
             _ => None,
         };
         // While congested, a queue stands whatever the peak: the probe may raise the limit past it.

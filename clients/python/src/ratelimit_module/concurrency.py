@@ -5,8 +5,7 @@ classes while it is congested. The same algorithm, step for step, in every packa
 (clients/conformance.json, `concurrency`).
 
 - **Standing queue** (CoDel's test): an interval (100 ms) whose *fastest* request still took
-  longer than the no-load latency plus the longer of one no-load latency (a quarter of one
-  while congested) and 5 ms, while the
+  longer than the no-load latency plus the longer of one no-load latency and 5 ms, while the
   requests in flight reached half the limit (at any peak while congested). A burst that
   drains within the interval leaves a fast request in it; a queue that stands does not.
 - **No-load latency**: the least latency of the current and the previous epoch (30 s each).
@@ -105,10 +104,7 @@ class ConcurrencyLimit:
         noload = self.noload
         bound = self._peak >= self.limit / 2
         measured = self._window_min < math.inf and noload < math.inf
-        # The queue a slow request may stand behind: one no-load latency (at least `target`),
-        # and while congested a quarter of one, so that the limit settles at a pool's size.
-        allowed = (noload // 4 if self.congested else noload) if measured else 0
-        target = noload + max(allowed, o.target_us) if measured else math.inf
+        target = noload + max(noload, o.target_us) if measured else math.inf
         # While congested, a queue stands whatever the peak: the probe may raise the limit past it.
         standing = measured and (bound or self.congested) and self._window_min > target
         self._standing_run = self._standing_run + 1 if standing else 0

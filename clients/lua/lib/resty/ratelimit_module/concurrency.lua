@@ -4,7 +4,7 @@
 -- does, and while congested reserves its top places for the more important classes (trunk
 -- reservation). The same algorithm, step for step, as every package's
 -- (clients/conformance.json, `concurrency`). Plain Lua, no I/O: the clock is passed in.
-local huge, min, max, sqrt, floor = math.huge, math.min, math.max, math.sqrt, math.floor
+local huge, min, max, sqrt = math.huge, math.min, math.max, math.sqrt
 local setmetatable = setmetatable
 
 local _M = { _VERSION = "0.3.0" }
@@ -77,10 +77,7 @@ local function roll(self, now)
     local noload = min(self.noload_now, self.noload_before)
     local bound = self.peak >= self.limit / 2
     local measured = self.window_min < huge and noload < huge
-    -- The queue a slow request may stand behind: one no-load latency (at least `target_us`),
-    -- and while congested a quarter of one, so that the limit settles at a pool's size.
-    local allowed = self.congested and floor(noload / 4) or noload
-    local target = measured and noload + max(allowed, o.target_us) or huge
+    local target = measured and noload + max(noload, o.target_us) or huge
     -- While congested, a queue stands whatever the peak: the probe may raise the limit past it.
     local standing = measured and (bound or self.congested) and self.window_min > target
     self.standing_run = standing and self.standing_run + 1 or 0

@@ -94,11 +94,8 @@ public final class ConcurrencyLimit {
     double noload = Math.min(noloadNow, noloadBefore);
     boolean bound = peak >= limit / 2;
     boolean measured = windowMin < Double.POSITIVE_INFINITY && noload < Double.POSITIVE_INFINITY;
-    // The queue a slow request may stand behind: one no-load latency (at least targetUs), and
-    // while congested a quarter of one, so that the limit settles at a pool's size.
-    double allowed = congested ? Math.floor(noload / 4) : noload;
     double target =
-        measured ? noload + Math.max(allowed, (double) o.targetUs()) : Double.POSITIVE_INFINITY;
+        measured ? noload + Math.max(noload, (double) o.targetUs()) : Double.POSITIVE_INFINITY;
     // While congested, a queue stands whatever the peak: the probe may raise the limit past it.
     boolean standing = measured && (bound || congested) && windowMin > target;
     standingRun = standing ? standingRun + 1 : 0;

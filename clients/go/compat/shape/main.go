@@ -34,10 +34,6 @@ import (
 	"github.com/redisratelimit/ratelimit/load"
 )
 
-// sink keeps what the calibration computed: a result nobody reads lets the compiler drop the
-// work, and the calibration then counted 16 times the rounds a millisecond really takes.
-var sink float64
-
 // work is n rounds of arithmetic, and their result (read, so that it is not optimised away).
 func work(n int) float64 {
 	x := 1.0
@@ -47,12 +43,16 @@ func work(n int) float64 {
 	return x
 }
 
-// roundsPerMilli is how many rounds take a millisecond of CPU, measured at the start.
+// roundsPerMilli is how many rounds take a millisecond of CPU, measured at the start. It reads
+// each result as the handler does: a result nobody reads lets the compiler drop the work, and the
+// calibration then counted 16 times the rounds a millisecond really takes.
 func roundsPerMilli() int {
 	rounds := 1 << 16
 	for {
 		started := time.Now()
-		sink = work(rounds)
+		if work(rounds) < 0 {
+			log.Fatal("a square root came out negative")
+		}
 		took := time.Since(started)
 		if took > 50*time.Millisecond {
 			return int(float64(rounds) / (float64(took) / float64(time.Millisecond)))

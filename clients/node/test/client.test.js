@@ -297,8 +297,12 @@ test("quota leases: batch 1 is a call per decision; a batch is given back on clo
   // Unused units go back after hold, with no request to notice.
   const held = new Quota(new RateLimiter(io), [log(`${key}:hold`, 10, 60)], { batch: 5, hold: 0.2 });
   assert.equal(await held.take(), true);
-  await new Promise((resolve) => setTimeout(resolve, 400));
-  assert.equal((await new RateLimiter(io).counts(log(`${key}:hold`, 10, 60))).count, 1);
+  const count = async () => (await new RateLimiter(io).counts(log(`${key}:hold`, 10, 60))).count;
+  assert.equal(await count(), 5);
+  // Waited for, bounded at 10 s (fifty times the hold): the four go back, the one spent stays.
+  const end = Date.now() + 10_000;
+  while ((await count()) !== 1 && Date.now() < end) await new Promise((resolve) => setImmediate(resolve));
+  assert.equal(await count(), 1);
 });
 
 test("quota leases: a binding quota asks the server once per half batch, not once per take", async () => {

@@ -67,26 +67,27 @@ for (const algorithm of ["ANCHORED", "FIXED", "SLIDING", "LOG"]) {
 for (const algorithm of ["FIXED", "SLIDING", "LOG"]) {
   test(`${algorithm}: skipFailedRequests gives back nothing for a refused request`, async () => {
     const prefix = `express:${randomUUID()}:`;
+    const store = new RateLimitModuleStore({ client: redis, algorithm, prefix });
     const app = express();
     app.use(
       rateLimit({
         windowMs: 3_600_000,
         limit: 2,
         skipFailedRequests: true,
-        store: new RateLimitModuleStore({ client: redis, algorithm, prefix }),
+        store,
       }),
     );
     app.get("/", (req, res) => res.send("hello"));
     app.get("/fails", (req, res) => res.status(500).send("failed"));
-    const { server, base } = await listen(app);
+    const { server, base, settled } = await listen(app, store);
     try {
       const statuses = [];
       for (let i = 0; i < 8; i++) {
         const response = await fetch(`${base}/`);
         await response.text();
         statuses.push(response.status);
-        // Let express-rate-limit's decrement (on the response's end) run first.
-        await new Promise((resolve) => setTimeout(resolve, 20));
+        // express-rate-limit's decrement (on the response's end) goes first.
+        await settled();
       }
       // As express-rate-limit's MemoryStore answers: two admitted, then refused.
       assert.deepEqual(statuses, [200, 200, 429, 429, 429, 429, 429, 429]);
@@ -104,6 +105,7 @@ for (const algorithm of ["FIXED", "SLIDING", "LOG"]) {
 
   test(`${algorithm}: a failed request is given back`, async () => {
     const prefix = `express:${randomUUID()}:`;
+    const store = new RateLimitModuleStore({ client: redis, algorithm, prefix });
     const app = express();
     app.use(
       rateLimit({
@@ -112,19 +114,19 @@ for (const algorithm of ["FIXED", "SLIDING", "LOG"]) {
         windowMs: 3_600_000,
         limit: 2,
         skipFailedRequests: true,
-        store: new RateLimitModuleStore({ client: redis, algorithm, prefix }),
+        store,
       }),
     );
     app.get("/fails", (req, res) => res.status(500).send("failed"));
     app.get("/", (req, res) => res.send("hello"));
-    const { server, base } = await listen(app);
+    const { server, base, settled } = await listen(app, store);
     try {
       const statuses = [];
       for (const path of ["/fails", "/fails", "/", "/", "/"]) {
         const response = await fetch(`${base}${path}`);
         await response.text();
         statuses.push(response.status);
-        await new Promise((resolve) => setTimeout(resolve, 20));
+        await settled();
       }
       // The two failures are given back: two successes fit, the third is refused.
       assert.deepEqual(statuses, [500, 500, 200, 200, 429]);
@@ -154,8 +156,9 @@ test("limit 0 refuses everything, as express-rate-limit means it", async () => {
   }
 });
 
-/** The statuses and rate-limit fields of `paths` requested one after another. */
-async function sequence(base, paths) {
+/** The statuses and rate-limit fields of `paths` requested one after another, each after the
+ * last has settled (its decrement done, if any). */
+async function sequence({ base, settled }, paths) {
   const seen = [];
   for (const path of paths) {
     const response = await fetch(`${base}${path}`);
@@ -165,8 +168,7 @@ async function sequence(base, paths) {
       fields[name] = response.headers.get(name);
     }
     seen.push({ path, status: response.status, fields });
-    // Let a decrement (on the response's end) run before the next request.
-    await new Promise((resolve) => setTimeout(resolve, 15));
+    await settled();
   }
   return seen;
 }
@@ -187,11 +189,11 @@ for (const [index, { paths, ...options }] of scenarios.entries()) {
       app.use(rateLimit({ windowMs: 60_000, standardHeaders: "draft-8", legacyHeaders: true, ...options, store }));
       app.get("/", (req, res) => res.send("hello"));
       app.get("/fails", (req, res) => res.status(500).send("failed"));
-      const { server, base } = await listen(app);
+      const listening = await listen(app, store);
       try {
-        return await sequence(base, paths);
+        return await sequence(listening, paths);
       } finally {
-        server.close();
+        listening.server.close();
       }
     };
     const theirs = await run(new MemoryStore());
@@ -248,12 +250,13 @@ test("the window starts at the first hit, as the reset field says", async () => 
     }),
   );
   app.get("/", (req, res) => res.send("hello"));
-  const { server, base } = await listen(app);
+  const listening = await listen(app);
+  const { server } = listening;
   try {
-    const [first] = await sequence(base, ["/"]);
+    const [first] = await sequence(listening, ["/"]);
     assert.match(first.fields.ratelimit, /reset=3/);
     await new Promise((resolve) => setTimeout(resolve, 1_100));
-    const [, third] = await sequence(base, ["/", "/"]);
+    const [, third] = await sequence(listening, ["/", "/"]);
     assert.equal(third.status, 429);
     assert.match(third.fields.ratelimit, /reset=[12]\b/);
   } finally {
@@ -282,10 +285,11 @@ for (const [onError, passOnStoreError, expected] of [
       }),
     );
     app.get("/", (req, res) => res.send("hello"));
-    const { server, base } = await listen(app);
+    const listening = await listen(app);
+    const { server } = listening;
     try {
       const started = Date.now();
-      const responses = await sequence(base, ["/", "/", "/"]);
+      const responses = await sequence(listening, ["/", "/", "/"]);
       // Each within the store's timeout (300 ms), with a margin for a busy machine.
       assert.ok(Date.now() - started < 3 * 300 + 5_000, `${Date.now() - started} ms`);
       assert.deepEqual(

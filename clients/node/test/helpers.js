@@ -25,11 +25,39 @@ async function burst(target, count) {
 /** How many of `responses` have `status`. */
 const counted = (responses, status) => responses.filter((one) => one.status === status).length;
 
-/** Listens on a free port; resolves with the server and its base URL. */
-function listen(app) {
+/** Listens on a free port; resolves with the server, its base URL and `settled`.
+ *
+ * express-rate-limit decrements a store on a response's "finish", after the client may have
+ * read it: `settled()` resolves once every response the server began has closed and every
+ * decrement asked of `stores` has finished, so that a test waits for those rather than for a
+ * time. It rejects if they have not within `seconds`. */
+function listen(app, ...stores) {
+  let open = 0;
+  const decrements = new Set();
+  for (const store of stores) {
+    const decrement = store.decrement.bind(store);
+    store.decrement = (key) => {
+      const done = Promise.resolve(decrement(key));
+      decrements.add(done);
+      const forget = () => decrements.delete(done);
+      done.then(forget, forget);
+      return done;
+    };
+  }
+  const settled = async (seconds = 10) => {
+    const end = Date.now() + seconds * 1000;
+    while (open > 0 || decrements.size > 0) {
+      if (Date.now() > end) throw new Error(`${open} responses open, ${decrements.size} decrements pending`);
+      await new Promise((resolve) => setImmediate(resolve));
+    }
+  };
   return new Promise((resolve) => {
     const server = app.listen(0, "127.0.0.1", () => {
-      resolve({ server, base: `http://127.0.0.1:${server.address().port}` });
+      resolve({ server, base: `http://127.0.0.1:${server.address().port}`, settled });
+    });
+    server.on("request", (request, response) => {
+      open++;
+      response.once("close", () => open--);
     });
   });
 }

@@ -535,9 +535,14 @@ class QuotaTest(unittest.TestCase):
             limits = [Log(key, 10, 60)]
             quota = AsyncQuota(AsyncRateLimiter(client), limits, batch=5, hold=0.2)
             self.assertTrue(await quota.take())
-            self.assertEqual((await AsyncRateLimiter(client).counts(limits[0])).count, 5)
-            await asyncio.sleep(0.4)
-            self.assertEqual((await AsyncRateLimiter(client).counts(limits[0])).count, 1)
+            count = AsyncRateLimiter(client).counts
+            self.assertEqual((await count(limits[0])).count, 5)
+            # Waited for, bounded at 10 s (fifty times the hold): the four go back, the one
+            # spent stays.
+            end = time.monotonic() + 10
+            while (await count(limits[0])).count != 1 and time.monotonic() < end:
+                await asyncio.sleep(0.01)
+            self.assertEqual((await count(limits[0])).count, 1)
             await quota.close()
             await client.aclose()
 

@@ -700,6 +700,13 @@ pub fn bytes_per_key_after(
         .collect()
 }
 
+/// The least of three runs of `measure`, a cost read from `used_memory`: what the server holds
+/// for a while besides the keys (a client's query buffer, a hash table until its rehash ends:
+/// 128 KB at times, seen to outlast two agreeing readings) only ever adds to a reading.
+pub fn least_of_three(mut measure: impl FnMut() -> f64) -> f64 {
+    (0..3).map(|_| measure()).fold(f64::INFINITY, f64::min)
+}
+
 /// `used_memory` from `INFO memory`, without what the clients' buffers hold
 /// (`mem_clients_normal`: a pipeline's query and reply buffers shrink on the server's own
 /// schedule), once it has settled.

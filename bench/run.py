@@ -794,6 +794,8 @@ def report(workloads, memory, info, requests, callgrind_requests, minutes, comma
         "",
         *options_table(workloads),
         "",
+        *([f"Against an earlier build, {baseline}, measured in the same run (instructions "
+           "per request):", "", *baseline_table(workloads, baseline), ""] if baseline else []),
         *roundtrips_section(roundtrips),
         *nginx_section(through_nginx),
         *quota_section(quota),
@@ -801,8 +803,6 @@ def report(workloads, memory, info, requests, callgrind_requests, minutes, comma
         *go_section(golang),
         *java_section(java),
         *overload_section(overload),
-        *([f"Against an earlier build, {baseline}, measured in the same run (instructions "
-           "per request):", "", *baseline_table(workloads, baseline), ""] if baseline else []),
         "## Time and latency (a replica attached, no valgrind)",
         "",
         "Server CPU is the server's own (INFO cpu), so the client's cost is left out.",

@@ -23,6 +23,27 @@ use support::cluster::Cluster;
 use support::listening::Listening;
 use support::{clients_python as python, query, repository, wait_until, Server};
 
+/// The outage test runs alone: the other tests of this file run the packages' whole suites
+/// (Maven, `go test -race`, ...) side by side and keep both cores busy. A service on a
+/// saturated machine does queue, and its local limit rightly sheds then; what the outage test
+/// checks is that the limiter's own answers while the server is frozen are not counted as the
+/// service's health. Every other test holds a share of this lock, the outage test all of it.
+static MACHINE: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
+/// A share of the machine: the test runs beside the others, never beside the outage test.
+fn beside_the_others() -> std::sync::RwLockReadGuard<'static, ()> {
+    MACHINE
+        .read()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// The machine to itself: no other test of this file runs meanwhile.
+fn alone() -> std::sync::RwLockWriteGuard<'static, ()> {
+    MACHINE
+        .write()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 fn redis_url(server: &Server) -> String {
     format!("redis://127.0.0.1:{}", server.port())
 }
@@ -47,6 +68,7 @@ fn run(server: &Server, mut command: Command) {
 
 #[test]
 fn the_python_package_passes_its_tests() {
+    let _machine = beside_the_others();
     let server = Server::start();
     let mut command = Command::new(python());
     command
@@ -61,6 +83,7 @@ fn the_python_package_passes_its_tests() {
 /// slowapi and Flask-Limiter rely on of a storage.
 #[test]
 fn limits_own_tests_pass_against_the_sync_and_async_storages() {
+    let _machine = beside_the_others();
     let suite = std::env::var_os("LIMITS_SUITE").map(PathBuf::from);
     let suite = suite
         .filter(|suite| suite.join("pytest.ini").exists())
@@ -94,6 +117,7 @@ fn limits_own_tests_pass_against_the_sync_and_async_storages() {
 
 #[test]
 fn the_node_package_passes_its_tests_with_express_and_nestjs() {
+    let _machine = beside_the_others();
     let server = Server::start();
     let modules = repository().join("clients/node/node_modules/express-rate-limit");
     assert!(
@@ -119,6 +143,7 @@ fn the_node_package_passes_its_tests_with_express_and_nestjs() {
 /// against a server of their own; the Cluster's are in `every_package_works_on_a_cluster`.
 #[test]
 fn the_rust_crate_passes_its_tests_with_axum() {
+    let _machine = beside_the_others();
     let server = Server::start();
     let mut command = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
     command
@@ -142,6 +167,7 @@ fn the_rust_crate_passes_its_tests_with_axum() {
 /// and in a real gateway. A failing run prints the reports of the failed tests.
 #[test]
 fn the_java_packages_pass_their_tests_with_spring() {
+    let _machine = beside_the_others();
     let server = Server::start();
     let java = repository().join("clients/java");
     let output = Command::new("mvn")
@@ -178,6 +204,7 @@ fn the_java_packages_pass_their_tests_with_spring() {
 /// go-zero's own scripts on the same server, and chi and gorilla/mux taking the middleware.
 #[test]
 fn the_go_packages_pass_their_tests_with_the_race_detector() {
+    let _machine = beside_the_others();
     let server = Server::start();
     for module in ["clients/go", "clients/go/compat"] {
         let mut command = Command::new("go");
@@ -357,6 +384,7 @@ fn holds_exactly(start: impl Fn(&Server, &str) -> Listening, path: &'static str)
 
 #[test]
 fn slowapi_on_fastapi_holds_its_limit_exactly_with_every_strategy() {
+    let _machine = beside_the_others();
     holds_exactly(
         |server, strategy| uvicorn(server, "fastapi_app:app", &[("STRATEGY", strategy)]),
         "/slowapi",
@@ -365,11 +393,13 @@ fn slowapi_on_fastapi_holds_its_limit_exactly_with_every_strategy() {
 
 #[test]
 fn flask_limiter_on_flask_holds_its_limit_exactly_with_every_strategy() {
+    let _machine = beside_the_others();
     holds_exactly(flask, "/limited");
 }
 
 #[test]
 fn the_fastapi_dependency_and_the_starlette_middleware_hold_their_limit_exactly() {
+    let _machine = beside_the_others();
     for (app_name, path) in [
         ("fastapi_app:app", "/dependency"),
         ("fastapi_app:middleware_app", "/"),
@@ -499,6 +529,7 @@ fn ints_or_items(con: &mut Connection, args: &[&str]) {
 
 #[test]
 fn starlette_sheds_by_load_and_priority() {
+    let _machine = beside_the_others();
     let server = Server::start();
     let app = uvicorn(&server, "fastapi_app:shedding_app", &[]);
     let shadow = uvicorn(&server, "fastapi_app:shadow_shedding_app", &[]);
@@ -507,6 +538,7 @@ fn starlette_sheds_by_load_and_priority() {
 
 #[test]
 fn every_package_works_on_a_cluster() {
+    let _machine = beside_the_others();
     let cluster = Cluster::start(3, 0);
     // RL.TOP on, on every primary, as an operator turns it on: top() merges them.
     for master in cluster.masters() {
@@ -604,6 +636,7 @@ fn survives_a_failing_server(mut server: Server, faulty: &[Faulty]) {
 
 #[test]
 fn the_python_adapters_answer_within_their_timeout_when_the_server_fails() {
+    let _machine = beside_the_others();
     let server = Server::start();
     let swallow = [("SWALLOW", "1")];
     let fastapi = uvicorn(&server, "fastapi_app:app", &swallow);
@@ -641,6 +674,7 @@ fn node_app_named(server: &Server, file: &str, which: &str) -> Listening {
 
 #[test]
 fn the_node_adapters_answer_within_their_timeout_when_the_server_fails() {
+    let _machine = beside_the_others();
     let server = Server::start();
     let (express, nestjs) = (node_app(&server, "express"), node_app(&server, "nestjs"));
     let faulty = [
@@ -673,6 +707,7 @@ fn statuses(app: &Listening, path: &str, count: usize) -> Vec<u16> {
 
 #[test]
 fn metrics_scraped_over_http_count_every_decision_and_shadow_mode_lets_refusals_through() {
+    let _machine = beside_the_others();
     let server = Server::start();
     // FastAPI: the package's dependency, in shadow mode too, and slowapi on the storage.
     let fastapi = uvicorn(&server, "fastapi_app:app", &[]);
@@ -889,6 +924,7 @@ fn outage_services(server: &Server) -> Vec<OutageService> {
 /// level of each service, polled) and what each service answered.
 #[test]
 fn an_outage_of_the_server_sheds_nothing_once_it_is_back() {
+    let _machine = alone();
     use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
     use std::sync::{Arc, Mutex};
 

@@ -400,8 +400,10 @@ struct FluidBucket {
     written_rate: f64,
     /// The interval its basis keeps (rounded up), in seconds.
     written_basis: f64,
-    /// The current rate as a basis keeps it.
-    basis_rate: f64,
+    /// The current interval as a basis keeps it, in seconds: kept as the interval itself
+    /// (a rate's reciprocal need not give the same double back, which read an unchanged
+    /// basis as a changed one).
+    basis: f64,
     /// Whether the current basis differs from the written one.
     carries: bool,
     used: f64,
@@ -429,7 +431,7 @@ impl FluidBucket {
             rate: 1.0 / interval.0,
             written_rate: 1.0 / interval.0,
             written_basis: interval.1,
-            basis_rate: 1.0 / interval.1,
+            basis: interval.1,
             carries: false,
             used: 0.0,
             since: 0.0,
@@ -472,7 +474,7 @@ impl FluidBucket {
         self.used = used;
         self.since = now;
         self.written_rate = self.rate;
-        self.written_basis = 1.0 / self.basis_rate;
+        self.written_basis = self.basis;
         self.carries = false;
         self.expires = ((now + used / self.rate) * 1e3 - 1e-9).ceil() / 1e3;
     }
@@ -480,7 +482,7 @@ impl FluidBucket {
     fn change(&mut self, capacity: f64, interval: (f64, f64)) {
         self.capacity = capacity;
         self.rate = 1.0 / interval.0;
-        self.basis_rate = 1.0 / interval.1;
+        self.basis = interval.1;
         self.carries = interval.1 != self.written_basis;
     }
 }
@@ -528,3 +530,4 @@ proptest! {
         }
     }
 }
+

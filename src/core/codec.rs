@@ -99,6 +99,44 @@ impl Placement {
     }
 }
 
+// The window counters' tags (their layouts are `core/windows/`'s).
+
+/// Tag of a `FIXED` state.
+pub const FIXED_TAG: u8 = 0xF9;
+/// Tag of a `SLIDING` state.
+pub const SLIDING_TAG: u8 = 0xFA;
+/// Tag of a `BUCKETS` state as the first release wrote it (all `n` counts), still read.
+pub const BUCKETS_V1_TAG: u8 = 0xFB;
+
+/// Tag of a `BUCKETS` log: the entries, then the trailer (`core/windows/buckets.rs`).
+pub const BUCKETS_TAG: u8 = 0xFC;
+
+/// Tag of a `BUCKETS` log as 5fec6b4 wrote it, still read: its trailer ends with the limit
+/// its counts were counted under (passed over: counts are read as counted).
+pub const BUCKETS_LIMITED_TAG: u8 = 0xF6;
+
+/// Tag of an `ANCHORED` state (`core/windows/anchored.rs`).
+pub const ANCHORED_TAG: u8 = 0xFE;
+
+/// Tag of a load state (`RL.LOAD.*`; its layout is `core/load/layout.rs`'s).
+pub const LOAD_TAG: u8 = 0xF7;
+
+/// Every tag a stored string starts with: each a byte UTF-8 text never holds (0xF5 to 0xFF),
+/// so no value a user wrote is read as a state; listed for the test that keeps them distinct.
+#[cfg(test)]
+const TAGS: [u8; 10] = [
+    GCRA_TAG,
+    WARM_GCRA_TAG,
+    FIXED_TAG,
+    SLIDING_TAG,
+    BUCKETS_V1_TAG,
+    BUCKETS_TAG,
+    BUCKETS_LIMITED_TAG,
+    ANCHORED_TAG,
+    LOAD_TAG,
+    BLOCKED_TAG,
+];
+
 /// Tag of a value whose key is in a penalty block (`BLOCK`), whatever the algorithm: the
 /// tag, the block's end in microseconds since the epoch (7 bytes, little-endian: 2^56 µs
 /// reaches the year 4253), then the limiter's own state, unchanged.
@@ -275,6 +313,15 @@ mod tests {
     }
 
     const BASIS: Basis = Basis(0x0A0B);
+
+    #[test]
+    fn every_tag_is_distinct_and_a_byte_utf8_text_never_holds() {
+        for (i, tag) in TAGS.iter().enumerate() {
+            assert!(*tag >= 0xF5, "{tag:#x}");
+            assert!(!TAGS[i + 1..].contains(tag), "{tag:#x} twice");
+            assert!(std::str::from_utf8(&[*tag]).is_err());
+        }
+    }
 
     #[test]
     fn layout_is_the_tag_little_endian_ticks_then_the_basis() {

@@ -3,9 +3,17 @@
 //! while the stored standing stands it reads the header alone.
 
 use super::layout::LoadStateBytes;
-use super::levels::{LoadDecision, LoadGate, LoadState};
-use super::priority::admits;
+use super::levels::{LoadDecision, LoadState};
+use super::priority::{admits, Priority};
 use crate::core::time::Micros;
+
+/// The load gate of a call (`LOAD priority` in `RL.ALL`): the service's level decides, for
+/// a request of this priority, whether it goes on to the other limiters; it writes nothing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LoadGate {
+    /// The request's class.
+    pub priority: Priority,
+}
 
 impl LoadGate {
     /// Decides the gate for a request at `now` from the key's stored bytes (`None`: no key,

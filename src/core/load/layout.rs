@@ -28,8 +28,7 @@ use super::policy::{Level, Policy, MAX_INSTANCES, MAX_NAME_LEN, MAX_REPORT_FACTO
 use super::priority::WHOLE;
 use crate::core::time::Micros;
 
-/// The tag of a load state: a byte UTF-8 text never holds, as the limiters' are.
-pub const LOAD_TAG: u8 = 0xF7;
+pub use crate::core::codec::LOAD_TAG;
 /// The layout written.
 pub const VERSION: u8 = 2;
 /// The layout written before the levels eased, still read.

@@ -312,11 +312,3 @@ impl LoadState {
         )
     }
 }
-
-/// The load gate of a call (`LOAD priority` in `RL.ALL`): the service's level decides, for
-/// a request of this priority, whether it goes on to the other limiters; it writes nothing.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct LoadGate {
-    /// The request's class.
-    pub priority: Priority,
-}

@@ -22,8 +22,9 @@ pub mod priority;
 
 // What the engine and the commands use.
 pub use factors::{Admission, Aggregate, BbrTrigger, Report, DERIVED, REPORTED};
+pub use gate::LoadGate;
 pub use layout::is_load_length;
-pub use levels::{LoadDecision, LoadGate, LoadState, Standing};
+pub use levels::{LoadDecision, LoadState, Standing};
 pub use policy::{
     parse_number, Level, LoadError, Policy, MAX_LEVELS, MAX_NAME_LEN, MAX_THRESHOLDS,
 };

@@ -8,22 +8,9 @@ use crate::core::params::{self, ParamError, MAX_BUCKETS};
 use crate::core::time::{Micros, Millis, Unit};
 use crate::core::verdict::Verdict;
 
-/// Tag of a `FIXED` state.
-pub(super) const FIXED_TAG: u8 = 0xF9;
-/// Tag of a `SLIDING` state.
-pub(super) const SLIDING_TAG: u8 = 0xFA;
-/// Tag of a `BUCKETS` state as the first release wrote it (all `n` counts), still read.
-pub(super) const BUCKETS_V1_TAG: u8 = 0xFB;
-
-/// Tag of a `BUCKETS` log: the entries, then the trailer ([`super::buckets`]).
-pub(super) const BUCKETS_TAG: u8 = 0xFC;
-
-/// Tag of a `BUCKETS` log as 5fec6b4 wrote it, still read: its trailer ends with the limit
-/// its counts were counted under (passed over: counts are read as counted).
-pub(super) const BUCKETS_LIMITED_TAG: u8 = 0xF6;
-
-/// Tag of an `ANCHORED` state ([`super::anchored`]).
-pub(super) const ANCHORED_TAG: u8 = 0xFE;
+pub(super) use crate::core::codec::{
+    ANCHORED_TAG, BUCKETS_LIMITED_TAG, BUCKETS_TAG, BUCKETS_V1_TAG, FIXED_TAG, SLIDING_TAG,
+};
 
 /// Whether `tag` starts a window counter's state, of any algorithm.
 pub(super) fn is_window_tag(tag: u8) -> bool {

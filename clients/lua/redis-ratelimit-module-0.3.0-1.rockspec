@@ -42,6 +42,7 @@ build = {
         ["resty.ratelimit_module.quota"] = "lib/resty/ratelimit_module/quota.lua",
         ["resty.ratelimit_module.req"] = "lib/resty/ratelimit_module/req.lua",
         ["resty.ratelimit_module.resp"] = "lib/resty/ratelimit_module/resp.lua",
+        ["resty.ratelimit_module.signals"] = "lib/resty/ratelimit_module/signals.lua",
         ["resty.ratelimit_module.slot"] = "lib/resty/ratelimit_module/slot.lua",
         ["resty.ratelimit_module.specs"] = "lib/resty/ratelimit_module/specs.lua",
         ["resty.ratelimit_module.traffic"] = "lib/resty/ratelimit_module/traffic.lua",

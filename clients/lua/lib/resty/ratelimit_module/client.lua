@@ -59,9 +59,7 @@ _M.encode, _M.encode_args, _M.template = resp.encode, resp.encode_args, resp.tem
 _M.with_key, _M.encoded, _M.parse, _M.read_reply = resp.with_key, resp.encoded, resp.parse,
     resp.read_reply
 _M.BUCKETS, _M.observe, _M.count = metrics.BUCKETS, metrics.observe, metrics.count
-_M.log_error, _M.on_failure, _M.refused = circuit.log_error, circuit.on_failure,
-    circuit.refused
-_M.denied, _M.deny = deny.denied, deny.deny
+_M.log_error, _M.on_failure = circuit.log_error, circuit.on_failure
 
 -- One client per distinct set of connection options, per worker: the limiters of one
 -- configuration share its slot map and its circuit.
@@ -229,6 +227,44 @@ function _M.call(self, key, args)
     end
     circuit.ended(self, failed, host, port, err)
     return res, err, failed
+end
+
+--- One decision, as every limiter makes it: a refusal the deny cache holds under `id` (nil:
+--- none) is answered from it (`cached(limiter, seconds)`, if given, is told how long it
+--- stands: a function, not a closure, so that a call makes no garbage); else
+--- `args` is sent for `key`, and a refusal is cached under `id`. How the request goes, and
+--- the reply when the server gave one:
+---   "allowed", reply       admitted by the server
+---   "shadow", reply | nil  refused, by the server or the deny cache, and let through by
+---                          shadow mode
+---   "on_error"             the server failed, and on_error = "allow" lets it through
+---   "rejected", reply | nil refused (by the server, the deny cache, or on_error = "deny")
+---   nil, err               the server failed, and on_error is unset
+function _M.decide(self, name, key, id, args, cached, limiter)
+    local denied = id and deny.denied(self, id)
+    if denied then
+        metrics.count(self, name, "deny_cache")
+        if cached then
+            cached(limiter, denied)
+        end
+        return self.shadow and "shadow" or "rejected"
+    end
+    local reply, err, failed = _M.call(self, key, args)
+    if not reply then
+        local admit = failed and circuit.on_failure(self, name)
+        if admit then
+            return "on_error"
+        elseif admit == false then
+            return "rejected"
+        end
+        return nil, err
+    end
+    local allowed, _, _, retry_after = protocol.decision(reply, "US")
+    if allowed then
+        return "allowed", reply
+    end
+    deny.deny(self, id, retry_after)
+    return circuit.refused(self, name, key) and "shadow" or "rejected", reply
 end
 
 --- Sends `commands` (each a list: the name first, lower case) for `key` in one transaction

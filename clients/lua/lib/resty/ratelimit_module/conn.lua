@@ -96,26 +96,18 @@ function _M.incoming(self, key, commit)
     key = self.prefix .. key
     self.committed = false
     local limit = limit_of(self)
-    local reply, err, failed = c:call(key, self:command(key, commit))
-    if not reply then
-        if failed then
-            local admit = c:on_failure(name)
-            if admit then
-                return 0, 0
-            elseif admit == false then
-                return nil, "rejected"
-            end
-        end
-        return nil, err
+    local how, reply = c:decide(name, key, nil, self:command(key, commit))
+    if how and reply then
+        self:note(reply)
     end
-    self:note(reply)
-    local allowed, _, remaining = decision(reply, "US")
-    if not allowed then
-        if c:refused(name, key) then
-            return 0, limit + 1
-        end
-        return nil, "rejected"
+    if how == "shadow" then
+        return 0, limit + 1
+    elseif how == "on_error" then
+        return 0, 0
+    elseif how ~= "allowed" then
+        return nil, how and "rejected" or reply
     end
+    local _, _, remaining = decision(reply, "US")
     local conn = limit - remaining
     if commit then
         leases(self)[key] = { id = protocol.sixth(reply), conn = conn }
@@ -212,7 +204,7 @@ end
 --- What `traffic.combine` sends for this limiter in one `RL.ALL`, and how to read its reply
 --- (and the lease id the call took).
 function _M.combined(self)
-    return { "LEASE", limit_of(self), lease_us(self) }, function(reply, id, key)
+    return protocol.all_lease(limit_of(self), lease_us(self)), function(reply, id, key)
         local _, _, remaining = decision(reply, "US")
         local conn = limit_of(self) - remaining
         leases(self)[key] = { id = id, conn = conn }

@@ -49,44 +49,29 @@ end
 --- The command `incoming(key, commit)` sends, encoded, from templates the limiter keeps.
 _M.encoded = client.encoded
 
+-- A refusal the deny cache answered, for the HTTP fields.
+local function noted_cached(self, denied)
+    if self.client.fields then
+        fields.note(self.name, self.limit, self.window, 0, denied, true, denied)
+    end
+end
+
 --- Sees a request for `key`: 0 and the requests remaining in its window, or nil and
 --- "rejected". With `commit` false, nothing is recorded.
 function _M.incoming(self, key, commit)
     local c, name = self.client, self.name
     key = self.prefix .. key
     local id = c.deny_cache and ("count|" .. key .. "|" .. self.limit .. "|" .. self.window_us)
-    local denied = id and c:denied(id)
-    if denied then
-        c:count(name, "deny_cache")
-        if c.fields then
-            fields.note(name, self.limit, self.window, 0, denied, true, denied)
-        end
-        if c.shadow then
-            return 0, 0
-        end
-        return nil, "rejected"
+    local how, reply = c:decide(name, key, id, self:encoded(key, commit), noted_cached, self)
+    if how and reply then
+        self:note(reply)
     end
-    local reply, err, failed = c:call(key, self:encoded(key, commit))
-    if not reply then
-        if failed then
-            local admit = c:on_failure(name)
-            if admit then
-                return 0, 0
-            elseif admit == false then
-                return nil, "rejected"
-            end
-        end
-        return nil, err
+    if how == "shadow" or how == "on_error" then
+        return 0, 0
+    elseif how ~= "allowed" then
+        return nil, how and "rejected" or reply
     end
-    self:note(reply)
-    local allowed, _, remaining, retry_after = decision(reply, "US")
-    if not allowed then
-        c:deny(id, retry_after)
-        if c:refused(name, key) then
-            return 0, 0
-        end
-        return nil, "rejected"
-    end
+    local _, _, remaining = decision(reply, "US")
     c:count(name, "allowed")
     return 0, remaining
 end
@@ -127,7 +112,7 @@ end
 
 --- What `traffic.combine` sends for this limiter in one `RL.ALL`, and how to read its reply.
 function _M.combined(self)
-    return { "WINDOW", self.limit, self.window_us, "ANCHORED" }, function(reply)
+    return protocol.all_window(self.limit, self.window_us), function(reply)
         local _, _, remaining = decision(reply, "US")
         return 0, remaining
     end

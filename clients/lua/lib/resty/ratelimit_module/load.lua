@@ -44,9 +44,10 @@
 local client = require "resty.ratelimit_module.client"
 local concurrency = require "resty.ratelimit_module.concurrency"
 local protocol = require "resty.ratelimit_module.protocol"
+local signals = require "resty.ratelimit_module.signals"
 
 local ngx = ngx
-local floor, min, max, random = math.floor, math.min, math.max, math.random
+local floor, max, random = math.floor, math.max, math.random
 local lower, concat = string.lower, table.concat
 local tonumber, tostring, type = tonumber, tostring, type
 
@@ -96,94 +97,12 @@ local function standing(index)
     return dict:get("level") or 0, dict:get("share|" .. index) or 1
 end
 
--- The host's run queue over its cores (load1 / cores, Sentinel's system load), or nil.
-local cores
-local function host_load()
-    local file = io.open("/proc/loadavg")
-    local load1 = file and tonumber(file:read("*l"):match("^(%S+)"))
-    if file then
-        file:close()
-    end
-    if not cores then
-        cores = 0
-        local stat = io.open("/proc/stat")
-        if stat then
-            for line in stat:lines() do
-                if line:match("^cpu%d") then
-                    cores = cores + 1
-                end
-            end
-            stat:close()
-        end
-        cores = max(cores, 1)
-    end
-    return load1 and load1 / cores
-end
-
--- The factors of one report, from the counts every worker keeps in the dict; the interval's
--- counts start again.
-local function sample()
-    local dict, window = config.dict, config.window
-    local factors = { inflight = max(0, dict:get("inflight") or 0) }
-    local finished = dict:get("finished") or 0
-    if finished > 0 then
-        factors.latency = (dict:get("latency_sum_ms") or 0) / finished
-        factors.errors = (dict:get("failed") or 0) / finished
-        dict:incr("finished", -finished, 0)
-        dict:incr("latency_sum_ms", -(dict:get("latency_sum_ms") or 0), 0)
-        dict:incr("failed", -(dict:get("failed") or 0), 0)
-    end
-    local now = floor(ngx.now())
-    local requests, successes, most, least = 0, 0, 0, nil
-    for second = now - window + 1, now do
-        -- Only a busy second (a worker's limit congested in it) counts towards max_rps and
-        -- min_rt: a second when nginx was not busy measured the demand, not the capacity.
-        local done = dict:get("busy|" .. second) and dict:get("completed|" .. second)
-        if done then
-            most = max(most, done)
-            local fastest = dict:get("min_rt|" .. second)
-            if fastest then
-                least = least and min(least, fastest) or fastest
-            end
-        end
-        requests = requests + (dict:get("requests|" .. second) or 0)
-        successes = successes + (dict:get("successes|" .. second) or 0)
-    end
-    if most > 0 and least then
-        factors.max_rps, factors.min_rt = most, least
-    end
-    factors.requests, factors.successes = requests, successes
-    factors.load = host_load()
-    if config.factors then
-        -- The gateway's own numbers: a callback that fails costs its factors, not the report.
-        local ok, own = pcall(config.factors)
-        local numbers = {}
-        if ok and type(own) == "table" then
-            for name, value in pairs(own) do
-                numbers[name] = tonumber(value)
-                if not numbers[name] then
-                    ok, own = false, name .. " is not a number"
-                    break
-                end
-            end
-        end
-        if ok and type(own) == "table" then
-            for name, value in pairs(numbers) do
-                factors[name] = value
-            end
-        else
-            ngx.log(ngx.WARN, "ratelimit_module: the load factors of ", config.service,
-                " failed: ", tostring(own))
-        end
-    end
-    return factors
-end
-
 --- Reports now (what the timer does once an interval): the level and shares, or nil and the
 --- error.
 function _M.report()
     local c = config.client
-    local command = _M.report_command(config.service, config.instance, config.ttl, sample())
+    local command = _M.report_command(config.service, config.instance, config.ttl,
+        signals.sample(config))
     local reply, err = c:call(config.service, command)
     if not reply then
         c:log_error("the load report of " .. config.service .. " failed: " .. tostring(err))
@@ -311,24 +230,7 @@ function _M.record()
         -- the upstream's health.
         return
     end
-    dict:incr("finished", 1, 0)
-    dict:incr("latency_sum_ms", millis, 0)
-    local now = floor(ngx.now())
-    local keep = config.window + 2
-    if limit and limit.congested then
-        dict:set("busy|" .. now, true, keep)
-    end
-    dict:incr("completed|" .. now, 1, 0, keep)
-    dict:incr("requests|" .. now, 1, 0, keep)
-    if status >= 500 then
-        dict:incr("failed", 1, 0)
-    else
-        dict:incr("successes|" .. now, 1, 0, keep)
-    end
-    local fastest = dict:get("min_rt|" .. now)
-    if not fastest or millis < fastest then
-        dict:set("min_rt|" .. now, millis, keep)
-    end
+    signals.count(dict, config.window, millis, status, limit and limit.congested)
 end
 
 return _M

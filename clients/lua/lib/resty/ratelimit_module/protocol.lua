@@ -8,7 +8,7 @@
 -- call, built from limiter specs as the other packages build it, is specs.lua's.
 local format = string.format
 local floor, max, min = math.floor, math.max, math.min
-local tonumber, pairs = tonumber, pairs
+local tonumber, pairs, type = tonumber, pairs, type
 
 local _M = { _VERSION = "0.3.0" }
 
@@ -61,6 +61,22 @@ function _M.all(keys, words)
     args[#args + 1] = "US"
     args[#args + 1] = "DETAILS"
     return args
+end
+
+--- A limiter's own words in `RL.ALL` (`all`'s `words`): `THROTTLE burst count period_us`,
+--- req's GCRA.
+function _M.all_throttle(burst, count, period_us)
+    return { "THROTTLE", burst, count, period_us }
+end
+
+--- `WINDOW limit window_us ANCHORED`: count's window, in `RL.ALL`.
+function _M.all_window(limit, window_us)
+    return { "WINDOW", limit, window_us, "ANCHORED" }
+end
+
+--- `LEASE limit lease_us`: conn's slot, in `RL.ALL`.
+function _M.all_lease(limit, lease_us)
+    return { "LEASE", limit, lease_us }
 end
 
 --- The transaction that sets `item` of `list` in the shared lists' `hash` and increments the
@@ -119,6 +135,16 @@ end
 --- units granted under AT_MOST, a lease's id (0 when refused).
 function _M.sixth(reply)
     return tonumber(reply[6])
+end
+
+--- Where, in an `RL.ALL ... DETAILS` reply, each limiter's own five begin (its first at that
+--- index, the others after it), after the five of all of them and the lease id a LEASE
+--- limiter took; and that lease id (nil without one).
+function _M.details(reply)
+    if type(reply[6]) == "table" then
+        return 6, nil
+    end
+    return 7, tonumber(reply[6])
 end
 
 --- A load report's reply (`[level, instances, share x 4]`): the level, the instances that

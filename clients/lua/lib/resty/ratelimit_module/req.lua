@@ -101,6 +101,14 @@ end
 --- The command `incoming(key, commit)` sends, encoded, from templates the limiter keeps.
 _M.encoded = client.encoded
 
+-- A refusal the deny cache answered, for the HTTP fields.
+local function noted_cached(self, denied)
+    if self.client.fields then
+        local requests = floor(self.burst) + 1
+        fields.note(self.name, requests, requests / self.rate, 0, denied, true, denied)
+    end
+end
+
 --- Sees a request for `key`: its delay in seconds and the excess (requests queued ahead of
 --- it, itself included, per second of rate), or nil and "rejected" when the queue is full.
 --- With `commit` false, nothing is recorded.
@@ -108,39 +116,18 @@ function _M.incoming(self, key, commit)
     local c, name = self.client, self.name
     key = self.prefix .. key
     local id = c.deny_cache and ("req|" .. key .. "|" .. self.count .. "|" .. self.burst)
-    local denied = id and c:denied(id)
-    if denied then
-        c:count(name, "deny_cache")
-        if c.fields then
-            fields.note(name, floor(self.burst) + 1, (floor(self.burst) + 1) / self.rate, 0,
-                denied, true, denied)
-        end
-        if c.shadow then
-            return 0, self.burst
-        end
-        return nil, "rejected"
+    local how, reply = c:decide(name, key, id, self:encoded(key, commit), noted_cached, self)
+    if how and reply then
+        self:note(reply)
     end
-    local reply, err, failed = c:call(key, self:encoded(key, commit))
-    if not reply then
-        if failed then
-            local admit = c:on_failure(name)
-            if admit then
-                return 0, 0
-            elseif admit == false then
-                return nil, "rejected"
-            end
-        end
-        return nil, err
+    if how == "shadow" then
+        return 0, self.burst
+    elseif how == "on_error" then
+        return 0, 0
+    elseif how ~= "allowed" then
+        return nil, how and "rejected" or reply
     end
-    self:note(reply)
-    local allowed, _, _, retry_after, reset_after = decision(reply, "US")
-    if not allowed then
-        c:deny(id, retry_after)
-        if c:refused(name, key) then
-            return 0, self.burst
-        end
-        return nil, "rejected"
-    end
+    local _, _, _, _, reset_after = decision(reply, "US")
     local delay = wait_of(self, reset_after)
     c:count(name, delay > 0 and "delayed" or "allowed")
     return delay, delay * self.rate
@@ -184,7 +171,7 @@ end
 --- its bucket (a request's delay is then its place in the queue, as with DELAY), and how
 --- to read its own reply back: the delay and the excess.
 function _M.combined(self)
-    return { "THROTTLE", whole_burst(self), self.count, PERIOD_US }, function(reply)
+    return protocol.all_throttle(whole_burst(self), self.count, PERIOD_US), function(reply)
         local _, _, _, _, reset_after = decision(reply, "US")
         local delay = wait_of(self, reset_after)
         return delay, delay * self.rate

@@ -174,39 +174,18 @@ function _M.combine(limiters, keys, states)
     local command, first_key = encoded(combination, limiters, keys)
     -- The encoded call names every key and parameter: the deny cache's entry.
     local id = c.deny_cache and ("all|" .. command)
-    local denied = id and c:denied(id)
-    if denied then
-        c:count(policy, "deny_cache")
-        if not c.shadow then
-            return nil, "rejected"
+    local how, reply = c:decide(policy, first_key, id, command)
+    local first, lease_id
+    if how and reply then
+        first, lease_id = protocol.details(reply)
+        for i = 1, n do
+            limiters[i]:note(reply[first + i - 1])
         end
+    end
+    if how == "shadow" or how == "on_error" then
         return 0
-    end
-    local reply, err, failed = c:call(first_key, command)
-    if not reply then
-        if failed then
-            local admit = c:on_failure(policy)
-            if admit then
-                return 0
-            elseif admit == false then
-                return nil, "rejected"
-            end
-        end
-        return nil, err
-    end
-    -- DETAILS: each limiter's own five after the five (and the lease id) of all of them.
-    local first = type(reply[6]) == "table" and 6 or 7
-    local lease_id = first == 7 and protocol.sixth(reply) or nil
-    for i = 1, n do
-        limiters[i]:note(reply[first + i - 1])
-    end
-    local allowed, _, _, retry_after = protocol.decision(reply, "US")
-    if not allowed then
-        c:deny(id, retry_after)
-        if c:refused(policy, first_key) then
-            return 0
-        end
-        return nil, "rejected"
+    elseif how ~= "allowed" then
+        return nil, how and "rejected" or reply
     end
     local max_delay = 0
     for i = 1, n do

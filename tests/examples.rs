@@ -533,8 +533,11 @@ fn a_shaped_route_waits_for_its_turn_up_to_a_bound_then_answers_429() {
     // Three go, at their turns 0, 1 and 2 seconds on; the fourth's would be 3 seconds on,
     // beyond the bound: refused at once.
     assert_eq!(sorted, [200, 200, 200, 429], "{answers:?}");
-    let (_, refused_at, retry_after) = answers.iter().find(|(status, ..)| *status == 429).unwrap();
-    assert!(*refused_at < Duration::from_millis(1_500), "{answers:?}");
+    // Refused at once, not held to a turn: answered before the request admitted at its turn
+    // one second on (in the order of answers, not against the test's clock).
+    let refused = statuses.iter().position(|&status| status == 429).unwrap();
+    assert!(refused < 2, "{answers:?}");
+    let (_, _, retry_after) = &answers[refused];
     assert!(retry_after.is_some(), "{answers:?}");
     let last_admitted = answers
         .iter()

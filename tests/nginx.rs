@@ -545,8 +545,10 @@ fn a_frozen_or_gone_server_costs_at_most_the_timeout_and_service_resumes() {
     for path in ["/allow", "/deny", "/plain"] {
         assert_eq!(nginx.get(path).status, 200);
     }
-    // 200 ms of timeout, a margin for the machine.
-    let bound = Duration::from_millis(200 + 300);
+    // 200 ms of timeout and a margin of 1 s for a busy machine: without the timeout, a
+    // cosocket waits lua_socket_read_timeout (60 s by default), so an answer within it is the
+    // package's deadline at work.
+    let bound = Duration::from_millis(200 + 1_000);
     for (fault, signal) in [("frozen", libc::SIGSTOP), ("gone", libc::SIGKILL)] {
         if signal == libc::SIGKILL {
             server.kill();
@@ -888,9 +890,10 @@ fn a_list_change_reaches_every_gateway_within_a_second() {
     for nginx in [&a, &b] {
         assert_eq!(nginx.post("/_dev_api", body).status, 200);
     }
-    // Denied by an application, with the Python package's helper.
-    let changed = Instant::now();
+    // Denied by an application, with the Python package's helper; timed from the moment
+    // the change is in the hash (the helper's process start is not the gateways' doing).
     shared_lists(&server, "python", "add");
+    let changed = Instant::now();
     for nginx in [&a, &b] {
         let reached = support::wait_until(Duration::from_secs(2), || {
             (0..4).all(|_| nginx.post("/_dev_api", body).status == 403)
@@ -901,6 +904,9 @@ fn a_list_change_reaches_every_gateway_within_a_second() {
             nginx.log()
         );
     }
+    // Within a second, as docs/clients.md says: the gateway's watch reads the version every
+    // 0.5 s (examples/nginx/nginx.conf), and 0.5 s is the margin for the eight requests that
+    // see it on a busy machine.
     let took = changed.elapsed();
     assert!(took < Duration::from_secs(1), "the change took {took:?}");
     // And removed with the Node package's.

@@ -545,8 +545,8 @@ fn no_file_depends_on_itself_through_others() {
     );
 }
 
-/// The loop no `use` line shows: a method added to `core/windows/limiter.rs` that calls
-/// `self.pair_counts()`, which `pair.rs` (which uses `limiter.rs`) defines for the same type.
+/// The loop no `use` line shows: a method added to `core/windows/window_limiter.rs` that calls
+/// `self.pair_counts()`, which `pair.rs` (which uses `window_limiter.rs`) defines for the same type.
 #[test]
 fn a_method_call_into_a_file_that_uses_this_one_is_a_loop() {
     let file = |path: &str, text: &str| {
@@ -555,30 +555,31 @@ fn a_method_call_into_a_file_that_uses_this_one_is_a_loop() {
     };
     let limiter = "pub struct WindowLimiter;\n\
                    impl WindowLimiter {\n    pub fn counts(&self) -> u64 { self.pair_counts() }\n}\n";
-    let pair = "use super::limiter::WindowLimiter;\n\
+    let pair = "use super::window_limiter::WindowLimiter;\n\
                 impl WindowLimiter {\n    pub(super) fn pair_counts(&self) -> u64 { 0 }\n}\n";
     let without_call = "pub struct WindowLimiter;\nimpl WindowLimiter {\n    pub fn one() {}\n}\n";
     let files = BTreeMap::from([
-        file("core/windows/limiter", limiter),
+        file("core/windows/window_limiter", limiter),
         file("core/windows/pair", pair),
     ]);
     let found = loops(&dependencies(&files));
     assert!(
         found.contains(
-            &"core/windows/limiter -> core/windows/pair -> core/windows/limiter".to_owned()
+            &"core/windows/window_limiter -> core/windows/pair -> core/windows/window_limiter"
+                .to_owned()
         ),
         "{found:?}"
     );
     let files = BTreeMap::from([
-        file("core/windows/limiter", without_call),
+        file("core/windows/window_limiter", without_call),
         file("core/windows/pair", pair),
     ]);
     assert!(loops(&dependencies(&files)).is_empty());
     // A trait's method on `self` or a method of another type is not this type's: no edge.
-    let trait_call = "use super::limiter::WindowLimiter;\n\
+    let trait_call = "use super::window_limiter::WindowLimiter;\n\
                       impl Clone for WindowLimiter {\n    fn clone(&self) -> Self { Self::one() }\n}\n";
     let files = BTreeMap::from([
-        file("core/windows/limiter", without_call),
+        file("core/windows/window_limiter", without_call),
         file("core/windows/pair", trait_call),
     ]);
     let graph = dependencies(&files);
@@ -586,7 +587,7 @@ fn a_method_call_into_a_file_that_uses_this_one_is_a_loop() {
         graph[&vec!["core".to_owned(), "windows".to_owned(), "pair".to_owned()]].contains(&vec![
             "core".to_owned(),
             "windows".to_owned(),
-            "limiter".to_owned()
+            "window_limiter".to_owned()
         ])
     );
     assert!(loops(&graph).is_empty());

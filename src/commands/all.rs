@@ -33,7 +33,7 @@ use crate::redis::metadata::{block_keywords, block_usage, Arg, ArgKind, Mode};
 use crate::redis::store;
 
 use super::arguments::limiting_args;
-use super::run::{call_seed, outcome, request, sixth_field};
+use super::limiting::{call_seed, outcome, request, sixth_field};
 use super::top;
 use super::window::{algorithm_keyword, ALGORITHM_ARG};
 use super::{log, throttle, window};
@@ -130,7 +130,7 @@ struct Parsed<const N: usize> {
     details: bool,
 }
 
-pub(super) fn run(call: &Invocation, mode: Mode) -> Result<Reply, CommandError> {
+pub(super) fn all(call: &Invocation, mode: Mode) -> Result<Reply, CommandError> {
     let keys = numkeys(call.args.get(1).copied())?;
     match keys {
         1 => run_sized::<1>(call, keys, mode),
@@ -170,7 +170,7 @@ fn run_sized<const N: usize>(
     };
     let mut verdicts = [Verdict::default(); N];
     let verdicts = &mut verdicts[..keys];
-    let settled = store::run::<N>(call, 2, &engine_call, verdicts)?;
+    let settled = store::decide_on_keys::<N>(call, 2, &engine_call, verdicts)?;
     let verdicts = &*verdicts;
     let details = parsed.details.then(|| {
         let mut details = Box::new(Details {

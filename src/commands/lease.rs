@@ -28,7 +28,7 @@ use crate::redis::metadata::{Arg, ArgKind, Mode};
 use crate::redis::store::RedisStore;
 
 use super::arguments::{QUANTITY_ARG, UNIT_ARG};
-use super::run::single;
+use super::limiting::one_limiter;
 
 pub(super) const ACQUIRE_ARGS: &[Arg] = &[
     Arg::new(c"key", ArgKind::Key),
@@ -55,7 +55,7 @@ fn lease_id(arg: &[u8]) -> Result<u64, CommandError> {
         .ok_or(CommandError::Message(c"ERR id must be positive"))
 }
 
-pub(super) fn run_acquire(call: &Invocation, mode: Mode) -> Result<Reply, CommandError> {
+pub(super) fn acquire(call: &Invocation, mode: Mode) -> Result<Reply, CommandError> {
     let [limit, lease, tail @ ..] = &call.args[2..] else {
         return Err(CommandError::WrongArity);
     };
@@ -71,7 +71,7 @@ pub(super) fn run_acquire(call: &Invocation, mode: Mode) -> Result<Reply, Comman
         ));
     }
     let limiter = Limiter::Lease(LeaseLimiter::new(limit, lease, options.unit)?);
-    single(call, limiter, &options, mode, Rounding::Up)
+    one_limiter(call, limiter, &options, mode, Rounding::Up)
 }
 
 pub(super) fn release(call: &Invocation, _: Mode) -> Result<Reply, CommandError> {

@@ -11,9 +11,9 @@ mod arguments;
 pub mod counts;
 pub mod debug;
 pub mod lease;
+mod limiting;
 pub mod load;
 pub mod log;
-mod run;
 pub mod throttle;
 pub mod top;
 pub mod window;
@@ -34,15 +34,15 @@ impl Table for Commands {
 /// arity, keys, arguments, documentation, body and whether `INFO` counts it (in this order,
 /// for the counted ones). Adding a command is an entry here and its body.
 pub static TABLE: [Command; 26] = [
-    Command::limiter(c"cl.throttle", Mode::Write, throttle::run)
+    Command::limiter(c"cl.throttle", Mode::Write, throttle::throttle)
         .arity(-throttle::REQUIRED_ARGUMENTS)
         .args(throttle::ARGS)
         .docs(throttle::SUMMARY, c"O(1)", c"0.1.0"),
-    Command::limiter(c"cl.throttle_ro", Mode::ReadOnly, throttle::run)
+    Command::limiter(c"cl.throttle_ro", Mode::ReadOnly, throttle::throttle)
         .arity(-throttle::REQUIRED_ARGUMENTS)
         .args(without_refund(throttle::ARGS))
         .docs(c"The reply CL.THROTTLE would give, without writing anything", c"O(1)", c"0.2.0"),
-    Command::limiter(c"rl.window", Mode::Write, window::run)
+    Command::limiter(c"rl.window", Mode::Write, window::window)
         .arity(-window::REQUIRED_ARGUMENTS)
         .args(window::ARGS)
         .docs(
@@ -50,11 +50,11 @@ pub static TABLE: [Command; 26] = [
             window::COMPLEXITY,
             c"0.1.0",
         ),
-    Command::limiter(c"rl.window_ro", Mode::ReadOnly, window::run)
+    Command::limiter(c"rl.window_ro", Mode::ReadOnly, window::window)
         .arity(-window::REQUIRED_ARGUMENTS)
         .args(without_refund(window::ARGS))
         .docs(c"The reply RL.WINDOW would give, without writing anything", window::COMPLEXITY, c"0.2.0"),
-    Command::limiter(c"rl.log", Mode::Write, log::run)
+    Command::limiter(c"rl.log", Mode::Write, log::log)
         .arity(-log::REQUIRED_ARGUMENTS)
         .args(log::ARGS)
         .docs(
@@ -62,11 +62,11 @@ pub static TABLE: [Command; 26] = [
             c"O(1) amortised",
             c"0.1.0",
         ),
-    Command::limiter(c"rl.log_ro", Mode::ReadOnly, log::run)
+    Command::limiter(c"rl.log_ro", Mode::ReadOnly, log::log)
         .arity(-log::REQUIRED_ARGUMENTS)
         .args(without_refund(log::ARGS))
         .docs(c"The reply RL.LOG would give, without writing anything", c"O(1) amortised", c"0.2.0"),
-    Command::limiter(c"rl.all", Mode::Write, all::run)
+    Command::limiter(c"rl.all", Mode::Write, all::all)
         .counted_keys()
         .arity(-all::REQUIRED_ARGUMENTS)
         .args(all::ARGS)
@@ -75,12 +75,12 @@ pub static TABLE: [Command; 26] = [
             all::COMPLEXITY,
             c"0.2.0",
         ),
-    Command::limiter(c"rl.all_ro", Mode::ReadOnly, all::run)
+    Command::limiter(c"rl.all_ro", Mode::ReadOnly, all::all)
         .counted_keys()
         .arity(-all::REQUIRED_ARGUMENTS)
         .args(without_refund(all::ARGS))
         .docs(c"The reply RL.ALL would give, without writing anything", all::COMPLEXITY, c"0.2.0"),
-    Command::limiter(c"rl.acquire", Mode::Write, lease::run_acquire)
+    Command::limiter(c"rl.acquire", Mode::Write, lease::acquire)
         .arity(-4)
         .args(lease::ACQUIRE_ARGS)
         .docs(
@@ -88,7 +88,7 @@ pub static TABLE: [Command; 26] = [
             lease::ACQUIRE_COMPLEXITY,
             c"0.2.0",
         ),
-    Command::limiter(c"rl.acquire_ro", Mode::ReadOnly, lease::run_acquire)
+    Command::limiter(c"rl.acquire_ro", Mode::ReadOnly, lease::acquire)
         .arity(-4)
         .args(lease::ACQUIRE_ARGS)
         .docs(c"The reply RL.ACQUIRE would give, without writing anything", lease::ACQUIRE_COMPLEXITY, c"0.2.0"),
@@ -191,7 +191,7 @@ pub static TABLE: [Command; 26] = [
             c"O(N) for N instances reporting",
             c"0.3.0",
         ),
-    Command::reader(c"rl.top", top::run)
+    Command::reader(c"rl.top", top::top)
         .no_keys()
         .flags(c"readonly", c"read slow")
         .arity(-1)

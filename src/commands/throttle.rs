@@ -14,7 +14,7 @@ use crate::redis::call::{Invocation, Reply};
 use crate::redis::metadata::{Arg, ArgKind, Mode};
 
 use super::arguments::limiting_args;
-use super::run::single;
+use super::limiting::one_limiter;
 
 /// The command's name and its four required arguments.
 pub(super) const REQUIRED_ARGUMENTS: c_int = 5;
@@ -37,10 +37,10 @@ pub const WARMUP_ARG: Arg = Arg::new(c"period", ArgKind::Integer)
     .after_token(c"WARMUP")
     .optional();
 
-pub(super) fn run(call: &Invocation, mode: Mode) -> Result<Reply, CommandError> {
+pub(super) fn throttle(call: &Invocation, mode: Mode) -> Result<Reply, CommandError> {
     let (params, options) = parse(&call.args[2..])?;
     let limiter = params.limiter(options.unit)?;
-    single(call, limiter, &options, mode, rounding(options.unit))
+    one_limiter(call, limiter, &options, mode, rounding(options.unit))
 }
 
 /// Parses the arguments after the command's name and key.

@@ -24,7 +24,7 @@ const TURNED_OFF: &std::ffi::CStr = c"ERR RL.TOP is off on this server: turn it 
 /// Keys listed when no count is given.
 const DEFAULT_COUNT: i64 = 10;
 
-pub(super) fn run(call: &Invocation, _: Mode) -> Result<Reply, CommandError> {
+pub(super) fn top(call: &Invocation, _: Mode) -> Result<Reply, CommandError> {
     let count = match call.args.get(1..).unwrap_or_default() {
         [] => DEFAULT_COUNT,
         [word] if word.eq_ignore_ascii_case(b"RESET") => {

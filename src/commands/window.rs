@@ -14,7 +14,7 @@ use crate::redis::call::{Invocation, Reply};
 use crate::redis::metadata::{Arg, ArgKind, Mode};
 
 use super::arguments::limiting_args;
-use super::run::single;
+use super::limiting::one_limiter;
 
 /// The command's name and its three required arguments.
 pub(super) const REQUIRED_ARGUMENTS: c_int = 4;
@@ -42,10 +42,10 @@ pub(super) const ARGS: &[Arg] = limiting_args!(
     [ALGORITHM_ARG]
 );
 
-pub(super) fn run(call: &Invocation, mode: Mode) -> Result<Reply, CommandError> {
+pub(super) fn window(call: &Invocation, mode: Mode) -> Result<Reply, CommandError> {
     let (params, options) = parse(&call.args[2..])?;
     let limiter = params.limiter(options.unit)?;
-    single(call, limiter, &options, mode, Rounding::Up)
+    one_limiter(call, limiter, &options, mode, Rounding::Up)
 }
 
 /// Parses the arguments after the command's name and key.

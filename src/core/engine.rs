@@ -1,6 +1,6 @@
 //! The one engine behind every limiter command: a call names one limiter (`CL.THROTTLE`,
 //! `RL.WINDOW`, `RL.LOG`, `RL.ACQUIRE`) or several (`RL.ALL`), each on its own key, and asks
-//! them one [`Request`]. [`run`]
+//! them one [`Request`]. [`decide_and_commit`]
 //!
 //! 1. opens every key and decides every limiter, writing nothing (a bad key anywhere, a
 //!    `WRONGTYPE`, stops the call before any write): [`decision`];
@@ -78,7 +78,7 @@ impl Working {
 /// A take that does not fit now settles by its [`Shortfall`], a rule for every limiter:
 /// refused; delayed to the earliest time every limiter admits it, when that is soon
 /// enough; cut to what fits now; or forced, each limiter charging the rest when it fits.
-pub fn run<S: Store, const N: usize>(
+pub fn decide_and_commit<S: Store, const N: usize>(
     store: &S,
     call: &Call,
     working: &mut Working,

@@ -45,7 +45,7 @@ pub unsafe extern "C" fn callback<T: Table, const I: usize>(
         let count = usize::try_from(argc).unwrap_or(0);
         (Ctx::from_raw(ctx), ServerStr::slice(argv, count))
     };
-    run(ctx, argv, I, &T::COMMANDS[I]);
+    serve(ctx, argv, I, &T::COMMANDS[I]);
     raw::Status::Ok as c_int
 }
 
@@ -62,7 +62,7 @@ pub fn callbacks<T: Table>() -> [CommandFunc; MAX_COMMANDS] {
 
 /// Runs `command`'s body (entry `index` of the table) for a call with arguments `argv`,
 /// counts the call in the command's counters, and replies.
-fn run(ctx: Ctx<'_>, argv: &[ServerStr<'_>], index: usize, command: &'static Command) {
+fn serve(ctx: Ctx<'_>, argv: &[ServerStr<'_>], index: usize, command: &'static Command) {
     if let Keys::Counted(flags) = command.keys {
         if api::is_keys_position_request(ctx) {
             let _ = panic::catch_unwind(|| report_counted_keys(ctx, argv, flags));

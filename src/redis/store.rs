@@ -27,7 +27,7 @@ static WORKING: CommandLocal<Working> = CommandLocal::new(Working::new());
 
 /// Runs `call` on the keys of `invocation` from argument `first_key` on (one per limiter,
 /// at most `N`), writing each limiter's reply to `verdicts`.
-pub fn run<const N: usize>(
+pub fn decide_on_keys<const N: usize>(
     invocation: &Invocation,
     first_key: usize,
     call: &Call,
@@ -38,10 +38,10 @@ pub fn run<const N: usize>(
         first_key,
         verbatim: false,
     };
-    WORKING.with(|working| engine::run::<_, N>(&store, call, working, verdicts))
+    WORKING.with(|working| engine::decide_and_commit::<_, N>(&store, call, working, verdicts))
 }
 
-/// Runs `call` as [`run`] does, for the internal command that carries a call again
+/// Runs `call` as [`decide_on_keys`] does, for the internal command that carries a call again
 /// (`RL.LOG.REPLAY`, from releases before 0.3): what it changes propagates as it came.
 pub fn replay(
     invocation: &Invocation,
@@ -53,7 +53,7 @@ pub fn replay(
         first_key: 1,
         verbatim: true,
     };
-    WORKING.with(|working| engine::run::<_, 1>(&store, call, working, verdicts))
+    WORKING.with(|working| engine::decide_and_commit::<_, 1>(&store, call, working, verdicts))
 }
 
 /// The keys of one call.

@@ -12,7 +12,7 @@
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 
-use super::{apply, run, After, Call, Key, NativeChange, Settled, Store, Working};
+use super::{apply, decide_and_commit, After, Call, Key, NativeChange, Settled, Store, Working};
 use crate::core::codec::Placement;
 use crate::core::effect::{self, Effect};
 use crate::core::packed::Packed;
@@ -105,8 +105,12 @@ impl Memory {
             keys,
             now: call.now,
         };
-        let settled =
-            run::<_, { super::MAX_LIMITERS }>(&store, call, &mut Working::new(), &mut verdicts);
+        let settled = decide_and_commit::<_, { super::MAX_LIMITERS }>(
+            &store,
+            call,
+            &mut Working::new(),
+            &mut verdicts,
+        );
         self.assert_replica_agrees(call);
         Ok((verdicts, settled?))
     }

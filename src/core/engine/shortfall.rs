@@ -1,6 +1,6 @@
 //! What a take that does not fit now does instead of being refused, for every limiter of a
 //! call at once: `DELAY` ([`All::delay`]), `AT_MOST` ([`All::at_most`]) and `FORCE`
-//! ([`All::force`]). The engine ([`super::run`]) hands them the call once every limiter has
+//! ([`All::force`]). The engine ([`super::decide_and_commit`]) hands them the call once every limiter has
 //! decided; they decide again, as the option says, and leave each limiter's reply and what
 //! it will store.
 

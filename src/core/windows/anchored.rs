@@ -9,7 +9,7 @@
 //! each in the fewest of 1, 2, 4 or 8 bytes that holds both. The first releases kept no
 //! limit (the count alone), still read.
 
-use super::limiter::{
+use super::window_limiter::{
     ceil_millis, is_window_tag, read_le, width_code, StateError, WindowCounts, WindowLimiter,
     WindowOutcome, WindowRefund, ANCHORED_TAG as TAG, HEADER_LEN, START_BITS,
 };

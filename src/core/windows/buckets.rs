@@ -32,7 +32,7 @@
 //! converted, and rewritten whole. Under another limit, what was counted counts as it is:
 //! the counts are compared with the new limit.
 
-use super::limiter::{
+use super::window_limiter::{
     ceil_millis, is_window_tag, read_le, Algorithm, StateError, WindowLimiter, WindowOutcome,
     WindowRefund, BUCKETS_LIMITED_TAG as LIMITED_TAG, BUCKETS_TAG as TAG, BUCKETS_V1_TAG,
 };

@@ -23,11 +23,11 @@ use super::time::Micros;
 
 mod anchored;
 mod buckets;
-mod limiter;
 mod pair;
+mod window_limiter;
 
-use self::limiter::{read_le, HEADER_LEN, MAX_V1_LEN, START_BITS};
-pub use self::limiter::{
+use self::window_limiter::{read_le, HEADER_LEN, MAX_V1_LEN, START_BITS};
+pub use self::window_limiter::{
     Algorithm, StateError, WindowCounts, WindowLimiter, WindowOutcome, WindowRefund,
 };
 

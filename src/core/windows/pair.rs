@@ -2,7 +2,7 @@
 //! kept in two integers rather than a row of buckets (`BUCKETS n` has its own log,
 //! [`super::buckets`]). A bucket is a window here, found with one division.
 
-use super::limiter::{
+use super::window_limiter::{
     ceil_millis, is_window_tag, read_le, width_code, Algorithm, StateError, WindowCounts,
     WindowLimiter, WindowOutcome, WindowRefund, HEADER_LEN, START_BITS,
 };

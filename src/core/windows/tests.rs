@@ -1,4 +1,4 @@
-use super::limiter::*;
+use super::window_limiter::*;
 use super::*;
 use crate::core::params::ParamError;
 use crate::core::time::Unit;

@@ -149,7 +149,7 @@ pub(super) fn call_seed(limiters: &[Limiter]) -> u64 {
 }
 
 /// Runs a single-limiter command: `limiter` on the call's key, replied with `rounding`.
-pub(super) fn single(
+pub(super) fn one_limiter(
     call: &Invocation,
     limiter: Limiter,
     options: &CommonOptions,
@@ -165,7 +165,7 @@ pub(super) fn single(
         seed: call_seed(std::slice::from_ref(&limiter)),
     };
     let mut verdict = [Verdict::default()];
-    let settled = store::run::<1>(call, 1, &engine_call, &mut verdict)?;
+    let settled = store::decide_on_keys::<1>(call, 1, &engine_call, &mut verdict)?;
     let outcome = outcome(&request, verdict[0].limited, &settled);
     if outcome == Outcome::Limited && mode == Mode::Write {
         top::record_refusals(call, 1, std::iter::once(true), engine_call.now);

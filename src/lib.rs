@@ -5,17 +5,17 @@
 //! - [`redis`]: the FFI layer, the only place that calls the module API: registration, the
 //!   command callback, keys, effects, the native type, the server's settings.
 //! - [`commands`]: one file per command, from arguments to the engine and back.
-//! - [`args`], [`error`]: the option grammar and the error replies all commands share.
+//! - [`options`], [`error`]: the option grammar and the error replies all commands share.
 //!
 //! docs/internals.md maps the path of a call through them.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 
-mod args;
 mod commands;
 mod core;
 mod error;
+mod options;
 mod redis;
 
 // What Redis calls when it loads the module: every command of the table ([`commands`])

@@ -18,7 +18,6 @@
 use std::ffi::{c_int, CStr, CString};
 use std::sync::OnceLock;
 
-use crate::args::{integer_argument, parse_integer, parse_options, CommonOptions, Keyword, Tail};
 use crate::core::engine::{Call, MAX_LIMITERS};
 use crate::core::lease::LeaseLimiter;
 use crate::core::limiter::Limiter;
@@ -27,12 +26,15 @@ use crate::core::settle::combined;
 use crate::core::time::{Rounding, Unit};
 use crate::core::verdict::Verdict;
 use crate::error::CommandError;
+use crate::options::{
+    integer_argument, parse_integer, parse_options, CommonOptions, Keyword, Tail,
+};
 use crate::redis::call::{Details, Invocation, LimiterReply, Outcome, Reply};
 use crate::redis::clock;
-use crate::redis::metadata::{block_keywords, block_usage, Arg, ArgKind, Mode};
+use crate::redis::registration::{block_keywords, block_usage, Arg, ArgKind, Mode};
 use crate::redis::store;
 
-use super::arguments::limiting_args;
+use super::grammar::limiting_args;
 use super::limiting::{call_seed, outcome, request, sixth_field};
 use super::top;
 use super::window::{algorithm_keyword, ALGORITHM_ARG};

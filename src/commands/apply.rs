@@ -23,7 +23,7 @@ use crate::core::time::{Rounding, Unit};
 use crate::core::verdict::Verdict;
 use crate::error::CommandError;
 use crate::redis::call::{Integers, Invocation, Reply};
-use crate::redis::metadata::{Arg, ArgKind, Mode};
+use crate::redis::registration::{Arg, ArgKind, Mode};
 use crate::redis::store::{self, RedisStore};
 
 /// The reply to an internal command from an ordinary client.

@@ -10,7 +10,6 @@
 //!
 //! Times are in the call's unit, rounded up; a missing key counts nothing (all zeros).
 
-use crate::args::{integer_argument, parse_options, CommonOptions, Keyword};
 use crate::core::codec::split_blocked;
 use crate::core::engine::{Key, Store};
 use crate::core::limiter::Limiter;
@@ -18,9 +17,10 @@ use crate::core::log::{LogLimiter, SlidingLog};
 use crate::core::time::{Micros, Rounding, Unit};
 use crate::core::windows::{Algorithm, WindowLimiter};
 use crate::error::CommandError;
+use crate::options::{integer_argument, parse_options, CommonOptions, Keyword};
 use crate::redis::call::{Integers, Invocation, Reply};
 use crate::redis::clock;
-use crate::redis::metadata::Mode;
+use crate::redis::registration::Mode;
 use crate::redis::store::RedisStore;
 
 /// Refuses every option but a unit: there is no request to qualify.

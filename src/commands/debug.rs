@@ -12,7 +12,7 @@ use crate::core::engine::Store;
 use crate::error::CommandError;
 use crate::redis::call::{Invocation, Reply};
 use crate::redis::key::{self, FailNext};
-use crate::redis::metadata::Mode;
+use crate::redis::registration::Mode;
 use crate::redis::store::RedisStore;
 
 pub(super) fn panic_holding_the_key(call: &Invocation, _: Mode) -> Result<Reply, CommandError> {

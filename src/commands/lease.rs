@@ -13,7 +13,6 @@
 
 use std::ffi::CStr;
 
-use crate::args::{integer_argument, parse_options, unit_keyword};
 use crate::core::effect::{Effect, LeaseApplied, LeaseChange, LeaseEffect};
 use crate::core::engine::{self, Applied, Store};
 use crate::core::lease::LeaseLimiter;
@@ -22,12 +21,13 @@ use crate::core::params::{self, MAX_LEASE_LIMIT};
 use crate::core::request::Shortfall;
 use crate::core::time::{Rounding, Unit};
 use crate::error::CommandError;
+use crate::options::{integer_argument, parse_options, unit_keyword};
 use crate::redis::call::{Invocation, Reply};
 use crate::redis::clock;
-use crate::redis::metadata::{Arg, ArgKind, Mode};
+use crate::redis::registration::{Arg, ArgKind, Mode};
 use crate::redis::store::RedisStore;
 
-use super::arguments::{QUANTITY_ARG, UNIT_ARG};
+use super::grammar::{QUANTITY_ARG, UNIT_ARG};
 use super::limiting::one_limiter;
 
 pub(super) const ACQUIRE_ARGS: &[Arg] = &[

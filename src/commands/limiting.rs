@@ -4,7 +4,6 @@
 
 use std::ffi::CStr;
 
-use crate::args::CommonOptions;
 use crate::core::engine::{Call, Settled};
 use crate::core::limiter::Limiter;
 use crate::core::params;
@@ -12,9 +11,10 @@ use crate::core::request::{Action, Request, Shortfall};
 use crate::core::time::{Micros, Rounding, Unit};
 use crate::core::verdict::Verdict;
 use crate::error::CommandError;
+use crate::options::CommonOptions;
 use crate::redis::call::{Invocation, LimiterReply, Outcome, Reply};
 use crate::redis::clock;
-use crate::redis::metadata::Mode;
+use crate::redis::registration::Mode;
 use crate::redis::store;
 
 use super::top;

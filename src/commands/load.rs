@@ -19,7 +19,6 @@
 
 use std::ffi::CStr;
 
-use crate::args::integer_argument;
 use crate::core::engine::{self, LoadChange, Store};
 use crate::core::load::{
     parse_number, Admission, Aggregate, BbrTrigger, Level, LoadError, LoadState, Policy, Report,
@@ -27,9 +26,10 @@ use crate::core::load::{
 };
 use crate::core::time::Micros;
 use crate::error::CommandError;
+use crate::options::integer_argument;
 use crate::redis::call::{Invocation, Item, Reply};
 use crate::redis::clock;
-use crate::redis::metadata::{Arg, ArgKind, Mode};
+use crate::redis::registration::{Arg, ArgKind, Mode};
 use crate::redis::store::RedisStore;
 
 /// `RL.LOAD.POLICY`'s arguments, as `COMMAND DOCS` gives them and its syntax errors name them:

@@ -5,15 +5,15 @@
 
 use std::ffi::c_int;
 
-use crate::args::{integer_argument, parse_options, CommonOptions};
 use crate::core::limiter::Limiter;
 use crate::core::log::LogLimiter;
 use crate::core::time::{Rounding, Unit};
 use crate::error::CommandError;
+use crate::options::{integer_argument, parse_options, CommonOptions};
 use crate::redis::call::{Invocation, Reply};
-use crate::redis::metadata::{Arg, ArgKind, Mode};
+use crate::redis::registration::{Arg, ArgKind, Mode};
 
-use super::arguments::limiting_args;
+use super::grammar::limiting_args;
 use super::limiting::one_limiter;
 
 /// The command's name and its three required arguments.

@@ -1,4 +1,4 @@
-//! The commands: each parses its arguments into limiters and a request ([`crate::args`])
+//! The commands: each parses its arguments into limiters and a request ([`crate::options`])
 //! and hands them to the engine through the server's store ([`crate::redis::store`]). Every
 //! limiter command comes as a writing command and a read-only `_RO` variant, which share one
 //! body. No unsafe code and no call into the module API lives here.
@@ -7,9 +7,9 @@
 
 pub mod all;
 pub mod apply;
-mod arguments;
 pub mod counts;
 pub mod debug;
+mod grammar;
 pub mod lease;
 mod limiting;
 pub mod load;
@@ -19,9 +19,9 @@ pub mod top;
 pub mod window;
 
 use crate::redis::handler::Table;
-use crate::redis::metadata::{Arg, ArgKind, Command, Mode, KEY_INSERT};
+use crate::redis::registration::{Arg, ArgKind, Command, Mode, KEY_INSERT};
 
-use self::arguments::{without_refund, UNIT_ARG};
+use self::grammar::{without_refund, UNIT_ARG};
 
 /// The module's commands, for the FFI layer ([`Table`]).
 pub struct Commands;
@@ -291,7 +291,7 @@ pub static TABLE: [Command; 26] = [
 #[cfg(test)]
 mod usage_tests {
     //! A malformed call names its command's usage, rendered from the arguments `COMMAND DOCS`
-    //! gives ([`crate::redis::metadata::usage`]): these are the lines users read.
+    //! gives ([`crate::redis::registration::usage`]): these are the lines users read.
 
     use super::*;
 

@@ -4,16 +4,16 @@
 
 use std::ffi::{c_int, CStr};
 
-use crate::args::{integer_argument, parse_options, CommonOptions, Keyword, Tail};
 use crate::core::gcra::Gcra;
 use crate::core::limiter::Limiter;
 use crate::core::params;
 use crate::core::time::{Rounding, Unit};
 use crate::error::CommandError;
+use crate::options::{integer_argument, parse_options, CommonOptions, Keyword, Tail};
 use crate::redis::call::{Invocation, Reply};
-use crate::redis::metadata::{Arg, ArgKind, Mode};
+use crate::redis::registration::{Arg, ArgKind, Mode};
 
-use super::arguments::limiting_args;
+use super::grammar::limiting_args;
 use super::limiting::one_limiter;
 
 /// The command's name and its four required arguments.

@@ -9,12 +9,12 @@
 //! The limiter commands count a key here when they refuse it (not for a dry run or a
 //! peek): [`record_refusals`].
 
-use crate::args::parse_integer;
 use crate::core::time::Micros;
 use crate::error::CommandError;
+use crate::options::parse_integer;
 use crate::redis::call::{Invocation, Reply};
 use crate::redis::clock;
-use crate::redis::metadata::Mode;
+use crate::redis::registration::Mode;
 use crate::redis::top;
 
 /// `RL.TOP`'s answer while nothing is counted (`top-keys 0`, the default): an empty list

@@ -4,16 +4,18 @@
 
 use std::ffi::{c_int, CStr};
 
-use crate::args::{integer_argument, parse_integer, parse_options, CommonOptions, Keyword, Tail};
 use crate::core::limiter::Limiter;
 use crate::core::params::BUCKETS_RANGE;
 use crate::core::time::{Rounding, Unit};
 use crate::core::windows::{Algorithm, WindowLimiter};
 use crate::error::CommandError;
+use crate::options::{
+    integer_argument, parse_integer, parse_options, CommonOptions, Keyword, Tail,
+};
 use crate::redis::call::{Invocation, Reply};
-use crate::redis::metadata::{Arg, ArgKind, Mode};
+use crate::redis::registration::{Arg, ArgKind, Mode};
 
-use super::arguments::limiting_args;
+use super::grammar::limiting_args;
 use super::limiting::one_limiter;
 
 /// The command's name and its three required arguments.

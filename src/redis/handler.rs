@@ -18,7 +18,7 @@ use crate::core::engine::MAX_LIMITERS;
 use crate::error::CommandError;
 use crate::redis::api::{self, CommandFunc, Ctx, ServerStr};
 use crate::redis::call::{Invocation, Outcome, Reply};
-use crate::redis::metadata::{Command, Keys, MAX_COMMANDS};
+use crate::redis::registration::{Command, Keys, MAX_COMMANDS};
 use crate::redis::stats;
 
 /// The most arguments any command accepts, counting its name; more is a wrong arity.

@@ -7,14 +7,14 @@
 pub mod api;
 pub mod call;
 pub mod clock;
-pub mod command_local;
 pub mod handler;
 pub mod key;
-pub mod metadata;
 pub mod native_type;
-pub mod propagation;
 pub mod random;
+pub mod receivers;
+pub mod registration;
 pub mod replicate;
+pub mod reused;
 pub mod settings;
 pub mod startup;
 pub mod stats;

@@ -16,7 +16,7 @@ use crate::core::packed::{Decimal, Packed};
 use crate::core::time::Millis;
 use crate::redis::api::{self, Io, OwnedString, ServerStr};
 use crate::redis::call::{Invocation, KeyName};
-use crate::redis::command_local::CommandLocal;
+use crate::redis::reused::Reused;
 
 /// The keywords effects carry, made once: every `SET` sends `PXAT`.
 struct SharedWords {
@@ -64,7 +64,7 @@ struct LastExpiries {
     newest: usize,
 }
 
-static LAST_EXPIRIES: CommandLocal<LastExpiries> = CommandLocal::new(LastExpiries {
+static LAST_EXPIRIES: Reused<LastExpiries> = Reused::new(LastExpiries {
     strings: [None, None],
     newest: 0,
 });

@@ -1,7 +1,7 @@
 //! Server settings the module follows through `CONFIG SET`, so that a write reads them from
 //! memory instead of asking Redis on every call: whether a `maxmemory` limit is set (then a
 //! write checks Redis' memory state, see `LimiterKey::open`) and whether the AOF is on (then
-//! a write builds its effect, see [`super::propagation`]).
+//! a write builds its effect, see [`super::receivers`]).
 //!
 //! Both only change with `CONFIG SET`, which fires a server event naming what changed; they
 //! are read at load and again when named. Without that event, or when a setting cannot be

@@ -12,9 +12,9 @@ use redis_module::raw;
 use crate::core::top::{DEFAULT_CAPACITY, MAX_CAPACITY};
 use crate::redis::api::{self, Ctx, InitError, ServerStr};
 use crate::redis::handler::{self, Table};
-use crate::redis::metadata::MAX_COMMANDS;
+use crate::redis::registration::MAX_COMMANDS;
 use crate::redis::{
-    key, metadata, native_type, propagation, random, replicate, settings, stats, top,
+    key, native_type, random, receivers, registration, replicate, settings, stats, top,
 };
 
 /// The module argument that registers the debug commands (fault injection for the tests),
@@ -150,17 +150,17 @@ fn initialize<T: Table>(ctx: Ctx<'_>, args: &[ServerStr<'_>]) -> Result<(), Stri
     replicate::make_shared_strings();
     random::seed();
     native_type::create(ctx)?;
-    propagation::watch(ctx);
+    receivers::watch(ctx);
     settings::watch(ctx);
-    let module_category = metadata::add_module_acl_category(ctx);
+    let module_category = registration::add_module_acl_category(ctx);
     top::register_config(ctx, arguments.top_keys)?;
     let callbacks = handler::callbacks::<T>();
     for (command, callback) in T::COMMANDS.iter().zip(callbacks) {
         if command.debug && !arguments.debug_commands {
             continue;
         }
-        metadata::register(ctx, command, callback)?;
-        if let Err(reason) = metadata::describe(ctx, command, module_category) {
+        registration::register(ctx, command, callback)?;
+        if let Err(reason) = registration::describe(ctx, command, module_category) {
             log_warning(ctx, reason);
         }
     }
@@ -247,7 +247,7 @@ fn printable(bytes: &[u8]) -> String {
 /// context flag, as a replica does, so they apply the source's times and ids exactly; the
 /// module counts calls, never keys, and keeps no state about keys, so keys still being
 /// imported cannot be miscounted; and a cluster node always builds effects
-/// ([`propagation::watch`]), so a slot migrating from a node without replicas carries
+/// ([`receivers::watch`]), so a slot migrating from a node without replicas carries
 /// effects, never the commands themselves. The bit is Valkey's (`1 << 5` in
 /// `valkeymodule.h`): Redis' header defines nothing there, and Redis 8.4's own atomic slot
 /// migration (`CLUSTER MIGRATION`) asks modules for no option.

@@ -17,7 +17,7 @@ use redis_module::raw;
 
 use crate::redis::api::{self, Ctx, InfoCtx};
 use crate::redis::call::Outcome;
-use crate::redis::metadata::{Command, MAX_COMMANDS};
+use crate::redis::registration::{Command, MAX_COMMANDS};
 
 /// One counter, written by Redis' main thread only.
 struct Counter(AtomicU64);

@@ -15,15 +15,15 @@ use crate::core::windows::StateError;
 use crate::error::CommandError;
 use crate::redis::api::OwnedString;
 use crate::redis::call::Invocation;
-use crate::redis::command_local::CommandLocal;
 use crate::redis::key::{EventClass, Held, OpenKey};
 use crate::redis::native_type::View;
 use crate::redis::replicate;
-use crate::redis::{propagation, settings};
+use crate::redis::reused::Reused;
+use crate::redis::{receivers, settings};
 
 /// The engine's working memory: commands run one at a time, so one set, kept warm, serves
 /// every call without allocating.
-static WORKING: CommandLocal<Working> = CommandLocal::new(Working::new());
+static WORKING: Reused<Working> = Reused::new(Working::new());
 
 /// Runs `call` on the keys of `invocation` from argument `first_key` on (one per limiter,
 /// at most `N`), writing each limiter's reply to `verdicts`.
@@ -117,12 +117,12 @@ impl Store for RedisStore<'_> {
 /// out of memory (the same used memory over the same limit), and without a limit nothing
 /// is asked at all.
 fn writable(call: &Invocation) -> Result<bool, CommandError> {
-    let Some(effects) = propagation::effects_known() else {
+    let Some(effects) = receivers::effects_known() else {
         let flags = call.context_flags();
         if flags.out_of_memory() {
             return Err(CommandError::OUT_OF_MEMORY);
         }
-        return Ok(flags.effects_needed() || propagation::replication_seen());
+        return Ok(flags.effects_needed() || receivers::replication_seen());
     };
     if settings::maxmemory_set()
         && settings::used_memory_ratio() >= 1.0
@@ -138,7 +138,7 @@ pub struct LimiterKey<'c> {
     call: &'c Invocation<'c>,
     key: OpenKey<'c>,
     /// Whether a write must build its effect: an AOF or a replica may receive it (see
-    /// [`propagation`]); false when opened for reading.
+    /// [`receivers`]); false when opened for reading.
     effects: bool,
     /// Whether native changes propagate as the call came.
     verbatim: bool,

@@ -3,7 +3,7 @@
 //! `limiting_args!`, which puts them after each limiting command's own, so that an option
 //! every limiting command takes is one spec here and one line of the macro.
 
-use crate::redis::metadata::{Arg, ArgKind};
+use crate::redis::registration::{Arg, ArgKind};
 
 /// `quantity`, for `COMMAND DOCS`.
 pub(super) const QUANTITY_ARG: Arg = Arg::new(c"quantity", ArgKind::Integer).optional();
@@ -47,12 +47,12 @@ macro_rules! limiting_args {
     ([$($own:expr),* $(,)?], [$($keyword:expr),* $(,)?]) => {
         &[
             $($own,)*
-            $crate::commands::arguments::QUANTITY_ARG,
-            $crate::commands::arguments::UNIT_ARG,
+            $crate::commands::grammar::QUANTITY_ARG,
+            $crate::commands::grammar::UNIT_ARG,
             $($keyword,)*
-            $crate::commands::arguments::BLOCK_ARG,
-            $crate::commands::arguments::SHORTFALL_ARG,
-            $crate::commands::arguments::REFUND_ARG,
+            $crate::commands::grammar::BLOCK_ARG,
+            $crate::commands::grammar::SHORTFALL_ARG,
+            $crate::commands::grammar::REFUND_ARG,
         ]
     };
 }

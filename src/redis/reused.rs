@@ -8,7 +8,7 @@
 use std::cell::{Cell, UnsafeCell};
 
 /// A value only command calls use, one call at a time.
-pub struct CommandLocal<T> {
+pub struct Reused<T> {
     in_use: Cell<bool>,
     value: UnsafeCell<T>,
 }
@@ -17,12 +17,12 @@ pub struct CommandLocal<T> {
 // refuses nested use, so no two `&mut T` ever exist at once; a command may run on another
 // thread than the last (holding the lock), so the value must be one that may move between
 // threads (`T: Send`).
-unsafe impl<T: Send> Sync for CommandLocal<T> {}
+unsafe impl<T: Send> Sync for Reused<T> {}
 
-impl<T> CommandLocal<T> {
+impl<T> Reused<T> {
     /// Holds `value`.
     pub const fn new(value: T) -> Self {
-        CommandLocal {
+        Reused {
             in_use: Cell::new(false),
             value: UnsafeCell::new(value),
         }
@@ -52,7 +52,7 @@ mod tests {
 
     #[test]
     fn the_value_is_kept_between_uses_and_nested_use_is_refused() {
-        static COUNTER: CommandLocal<u32> = CommandLocal::new(0);
+        static COUNTER: Reused<u32> = Reused::new(0);
         COUNTER.with(|count| *count += 1);
         assert_eq!(COUNTER.with(|count| *count), 1);
         let nested = std::panic::catch_unwind(|| COUNTER.with(|_| COUNTER.with(|_| ())));

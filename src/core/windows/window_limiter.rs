@@ -1,7 +1,7 @@
 //! What every window counter shares: its parameters, validated ([`WindowLimiter`]), which
-//! bucket an instant falls in, the tags and common layout of its states (one header, then
-//! the counts), and what a call answers. The algorithms' own files decide; this one is what
-//! they read.
+//! bucket an instant falls in, the common layout of its states (one header, then the
+//! counts; their tags are `core/codec.rs`'s), and what a call answers. The algorithms' own
+//! files decide; this one is what they read.
 
 use crate::core::codec::Placement;
 use crate::core::params::{self, ParamError, MAX_BUCKETS};
@@ -14,15 +14,7 @@ pub(super) use crate::core::codec::{
 
 /// Whether `tag` starts a window counter's state, of any algorithm.
 pub(super) fn is_window_tag(tag: u8) -> bool {
-    [
-        FIXED_TAG,
-        SLIDING_TAG,
-        BUCKETS_V1_TAG,
-        BUCKETS_TAG,
-        BUCKETS_LIMITED_TAG,
-        ANCHORED_TAG,
-    ]
-    .contains(&tag)
+    crate::core::codec::WINDOW_TAGS.contains(&tag)
 }
 
 /// Bytes before the counters: the tag, then 7 bytes holding the newest bucket's start (54

@@ -41,7 +41,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from run import MODULE, ROOT, Resp, free_port  # noqa: E402
+from resp import Resp, free_port  # noqa: E402
+from run import MODULE, ROOT  # noqa: E402
 
 SERVER = os.environ.get("REDIS_SERVER", "redis-server")
 GUARANTEES = ROOT / "docs/guarantees.md"

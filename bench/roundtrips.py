@@ -2,9 +2,10 @@
 
 Clients all need the same limiter at once. A polling client calls, sleeps the retry_after
 it is told and calls again until admitted (upstash's blockUntilReady); a DELAY client calls
-once and sleeps the wait it is told. Run by bench/run.py (make bench), or alone:
+once and sleeps the wait it is told. Run by bench/run.py (make bench), or alone on a
+server that has the module loaded:
 
-    python3 bench/roundtrips.py [path/to/libredis_ratelimit.so]
+    python3 bench/roundtrips.py PORT
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from pathlib import Path
+
+from resp import Resp
 
 CLIENTS = 20
 EACH = 5
@@ -20,9 +22,6 @@ RATE = 50  # a second, one at a time (no burst)
 
 
 def _client(port: int, key: str, delay: bool, trips: list[int]) -> None:
-    # Imported here: bench/run.py imports this module, and the client lives there.
-    from run import Resp
-
     con = Resp(port)
     count = 0
     for _ in range(EACH):
@@ -53,24 +52,17 @@ def run_strategy(port: int, key: str, delay: bool) -> tuple[float, float]:
     return sum(trips) / (CLIENTS * EACH), time.time() - started
 
 
-def measure_roundtrips(module: Path) -> dict:
-    from run import Server
-
-    server = Server(module=module)
-    try:
-        rows = []
-        for name, delay in [("Polling (sleep retry_after, call again)", False),
-                            ("DELAY (one call, sleep the wait)", True)]:
-            trips, seconds = run_strategy(server.port, f"roundtrips:{delay}", delay)
-            rows.append((name, trips, seconds))
-        return {"clients": CLIENTS, "each": EACH, "rate": RATE, "rows": rows}
-    finally:
-        server.stop()
+def measure_roundtrips(port: int) -> dict:
+    """Both strategies against the server on `port` (the module loaded)."""
+    rows = []
+    for name, delay in [("Polling (sleep retry_after, call again)", False),
+                        ("DELAY (one call, sleep the wait)", True)]:
+        trips, seconds = run_strategy(port, f"roundtrips:{delay}", delay)
+        rows.append((name, trips, seconds))
+    return {"clients": CLIENTS, "each": EACH, "rate": RATE, "rows": rows}
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(Path(__file__).parent))
-    default = Path(__file__).resolve().parent.parent / "target/release/libredis_ratelimit.so"
-    result = measure_roundtrips(Path(sys.argv[1]) if len(sys.argv) > 1 else default)
+    result = measure_roundtrips(int(sys.argv[1]))
     for name, trips, seconds in result["rows"]:
         print(f"{name}: {trips:.2f} round trips per admitted request, {seconds:.1f} s")

@@ -7,6 +7,7 @@ import asyncio
 import time
 from typing import Any, Callable, Optional, Sequence
 
+from . import _steps as steps
 from ._calls import DEFAULT_TIMEOUT, AsyncCalls
 from ._protocol import (
     Counts,
@@ -15,17 +16,12 @@ from ._protocol import (
     Options,
     RateLimit,
     TopKey,
-    command,
-    counts_command,
-    counts_result,
     lease_command,
-    node_replies,
     release_command,
     renew_command,
-    result,
-    top_keys,
 )
-from ._resilience import SERVER_FAILURES, Decisions
+from ._resilience import Decisions
+from ._steps import drive_async
 
 
 class AsyncRateLimiter:
@@ -52,22 +48,8 @@ class AsyncRateLimiter:
     async def _decide(
         self, limiters: Sequence[Limiter], options: Options, shadow: Optional[bool] = None
     ) -> RateLimit:
-        key, decided = self.decisions.before(limiters, options, shadow)
-        if decided is not None:
-            return decided
-        started = time.perf_counter()
-        try:
-            reply = await self.call(*command(limiters, options))
-        except SERVER_FAILURES as error:
-            return self.decisions.failed(error, limiters)
-        return self.decisions.after(
-            key,
-            limiters,
-            options,
-            result(reply, limiters, options),
-            time.perf_counter() - started,
-            shadow,
-        )
+        """One decision: from the deny cache, from the server, or by `on_error`."""
+        return await drive_async(self.call, steps.decide(self.decisions, limiters, options, shadow))
 
     async def check(
         self,
@@ -102,29 +84,13 @@ class AsyncRateLimiter:
         return outcome
 
     async def counts(self, limiter: Limiter) -> Counts:
-        return counts_result(limiter, await self.call(*counts_command(limiter)))
+        return await drive_async(self.call, steps.counts(limiter))
 
     async def _lease(self, args: list) -> Lease:
-        decided = self.decisions.lease_before()
-        if decided is not None:
-            return decided
-        started = time.perf_counter()
-        try:
-            reply = await self.call(*args)
-        except SERVER_FAILURES as error:
-            return self.decisions.lease_failed(error)
-        return self.decisions.lease_after(Lease.from_reply(reply), time.perf_counter() - started)
+        return await drive_async(self.call, steps.lease(self.decisions, args))
 
     async def _held(self, args: list, renewing: bool) -> bool:
-        if self.decisions.circuit.open():
-            return self.decisions.kept_without_server() and renewing
-        started = time.perf_counter()
-        try:
-            reply = await self.call(*args)
-        except SERVER_FAILURES as error:
-            return self.decisions.kept_without_server(error) and renewing
-        self.decisions.answered(time.perf_counter() - started)
-        return int(reply) == 1
+        return await drive_async(self.call, steps.held(self.decisions, args, renewing))
 
     async def acquire_lease(self, key: str, limit: int, lease: float, quantity: int = 1) -> Lease:
         return await self._lease(lease_command(key, limit, lease, quantity))
@@ -145,8 +111,4 @@ class AsyncRateLimiter:
     async def top(self, count: int = 10) -> list[TopKey]:
         """`RL.TOP`: the keys refused most over the current and the previous minute, on the
         server, or merged from every primary of a Cluster."""
-        if hasattr(self.client, "get_primaries"):
-            reply = await self.call("RL.TOP", count, target_nodes=self.client.PRIMARIES)
-        else:
-            reply = await self.call("RL.TOP", count)
-        return top_keys(node_replies(reply), count)
+        return await drive_async(self.call, steps.top(self.client, count))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Optional, Sequence
 
+from . import _steps as steps
 from ._calls import DEFAULT_TIMEOUT, SyncCalls
 from ._protocol import (
     Counts,
@@ -13,17 +14,12 @@ from ._protocol import (
     Options,
     RateLimit,
     TopKey,
-    command,
-    counts_command,
-    counts_result,
     lease_command,
-    node_replies,
     release_command,
     renew_command,
-    result,
-    top_keys,
 )
-from ._resilience import SERVER_FAILURES, Decisions
+from ._resilience import Decisions
+from ._steps import drive
 
 
 class RateLimiter:
@@ -67,22 +63,7 @@ class RateLimiter:
         self, limiters: Sequence[Limiter], options: Options, shadow: Optional[bool] = None
     ) -> RateLimit:
         """One decision: from the deny cache, from the server, or by `on_error`."""
-        key, decided = self.decisions.before(limiters, options, shadow)
-        if decided is not None:
-            return decided
-        started = time.perf_counter()
-        try:
-            reply = self.call(*command(limiters, options))
-        except SERVER_FAILURES as error:
-            return self.decisions.failed(error, limiters)
-        return self.decisions.after(
-            key,
-            limiters,
-            options,
-            result(reply, limiters, options),
-            time.perf_counter() - started,
-            shadow,
-        )
+        return drive(self.call, steps.decide(self.decisions, limiters, options, shadow))
 
     def check(
         self,
@@ -121,31 +102,13 @@ class RateLimiter:
     def counts(self, limiter: Limiter) -> Counts:
         """What a `FIXED` or `SLIDING` window or a log counts (`RL.WINDOW.COUNTS`,
         `RL.LOG.COUNTS`), without writing."""
-        return counts_result(limiter, self.call(*counts_command(limiter)))
+        return drive(self.call, steps.counts(limiter))
 
     def _lease(self, args: list) -> Lease:
-        decided = self.decisions.lease_before()
-        if decided is not None:
-            return decided
-        started = time.perf_counter()
-        try:
-            reply = self.call(*args)
-        except SERVER_FAILURES as error:
-            return self.decisions.lease_failed(error)
-        return self.decisions.lease_after(Lease.from_reply(reply), time.perf_counter() - started)
+        return drive(self.call, steps.lease(self.decisions, args))
 
     def _held(self, args: list, renewing: bool) -> bool:
-        """`RL.RENEW` or `RL.RELEASE`: the server's answer, or the policy's while it fails
-        (a release not made answers False)."""
-        if self.decisions.circuit.open():
-            return self.decisions.kept_without_server() and renewing
-        started = time.perf_counter()
-        try:
-            reply = self.call(*args)
-        except SERVER_FAILURES as error:
-            return self.decisions.kept_without_server(error) and renewing
-        self.decisions.answered(time.perf_counter() - started)
-        return int(reply) == 1
+        return drive(self.call, steps.held(self.decisions, args, renewing))
 
     def acquire_lease(self, key: str, limit: int, lease: float, quantity: int = 1) -> Lease:
         """`RL.ACQUIRE`: `quantity` of `limit` slots for `lease` seconds (through the
@@ -173,8 +136,4 @@ class RateLimiter:
     def top(self, count: int = 10) -> list[TopKey]:
         """`RL.TOP`: the keys refused most over the current and the previous minute, on the
         server, or merged from every primary of a Cluster."""
-        if hasattr(self.client, "get_primaries"):
-            reply = self.call("RL.TOP", count, target_nodes=self.client.PRIMARIES)
-        else:
-            reply = self.call("RL.TOP", count)
-        return top_keys(node_replies(reply), count)
+        return drive(self.call, steps.top(self.client, count))

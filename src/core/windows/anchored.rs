@@ -10,8 +10,8 @@
 //! limit (the count alone), still read.
 
 use super::window_limiter::{
-    ceil_millis, is_window_tag, read_le, width_code, StateError, WindowCounts, WindowLimiter,
-    WindowOutcome, WindowRefund, ANCHORED_TAG as TAG, HEADER_LEN, START_BITS,
+    ceil_millis, push_header, read_le, split_state, width_code, StateError, WindowCounts,
+    WindowLimiter, WindowOutcome, WindowRefund, ANCHORED_TAG as TAG,
 };
 use crate::core::codec::Placement;
 use crate::core::time::{Micros, Ticks};
@@ -150,36 +150,16 @@ impl WindowLimiter {
 
     fn encode_anchored(&self, state: &Anchored, value: &mut Vec<u8>) {
         let width_code = width_code(self.limit.max(state.count));
-        value.push(TAG);
-        let header = state.start.max(0) as u64 | width_code << START_BITS;
-        value.extend_from_slice(&header.to_le_bytes()[..HEADER_LEN - 1]);
+        push_header(value, TAG, state.start.max(0) as u64, width_code);
         value.extend_from_slice(&state.count.to_le_bytes()[..1 << width_code]);
     }
 }
 
-/// Reads an `ANCHORED` state. A state of 5fec6b4's layout keeps the limit its count was
-/// counted under before it: read, and passed over (what was used is counted in requests).
+/// Reads an `ANCHORED` state (one counter; 5fec6b4's limit before it passed over).
 fn decode(value: &[u8]) -> Result<Anchored, StateError> {
-    let (&tag, rest) = value.split_first().ok_or(StateError::Foreign)?;
-    if tag != TAG {
-        return Err(if is_window_tag(tag) {
-            StateError::OtherAlgorithm
-        } else {
-            StateError::Foreign
-        });
-    }
-    let (header, body) = rest
-        .split_at_checked(HEADER_LEN - 1)
-        .ok_or(StateError::Foreign)?;
-    let header = read_le(header);
-    let width = 1 << (header >> START_BITS);
-    let count = match body.len() {
-        len if len == 2 * width => &body[width..],
-        len if len == width => body,
-        _ => return Err(StateError::Foreign),
-    };
+    let (start, _, count) = split_state(value, TAG, 1)?;
     Ok(Anchored {
-        start: (header & ((1 << START_BITS) - 1)) as i64,
+        start,
         count: read_le(count),
     })
 }

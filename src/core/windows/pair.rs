@@ -3,8 +3,8 @@
 //! [`super::buckets`]). A bucket is a window here, found with one division.
 
 use super::window_limiter::{
-    ceil_millis, is_window_tag, read_le, width_code, Algorithm, StateError, WindowCounts,
-    WindowLimiter, WindowOutcome, WindowRefund, HEADER_LEN, START_BITS,
+    ceil_millis, push_header, read_le, split_state, width_code, Algorithm, StateError,
+    WindowCounts, WindowLimiter, WindowOutcome, WindowRefund,
 };
 use crate::core::codec::Placement;
 use crate::core::time::{Micros, Ticks};
@@ -173,27 +173,7 @@ impl WindowLimiter {
     /// them: read, and passed over (what was used is counted in requests).
     #[inline(always)]
     fn decode_pair(&self, value: &[u8]) -> Result<(i64, u64, u64), StateError> {
-        let (&tag, rest) = value.split_first().ok_or(StateError::Foreign)?;
-        if tag != self.tag() {
-            return Err(if is_window_tag(tag) {
-                StateError::OtherAlgorithm
-            } else {
-                StateError::Foreign
-            });
-        }
-        let (header, body) = rest
-            .split_at_checked(HEADER_LEN - 1)
-            .ok_or(StateError::Foreign)?;
-        let header = read_le(header);
-        let width = 1usize << (header >> START_BITS);
-        let counts = if body.len() == width * (self.slots + 1) {
-            &body[width..]
-        } else if body.len() == width * self.slots {
-            body
-        } else {
-            return Err(StateError::Foreign);
-        };
-        let start = (header & ((1 << START_BITS) - 1)) as i64;
+        let (start, width, counts) = split_state(value, self.tag(), self.slots)?;
         let (previous, current) = counts.split_at(counts.len() - width);
         Ok((start, read_le(previous), read_le(current)))
     }
@@ -206,9 +186,7 @@ impl WindowLimiter {
         let width_code = width_code(self.limit.max(pair.previous).max(pair.current));
         let width = 1usize << width_code;
         let start = self.bucket_start(pair.newest) as u64;
-        value.push(self.tag());
-        let header = start | width_code << START_BITS;
-        value.extend_from_slice(&header.to_le_bytes()[..HEADER_LEN - 1]);
+        push_header(value, self.tag(), start, width_code);
         if self.algorithm == Algorithm::Sliding {
             value.extend_from_slice(&pair.previous.to_le_bytes()[..width]);
         }

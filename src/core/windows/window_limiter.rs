@@ -255,13 +255,53 @@ impl WindowLimiter {
     pub(super) fn encode(&self, counts: &[u64], newest_start: i64, value: &mut Vec<u8>) {
         let width_code = width_code(counts.iter().copied().fold(self.limit, u64::max));
         let width = 1usize << width_code;
-        value.push(self.tag());
-        let header = (newest_start as u64) | (width_code << START_BITS);
-        value.extend_from_slice(&header.to_le_bytes()[..HEADER_LEN - 1]);
+        push_header(value, self.tag(), newest_start as u64, width_code);
         for &count in counts {
             value.extend_from_slice(&count.to_le_bytes()[..width]);
         }
     }
+}
+
+/// Appends a window counter's header to `value`: `tag`, then in 7 bytes `start` (the newest
+/// bucket's, 54 bits of microseconds) and the counters' width code (2 bits).
+#[inline(always)]
+pub(super) fn push_header(value: &mut Vec<u8>, tag: u8, start: u64, width_code: u64) {
+    value.push(tag);
+    let header = start | width_code << START_BITS;
+    value.extend_from_slice(&header.to_le_bytes()[..HEADER_LEN - 1]);
+}
+
+/// A stored state of `tag` that holds `slots` counters, split: its newest bucket's start,
+/// the counters' width in bytes, and the counters. A state of 5fec6b4's layout keeps the
+/// limit its counts were counted under before them: read, and passed over (what was used is
+/// counted in requests). Another window counter's tag is `OtherAlgorithm`.
+#[inline(always)]
+pub(super) fn split_state(
+    value: &[u8],
+    tag: u8,
+    slots: usize,
+) -> Result<(i64, usize, &[u8]), StateError> {
+    let (&stored, rest) = value.split_first().ok_or(StateError::Foreign)?;
+    if stored != tag {
+        return Err(if is_window_tag(stored) {
+            StateError::OtherAlgorithm
+        } else {
+            StateError::Foreign
+        });
+    }
+    let (header, body) = rest
+        .split_at_checked(HEADER_LEN - 1)
+        .ok_or(StateError::Foreign)?;
+    let header = read_le(header);
+    let width = 1usize << (header >> START_BITS);
+    let counts = if body.len() == width * (slots + 1) {
+        &body[width..]
+    } else if body.len() == width * slots {
+        body
+    } else {
+        return Err(StateError::Foreign);
+    };
+    Ok(((header & ((1 << START_BITS) - 1)) as i64, width, counts))
 }
 
 /// The code (0 to 3) of the fewest of 1, 2, 4 or 8 bytes that hold `largest`: the counters'

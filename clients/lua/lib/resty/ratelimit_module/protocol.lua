@@ -3,12 +3,15 @@
 -- limiters' times in microseconds, "US", a lease's renewal in milliseconds), and their
 -- replies read: `decision`, the five integers every limiting command answers first, which
 -- each limiter maps to its own API (a delay, an excess, the connections held); `sixth`, a
--- lease's id or a quantity granted; `standing`, a load report's level and shares.
+-- lease's id or a quantity granted; `details`, where each limiter's answer sits in RL.ALL's;
+-- `result`, `lease_result`, `counts` and `top_keys`, whole replies as every package reads
+-- them (specs.lua builds those calls); `standing`, a load report's level and shares.
 -- clients/conformance.json's `lua` part and the parts the package writes pin them; any other
 -- call, built from limiter specs as the other packages build it, is specs.lua's.
 local format = string.format
 local floor, max, min = math.floor, math.max, math.min
-local tonumber, pairs, type = tonumber, pairs, type
+local tonumber, tostring, pairs, ipairs, type = tonumber, tostring, pairs, ipairs, type
+local sort = table.sort
 
 local _M = { _VERSION = "0.3.0" }
 
@@ -145,6 +148,109 @@ function _M.details(reply)
         return 6, nil
     end
     return 7, tonumber(reply[6])
+end
+
+-- `decision`'s values as a table, for `result`'s `each` and `lease_result`.
+local function decision_table(fields, unit)
+    local allowed, limit, remaining, retry_after, reset_after = _M.decision(fields, unit)
+    return { allowed = allowed, limit = limit, remaining = remaining, retry_after = retry_after,
+        reset_after = reset_after, wait = 0 }
+end
+
+--- A whole reply of any limiting call read into the table every package reads
+--- (specs.lua's `result`): the five integers (times in seconds, the reply's in
+--- `options.unit`, "MS" unset), the sixth (a wait under `delay`, the units `granted` under
+--- `at_most`, a lease's id when `slots`: a limiter takes a slot), the level that shed the
+--- request when a limiter is a load gate (`gates[i]`: the i-th is), and with several
+--- limiters each rate limiter's own (`each`, the gates left out; empty for one limiter).
+function _M.result(reply, options, gates, slots)
+    local unit = options.unit or "MS"
+    local per_second = PER_SECOND[unit]
+    local n = #gates
+    local gate = false
+    for i = 1, n do
+        gate = gate or gates[i]
+    end
+    local at, sixth = 6, nil
+    if options.delay or options.at_most or slots then
+        sixth, at = tonumber(reply[6]), 7
+    end
+    local shed_level = 0
+    if gate then
+        shed_level, at = tonumber(reply[at]), at + 1
+    end
+    local each = {}
+    if n > 1 then
+        for i = 1, n do
+            local own = reply[at + i - 1]
+            if not gates[i] and type(own) == "table" then
+                each[#each + 1] = decision_table(own, unit)
+            end
+        end
+    end
+    local allowed, limit, remaining, retry_after, reset_after = _M.decision(reply, unit)
+    return {
+        allowed = allowed,
+        limit = limit,
+        remaining = remaining,
+        retry_after = retry_after,
+        reset_after = reset_after,
+        wait = options.delay and sixth / per_second or 0,
+        granted = options.at_most and sixth or nil,
+        lease_id = slots and sixth or 0,
+        shed_level = shed_level,
+        each = each,
+    }
+end
+
+--- `RL.ACQUIRE`'s reply: the five integers and the lease's `id` (0 when refused).
+function _M.lease_result(reply, unit)
+    local lease = decision_table(reply, unit or "MS")
+    lease.id = _M.sixth(reply)
+    return lease
+end
+
+--- `RL.WINDOW.COUNTS` or (`log`) `RL.LOG.COUNTS`'s reply, times in seconds (the reply's in
+--- `unit`, "MS" unset): a log's count and when its oldest and newest entries leave the
+--- window; a window's previous and current counts and when each ends.
+function _M.counts(reply, log, unit)
+    local per_second = PER_SECOND[unit or "MS"]
+    if log then
+        return { count = tonumber(reply[1]), oldest_ends_in = tonumber(reply[2]) / per_second,
+            newest_ends_in = tonumber(reply[3]) / per_second }
+    end
+    return { previous = tonumber(reply[1]), previous_ends_in = tonumber(reply[2]) / per_second,
+        current = tonumber(reply[3]), current_ends_in = tonumber(reply[4]) / per_second }
+end
+
+--- `RL.TOP`'s replies from every primary, merged (a key lives on one primary, so its rows
+--- are summed only while a slot moves): at most `count` rows `{ key, refusals, error }`,
+--- the most refused first, ties by key.
+function _M.top_keys(replies, count)
+    local merged, rows = {}, {}
+    for _, reply in ipairs(replies) do
+        for _, row in ipairs(reply) do
+            local key = tostring(row[1])
+            local sum = merged[key]
+            if not sum then
+                sum = { key, 0, 0 }
+                merged[key] = sum
+                rows[#rows + 1] = sum
+            end
+            sum[2] = sum[2] + tonumber(row[2])
+            sum[3] = sum[3] + tonumber(row[3])
+        end
+    end
+    sort(rows, function(a, b)
+        if a[2] ~= b[2] then
+            return a[2] > b[2]
+        end
+        return a[1] < b[1]
+    end)
+    for i = #rows, count + 1, -1 do
+        rows[i] = nil
+    end
+    return rows
 end
 
 --- A load report's reply (`[level, instances, share x 4]`): the level, the instances that

@@ -2,8 +2,8 @@
 -- it, and its reply read into the result they read: for a caller of `client:call` that wants
 -- what this package's limiters do not offer (RL.LOG, DELAY, FORCE, a load gate in RL.ALL),
 -- and for clients/conformance.json's parts that every package reads (`commands`, `replies`,
--- `changed_limits`, the leases', counts' and RL.TOP's). The five integers are read by
--- protocol.lua's `decision`, as the limiters read them.
+-- `changed_limits`, the leases', counts' and RL.TOP's). Replies are read by protocol.lua
+-- (`result`, `lease_result`, `counts`, `top_keys`), as the limiters' are.
 --
 --   local words = specs.command({ { kind = "log", key = "login:7", limit = 3, window = 60 } },
 --       { delay = 2.5 })
@@ -11,8 +11,7 @@
 local protocol = require "resty.ratelimit_module.protocol"
 
 local floor, max = math.floor, math.max
-local tonumber, tostring, type, ipairs = tonumber, tostring, type, ipairs
-local sort = table.sort
+local ipairs = ipairs
 
 local _M = { _VERSION = "0.3.0" }
 
@@ -154,59 +153,18 @@ function _M.window_seconds(spec)
     return KINDS[spec.kind].window(spec)
 end
 
--- `decision`'s values as a table, for `result`'s `each`.
-local function decision(fields, unit)
-    local allowed, limit, remaining, retry_after, reset_after = protocol.decision(fields, unit)
-    return { allowed = allowed, limit = limit, remaining = remaining, retry_after = retry_after,
-        reset_after = reset_after, wait = 0 }
-end
-
 local NO_OPTIONS = {}
 
---- The result of `command(limiters, options)`'s reply: the five integers (times in
---- seconds), the sixth (a wait under `delay`, the units `granted` under `at_most`, a
---- lease's id), with a load gate the level that shed the request, and with several
---- limiters each rate limiter's own (`each`, the gate left out; empty for one limiter).
+--- The result of `command(limiters, options)`'s reply (protocol.lua's `result`, told which
+--- limiters are load gates and whether one takes a slot).
 function _M.result(reply, limiters, options)
     options = options or NO_OPTIONS
-    local unit = options.unit or "MS"
-    local per_second = PER_SECOND[unit]
-    local n = #limiters
-    local gate, slots = false, false
-    for i = 1, n do
+    local gates, slots = {}, false
+    for i = 1, #limiters do
         local kind = KINDS[limiters[i].kind]
-        gate, slots = gate or kind.gate == true, slots or kind.slots == true
+        gates[i], slots = kind.gate == true, slots or kind.slots == true
     end
-    local at, sixth = 6, nil
-    if options.delay or options.at_most or slots then
-        sixth, at = tonumber(reply[6]), 7
-    end
-    local shed_level = 0
-    if gate then
-        shed_level, at = tonumber(reply[at]), at + 1
-    end
-    local each = {}
-    if n > 1 then
-        for i = 1, n do
-            local own = reply[at + i - 1]
-            if not KINDS[limiters[i].kind].gate and type(own) == "table" then
-                each[#each + 1] = decision(own, unit)
-            end
-        end
-    end
-    local allowed, limit, remaining, retry_after, reset_after = protocol.decision(reply, unit)
-    return {
-        allowed = allowed,
-        limit = limit,
-        remaining = remaining,
-        retry_after = retry_after,
-        reset_after = reset_after,
-        wait = options.delay and sixth / per_second or 0,
-        granted = options.at_most and sixth or nil,
-        lease_id = slots and sixth or 0,
-        shed_level = shed_level,
-        each = each,
-    }
+    return protocol.result(reply, options, gates, slots)
 end
 
 --- `RL.ACQUIRE key limit lease quantity unit` (`RL.ACQUIRE_RO` with `read_only`), the
@@ -218,11 +176,8 @@ function _M.lease_command(key, limit, lease, quantity, read_only, unit)
 end
 
 --- `RL.ACQUIRE`'s reply: the five integers and the lease's `id` (0 when refused).
-function _M.lease_result(reply, unit)
-    local lease = decision(reply, unit or "MS")
-    lease.id = protocol.sixth(reply)
-    return lease
-end
+_M.lease_result = protocol.lease_result
+
 --- `RL.WINDOW.COUNTS` (a FIXED, SLIDING or ANCHORED window) or `RL.LOG.COUNTS` (a log),
 --- in `unit` ("MS" by default).
 function _M.counts_command(spec, unit)
@@ -234,47 +189,12 @@ function _M.counts_command(spec, unit)
         spec.algorithm or "SLIDING", unit }
 end
 
---- `counts_command(spec)`'s reply, times in seconds: a log's count and when its oldest and
---- newest entries leave the window; a window's previous and current counts and when each
---- ends.
+--- `counts_command(spec)`'s reply (protocol.lua's `counts`).
 function _M.counts_result(spec, reply, unit)
-    local per_second = PER_SECOND[unit or "MS"]
-    if spec.kind == "log" then
-        return { count = tonumber(reply[1]), oldest_ends_in = tonumber(reply[2]) / per_second,
-            newest_ends_in = tonumber(reply[3]) / per_second }
-    end
-    return { previous = tonumber(reply[1]), previous_ends_in = tonumber(reply[2]) / per_second,
-        current = tonumber(reply[3]), current_ends_in = tonumber(reply[4]) / per_second }
+    return protocol.counts(reply, spec.kind == "log", unit)
 end
 
---- `RL.TOP`'s replies from every primary, merged (a key lives on one primary, so its rows
---- are summed only while a slot moves): at most `count` rows `{ key, refusals, error }`,
---- the most refused first, ties by key.
-function _M.top_keys(replies, count)
-    local merged, rows = {}, {}
-    for _, reply in ipairs(replies) do
-        for _, row in ipairs(reply) do
-            local key = tostring(row[1])
-            local sum = merged[key]
-            if not sum then
-                sum = { key, 0, 0 }
-                merged[key] = sum
-                rows[#rows + 1] = sum
-            end
-            sum[2] = sum[2] + tonumber(row[2])
-            sum[3] = sum[3] + tonumber(row[3])
-        end
-    end
-    sort(rows, function(a, b)
-        if a[2] ~= b[2] then
-            return a[2] > b[2]
-        end
-        return a[1] < b[1]
-    end)
-    for i = #rows, count + 1, -1 do
-        rows[i] = nil
-    end
-    return rows
-end
+--- `RL.TOP`'s replies from every primary, merged (protocol.lua's `top_keys`).
+_M.top_keys = protocol.top_keys
 
 return _M

@@ -35,25 +35,6 @@ function _M.get(hash)
     return copies[hash] or EMPTY
 end
 
---- Reads `hash` into lists: { list = { item = value } }.
-local function parse(flat)
-    local lists = setmetatable({}, { __index = function() return {} end })
-    for i = 1, #flat, 2 do
-        local field, value = flat[i], flat[i + 1]
-        local colon = find(field, ":", 1, true)
-        if colon then
-            local list = sub(field, 1, colon - 1)
-            local items = rawget(lists, list)
-            if not items then
-                items = {}
-                lists[list] = items
-            end
-            items[sub(field, colon + 1)] = value
-        end
-    end
-    return lists
-end
-
 -- The flat reply of HGETALL as one string, and back: each string as its length, ":", itself.
 local function encode(flat)
     local parts = {}
@@ -94,7 +75,7 @@ function _M.refresh(c, hash)
     if not flat then
         return nil, err
     end
-    copies[hash], versions[hash] = parse(flat), version
+    copies[hash], versions[hash] = protocol.lists(flat), version
     local dict = kept[hash]
     if dict then
         local ok, failure = dict:set("lists|" .. hash, encode(flat))
@@ -113,7 +94,7 @@ local function restore(dict, hash)
     local text = dict:get("lists|" .. hash)
     local flat = text and decode(text)
     if flat then
-        copies[hash], versions[hash] = parse(flat), dict:get("version|" .. hash)
+        copies[hash], versions[hash] = protocol.lists(flat), dict:get("version|" .. hash)
     end
 end
 

@@ -8,7 +8,8 @@
 -- them (specs.lua builds those calls); `standing`, a load report's level and shares.
 -- clients/conformance.json's `lua` part and the parts the package writes pin them; any other
 -- call, built from limiter specs as the other packages build it, is specs.lua's.
-local format = string.format
+local format, find, sub = string.format, string.find, string.sub
+local rawget, setmetatable = rawget, setmetatable
 local floor, max, min = math.floor, math.max, math.min
 local tonumber, tostring, pairs, ipairs, type = tonumber, tostring, pairs, ipairs, type
 local sort = table.sort
@@ -251,6 +252,27 @@ function _M.top_keys(replies, count)
         rows[i] = nil
     end
     return rows
+end
+
+--- The shared lists' hash, its `HGETALL` reply (`flat`) read: { list = { item = value } },
+--- any list absent reading as empty (fields `<list>:<item>`; `version` and any field without
+--- a colon are no item).
+function _M.lists(flat)
+    local lists = setmetatable({}, { __index = function() return {} end })
+    for i = 1, #flat, 2 do
+        local field, value = flat[i], flat[i + 1]
+        local colon = find(field, ":", 1, true)
+        if colon then
+            local list = sub(field, 1, colon - 1)
+            local items = rawget(lists, list)
+            if not items then
+                items = {}
+                lists[list] = items
+            end
+            items[sub(field, colon + 1)] = value
+        end
+    end
+    return lists
 end
 
 --- A load report's reply (`[level, instances, share x 4]`): the level, the instances that

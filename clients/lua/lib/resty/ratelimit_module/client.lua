@@ -251,11 +251,15 @@ function _M.decide(self, name, key, id, args, cached, limiter)
     end
     local reply, err, failed = _M.call(self, key, args)
     if not reply then
-        local admit = failed and circuit.on_failure(self, name)
-        if admit then
-            return "on_error"
-        elseif admit == false then
-            return "rejected"
+        -- The server failed: the policy decides. An error it answered (WRONGTYPE...) is
+        -- the caller's.
+        if failed then
+            local admit = circuit.on_failure(self, name)
+            if admit then
+                return "on_error"
+            elseif admit == false then
+                return "rejected"
+            end
         end
         return nil, err
     end

@@ -231,8 +231,10 @@ end
 
 --- One decision, as every limiter makes it: a refusal the deny cache holds under `id` (nil:
 --- none) is answered from it (`cached(limiter, seconds)`, if given, is told how long it
---- stands: a function, not a closure, so that a call makes no garbage); else
---- `args` is sent for `key`, and a refusal is cached under `id`. How the request goes, and
+--- stands: a function, not a closure, so that a call makes no garbage); else `args` is sent
+--- for `key` (a function is called first, `args(limiter, key, commit)`, so that a refusal
+--- from the cache builds no command), and a refusal is cached under `id`. How the request
+--- goes, and
 --- the reply when the server gave one:
 ---   "allowed", reply       admitted by the server
 ---   "shadow", reply | nil  refused, by the server or the deny cache, and let through by
@@ -240,7 +242,7 @@ end
 ---   "on_error"             the server failed, and on_error = "allow" lets it through
 ---   "rejected", reply | nil refused (by the server, the deny cache, or on_error = "deny")
 ---   nil, err               the server failed, and on_error is unset
-function _M.decide(self, name, key, id, args, cached, limiter)
+function _M.decide(self, name, key, id, args, cached, limiter, commit)
     local denied = id and deny.denied(self, id)
     if denied then
         metrics.count(self, name, "deny_cache")
@@ -248,6 +250,9 @@ function _M.decide(self, name, key, id, args, cached, limiter)
             cached(limiter, denied)
         end
         return self.shadow and "shadow" or "rejected"
+    end
+    if type(args) == "function" then
+        args = args(limiter, key, commit)
     end
     local reply, err, failed = _M.call(self, key, args)
     if not reply then

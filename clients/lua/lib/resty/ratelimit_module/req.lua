@@ -116,7 +116,7 @@ function _M.incoming(self, key, commit)
     local c, name = self.client, self.name
     key = self.prefix .. key
     local id = c.deny_cache and ("req|" .. key .. "|" .. self.count .. "|" .. self.burst)
-    local how, reply = c:decide(name, key, id, self:encoded(key, commit), noted_cached, self)
+    local how, reply = c:decide(name, key, id, self.encoded, noted_cached, self, commit)
     if how and reply then
         self:note(reply)
     end

@@ -665,3 +665,53 @@ fn the_reader_sees_path_qualified_uses_and_groups() {
         ]
     );
 }
+
+/// The files of `src/` whose code names `AT_MOST` (or `AtMost`), its strings included:
+/// comments and test modules left out.
+fn files_naming_at_most() -> BTreeSet<String> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut named = BTreeSet::new();
+    for (module, source) in sources(&root) {
+        if module.iter().any(|part| part.contains("test")) {
+            continue;
+        }
+        let before_tests = source.split("#[cfg(test)]\nmod ").next().unwrap_or("");
+        let code = before_tests.lines().map(|line| match line.find("//") {
+            Some(at) => &line[..at],
+            None => line,
+        });
+        if code
+            .into_iter()
+            .any(|line| line.contains("AT_MOST") || line.contains("AtMost"))
+        {
+            named.insert(format!("{}.rs", module.join("/")));
+        }
+    }
+    named
+}
+
+#[test]
+fn the_files_an_option_touches_are_the_ones_docs_internals_walks_through() {
+    let docs = fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/internals.md"))
+        .unwrap();
+    let walk = docs
+        .split("Walking `AT_MOST` through, the code of five files of `src/` names it")
+        .nth(1)
+        .expect("docs/internals.md walks AT_MOST through")
+        .split("\n\n")
+        .next()
+        .unwrap();
+    let listed: BTreeSet<String> = walk
+        .lines()
+        .filter_map(|line| line.trim_start().strip_prefix(|c: char| c.is_ascii_digit()))
+        .filter_map(|line| line.strip_prefix(". `"))
+        .filter_map(|line| line.split('`').next())
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(
+        listed.len(),
+        5,
+        "docs/internals.md says five files: {listed:?}"
+    );
+    assert_eq!(files_naming_at_most(), listed);
+}

@@ -26,16 +26,14 @@ use crate::core::settle::combined;
 use crate::core::time::{Rounding, Unit};
 use crate::core::verdict::Verdict;
 use crate::error::CommandError;
-use crate::options::{
-    integer_argument, parse_integer, parse_options, CommonOptions, Keyword, Tail,
-};
+use crate::options::{integer_argument, parse_integer, Keyword, Tail};
 use crate::redis::call::{Details, Invocation, LimiterReply, Outcome, Reply};
 use crate::redis::clock;
 use crate::redis::registration::{block_keywords, block_usage, Arg, ArgKind, Mode};
 use crate::redis::store;
 
-use super::grammar::limiting_args;
-use super::limiting::{call_seed, outcome, request, sixth_field};
+use super::grammar::{limiting_args, parse_options, CommonOptions};
+use super::limiting::{call_seed, request, sixth_field};
 use super::top;
 use super::window::{algorithm_keyword, ALGORITHM_ARG};
 use super::{log, throttle, window};
@@ -190,7 +188,7 @@ fn run_sized<const N: usize>(
     };
     let outcome = match settled.load {
         Some(load) if load.shed => Outcome::Shed,
-        _ => outcome(&request, all.limited, &settled),
+        _ => parsed.options.outcome(all.limited, &settled),
     };
     if outcome == Outcome::Limited && mode == Mode::Write {
         let refused = verdicts.iter().map(|verdict| verdict.limited);
@@ -198,7 +196,7 @@ fn run_sized<const N: usize>(
     }
     Ok(Reply::Limiter(LimiterReply {
         fields: all.to_reply(unit, Rounding::Up),
-        extra: sixth_field(&limiters[..keys], &request, &settled, unit),
+        extra: sixth_field(&limiters[..keys], &parsed.options, &settled),
         load: settled
             .load
             .map(|load| if load.shed { i64::from(load.level) } else { 0 }),

@@ -17,11 +17,13 @@ use crate::core::log::{LogLimiter, SlidingLog};
 use crate::core::time::{Micros, Rounding, Unit};
 use crate::core::windows::{Algorithm, WindowLimiter};
 use crate::error::CommandError;
-use crate::options::{integer_argument, parse_options, CommonOptions, Keyword};
+use crate::options::{integer_argument, Keyword};
 use crate::redis::call::{Integers, Invocation, Reply};
 use crate::redis::clock;
 use crate::redis::registration::Mode;
 use crate::redis::store::RedisStore;
+
+use super::grammar::{parse_options, CommonOptions};
 
 /// Refuses every option but a unit: there is no request to qualify.
 fn only_unit(options: &CommonOptions) -> Result<(), CommandError> {

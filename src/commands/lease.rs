@@ -18,16 +18,15 @@ use crate::core::engine::{self, Applied, Store};
 use crate::core::lease::LeaseLimiter;
 use crate::core::limiter::Limiter;
 use crate::core::params::{self, MAX_LEASE_LIMIT};
-use crate::core::request::Shortfall;
 use crate::core::time::{Rounding, Unit};
 use crate::error::CommandError;
-use crate::options::{integer_argument, parse_options, unit_keyword};
+use crate::options::{integer_argument, unit_keyword};
 use crate::redis::call::{Invocation, Reply};
 use crate::redis::clock;
 use crate::redis::registration::{Arg, ArgKind, Mode};
 use crate::redis::store::RedisStore;
 
-use super::grammar::{QUANTITY_ARG, UNIT_ARG};
+use super::grammar::{parse_options, Refuser, QUANTITY_ARG, UNIT_ARG};
 use super::limiting::one_limiter;
 
 pub(super) const ACQUIRE_ARGS: &[Arg] = &[
@@ -62,14 +61,7 @@ pub(super) fn acquire(call: &Invocation, mode: Mode) -> Result<Reply, CommandErr
     let limit = integer_argument(limit, c"ERR limit is not an integer or out of range")?;
     let lease = integer_argument(lease, c"ERR lease is not an integer or out of range")?;
     let options = parse_options(tail, |_, _| Ok(false))?;
-    if options.refund || options.block.is_some() {
-        return Err(CommandError::Syntax);
-    }
-    if options.shortfall != Shortfall::Refuse {
-        return Err(CommandError::Message(
-            c"ERR RL.ACQUIRE takes no DELAY, AT_MOST or FORCE: a lease is held whole until released, so wait for RL.RELEASE and retry",
-        ));
-    }
+    options.refuse_every(Refuser::Acquire)?;
     let limiter = Limiter::Lease(LeaseLimiter::new(limit, lease, options.unit)?);
     one_limiter(call, limiter, &options, mode, Rounding::Up)
 }

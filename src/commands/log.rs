@@ -9,11 +9,11 @@ use crate::core::limiter::Limiter;
 use crate::core::log::LogLimiter;
 use crate::core::time::{Rounding, Unit};
 use crate::error::CommandError;
-use crate::options::{integer_argument, parse_options, CommonOptions};
+use crate::options::integer_argument;
 use crate::redis::call::{Invocation, Reply};
 use crate::redis::registration::{Arg, ArgKind, Mode};
 
-use super::grammar::limiting_args;
+use super::grammar::{limiting_args, parse_options, CommonOptions};
 use super::limiting::one_limiter;
 
 /// The command's name and its three required arguments.

@@ -9,11 +9,11 @@ use crate::core::limiter::Limiter;
 use crate::core::params;
 use crate::core::time::{Rounding, Unit};
 use crate::error::CommandError;
-use crate::options::{integer_argument, parse_options, CommonOptions, Keyword, Tail};
+use crate::options::{integer_argument, Keyword, Tail};
 use crate::redis::call::{Invocation, Reply};
 use crate::redis::registration::{Arg, ArgKind, Mode};
 
-use super::grammar::limiting_args;
+use super::grammar::{limiting_args, parse_options, CommonOptions};
 use super::limiting::one_limiter;
 
 /// The command's name and its four required arguments.
@@ -142,7 +142,10 @@ mod tests {
                 CommonOptions::default()
             ))
         );
-        assert_eq!(parse(&[b"4", b"1", b"1", b"6"]).unwrap().1.quantity, 6);
+        assert_eq!(
+            parse(&[b"4", b"1", b"1", b"6"]).unwrap().1.request.quantity,
+            6
+        );
     }
 
     #[test]
@@ -150,7 +153,7 @@ mod tests {
         let (params, options) = parse(&[b"15", b"30", b"500", b"2", b"ms"]).unwrap();
         assert_eq!(params.period, 500);
         assert_eq!(options.unit, Unit::Milliseconds);
-        assert_eq!(options.quantity, 2);
+        assert_eq!(options.request.quantity, 2);
         assert_eq!(
             parse(&[b"1", b"1", b"250", b"US"]).unwrap().1.unit,
             Unit::Microseconds

@@ -9,13 +9,11 @@ use crate::core::params::BUCKETS_RANGE;
 use crate::core::time::{Rounding, Unit};
 use crate::core::windows::{Algorithm, WindowLimiter};
 use crate::error::CommandError;
-use crate::options::{
-    integer_argument, parse_integer, parse_options, CommonOptions, Keyword, Tail,
-};
+use crate::options::{integer_argument, parse_integer, Keyword, Tail};
 use crate::redis::call::{Invocation, Reply};
 use crate::redis::registration::{Arg, ArgKind, Mode};
 
-use super::grammar::limiting_args;
+use super::grammar::{limiting_args, parse_options, CommonOptions};
 use super::limiting::one_limiter;
 
 /// The command's name and its three required arguments.
@@ -165,11 +163,15 @@ mod tests {
         let (params, options) =
             parse(&[b"10", b"500", b"3", b"MS", b"BUCKETS", b"5", b"refund"]).unwrap();
         assert_eq!(params.algorithm, Some(Algorithm::Buckets(5)));
-        assert_eq!(options.quantity, 3);
+        assert_eq!(options.request.quantity, 3);
         assert_eq!(options.unit, Unit::Milliseconds);
-        assert!(options.refund);
+        assert_eq!(options.request.action, crate::core::request::Action::Refund);
         assert_eq!(
-            parse(&[b"10", b"60", b"0", b"FIXED"]).unwrap().1.quantity,
+            parse(&[b"10", b"60", b"0", b"FIXED"])
+                .unwrap()
+                .1
+                .request
+                .quantity,
             0
         );
     }

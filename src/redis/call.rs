@@ -10,21 +10,16 @@ use crate::core::engine::MAX_LIMITERS;
 use crate::core::top::Estimate;
 use crate::redis::api::{self, Ctx, ServerStr};
 
-/// How a call ended, for the counters.
+/// How a call ended: each outcome is one counter of its command in `INFO`, named by
+/// [`Outcome::counter`], in the order declared here (the ones added later last, so that a
+/// parser of the earlier line reads the same fields). An option with a counter of its own
+/// names its outcome in its declaration (`commands::grammar::OPTIONS`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Outcome {
     /// Admitted at once and counted whole (a quantity of 1 or more).
     Allowed,
-    /// Admitted after a wait (`DELAY`).
-    Delayed,
-    /// Admitted in part (`AT_MOST`).
-    AtMost,
-    /// Admitted beyond what fit now, the rest forced (`FORCE`).
-    Forced,
     /// Refused: over the limit, or a quantity above it.
     Limited,
-    /// Shed by load: the service's level did not admit the request's priority.
-    Shed,
     /// A quantity of 0: answered without counting.
     Peek,
     /// `REFUND`: a quantity given back.
@@ -33,6 +28,44 @@ pub enum Outcome {
     /// Redis gives before the module runs (arity, ACL, `OOM`, `READONLY`, `MOVED`) are in
     /// `INFO commandstats` as `rejected_calls` instead.
     Error,
+    /// Admitted after a wait (`DELAY`).
+    Delayed,
+    /// Admitted in part (`AT_MOST`).
+    AtMost,
+    /// Admitted beyond what fit now, the rest forced (`FORCE`).
+    Forced,
+    /// Shed by load: the service's level did not admit the request's priority.
+    Shed,
+}
+
+impl Outcome {
+    /// Every outcome, in `INFO`'s order.
+    pub const ALL: [Outcome; 9] = [
+        Outcome::Allowed,
+        Outcome::Limited,
+        Outcome::Peek,
+        Outcome::Refund,
+        Outcome::Error,
+        Outcome::Delayed,
+        Outcome::AtMost,
+        Outcome::Forced,
+        Outcome::Shed,
+    ];
+
+    /// Its counter's name in `INFO`.
+    pub fn counter(self) -> &'static CStr {
+        match self {
+            Outcome::Allowed => c"allowed",
+            Outcome::Limited => c"limited",
+            Outcome::Peek => c"peeks",
+            Outcome::Refund => c"refunds",
+            Outcome::Error => c"errors",
+            Outcome::Delayed => c"delayed",
+            Outcome::AtMost => c"partial",
+            Outcome::Forced => c"forced",
+            Outcome::Shed => c"shed",
+        }
+    }
 }
 
 /// A key named by a call: one of its arguments, as the server passed it.

@@ -40,18 +40,11 @@ impl Counter {
     }
 }
 
-/// The counters of one command, since the module loaded.
+/// The counters of one command, since the module loaded: its calls, and one per
+/// [`Outcome`].
 pub struct CommandStats {
     calls: Counter,
-    allowed: Counter,
-    limited: Counter,
-    peeks: Counter,
-    refunds: Counter,
-    errors: Counter,
-    delayed: Counter,
-    partial: Counter,
-    forced: Counter,
-    shed: Counter,
+    outcomes: [Counter; Outcome::ALL.len()],
 }
 
 impl CommandStats {
@@ -59,50 +52,23 @@ impl CommandStats {
     pub const fn new() -> CommandStats {
         CommandStats {
             calls: Counter::new(),
-            allowed: Counter::new(),
-            limited: Counter::new(),
-            peeks: Counter::new(),
-            refunds: Counter::new(),
-            errors: Counter::new(),
-            delayed: Counter::new(),
-            partial: Counter::new(),
-            forced: Counter::new(),
-            shed: Counter::new(),
+            outcomes: [const { Counter::new() }; Outcome::ALL.len()],
         }
     }
 
     /// Counts a call that ended with `outcome`.
     pub fn record(&self, outcome: Outcome) {
         self.calls.bump();
-        match outcome {
-            Outcome::Allowed => &self.allowed,
-            Outcome::Limited => &self.limited,
-            Outcome::Peek => &self.peeks,
-            Outcome::Refund => &self.refunds,
-            Outcome::Error => &self.errors,
-            Outcome::Delayed => &self.delayed,
-            Outcome::AtMost => &self.partial,
-            Outcome::Forced => &self.forced,
-            Outcome::Shed => &self.shed,
-        }
-        .bump();
+        self.outcomes[outcome as usize].bump();
     }
 
-    /// The counters in `INFO`'s order, with their names (the ones added later last, so
-    /// that a parser of the earlier line reads the same fields).
-    fn fields(&self) -> [(&'static CStr, u64); 10] {
-        [
-            (c"calls", self.calls.get()),
-            (c"allowed", self.allowed.get()),
-            (c"limited", self.limited.get()),
-            (c"peeks", self.peeks.get()),
-            (c"refunds", self.refunds.get()),
-            (c"errors", self.errors.get()),
-            (c"delayed", self.delayed.get()),
-            (c"partial", self.partial.get()),
-            (c"forced", self.forced.get()),
-            (c"shed", self.shed.get()),
-        ]
+    /// The counters in `INFO`'s order, with their names: `calls`, then the outcomes'.
+    fn fields(&self) -> [(&'static CStr, u64); 1 + Outcome::ALL.len()] {
+        let mut fields = [(c"calls", self.calls.get()); 1 + Outcome::ALL.len()];
+        for (field, outcome) in fields[1..].iter_mut().zip(Outcome::ALL) {
+            *field = (outcome.counter(), self.outcomes[outcome as usize].get());
+        }
+        fields
     }
 }
 
@@ -175,6 +141,9 @@ mod tests {
             Outcome::Shed,
         ] {
             stats.record(outcome);
+        }
+        for (at, outcome) in Outcome::ALL.into_iter().enumerate() {
+            assert_eq!(outcome as usize, at, "{outcome:?} counts in its own place");
         }
         let fields = stats
             .fields()

@@ -29,7 +29,7 @@ fn one_limiter_per_key_in_order_keywords_in_any_case() {
     .unwrap();
     assert_eq!(parsed.keys, 3);
     assert!(parsed.details);
-    assert_eq!(parsed.options.quantity, 2);
+    assert_eq!(parsed.options.request.quantity, 2);
     assert_eq!(parsed.options.unit, Unit::Milliseconds);
     let limiters: Vec<Limiter> = parsed.params[..3]
         .iter()
@@ -47,8 +47,11 @@ fn one_limiter_per_key_in_order_keywords_in_any_case() {
     assert!(matches!(limiters[2], Limiter::Log(_)));
     // A quantity right after a window: not an algorithm, the quantity.
     let parsed = parse_words(&["1", "a", "WINDOW", "10", "60", "5", "REFUND"]).unwrap();
-    assert_eq!(parsed.options.quantity, 5);
-    assert!(parsed.options.refund);
+    assert_eq!(parsed.options.request.quantity, 5);
+    assert_eq!(
+        parsed.options.request.action,
+        crate::core::request::Action::Refund
+    );
     assert_eq!(
         parsed.params[0],
         Some(Params::Window(window::Params::parse(b"10", b"60").unwrap()))

@@ -6,41 +6,18 @@ require("reflect-metadata");
 const assert = require("node:assert/strict");
 const { randomUUID } = require("node:crypto");
 const { after, test } = require("node:test");
-const { Controller, Get, Module } = require("@nestjs/common");
-const { APP_GUARD, NestFactory } = require("@nestjs/core");
-const { ThrottlerGuard, ThrottlerModule, ThrottlerStorageService } = require("@nestjs/throttler");
+const { NestFactory } = require("@nestjs/core");
+const { ThrottlerGuard, ThrottlerStorageService } = require("@nestjs/throttler");
 const Redis = require("ioredis");
 const { RateLimitModuleThrottlerStorage, RateLimitModuleThrottlerGuard } = require("../nestjs");
+const { helloModule } = require("./apps/nest");
 const { ioredis, burst, counted } = require("./helpers");
 
 const redis = ioredis();
 after(() => redis.disconnect());
 
 function appModule(storage, throttlers = [{ ttl: 60_000, limit: 5, blockDuration: 30_000 }], guard = ThrottlerGuard) {
-  class HelloController {
-    hello() {
-      return "hello";
-    }
-  }
-  Reflect.decorate(
-    [Get()],
-    HelloController.prototype,
-    "hello",
-    Object.getOwnPropertyDescriptor(HelloController.prototype, "hello"),
-  );
-  Reflect.decorate([Controller()], HelloController);
-  class AppModule {}
-  Reflect.decorate(
-    [
-      Module({
-        imports: [ThrottlerModule.forRoot({ throttlers, storage })],
-        controllers: [HelloController],
-        providers: [{ provide: APP_GUARD, useClass: guard }],
-      }),
-    ],
-    AppModule,
-  );
-  return AppModule;
+  return helloModule({ storage, throttlers, guard });
 }
 
 test("the limit holds under concurrent requests, with a block, and refused ones cost nothing", async () => {

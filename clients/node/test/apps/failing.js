@@ -32,38 +32,14 @@ async function expressApp() {
 }
 
 async function nestApp() {
-  const { Controller, Get, Module } = require("@nestjs/common");
-  const { APP_GUARD, NestFactory } = require("@nestjs/core");
-  const { ThrottlerModule } = require("@nestjs/throttler");
+  const { NestFactory } = require("@nestjs/core");
   const { RateLimitModuleThrottlerStorage, RateLimitModuleThrottlerGuard } = require("../../nestjs");
-  class HelloController {
-    hello() {
-      return "hello";
-    }
-  }
-  Reflect.decorate(
-    [Get()],
-    HelloController.prototype,
-    "hello",
-    Object.getOwnPropertyDescriptor(HelloController.prototype, "hello"),
-  );
-  Reflect.decorate([Controller()], HelloController);
-  class AppModule {}
-  Reflect.decorate(
-    [
-      Module({
-        imports: [
-          ThrottlerModule.forRoot({
-            throttlers: [{ ttl: 60_000, limit: 1000 }],
-            storage: new RateLimitModuleThrottlerStorage(redis, { onError: "deny", ...bounded }),
-          }),
-        ],
-        controllers: [HelloController],
-        providers: [{ provide: APP_GUARD, useClass: RateLimitModuleThrottlerGuard }],
-      }),
-    ],
-    AppModule,
-  );
+  const { helloModule } = require("./nest");
+  const AppModule = helloModule({
+    throttlers: [{ ttl: 60_000, limit: 1000 }],
+    storage: new RateLimitModuleThrottlerStorage(redis, { onError: "deny", ...bounded }),
+    guard: RateLimitModuleThrottlerGuard,
+  });
   const app = await NestFactory.create(AppModule, { logger: false });
   await app.listen(port, "127.0.0.1");
 }

@@ -37,38 +37,13 @@ async function expressApp() {
 }
 
 async function nestApp() {
-  const { Controller, Get, Module } = require("@nestjs/common");
-  const { APP_GUARD, NestFactory } = require("@nestjs/core");
-  const { ThrottlerGuard, ThrottlerModule } = require("@nestjs/throttler");
+  const { NestFactory } = require("@nestjs/core");
   const { RateLimitModuleThrottlerStorage } = require("../../nestjs");
-  class HelloController {
-    hello() {
-      return "hello";
-    }
-  }
-  Reflect.decorate(
-    [Get()],
-    HelloController.prototype,
-    "hello",
-    Object.getOwnPropertyDescriptor(HelloController.prototype, "hello"),
-  );
-  Reflect.decorate([Controller()], HelloController);
-  class AppModule {}
-  Reflect.decorate(
-    [
-      Module({
-        imports: [
-          ThrottlerModule.forRoot({
-            throttlers: [{ ttl: 60_000, limit: 2 }],
-            storage: new RateLimitModuleThrottlerStorage(redis, { metrics, logger: quiet }),
-          }),
-        ],
-        controllers: [HelloController],
-        providers: [{ provide: APP_GUARD, useClass: ThrottlerGuard }],
-      }),
-    ],
-    AppModule,
-  );
+  const { helloModule } = require("./nest");
+  const AppModule = helloModule({
+    throttlers: [{ ttl: 60_000, limit: 2 }],
+    storage: new RateLimitModuleThrottlerStorage(redis, { metrics, logger: quiet }),
+  });
   const app = await NestFactory.create(AppModule, { logger: false });
   // The metrics on the same server, ahead of Nest's routes.
   app.use("/metrics", async (req, res) => {

@@ -160,20 +160,28 @@ class _Shedding:
     """What the sync and async shedders share: the instance's limit, the last standing, the
     decision, metrics."""
 
+    # How a shedder calls its client: `SyncCalls` or `AsyncCalls`.
+    _calls: Callable[[Any, Optional[float]], Any]
+
     def __init__(
         self,
+        client: Any,
         service: str,
-        instance: Optional[str],
-        interval: float,
-        ttl: Optional[float],
-        shadow: bool,
-        metrics: Optional[Any],
-        signals: Optional[Signals],
-        factors: Optional[Callable[[], dict]],
-        draw: Callable[[], float],
-        clock: Callable[[], float],
-        limit: Any,
+        *,
+        instance: Optional[str] = None,
+        interval: float = 1.0,
+        ttl: Optional[float] = None,
+        shadow: bool = False,
+        metrics: Optional[Any] = None,
+        signals: Optional[Signals] = None,
+        factors: Optional[Callable[[], dict]] = None,
+        draw: Callable[[], float] = random.random,
+        clock: Callable[[], float] = time.monotonic,
+        timeout: Optional[float] = DEFAULT_TIMEOUT,
+        limit: Any = True,
     ):
+        self.client = client
+        self.call = self._calls(client, timeout)
         self.service = service
         self.limit = _local_limit(limit)
         self.instance = instance or default_instance()
@@ -293,28 +301,10 @@ class LoadShedder(_Shedding):
     own limit on requests in flight (on by default; a `ConcurrencyLimit` of your options, or
     False to shed by the level alone)."""
 
-    def __init__(
-        self,
-        client: Any,
-        service: str,
-        *,
-        instance: Optional[str] = None,
-        interval: float = 1.0,
-        ttl: Optional[float] = None,
-        shadow: bool = False,
-        metrics: Optional[Any] = None,
-        signals: Optional[Signals] = None,
-        factors: Optional[Callable[[], dict]] = None,
-        draw: Callable[[], float] = random.random,
-        clock: Callable[[], float] = time.monotonic,
-        timeout: Optional[float] = DEFAULT_TIMEOUT,
-        limit: Any = True,
-    ):
-        super().__init__(
-            service, instance, interval, ttl, shadow, metrics, signals, factors, draw, clock, limit
-        )
-        self.client = client
-        self.call = SyncCalls(client, timeout)
+    _calls = SyncCalls
+
+    def __init__(self, client: Any, service: str, **options: Any):
+        super().__init__(client, service, **options)
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
 
@@ -354,28 +344,10 @@ class AsyncLoadShedder(_Shedding):
     in the requests it counts. The local limit has the defaults every package ships: the
     wait is measured, not bounded, so a healthy loop's bursts are no standing queue."""
 
-    def __init__(
-        self,
-        client: Any,
-        service: str,
-        *,
-        instance: Optional[str] = None,
-        interval: float = 1.0,
-        ttl: Optional[float] = None,
-        shadow: bool = False,
-        metrics: Optional[Any] = None,
-        signals: Optional[Signals] = None,
-        factors: Optional[Callable[[], dict]] = None,
-        draw: Callable[[], float] = random.random,
-        clock: Callable[[], float] = time.monotonic,
-        timeout: Optional[float] = DEFAULT_TIMEOUT,
-        limit: Any = True,
-    ):
-        super().__init__(
-            service, instance, interval, ttl, shadow, metrics, signals, factors, draw, clock, limit
-        )
-        self.client = client
-        self.call = AsyncCalls(client, timeout)
+    _calls = AsyncCalls
+
+    def __init__(self, client: Any, service: str, **options: Any):
+        super().__init__(client, service, **options)
         self._task: Optional[asyncio.Task] = None
         if self.limit is not None:
             self.watch = LoopWatch(self.clock)

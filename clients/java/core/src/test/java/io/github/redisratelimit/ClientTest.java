@@ -135,18 +135,8 @@ class ClientTest {
       calls
           .call(
               List.of(
-                  "RL.LOAD.POLICY",
-                  service,
-                  "HOLD",
-                  "0",
-                  "LEVEL",
-                  "inflight",
-                  "0",
-                  "SHARES",
-                  "1",
-                  "1",
-                  "0",
-                  "0"))
+                  ("RL.LOAD.POLICY " + service + " HOLD 0 LEVEL inflight 0 SHARES 1 1 0 0")
+                      .split(" ")))
           .join();
       calls.call(List.of("RL.LOAD.REPORT", service, "a", "60000", "inflight", "1")).join();
       Limiter.Throttle user = Limiter.throttle(tag + ":user", 4, 1, MINUTE);

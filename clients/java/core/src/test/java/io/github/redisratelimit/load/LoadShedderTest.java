@@ -62,18 +62,8 @@ class LoadShedderTest {
           .calls()
           .call(
               List.of(
-                  "RL.LOAD.POLICY",
-                  service,
-                  "HOLD",
-                  "0",
-                  "LEVEL",
-                  "inflight",
-                  "0",
-                  "SHARES",
-                  "1",
-                  "1",
-                  "0",
-                  "0"))
+                  ("RL.LOAD.POLICY " + service + " HOLD 0 LEVEL inflight 0 SHARES 1 1 0 0")
+                      .split(" ")))
           .join();
       PrometheusMeterRegistry registry = new PrometheusMeterRegistry(PrometheusConfig.DEFAULT);
       LoadShedder shedder =
@@ -108,18 +98,8 @@ class LoadShedderTest {
           .calls()
           .call(
               List.of(
-                  "RL.LOAD.POLICY",
-                  service,
-                  "HOLD",
-                  "0",
-                  "LEVEL",
-                  "inflight",
-                  "0",
-                  "SHARES",
-                  "1",
-                  "0",
-                  "0",
-                  "0"))
+                  ("RL.LOAD.POLICY " + service + " HOLD 0 LEVEL inflight 0 SHARES 1 0 0 0")
+                      .split(" ")))
           .join();
       Clock clock = new Clock();
       LoadShedder shedder =

@@ -112,18 +112,8 @@ class MvcTest {
     calls
         .call(
             List.of(
-                "RL.LOAD.POLICY",
-                SERVICE,
-                "HOLD",
-                "0",
-                "LEVEL",
-                "inflight",
-                "0",
-                "SHARES",
-                "1",
-                "1",
-                "0",
-                "0"))
+                ("RL.LOAD.POLICY " + SERVICE + " HOLD 0 LEVEL inflight 0 SHARES 1 1 0 0")
+                    .split(" ")))
         .join();
     assertNotNull(shedder.report());
     HttpResponse<String> shed = Http.get(port, "/open", "X-Priority", "sheddable");
@@ -133,18 +123,8 @@ class MvcTest {
     calls
         .call(
             List.of(
-                "RL.LOAD.POLICY",
-                SERVICE,
-                "HOLD",
-                "0",
-                "LEVEL",
-                "inflight",
-                "1000000",
-                "SHARES",
-                "1",
-                "1",
-                "0",
-                "0"))
+                ("RL.LOAD.POLICY " + SERVICE + " HOLD 0 LEVEL inflight 1000000 SHARES 1 1 0 0")
+                    .split(" ")))
         .join();
     shedder.report();
     assertEquals(200, Http.get(port, "/open", "X-Priority", "sheddable").statusCode());

@@ -86,18 +86,8 @@ class WebFluxTest {
     calls
         .call(
             List.of(
-                "RL.LOAD.POLICY",
-                SERVICE,
-                "HOLD",
-                "0",
-                "LEVEL",
-                "inflight",
-                "0",
-                "SHARES",
-                "1",
-                "1",
-                "0",
-                "0"))
+                ("RL.LOAD.POLICY " + SERVICE + " HOLD 0 LEVEL inflight 0 SHARES 1 1 0 0")
+                    .split(" ")))
         .join();
     assertNotNull(shedder.report());
     HttpResponse<String> shed = Http.get(port, "/open", "X-Priority", "sheddable");
@@ -107,18 +97,8 @@ class WebFluxTest {
     calls
         .call(
             List.of(
-                "RL.LOAD.POLICY",
-                SERVICE,
-                "HOLD",
-                "0",
-                "LEVEL",
-                "inflight",
-                "1000000",
-                "SHARES",
-                "1",
-                "1",
-                "0",
-                "0"))
+                ("RL.LOAD.POLICY " + SERVICE + " HOLD 0 LEVEL inflight 1000000 SHARES 1 1 0 0")
+                    .split(" ")))
         .join();
     shedder.report();
   }

@@ -120,23 +120,22 @@ dist: build examples-deps
 	@echo "dist/$(DIST_NAME).tar.gz"
 
 # Instructions (callgrind), speed and memory. Reports; never gates anything. With
-# BASELINE=<commit>, that commit is built too (in a worktree under target/baseline/) and
-# measured in the same run, for a table of changes.
+# BASELINE=<commit> (or BASELINE="<commit> <commit>"), each commit is built too (in a worktree
+# under target/baseline/) and measured in the same run, its Lua package in nginx as well, for
+# a table of changes against each.
 BASELINE ?=
-ifneq ($(BASELINE),)
-BASELINE_MODULE := $(CURDIR)/target/baseline/$(BASELINE)/target/release/libredis_ratelimit.so
-BASELINE_ARGS := --baseline $(BASELINE_MODULE) --baseline-name $(BASELINE)
-endif
+BASELINE_MODULES := $(foreach commit,$(BASELINE),$(CURDIR)/target/baseline/$(commit)/target/release/libredis_ratelimit.so)
+BASELINE_ARGS := $(foreach commit,$(BASELINE),--baseline $(CURDIR)/target/baseline/$(commit)/target/release/libredis_ratelimit.so --baseline-name $(commit))
 
-bench: deps-server build deps-bench clients-deps $(BASELINE_MODULE)
+bench: deps-server build deps-bench clients-deps $(BASELINE_MODULES)
 	python3 bench/run.py $(BASELINE_ARGS)
 
-bench-update: deps-server build deps-bench clients-deps $(BASELINE_MODULE)
+bench-update: deps-server build deps-bench clients-deps $(BASELINE_MODULES)
 	python3 bench/run.py --write $(BASELINE_ARGS)
 
-$(BASELINE_MODULE):
-	git worktree add --force --detach $(CURDIR)/target/baseline/$(BASELINE) $(BASELINE)
-	cd $(CURDIR)/target/baseline/$(BASELINE) && $(CARGO) build --release
+$(CURDIR)/target/baseline/%/target/release/libredis_ratelimit.so:
+	git worktree add --force --detach $(CURDIR)/target/baseline/$* $*
+	cd $(CURDIR)/target/baseline/$* && $(CARGO) build --release
 
 deps-bench: deps-nginx deps-go java-clients
 	@command -v python3 >/dev/null 2>&1 || { missing=" python3"; $(install_missing); }

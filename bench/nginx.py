@@ -342,7 +342,33 @@ def server_calls(port: int) -> int:
     return sum(int(match) for match in re.findall(r"calls=(\d+)", info))
 
 
-def measure_nginx(module: Path) -> dict | None:
+def checkout_of(module: Path) -> Path | None:
+    """The checkout a build sits in (`<tree>/target/release/libredis_ratelimit.so`), when it
+    has this bench."""
+    tree = module.parents[2] if len(module.parents) > 2 else None
+    return tree if tree and (tree / "bench/nginx.py").is_file() else None
+
+
+def baseline_instructions(name: str, module: Path) -> dict | None:
+    """The worker's instructions a request with baseline `name`'s own Lua package, routes and
+    nginx configuration (its checkout's bench/nginx.py, run on its module)."""
+    tree = checkout_of(module)
+    if tree is None:
+        print(f"  {name}: not in a checkout, its Lua package not measured")
+        return None
+    print(f"  {name}'s Lua package:", flush=True)
+    code = ("import json, sys; from pathlib import Path; sys.path.insert(0, sys.argv[1]); "
+            "import nginx; print(json.dumps(nginx.worker_instructions(Path(sys.argv[2]))))")
+    run = subprocess.run([sys.executable, "-c", code, str(tree / "bench"), str(module)],
+                         capture_output=True, text=True)
+    if run.returncode != 0:
+        print(f"  {name}: failed\n{run.stderr[-2000:]}")
+        return None
+    import json
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
+def measure_nginx(module: Path, baselines: list[tuple[str, Path]] = ()) -> dict | None:
     for tool in ("nginx", "wrk"):
         if not shutil.which(tool):
             print(f"  skipped: no {tool} (make deps-bench installs it)")
@@ -350,7 +376,9 @@ def measure_nginx(module: Path) -> dict | None:
     rows = run_pass(module, 1, list(ROUTES))
     two = run_pass(module, 2, list(TWO_WORKER_ROUTES))
     instructions = worker_instructions(module)
+    earlier = {name: baseline_instructions(name, path) for name, path in baselines}
     return {"rows": rows, "two_workers": two, "instructions": instructions,
+            "baselines": {name: counts for name, counts in earlier.items() if counts},
             "cores": os.cpu_count()}
 
 
@@ -400,6 +428,7 @@ def nginx_section(result) -> list[str]:
         "",
     ]
     counts = result.get("instructions")
+    baselines = result.get("baselines", {})
     if counts:
         ping = counts.get("PING on a pooled connection (the round trip alone)")
         lines += [
@@ -409,12 +438,16 @@ def nginx_section(result) -> list[str]:
             "the same build whatever else the machine does. With one worker saturated, requests "
             "per second go as its inverse.",
             "",
-            "| Route | Instructions a request | PING's over the route's |",
-            "|---|---:|---:|",
+            "| Route | Instructions a request | PING's over the route's "
+            + "".join(f"| {name}'s package, change " for name in baselines) + "|",
+            "|---|---:|---:|" + "---:|" * len(baselines),
         ]
         for name, count in counts.items():
             ratio = f"{ping / count:.0%}" if ping else ""
-            lines.append(f"| {name} | {count:,.0f} | {ratio} |")
+            changes = "".join(
+                f"| {earlier[name]:,.0f}, {100 * (count / earlier[name] - 1):+.1f}% "
+                if earlier.get(name) else "| n/a (new) " for earlier in baselines.values())
+            lines.append(f"| {name} | {count:,.0f} | {ratio} {changes}|")
         lines.append("")
     return lines
 

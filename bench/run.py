@@ -615,8 +615,8 @@ def options_table(workloads: list[Workload]) -> list[str]:
 
 
 def baseline_table(workloads: list[Workload], name: str) -> list[str]:
-    """Each module workload's instructions against the baseline build's, per setup measured."""
-    setups = [s for s in SETUPS if any(f"baseline:{s.key}" in w.results for w in workloads)]
+    """Each module workload's instructions against baseline build `name`'s, per setup measured."""
+    setups = [s for s in SETUPS if any(f"baseline:{name}:{s.key}" in w.results for w in workloads)]
     head = "| Workload | " + " | ".join(f"{s.name}: {name}, this build, change" for s in setups)
     lines = [head + " |", "|---|" + "---:|" * len(setups)]
     for w in workloads:
@@ -624,7 +624,7 @@ def baseline_table(workloads: list[Workload], name: str) -> list[str]:
             continue
         cells = []
         for setup in setups:
-            old, new = w.results.get(f"baseline:{setup.key}"), w.results.get(setup.key)
+            old, new = w.results.get(f"baseline:{name}:{setup.key}"), w.results.get(setup.key)
             cells.append(f"{old:,.0f}, {new:,.0f}, {100 * (new / old - 1):+.1f}%"
                          if old and new else "n/a (new)")
         lines.append(f"| {w.name} | " + " | ".join(cells) + " |")
@@ -689,7 +689,7 @@ def roundtrips_section(result) -> list[str]:
 
 
 def report(workloads, memory, info, requests, callgrind_requests, minutes, command,
-           baseline: str | None = None, roundtrips=None, through_nginx=None,
+           baselines: tuple[str, ...] = (), roundtrips=None, through_nginx=None,
            quota=None, overload=None, layer=None, golang=None, java=None) -> str:
     lines = [
         "# Benchmarks",
@@ -726,8 +726,9 @@ def report(workloads, memory, info, requests, callgrind_requests, minutes, comma
         "",
         *options_table(workloads),
         "",
-        *([f"Against an earlier build, {baseline}, measured in the same run (instructions "
-           "per request):", "", *baseline_table(workloads, baseline), ""] if baseline else []),
+        *(line for baseline in baselines for line in (
+            f"Against an earlier build, {baseline}, measured in the same run (instructions "
+            "per request):", "", *baseline_table(workloads, baseline), "")),
         *roundtrips_section(roundtrips),
         *nginx_section(through_nginx),
         *quota_section(quota),
@@ -765,11 +766,16 @@ def main() -> None:
                         help="write the tracked BENCHMARKS.md and bench/chart.svg")
     parser.add_argument("--module", type=Path, default=MODULE,
                         help="the module to measure (another build, to compare)")
-    parser.add_argument("--baseline", type=Path,
-                        help="an earlier build to measure too, in the same run and setups")
-    parser.add_argument("--baseline-name", default="the baseline",
-                        help="what to call the baseline in the report (a version or commit)")
+    parser.add_argument("--baseline", type=Path, action="append", default=[],
+                        help="an earlier build to measure too, in the same run and setups "
+                             "(repeated for several); its tree's Lua package is measured in "
+                             "nginx too, when the build sits in a checkout")
+    parser.add_argument("--baseline-name", action="append", default=[],
+                        help="what to call each baseline in the report (a version or commit)")
     options = parser.parse_args()
+    names = options.baseline_name + [f"baseline {i + 1}" for i in
+                                     range(len(options.baseline_name), len(options.baseline))]
+    baselines = list(zip(names, (path.resolve() for path in options.baseline)))
     MODULE = options.module.resolve()
     if not MODULE.is_file():
         sys.exit(f"{MODULE} is not built: run `make bench`")
@@ -782,11 +788,11 @@ def main() -> None:
         if setup.key in options.setups.split(","):
             print(f"Instructions, {setup.name}:", flush=True)
             measure_instructions(setup, workloads, options.callgrind_requests)
-            if options.baseline:
-                print(f"Instructions, {setup.name}, {options.baseline_name}:", flush=True)
+            for name, module in baselines:
+                print(f"Instructions, {setup.name}, {name}:", flush=True)
                 module_workloads = [w for w in workloads if w.group == "module"]
                 measure_instructions(setup, module_workloads, options.callgrind_requests,
-                                     options.baseline.resolve(), f"baseline:{setup.key}")
+                                     module, f"baseline:{name}:{setup.key}")
     if not options.no_speed:
         print("Time and latency, a replica attached:", flush=True)
         measure_speed(workloads, options.requests)
@@ -801,7 +807,7 @@ def main() -> None:
     through_nginx = None
     if not options.no_speed and not options.only:
         print("Through nginx:", flush=True)
-        through_nginx = measure_nginx(MODULE)
+        through_nginx = measure_nginx(MODULE, baselines)
     quota = None
     if not options.no_speed and not options.only:
         print("Quota leases:", flush=True)
@@ -831,10 +837,11 @@ def main() -> None:
                     or options.setups != ",".join(s.key for s in SETUPS))
     command = ("make bench-update" if options.write else "make bench") if complete \
         else "python3 bench/run.py " + " ".join(sys.argv[1:])
-    if complete and options.baseline:
-        command += f" BASELINE={options.baseline_name}"
+    if complete and baselines:
+        listed = " ".join(name for name, _ in baselines)
+        command += f" BASELINE={listed}" if len(baselines) == 1 else f' BASELINE="{listed}"'
     text = report(workloads, memory, info, options.requests, options.callgrind_requests, minutes, command,
-                  options.baseline_name if options.baseline else None, roundtrips, through_nginx,
+                  tuple(name for name, _ in baselines), roundtrips, through_nginx,
                   quota, overload, layer, golang, java)
     print()
     print("\n".join(line for line in text.splitlines() if line.startswith("|")))

@@ -18,11 +18,11 @@
 use std::ffi::{c_int, CStr, CString};
 use std::sync::OnceLock;
 
+use crate::core::all_or_none::combined;
 use crate::core::engine::{Call, MAX_LIMITERS};
 use crate::core::lease::LeaseLimiter;
 use crate::core::limiter::Limiter;
 use crate::core::load::{LoadGate, Priority};
-use crate::core::settle::combined;
 use crate::core::time::{Rounding, Unit};
 use crate::core::verdict::Verdict;
 use crate::error::CommandError;

@@ -442,6 +442,13 @@ pub(super) fn parse_options<'a>(
     }
     let unit = unit.unwrap_or(Unit::Seconds);
     let mut request = Request::take(quantity);
+    if given.is_empty() {
+        return Ok(CommonOptions {
+            unit,
+            request,
+            given,
+        });
+    }
     for shared in Shared::ALL.into_iter().filter(|&shared| given.has(shared)) {
         let option = shared.option();
         if let Some(&(_, reply)) = (option.conflicts.iter()).find(|(other, _)| given.has(*other)) {

@@ -19,6 +19,7 @@ use super::top;
 /// variant and limiters refuse are refused as [`super::grammar::OPTIONS`] declares, and the
 /// request is checked against each limiter (a `FORCE` charges each at most 16 times its
 /// limit).
+#[inline]
 pub(super) fn request(
     options: &CommonOptions,
     mode: Mode,

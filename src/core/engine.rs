@@ -3,7 +3,7 @@
 //! them one [`Request`]. [`decide_and_commit`]
 //!
 //! 1. opens every key and decides every limiter, writing nothing (a bad key anywhere, a
-//!    `WRONGTYPE`, stops the call before any write): [`decision`];
+//!    `WRONGTYPE`, stops the call before any write): [`plan`];
 //! 2. settles the call ([`Settlement`]): a take is admitted only if every limiter admits
 //!    it; a refund always is; a take that does not fit now goes by its option
 //!    ([`shortfall`]: `DELAY`, `AT_MOST`, `FORCE`);
@@ -15,6 +15,7 @@
 //! Where the keys live is the [`Store`]'s business ([`store`]): Redis keys in the server
 //! (`crate::redis::store`), a map in the tests ([`memory`]).
 
+use super::all_or_none::{Conclusion, Settlement};
 use super::codec::Placement;
 use super::effect::{
     Effect, LeaseApplied, LeaseChange, LeaseEffect, LogApplied, LogChange, LogEffect,
@@ -24,7 +25,6 @@ use super::limiter::{Limiter, LogWrite, StringWrite};
 use super::load::{is_load_length, LoadError, LoadState, Policy, Report, Standing};
 use super::log::SlidingLog;
 use super::request::{Action, Request, Shortfall};
-use super::settle::{Conclusion, Settlement};
 use super::time::Micros;
 use super::verdict::Verdict;
 use super::windows::Scratch;
@@ -374,12 +374,12 @@ pub fn change_load<K: Key>(
     Ok(Ok(standing))
 }
 
-mod decision;
+mod plan;
 mod shortfall;
 mod store;
 
-use decision::{decide, standing, Decision, Plan};
-pub use decision::{LoadOutcome, Settled};
+use plan::{decide, standing, Decision, Plan};
+pub use plan::{LoadOutcome, Settled};
 use shortfall::All;
 pub use store::{After, Key, NativeChange, Store};
 

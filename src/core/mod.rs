@@ -7,12 +7,13 @@
 //! - The limiters: [`gcra`], [`windows`] (fixed, sliding, buckets), [`log`], [`lease`], on
 //!   the storage of [`codec`] (string layouts) and [`ring`] (the native values).
 //! - Rules every limiter shares: [`block`]; one decision for any limiter: [`limiter`].
-//! - The engine: [`engine`] decides every limiter of a call, settles it ([`settle`]) and
+//! - The engine: [`engine`] decides every limiter of a call, settles it ([`all_or_none`]) and
 //!   commits it over a store of keys; [`effect`] is what each write sends to replicas and
 //!   the AOF, and [`packed`] how an internal command's fields travel.
 
 #![forbid(unsafe_code)]
 
+pub mod all_or_none;
 pub mod block;
 pub mod codec;
 pub mod effect;
@@ -26,7 +27,6 @@ pub mod packed;
 pub mod params;
 pub mod request;
 pub mod ring;
-pub mod settle;
 pub mod siphash;
 pub mod time;
 pub mod top;

@@ -4,7 +4,7 @@
 //! decided; they decide again, as the option says, and leave each limiter's reply and what
 //! it will store.
 
-use super::decision::{decide, Decision, Plan, Settled};
+use super::plan::{decide, Decision, Plan, Settled};
 use super::store::Key;
 use crate::core::limiter::{force_log, force_string, Limiter, LogWrite};
 use crate::core::log::SlidingLog;

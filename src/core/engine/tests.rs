@@ -6,10 +6,10 @@ use proptest::prelude::*;
 
 use super::memory::{Entry, Memory, Sent};
 use super::*;
+use crate::core::all_or_none::combined;
 use crate::core::gcra::Gcra;
 use crate::core::lease::LeaseLimiter;
 use crate::core::log::LogLimiter;
-use crate::core::settle::combined;
 use crate::core::testing::*;
 use crate::core::time::{Rounding, Unit};
 use crate::core::windows::{Algorithm, WindowLimiter};

@@ -1,4 +1,4 @@
-//! Several limiters, one decision: a take is admitted only if every limiter admits it, and
+//! Several limiters, all or none: a take is admitted only if every limiter admits it, and
 //! then charged to every one; refused, it is charged to none. What each limiter decided
 //! alone ([`super::limiter`]) settles the call ([`super::engine`] applies the settlement);
 //! [`combined`] is its reply. A call of one limiter settles the same way.

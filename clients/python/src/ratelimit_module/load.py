@@ -196,6 +196,10 @@ class _Shedding:
         # The event loop's watch (async shedders): what a request waited before the
         # middleware saw it.
         self.watch: Optional[LoopWatch] = None
+        self._prepare()
+
+    def _prepare(self) -> None:
+        """What the sync or async shedder adds: its reporting thread or task."""
 
     @property
     def standing(self) -> LoadStanding:
@@ -303,8 +307,7 @@ class LoadShedder(_Shedding):
 
     _calls = SyncCalls
 
-    def __init__(self, client: Any, service: str, **options: Any):
-        super().__init__(client, service, **options)
+    def _prepare(self) -> None:
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
 
@@ -346,8 +349,7 @@ class AsyncLoadShedder(_Shedding):
 
     _calls = AsyncCalls
 
-    def __init__(self, client: Any, service: str, **options: Any):
-        super().__init__(client, service, **options)
+    def _prepare(self) -> None:
         self._task: Optional[asyncio.Task] = None
         if self.limit is not None:
             self.watch = LoopWatch(self.clock)

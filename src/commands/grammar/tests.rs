@@ -165,14 +165,17 @@ fn every_refusal_is_the_one_declared_and_the_rest_pass() {
         for refuser in refusers {
             let declared = (option.refused_by.iter()).find(|(by, _)| *by == refuser);
             assert_eq!(
-                options.refuse(|by| by == refuser).err(),
+                options.refuse(Refusers::default().with(refuser)).err(),
                 declared.map(|&(_, reply)| reply),
                 "{:?} {refuser:?}",
                 option.token
             );
         }
     }
-    assert_eq!(CommonOptions::default().refuse(|_| true), Ok(()));
+    let every = refusers
+        .iter()
+        .fold(Refusers::default(), |set, &refuser| set.with(refuser));
+    assert_eq!(CommonOptions::default().refuse(every), Ok(()));
 }
 
 #[test]

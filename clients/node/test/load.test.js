@@ -416,22 +416,9 @@ test("Node's http server: shedRequests sheds before Express sees the request", a
 });
 
 test("NestJS (on express): a shed request gets 503 with Retry-After over HTTP", async () => {
-  const { Controller, Get, Module } = require("@nestjs/common");
   const { NestFactory } = require("@nestjs/core");
-  class HelloController {
-    hello() {
-      return "hello";
-    }
-  }
-  Reflect.decorate(
-    [Get()],
-    HelloController.prototype,
-    "hello",
-    Object.getOwnPropertyDescriptor(HelloController.prototype, "hello"),
-  );
-  Reflect.decorate([Controller()], HelloController);
-  class AppModule {}
-  Reflect.decorate([Module({ controllers: [HelloController] })], AppModule);
+  const { helloModule } = require("./apps/nest");
+  const AppModule = helloModule();
   const key = await service();
   const shedder = new LoadShedder(redis, key, { signals: signals(0.6), interval: 60, logger: quiet });
   const app = await NestFactory.create(AppModule, { logger: false });

@@ -1,6 +1,7 @@
-// A NestJS app module for the tests: one controller answering "hello" at /, the throttler
-// module with `throttlers` on `storage`, and `guard` as the app's guard. Plain JavaScript:
-// the decorators are applied by hand, as TypeScript would.
+// A NestJS app module for the tests: one controller answering "hello" at /, and, when
+// `throttling` is given, the throttler module with its `throttlers` on its `storage`, and its
+// `guard` (ThrottlerGuard by default) as the app's guard. Plain JavaScript: the decorators
+// are applied by hand, as TypeScript would.
 "use strict";
 
 require("reflect-metadata");
@@ -8,7 +9,7 @@ const { Controller, Get, Module } = require("@nestjs/common");
 const { APP_GUARD } = require("@nestjs/core");
 const { ThrottlerGuard, ThrottlerModule } = require("@nestjs/throttler");
 
-function helloModule({ storage, throttlers, guard = ThrottlerGuard }) {
+function helloModule(throttling) {
   class HelloController {
     hello() {
       return "hello";
@@ -24,11 +25,15 @@ function helloModule({ storage, throttlers, guard = ThrottlerGuard }) {
   class AppModule {}
   Reflect.decorate(
     [
-      Module({
-        imports: [ThrottlerModule.forRoot({ throttlers, storage })],
-        controllers: [HelloController],
-        providers: [{ provide: APP_GUARD, useClass: guard }],
-      }),
+      Module(
+        throttling
+          ? {
+              imports: [ThrottlerModule.forRoot({ throttlers: throttling.throttlers, storage: throttling.storage })],
+              controllers: [HelloController],
+              providers: [{ provide: APP_GUARD, useClass: throttling.guard ?? ThrottlerGuard }],
+            }
+          : { controllers: [HelloController] },
+      ),
     ],
     AppModule,
   );

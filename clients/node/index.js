@@ -12,22 +12,6 @@ const { Quota } = require("./quota");
 const protocol = require("./protocol");
 const { headers } = require("./fields");
 
-const {
-  commandFor,
-  resultOf,
-  countsCommand,
-  countsOf,
-  topKeys,
-  leaseCommand,
-  releaseCommand,
-  renewCommand,
-  leaseOf,
-  addCommands,
-  removeCommands,
-  parseLists,
-  hashOf,
-} = protocol;
-
 /**
  * A function that sends one command and resolves with its reply, for ioredis (`Redis`,
  * `Cluster`: `call`) and node-redis (a client: `sendCommand(args)`; a cluster:
@@ -156,7 +140,7 @@ class RateLimiter {
     const shadow = options.shadow ?? this.shadow;
     const cacheKey =
       this.denyCache && !options.refund && !options.force
-        ? JSON.stringify(commandFor(limiters, { ...options, quantity: 0 }, readOnly))
+        ? JSON.stringify(protocol.commandFor(limiters, { ...options, quantity: 0 }, readOnly))
         : null;
     const quantity = options.quantity ?? 1;
     if (cacheKey) {
@@ -166,7 +150,7 @@ class RateLimiter {
     const started = performance.now();
     let reply;
     try {
-      reply = await this.send(commandFor(limiters, options, readOnly));
+      reply = await this.send(protocol.commandFor(limiters, options, readOnly));
     } catch (error) {
       if (!(error instanceof ServerUnavailable) || this.circuit.onError === "throw") throw error;
       const allowed = this.circuit.onError === "allow";
@@ -174,7 +158,7 @@ class RateLimiter {
       return failureResult(allowed, error.retryAfter);
     }
     if (this.metrics) this.metrics.serverCall((performance.now() - started) / 1000);
-    const result = resultOf(reply, limiters, options);
+    const result = protocol.resultOf(reply, limiters, options);
     // A request shed by load is a draw, not a standing refusal: never cached.
     if (cacheKey && !result.shedLevel) this.denyCache.put(cacheKey, quantity, result);
     if (result.shedLevel) markOwn();
@@ -220,7 +204,7 @@ class RateLimiter {
 
   /** What a FIXED or SLIDING window or a log counts (RL.WINDOW.COUNTS, RL.LOG.COUNTS). */
   async counts(limiter) {
-    return countsOf(limiter, await this.send(countsCommand(limiter)));
+    return protocol.countsOf(limiter, await this.send(protocol.countsCommand(limiter)));
   }
 
   /**
@@ -230,12 +214,12 @@ class RateLimiter {
    * throws ServerUnavailable.
    */
   async acquireLease(key, limit, lease, quantity = 1) {
-    return this.lease(leaseCommand(key, limit, lease, quantity));
+    return this.lease(protocol.leaseCommand(key, limit, lease, quantity));
   }
 
   /** RL.ACQUIRE_RO: what acquireLease would answer, taking nothing (`id` 0). */
   async peekLease(key, limit, lease, quantity = 1) {
-    return this.lease(leaseCommand(key, limit, lease, quantity, true));
+    return this.lease(protocol.leaseCommand(key, limit, lease, quantity, true));
   }
 
   async lease(args) {
@@ -250,7 +234,7 @@ class RateLimiter {
       return { result: failureResult(allowed, error.retryAfter), allowed, id: 0 };
     }
     if (this.metrics) this.metrics.serverCall((performance.now() - started) / 1000);
-    const lease = leaseOf(reply);
+    const lease = protocol.leaseOf(reply);
     this.count("lease", lease.allowed ? "allowed" : "refused");
     return lease;
   }
@@ -259,14 +243,14 @@ class RateLimiter {
    * server was not reached (the lease ends at its expiry). */
   async releaseLease(key, id) {
     if (Number(id) === 0) return false; // granted without the server: nothing to free
-    return this.held(releaseCommand(key, id), false);
+    return this.held(protocol.releaseCommand(key, id), false);
   }
 
   /** RL.RENEW: extends a held lease to `lease` seconds from now; while the server fails,
    * true under onError "allow" (keep working), false under "deny". */
   async renewLease(key, id, lease) {
     if (Number(id) === 0) return this.held(null, true);
-    return this.held(renewCommand(key, id, lease), true);
+    return this.held(protocol.renewCommand(key, id, lease), true);
   }
 
   /** A release or renewal (`args`; null: none to send): the server's answer, or the
@@ -291,7 +275,7 @@ class RateLimiter {
     const primaries = await primarySenders(this.client);
     if (primaries === null) replies.push(await this.send(["RL.TOP", count]));
     else for (const send of primaries) replies.push(await send(["RL.TOP", count]));
-    return topKeys(replies, count);
+    return protocol.topKeys(replies, count);
   }
 }
 
@@ -317,12 +301,12 @@ class SharedLists {
 
   /** Sets `item` of `list` to `value` and increments the version, in one transaction. */
   async add(list, item, value = "1") {
-    await this.transaction(this.hash, addCommands(this.hash, list, item, value));
+    await this.transaction(this.hash, protocol.addCommands(this.hash, list, item, value));
   }
 
   /** Removes `item` from `list` and increments the version, in one transaction. */
   async remove(list, item) {
-    await this.transaction(this.hash, removeCommands(this.hash, list, item));
+    await this.transaction(this.hash, protocol.removeCommands(this.hash, list, item));
   }
 
   /** The lists, `{ list: { item: value } }`: the copy, checked against the version at most once per `every` seconds. */
@@ -330,7 +314,7 @@ class SharedLists {
     if (this.clock() < this.nextCheck) return this.lists;
     const version = await this.send(["HGET", this.hash, "version"]);
     if (this.version === undefined || version !== this.version) {
-      this.lists = parseLists(hashOf(await this.send(["HGETALL", this.hash])));
+      this.lists = protocol.parseLists(protocol.hashOf(await this.send(["HGETALL", this.hash])));
       this.version = version;
     }
     this.nextCheck = this.clock() + this.every;

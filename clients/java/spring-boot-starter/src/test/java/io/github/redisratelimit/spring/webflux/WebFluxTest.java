@@ -1,14 +1,13 @@
 package io.github.redisratelimit.spring.webflux;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
-import static org.junit.jupiter.api.Assertions.assertNotNull;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import io.github.redisratelimit.RedisCalls;
 import io.github.redisratelimit.load.LoadShedder;
 import io.github.redisratelimit.spring.Http;
+import io.github.redisratelimit.spring.Shedding;
 import java.net.http.HttpResponse;
-import java.util.List;
 import java.util.UUID;
 import org.junit.jupiter.api.Test;
 import org.springframework.beans.factory.annotation.Autowired;
@@ -83,23 +82,6 @@ class WebFluxTest {
 
   @Test
   void loadSheddingAnswers503ByPriority() {
-    calls
-        .call(
-            List.of(
-                ("RL.LOAD.POLICY " + SERVICE + " HOLD 0 LEVEL inflight 0 SHARES 1 1 0 0")
-                    .split(" ")))
-        .join();
-    assertNotNull(shedder.report());
-    HttpResponse<String> shed = Http.get(port, "/open", "X-Priority", "sheddable");
-    assertEquals(503, shed.statusCode());
-    assertEquals("1", shed.headers().firstValue("Retry-After").orElseThrow());
-    assertEquals(200, Http.get(port, "/open", "X-Priority", "critical_plus").statusCode());
-    calls
-        .call(
-            List.of(
-                ("RL.LOAD.POLICY " + SERVICE + " HOLD 0 LEVEL inflight 1000000 SHARES 1 1 0 0")
-                    .split(" ")))
-        .join();
-    shedder.report();
+    Shedding.shedsByPriority(calls, shedder, port, SERVICE, "critical_plus");
   }
 }

@@ -747,15 +747,41 @@ fn the_deny_cache_spares_the_server_under_a_flood() {
 /// The articles' gateway (`examples/nginx`) on a server loaded with its lists, as a user runs
 /// it, on `port`.
 fn gateway(redis_port: u16) -> Nginx {
+    gateway_of(redis_port, 2)
+}
+
+/// The articles' gateway with one worker, once it has read the lists: its first read of the
+/// hash (an `HGETALL`, which the server counts) has come. A worker answers by its copy of
+/// the lists, so a test that asserts what they say waits for that read, and with one worker
+/// every request goes by the same copy.
+fn gateway_with_the_lists(con: &mut redis::Connection, redis_port: u16) -> Nginx {
+    let read = server_calls(con, "hgetall");
+    let nginx = gateway_of(redis_port, 1);
+    assert!(
+        support::wait_until(Duration::from_secs(20), || {
+            server_calls(con, "hgetall") > read
+        }),
+        "the gateway never read the lists: {}",
+        nginx.log()
+    );
+    nginx
+}
+
+/// The articles' gateway (examples/nginx/nginx.conf) with `workers` workers.
+fn gateway_of(redis_port: u16, workers: usize) -> Nginx {
     let root = support::repository();
     let text = std::fs::read_to_string(root.join("examples/nginx/nginx.conf")).unwrap();
     Nginx::start_config(|port| {
-        text.replace("listen 8881;", &format!("listen 127.0.0.1:{port};"))
-            .replace("port = 6379", &format!("port = {redis_port}"))
-            .replace(
-                "$prefix/",
-                &format!("{}/", root.join("examples/nginx").display()),
-            )
+        text.replace(
+            "worker_processes 2;",
+            &format!("worker_processes {workers};"),
+        )
+        .replace("listen 8881;", &format!("listen 127.0.0.1:{port};"))
+        .replace("port = 6379", &format!("port = {redis_port}"))
+        .replace(
+            "$prefix/",
+            &format!("{}/", root.join("examples/nginx").display()),
+        )
     })
 }
 
@@ -797,7 +823,7 @@ fn the_articles_gateway_answers_each_of_their_scenarios() {
     let server = Server::start();
     let mut con = server.connect();
     load_lists(&mut con);
-    let nginx = gateway(server.port());
+    let nginx = gateway_with_the_lists(&mut con, server.port());
     let caller = |name: &str| format!("{{\"seqId\": \"xx-xx-xx\", \"caller\":\"{name}\"}}");
     let hello = |response: Response| {
         assert_eq!(
@@ -860,13 +886,23 @@ fn a_threshold_raised_in_the_hash_counts_what_the_caller_used() {
         let _: () = query(con, &["HINCRBY", "gateway:lists", "version", "1"]);
     };
     set(&mut con, "5 1 100000000");
-    let nginx = gateway(server.port());
+    let nginx = gateway_with_the_lists(&mut con, server.port());
     let body = "{\"seqId\": \"xx-xx-xx\", \"caller\":\"carol\"}";
     let status = || nginx.post("/_dev_api/limited", body).status;
     assert_eq!((0..5).map(|_| status()).collect::<Vec<_>>(), [200; 5]);
     assert_eq!(status(), 429, "{}", nginx.log());
-    // Raised to 100 at once: the 5 used stay used, and 95 more are admitted.
+    // Raised to 100 at once: the 5 used stay used, and 95 more are admitted. The worker has
+    // the new threshold once its read of the changed hash has come (the server counts it)
+    // and its reply is in.
+    let read = server_calls(&mut con, "hgetall");
     set(&mut con, "100 1 100000000");
+    assert!(
+        support::wait_until(Duration::from_secs(20), || {
+            server_calls(&mut con, "hgetall") > read
+        }),
+        "the gateway never read the changed lists: {}",
+        nginx.log()
+    );
     let reached = support::wait_until(Duration::from_secs(2), || status() == 200);
     assert!(
         reached,

@@ -55,82 +55,6 @@ pub(super) enum Refuser {
     Acquire,
 }
 
-/// The refusers of a call: a set of [`Refuser`]s.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(super) struct Refusers(u8);
-
-impl Refusers {
-    /// The same set, with `refuser`.
-    pub(super) fn with(self, refuser: Refuser) -> Refusers {
-        Refusers(self.0 | 1 << refuser as u8)
-    }
-
-    fn has(self, refuser: Refuser) -> bool {
-        self.0 & 1 << refuser as u8 != 0
-    }
-}
-
-/// A part of a declaration an option may have.
-#[derive(Clone, Copy)]
-enum Part {
-    Checks,
-    Counted,
-    SixthField,
-}
-
-/// The options whose declarations have `part`, as a set of places in [`OPTIONS`] (as
-/// [`Given`] holds them): each of a call's steps starts by whether a given option has a part
-/// in it at all, so that a call without one pays a mask.
-const fn options_with(part: Part) -> u8 {
-    let mut set = 0;
-    let mut at = 0;
-    while at < OPTIONS.len() {
-        let option = &OPTIONS[at];
-        let has = match part {
-            Part::Checks => option.checks.is_some(),
-            Part::Counted => option.counted.is_some(),
-            Part::SixthField => option.sixth_field.is_some(),
-        };
-        if has {
-            set |= 1 << at;
-        }
-        at += 1;
-    }
-    set
-}
-
-/// The options that check something against the call's limiters.
-const CHECKING: u8 = options_with(Part::Checks);
-/// The options with a counter of their own.
-const COUNTED: u8 = options_with(Part::Counted);
-/// The options that fill the reply's sixth field.
-const FILLING: u8 = options_with(Part::SixthField);
-
-/// The options refused by each [`Refuser`], in its order.
-const REFUSED: [u8; 4] = {
-    const fn refused_by(refuser: Refuser) -> u8 {
-        let mut set = 0;
-        let mut at = 0;
-        while at < OPTIONS.len() {
-            let mut by = 0;
-            while by < OPTIONS[at].refused_by.len() {
-                if OPTIONS[at].refused_by[by].0 as u8 == refuser as u8 {
-                    set |= 1 << at;
-                }
-                by += 1;
-            }
-            at += 1;
-        }
-        set
-    }
-    [
-        refused_by(Refuser::ReadOnly),
-        refused_by(Refuser::Lease),
-        refused_by(Refuser::Load),
-        refused_by(Refuser::Acquire),
-    ]
-};
-
 /// The usage line's bracket an option is written in: the options of one group are
 /// alternatives (`[DELAY max_wait|AT_MOST|FORCE]`), and the groups follow each other in the
 /// order of [`Group::ALL`].
@@ -182,8 +106,8 @@ pub(super) struct SharedOption {
     refused_by: &'static [(Refuser, CommandError)],
     /// What it does to the request, given its duration (zero for an option without one).
     sets: fn(Request, Micros) -> Request,
-    /// What it checks of the request against each of the call's limiters, if anything.
-    checks: Option<Checks>,
+    /// What it checks of the request against each of the call's limiters.
+    checks: fn(&Request, &Limiter) -> Result<(), CommandError>,
     /// The reply's sixth field it fills from what the engine settled, in the call's unit.
     sixth_field: Option<fn(&Settled, Unit) -> i64>,
     /// The counter of the calls it changes: the outcome, and whether a call (its request,
@@ -191,84 +115,13 @@ pub(super) struct SharedOption {
     counted: Option<(Outcome, Counts)>,
 }
 
-/// What an option checks of the request against one of the call's limiters.
-type Checks = fn(&Request, &Limiter) -> Result<(), CommandError>;
-
 /// Whether a call is one an option's counter counts: given its request, whether it was
 /// refused, and what the engine settled.
 type Counts = fn(&Request, bool, &Settled) -> bool;
 
-// What the options do, named for their declarations (functions, not closures: a call
-// through the table is then one indirect call, with no shim).
-
-fn set_block(request: Request, duration: Micros) -> Request {
-    Request {
-        block: Some(duration),
-        ..request
-    }
-}
-
-fn set_delay(request: Request, max_wait: Micros) -> Request {
-    Request {
-        shortfall: Shortfall::Delay(max_wait),
-        ..request
-    }
-}
-
-fn set_at_most(request: Request, _: Micros) -> Request {
-    Request {
-        shortfall: Shortfall::AtMost,
-        ..request
-    }
-}
-
-fn set_force(request: Request, _: Micros) -> Request {
-    Request {
-        shortfall: Shortfall::Force,
-        ..request
-    }
-}
-
-fn set_refund(request: Request, _: Micros) -> Request {
-    Request {
-        action: Action::Refund,
-        ..request
-    }
-}
-
-/// A `FORCE` charges each limiter at most 16 times its limit.
-fn force_bound(request: &Request, limiter: &Limiter) -> Result<(), CommandError> {
-    Ok(params::force_quantity(request.quantity, limiter.limit())?)
-}
-
-/// `DELAY`'s field: the wait before going ahead, rounded up; 0 at once or when refused.
-fn wait_field(settled: &Settled, unit: Unit) -> i64 {
-    settled.wait.ticks().in_units(unit, Rounding::Up)
-}
-
-/// `AT_MOST`'s field: the quantity granted.
-fn granted_field(settled: &Settled, _: Unit) -> i64 {
-    settled.granted as i64
-}
-
-/// Admitted after a wait.
-fn waited(request: &Request, limited: bool, settled: &Settled) -> bool {
-    request.quantity > 0 && !limited && settled.wait > Micros::ZERO
-}
-
-/// Admitted in part.
-fn granted_in_part(request: &Request, limited: bool, settled: &Settled) -> bool {
-    request.quantity > 0 && !limited && settled.granted < request.quantity
-}
-
-/// Admitted beyond what fit now.
-fn forced(request: &Request, limited: bool, settled: &Settled) -> bool {
-    request.quantity > 0 && !limited && settled.forced
-}
-
-/// Every call.
-fn always(_: &Request, _: bool, _: &Settled) -> bool {
-    true
+/// Nothing to check.
+fn no_check(_: &Request, _: &Limiter) -> Result<(), CommandError> {
+    Ok(())
 }
 
 const fn message(text: &'static std::ffi::CStr) -> CommandError {
@@ -297,8 +150,8 @@ pub(super) const OPTIONS: [SharedOption; 5] = [
         refused_by: &[
             (Refuser::Lease, message(c"ERR LEASE and BLOCK cannot be combined: a lease is refused only while its slots are held")),
         ],
-        sets: set_block,
-        checks: None,
+        sets: |request, duration| Request { block: Some(duration), ..request },
+        checks: no_check,
         sixth_field: None,
         counted: None,
     },
@@ -321,10 +174,13 @@ pub(super) const OPTIONS: [SharedOption; 5] = [
             (Refuser::Load, message(c"ERR LOAD and DELAY cannot be combined: a request shed by load retries after retry_after")),
             (Refuser::Acquire, ACQUIRE_WAITS_NOT),
         ],
-        sets: set_delay,
-        checks: None,
-        sixth_field: Some(wait_field),
-        counted: Some((Outcome::Delayed, waited)),
+        sets: |request, max_wait| Request { shortfall: Shortfall::Delay(max_wait), ..request },
+        checks: no_check,
+        // The wait before going ahead, rounded up; 0 at once or when refused.
+        sixth_field: Some(|settled, unit| settled.wait.ticks().in_units(unit, Rounding::Up)),
+        counted: Some((Outcome::Delayed, |request, limited, settled| {
+            request.quantity > 0 && !limited && settled.wait > Micros::ZERO
+        })),
     },
     // `AT_MOST`: a take that does not fit now takes what fits, at least 1.
     SharedOption {
@@ -340,10 +196,13 @@ pub(super) const OPTIONS: [SharedOption; 5] = [
             (Refuser::Load, message(c"ERR LOAD and AT_MOST cannot be combined: the load gate admits a request or sheds it")),
             (Refuser::Acquire, ACQUIRE_WAITS_NOT),
         ],
-        sets: set_at_most,
-        checks: None,
-        sixth_field: Some(granted_field),
-        counted: Some((Outcome::AtMost, granted_in_part)),
+        sets: |request, _| Request { shortfall: Shortfall::AtMost, ..request },
+        checks: no_check,
+        // The quantity granted.
+        sixth_field: Some(|settled, _| settled.granted as i64),
+        counted: Some((Outcome::AtMost, |request, limited, settled| {
+            request.quantity > 0 && !limited && settled.granted < request.quantity
+        })),
     },
     // `FORCE`: a take that does not fit now is taken whole, the rest owed.
     SharedOption {
@@ -363,10 +222,13 @@ pub(super) const OPTIONS: [SharedOption; 5] = [
             (Refuser::Load, message(c"ERR LOAD and FORCE cannot be combined: a request shed by load is never forced")),
             (Refuser::Acquire, ACQUIRE_WAITS_NOT),
         ],
-        sets: set_force,
-        checks: Some(force_bound),
+        sets: |request, _| Request { shortfall: Shortfall::Force, ..request },
+        // Each limiter is charged at most 16 times its limit.
+        checks: |request, limiter| Ok(params::force_quantity(request.quantity, limiter.limit())?),
         sixth_field: None,
-        counted: Some((Outcome::Forced, forced)),
+        counted: Some((Outcome::Forced, |request, limited, settled| {
+            request.quantity > 0 && !limited && settled.forced
+        })),
     },
     // `REFUND`: give `quantity` back instead of taking it.
     SharedOption {
@@ -383,10 +245,10 @@ pub(super) const OPTIONS: [SharedOption; 5] = [
             (Refuser::ReadOnly, message(c"ERR REFUND is not allowed in a read-only dry run (the _RO variants never write)")),
             (Refuser::Lease, message(c"ERR LEASE and REFUND cannot be combined: give a lease back with RL.RELEASE key id")),
         ],
-        sets: set_refund,
-        checks: None,
+        sets: |request, _| Request { action: Action::Refund, ..request },
+        checks: no_check,
         sixth_field: None,
-        counted: Some((Outcome::Refund, always)),
+        counted: Some((Outcome::Refund, |_, _, _| true)),
     },
 ];
 
@@ -446,19 +308,16 @@ impl Given {
         new
     }
 
-    /// The given options' places in [`OPTIONS`], in order.
-    fn positions(self) -> impl Iterator<Item = usize> {
-        let mut left = self.0;
-        std::iter::from_fn(move || {
-            let at = left.trailing_zeros() as usize;
-            left &= left.wrapping_sub(1);
-            (at < OPTIONS.len()).then_some(at)
-        })
-    }
-
     /// The given options' declarations, in the order of [`OPTIONS`].
     fn options(self) -> impl Iterator<Item = &'static SharedOption> {
-        self.positions().map(|at| &OPTIONS[at])
+        let all = if self.is_empty() {
+            &[][..]
+        } else {
+            &Shared::ALL[..]
+        };
+        (all.iter())
+            .filter(move |&&option| self.has(option))
+            .map(|&option| option.option())
     }
 }
 
@@ -488,16 +347,9 @@ impl Default for CommonOptions {
 impl CommonOptions {
     /// Refuses the options the calls or limiters `refusers` names cannot take, with the first
     /// given option's reply (in the order of [`OPTIONS`]).
-    pub(super) fn refuse(&self, refusers: Refusers) -> Result<(), CommandError> {
-        let mut refused = 0;
-        for (at, &options) in REFUSED.iter().enumerate() {
-            if refusers.0 & 1 << at != 0 {
-                refused |= options;
-            }
-        }
-        for option in Given(self.given.0 & refused).options() {
-            if let Some(&(_, reply)) = (option.refused_by.iter()).find(|(by, _)| refusers.has(*by))
-            {
+    pub(super) fn refuse(&self, refusers: impl Fn(Refuser) -> bool) -> Result<(), CommandError> {
+        for option in self.given.options() {
+            if let Some(&(_, reply)) = option.refused_by.iter().find(|(by, _)| refusers(*by)) {
                 return Err(reply);
             }
         }
@@ -507,7 +359,7 @@ impl CommonOptions {
     /// Refuses any given option, as a call whose usage names none does: with the reply the
     /// option declares for `refuser`, or a syntax error.
     pub(super) fn refuse_every(&self, refuser: Refuser) -> Result<(), CommandError> {
-        self.refuse(Refusers::default().with(refuser))?;
+        self.refuse(|by| by == refuser)?;
         match self.given.is_empty() {
             true => Ok(()),
             false => Err(CommandError::Syntax),
@@ -516,11 +368,9 @@ impl CommonOptions {
 
     /// Checks the request against each of `limiters`, as each given option requires.
     pub(super) fn check(&self, limiters: &[Limiter]) -> Result<(), CommandError> {
-        for option in Given(self.given.0 & CHECKING).options() {
-            if let Some(checks) = option.checks {
-                for limiter in limiters {
-                    checks(&self.request, limiter)?;
-                }
+        for option in self.given.options() {
+            for limiter in limiters {
+                (option.checks)(&self.request, limiter)?;
             }
         }
         Ok(())
@@ -530,7 +380,7 @@ impl CommonOptions {
     /// engine settled: the counter of the first given option that counts it, or else a
     /// peek, a refusal or an admission.
     pub(super) fn outcome(&self, limited: bool, settled: &Settled) -> Outcome {
-        let counted = Given(self.given.0 & COUNTED).options().find_map(|option| {
+        let counted = self.given.options().find_map(|option| {
             let (outcome, counts) = option.counted?;
             counts(&self.request, limited, settled).then_some(outcome)
         });
@@ -543,7 +393,10 @@ impl CommonOptions {
 
     /// The reply's sixth field that a given option fills, in the call's unit.
     pub(super) fn sixth_field(&self, settled: &Settled) -> Option<i64> {
-        (Given(self.given.0 & FILLING).options())
+        if self.given.is_empty() {
+            return None;
+        }
+        (self.given.options())
             .find_map(|option| option.sixth_field)
             .map(|field| field(settled, self.unit))
     }
@@ -596,13 +449,13 @@ pub(super) fn parse_options<'a>(
             given,
         });
     }
-    for at in given.positions() {
-        let option = &OPTIONS[at];
+    for shared in Shared::ALL.into_iter().filter(|&shared| given.has(shared)) {
+        let option = shared.option();
         if let Some(&(_, reply)) = (option.conflicts.iter()).find(|(other, _)| given.has(*other)) {
             return Err(reply);
         }
         let duration = match &option.duration {
-            Some(duration) => unit.span(durations[at]).ok_or(duration.too_long)?,
+            Some(duration) => (unit.span(durations[shared as usize])).ok_or(duration.too_long)?,
             None => Micros::ZERO,
         };
         request = (option.sets)(request, duration);

@@ -12,7 +12,7 @@ use crate::redis::clock;
 use crate::redis::registration::Mode;
 use crate::redis::store;
 
-use super::grammar::{CommonOptions, Refuser, Refusers};
+use super::grammar::{CommonOptions, Refuser};
 use super::top;
 
 /// What a call in `mode` asks of `limiters`, from its options: the options the call's
@@ -26,18 +26,18 @@ pub(super) fn request(
     limiters: &[Limiter],
 ) -> Result<Request, CommandError> {
     if !options.given.is_empty() {
-        let mut refusers = Refusers::default();
-        if mode == Mode::ReadOnly {
-            refusers = refusers.with(Refuser::ReadOnly);
-        }
-        for limiter in limiters {
-            match limiter {
-                Limiter::Lease(_) => refusers = refusers.with(Refuser::Lease),
-                Limiter::Load(_) => refusers = refusers.with(Refuser::Load),
-                _ => {}
-            }
-        }
-        options.refuse(refusers)?;
+        let lease = limiters
+            .iter()
+            .any(|limiter| matches!(limiter, Limiter::Lease(_)));
+        let load = limiters
+            .iter()
+            .any(|limiter| matches!(limiter, Limiter::Load(_)));
+        options.refuse(|refuser| match refuser {
+            Refuser::ReadOnly => mode == Mode::ReadOnly,
+            Refuser::Lease => lease,
+            Refuser::Load => load,
+            Refuser::Acquire => false,
+        })?;
         options.check(limiters)?;
     }
     Ok(options.request)

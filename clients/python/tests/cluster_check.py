@@ -1,5 +1,7 @@
 """The sync and async clients on a Cluster (REDIS_URL: one of its nodes): keys in every slot
-range, and several limiters in one hash slot. Run by tests/clients.rs against a live cluster.
+range, and several limiters in one hash slot; and the `limits` storages of
+`ratelimit+cluster://` and `async+ratelimit+cluster://`. Run by tests/clients.rs against a live
+cluster.
 """
 
 from __future__ import annotations
@@ -8,8 +10,13 @@ import asyncio
 import os
 
 import redis.asyncio.cluster
+from limits import parse
+from limits.aio.strategies import MovingWindowRateLimiter as AsyncMovingWindowRateLimiter
+from limits.storage import storage_from_string
+from limits.strategies import MovingWindowRateLimiter
 from redis.cluster import RedisCluster
 
+import ratelimit_module.limits_storage  # noqa: F401  (registers the ratelimit schemes)
 from ratelimit_module import (
     AsyncRateLimiter,
     AsyncSharedLists,
@@ -68,6 +75,30 @@ async def check_async() -> None:
     await client.aclose()
 
 
+def check_limits_sync() -> None:
+    """`ratelimit+cluster://`: a Cluster client, so keys in every slot range are routed."""
+    storage = storage_from_string(URL.replace("redis://", "ratelimit+cluster://", 1))
+    assert isinstance(storage.client, RedisCluster), storage.client
+    strategy = MovingWindowRateLimiter(storage)
+    once = parse("1/minute")
+    for i in range(30):
+        assert strategy.hit(once, "limits-sync", str(i))
+        assert not strategy.hit(once, "limits-sync", str(i))
+
+
+async def check_limits_async() -> None:
+    storage = storage_from_string(URL.replace("redis://", "async+ratelimit+cluster://", 1))
+    assert isinstance(storage.client, redis.asyncio.cluster.RedisCluster), storage.client
+    strategy = AsyncMovingWindowRateLimiter(storage)
+    once = parse("1/minute")
+    for i in range(30):
+        assert await strategy.hit(once, "limits-async", str(i))
+        assert not await strategy.hit(once, "limits-async", str(i))
+    await storage.client.aclose()
+
+
 check_sync()
 asyncio.run(check_async())
+check_limits_sync()
+asyncio.run(check_limits_async())
 print("ok")

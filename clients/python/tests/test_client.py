@@ -86,6 +86,15 @@ class SyncClientTest(unittest.TestCase):
         self.limiter.check([blocked])
         self.assertAlmostEqual(self.limiter.check([blocked], block=600).retry_after, 600, delta=1)
 
+    def test_a_keyword_check_does_not_take_is_refused_before_any_call(self) -> None:
+        exact = Log(f"{self.prefix}:log", 2, 60)
+        before = calls(self.client, "rl.log")
+        with self.assertRaisesRegex(TypeError, "unexpected keyword argument 'read_only'"):
+            self.limiter.check([exact], read_only=True)  # type: ignore[call-arg]
+        self.assertEqual(calls(self.client, "rl.log"), before)
+        self.assertEqual(self.limiter.check([exact], at_most=True, shadow=False).remaining, 1)
+        self.assertEqual(calls(self.client, "rl.log"), before + 1)
+
     def test_several_limiters_in_one_call_with_the_fields(self) -> None:
         both = [
             Log(f"{{{self.prefix}}}:a", 2, 60, "a"),
@@ -215,6 +224,12 @@ class ChangedLimitsTest(unittest.TestCase):
 
 
 class AsyncClientTest(unittest.IsolatedAsyncioTestCase):
+    def setUp(self) -> None:
+        self.client_for_info = redis.Redis.from_url(URL)
+
+    def tearDown(self) -> None:
+        self.client_for_info.close()
+
     async def test_the_same_calls_awaited(self) -> None:
         client = redis.asyncio.Redis.from_url(URL)
         limiter = AsyncRateLimiter(client)
@@ -233,6 +248,10 @@ class AsyncClientTest(unittest.IsolatedAsyncioTestCase):
         self.assertEqual((await limiter.peek_lease(f"{prefix}:lease", 2, 30)).result.remaining, 1)
         lease = await limiter.acquire_lease(f"{prefix}:lease", 2, 30)
         self.assertTrue(await limiter.release_lease(f"{prefix}:lease", lease.id))
+        before = calls(self.client_for_info, "rl.window")
+        with self.assertRaisesRegex(TypeError, "unexpected keyword argument 'blocks'"):
+            await limiter.check([Window(f"{prefix}:w", 4, 60)], blocks=1)  # type: ignore[call-arg]
+        self.assertEqual(calls(self.client_for_info, "rl.window"), before)
         await client.aclose()
 
 

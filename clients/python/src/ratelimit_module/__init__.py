@@ -19,6 +19,7 @@ from ._protocol import (
     WindowCounts,
 )
 from ._resilience import ServerUnavailable
+from ._steps import CheckOptions
 from .aio import AsyncRateLimiter
 from .client import RateLimiter
 from .fields import headers
@@ -31,6 +32,7 @@ __all__ = [
     "AsyncQuota",
     "AsyncRateLimiter",
     "AsyncSharedLists",
+    "CheckOptions",
     "Lease",
     "Limiter",
     "Load",

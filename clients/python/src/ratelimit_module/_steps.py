@@ -7,7 +7,7 @@ generator that yields the one server call it needs, as `(args, options)` for
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Generator, Optional, Sequence, TypeVar
+from typing import Any, Callable, Generator, Optional, Sequence, TypedDict, TypeVar
 
 from ._protocol import (
     Counts,
@@ -29,6 +29,29 @@ T = TypeVar("T")
 # One server call: the command's words, and `execute_command`'s options.
 Call = tuple[Sequence[Any], dict]
 Steps = Generator[Call, Any, T]
+
+
+class CheckOptions(TypedDict, total=False):
+    """The keywords `check` takes, besides the limiters and the quantity (docs/options.md):
+    typed once for the sync and the asyncio client, as `**options: Unpack[CheckOptions]`."""
+
+    refund: bool  # give back a refused request's quantity (REFUND)
+    block: Optional[float]  # seconds a refusal keeps the key refused (BLOCK)
+    delay: Optional[float]  # seconds a request that does not fit may wait (DELAY)
+    at_most: bool  # take what fits, at least 1 (AT_MOST)
+    force: bool  # take it all, owing what does not fit (FORCE)
+    shadow: Optional[bool]  # this call's shadow mode, the client's unless given
+
+
+def check_options(quantity: int, options: CheckOptions) -> tuple[Options, Optional[bool]]:
+    """`check`'s keywords as the request's options and the call's shadow mode. A keyword
+    `check` does not take is refused as Python refuses one, before any call."""
+    for name in options:
+        if name not in CheckOptions.__annotations__:
+            raise TypeError(f"check() got an unexpected keyword argument {name!r}")
+    given = dict(options)
+    shadow = given.pop("shadow", None)
+    return Options(quantity, **given), shadow
 
 
 def decide(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
 from . import _steps as steps
 from ._calls import DEFAULT_TIMEOUT, AsyncCalls
@@ -21,7 +21,10 @@ from ._protocol import (
     renew_command,
 )
 from ._resilience import Decisions
-from ._steps import drive_async
+from ._steps import CheckOptions, drive_async
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack  # typing's own from Python 3.11
 
 
 class AsyncRateLimiter:
@@ -52,22 +55,12 @@ class AsyncRateLimiter:
         return await drive_async(self.call, steps.decide(self.decisions, limiters, options, shadow))
 
     async def check(
-        self,
-        limiters: Sequence[Limiter],
-        quantity: int = 1,
-        *,
-        refund: bool = False,
-        block: Optional[float] = None,
-        delay: Optional[float] = None,
-        at_most: bool = False,
-        force: bool = False,
-        shadow: Optional[bool] = None,
+        self, limiters: Sequence[Limiter], quantity: int = 1, **options: Unpack[CheckOptions]
     ) -> RateLimit:
-        """One request against every limiter, all or nothing, in one call (`shadow`: this
-        call's shadow mode, the limiter's unless given)."""
-        return await self._decide(
-            limiters, Options(quantity, refund, block, delay, at_most, force), shadow
-        )
+        """One request against every limiter, all or nothing, in one call. The keywords are
+        `CheckOptions`' (`refund`, `block`, `delay`, `at_most`, `force`, and `shadow`: this
+        call's shadow mode, the client's unless given)."""
+        return await self._decide(limiters, *steps.check_options(quantity, options))
 
     async def peek(self, limiters: Sequence[Limiter], quantity: int = 1) -> RateLimit:
         """What `check` would answer now, without writing."""

@@ -27,6 +27,7 @@ fixed window cannot: `limits` compares its counts itself).
 
 from __future__ import annotations
 
+import importlib
 import logging
 import time
 from typing import Any, Callable, Optional, Sequence
@@ -167,6 +168,18 @@ class _Observer:
         return admitted or self.shadow
 
 
+def _connect(uri: str, options: dict, standalone: Any, cluster_module: str) -> Any:
+    """The client a storage URI names: `standalone` (`redis.Redis` or `redis.asyncio.Redis`)
+    over TLS for `ratelimits`, or `cluster_module`'s `RedisCluster` for `+cluster`, given the
+    options redis-py takes."""
+    scheme, rest = uri.split("://", 1)
+    if scheme.endswith("+cluster"):
+        cluster = importlib.import_module(cluster_module).RedisCluster
+        return cluster.from_url(f"redis://{rest}", **_client_options(options))
+    target = "rediss" if scheme.endswith("ratelimits") else "redis"
+    return standalone.from_url(f"{target}://{rest}", **_client_options(options))
+
+
 class RateLimitModuleStorage(
     Storage, MovingWindowSupport, SlidingWindowCounterSupport, TimestampedSlidingWindow
 ):
@@ -183,16 +196,8 @@ class RateLimitModuleStorage(
         super().__init__(uri, wrap_exceptions=wrap_exceptions, **options)
         self.commands = _Commands(key_prefix)
         self.observer = _Observer(options)
-        scheme, rest = uri.split("://", 1)
-        options_given, options = options, _client_options(options)
-        if scheme == "ratelimit+cluster":
-            from redis.cluster import RedisCluster
-
-            self.client: Any = RedisCluster.from_url(f"redis://{rest}", **options)
-        else:
-            target = "rediss" if scheme == "ratelimits" else "redis"
-            self.client = redis.Redis.from_url(f"{target}://{rest}", **options)
-        self.call = SyncCalls(self.client, deadline(options_given))
+        self.client: Any = _connect(uri, options, redis.Redis, "redis.cluster")
+        self.call = SyncCalls(self.client, deadline(options))
 
     @property
     def base_exceptions(self) -> type[Exception] | tuple[type[Exception], ...]:
@@ -275,16 +280,8 @@ class AsyncRateLimitModuleStorage(
         super().__init__(uri, wrap_exceptions=wrap_exceptions, **options)
         self.commands = _Commands(key_prefix)
         self.observer = _Observer(options)
-        scheme, rest = uri.split("://", 1)
-        options_given, options = options, _client_options(options)
-        if scheme == "async+ratelimit+cluster":
-            from redis.asyncio.cluster import RedisCluster
-
-            self.client: Any = RedisCluster.from_url(f"redis://{rest}", **options)
-        else:
-            target = "rediss" if scheme == "async+ratelimits" else "redis"
-            self.client = redis.asyncio.Redis.from_url(f"{target}://{rest}", **options)
-        self.call = AsyncCalls(self.client, deadline(options_given))
+        self.client: Any = _connect(uri, options, redis.asyncio.Redis, "redis.asyncio.cluster")
+        self.call = AsyncCalls(self.client, deadline(options))
 
     @property
     def base_exceptions(self) -> type[Exception] | tuple[type[Exception], ...]:

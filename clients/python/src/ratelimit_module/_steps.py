@@ -35,7 +35,7 @@ class CheckOptions(TypedDict, total=False):
     """The keywords `check` takes, besides the limiters and the quantity (docs/options.md):
     typed once for the sync and the asyncio client, as `**options: Unpack[CheckOptions]`."""
 
-    refund: bool  # give back a refused request's quantity (REFUND)
+    refund: bool  # give `quantity` back instead of taking it (REFUND)
     block: Optional[float]  # seconds a refusal keeps the key refused (BLOCK)
     delay: Optional[float]  # seconds a request that does not fit may wait (DELAY)
     at_most: bool  # take what fits, at least 1 (AT_MOST)

@@ -7,6 +7,7 @@
 #   make test-servers  the module's integration tests against the newest Redis 8.0, Redis 8,
 #               Valkey 8 and Valkey 9, built from Debian's source packages (cached under
 #               target/servers/); the client packages' suites run once, in make test
+#   make servers  only builds those servers (.ci/run builds them while make lint runs)
 #   make lint   rustfmt check, clippy with warnings as errors (the module, the Rust crate and
 #               examples; the crate's docs and `cargo publish --dry-run`), luacheck, and ruff,
 #               eslint and prettier on the client packages; javac's -Xlint -Werror and Spotless
@@ -67,7 +68,7 @@ GOLANGCI_LINT := $(CURDIR)/target/go-tools/golangci-lint
 # trixie. Redis 8.0 is the line Debian 13 ships; redis:8 is the newest 8.x.
 OTHER_SERVERS := redis:8.0 redis:8 valkey:8 valkey:9
 
-.PHONY: all build run test test-servers dist lint bench bench-update deps-bench stress valgrind deps-build deps-server deps-nginx deps-examples deps-java deps-go examples-deps clients-deps rust-clients java-clients go-clients clean
+.PHONY: all build run test test-servers servers dist lint bench bench-update deps-bench stress valgrind deps-build deps-server deps-nginx deps-examples deps-java deps-go examples-deps clients-deps rust-clients java-clients go-clients clean
 
 all: build
 
@@ -88,13 +89,21 @@ test: deps-server deps-nginx build examples-deps clients-deps dist
 # is the module's replies, which every test here checks on each server.
 SERVER_TESTS := $(filter-out clients examples dist layering,$(basename $(notdir $(wildcard tests/*.rs))))
 
-test-servers: deps-server deps-nginx build examples-deps clients-deps
+test-servers: deps-server deps-nginx build examples-deps clients-deps servers
 	@for spec in $(OTHER_SERVERS); do \
 	  server=$$(tests/servers/build.sh $${spec%%:*} $${spec##*:}) || exit 1; \
 	  echo "== the integration tests against $$server ($$($$server --version | cut -d' ' -f1-3))"; \
 	  REDIS_SERVER=$$server RATELIMIT_MODULE=$(MODULE) EXAMPLES_PYTHON=$(EXAMPLES_PYTHON) \
 	    CLIENTS_PYTHON=$(CLIENTS_PYTHON) $(CARGO) test --release $(addprefix --test ,$(SERVER_TESTS)) \
 	    || exit 1; \
+	done
+
+# OTHER_SERVERS built (or found in target/servers/, where a second run only looks each version
+# up). Apart from test-servers so that CI can build them while other targets run: .ci/run
+# starts it in the background before make lint.
+servers: deps-build
+	@for spec in $(OTHER_SERVERS); do \
+	  tests/servers/build.sh $${spec%%:*} $${spec##*:} || exit 1; \
 	done
 
 # The release tarball: the module, README, docs, examples, the client packages (the Python wheel,
@@ -159,8 +168,9 @@ stress: deps-server build
 
 # Every server the integration tests start runs under memcheck; a test fails on any invalid
 # access, uninitialised read or definite leak in the module. Shorter fuzzing, differential
-# runs, soak and refusals through RL.TOP, and not the Cluster, the clients and the examples
-# (the same module code, many more servers). CI runs it (.ci/run).
+# runs, soak and refusals through RL.TOP; not the Cluster, the clients and the examples (the
+# same module code, many more servers), nor the tests that measure a key's memory (valgrind's
+# allocator is not jemalloc). CI runs it (.ci/run).
 VALGRIND_TESTS := acl all atomicity differential faults forged fuzz guard introspection leases loading log notifications options persistence propagation replication shortfall soak throttle top window
 valgrind: deps-server build
 	@command -v valgrind >/dev/null 2>&1 || { missing=" valgrind"; $(install_missing); }

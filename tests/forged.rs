@@ -452,11 +452,17 @@ fn build_dump(header: &[u8], fields: &[Field], version: [u8; 2]) -> Vec<u8> {
 }
 
 /// What `key` holds, to compare before and after a refusal: its dump and its time to live
-/// in milliseconds (as `PTTL` says: -2 for no key).
+/// in milliseconds (as `PTTL` says: -2 for no key), read in one transaction, so that a key
+/// expiring between the two reads (a slow server's, under valgrind) is read as one state.
 fn snapshot(con: &mut Connection, key: &str) -> (Option<Vec<u8>>, i64) {
-    let dump: Option<Vec<u8>> = query(con, &["DUMP", key]);
-    let ttl: i64 = query(con, &["PTTL", key]);
-    (dump, ttl)
+    redis::pipe()
+        .atomic()
+        .cmd("DUMP")
+        .arg(key)
+        .cmd("PTTL")
+        .arg(key)
+        .query(con)
+        .unwrap()
 }
 
 /// Whether `after` is what `before` became without a write: the same value and expiry, the

@@ -11,7 +11,9 @@ use std::time::Duration;
 use redis::Connection;
 use support::copies::assert_copies_agree;
 use support::workload::state;
-use support::{changes, error, ints, least_of_three, query, used_memory, Server};
+use support::{
+    assert_expires_after, changes, error, ints, least_of_three, query, used_memory, Server,
+};
 
 /// `RL.ACQUIRE` and its reply: the five integers and the id.
 fn acquire(con: &mut Connection, args: &[&str]) -> ([i64; 5], i64) {
@@ -90,13 +92,13 @@ fn slots_are_held_until_released_and_refusals_say_when_they_free() {
 fn a_worker_that_never_releases_gives_its_slot_back_when_the_lease_ends() {
     let server = Server::start();
     let mut con = server.connect();
-    let (_, id) = acquire(&mut con, &["w", "1", "200", "MS"]);
+    let (_, id) = assert_expires_after(&mut con, "w", 200, |con| {
+        acquire(con, &["w", "1", "200", "MS"])
+    });
     assert_eq!(
         acquire(&mut con, &["w", "1", "200", "MS"]).0[..3],
         [1, 1, 0]
     );
-    let ttl: i64 = query(&mut con, &["PTTL", "w"]);
-    assert!((150..=201).contains(&ttl), "PTTL {ttl}");
     thread::sleep(Duration::from_millis(250));
     // The key is gone with its lease; the dead worker's release and renew find nothing.
     assert!(!query::<bool, _>(&mut con, &["EXISTS", "w"]));
@@ -119,24 +121,20 @@ fn a_renewed_lease_holds_on() {
     let mut con = server.connect();
     let (_, id) = acquire(&mut con, &["r", "1", "300", "MS"]);
     thread::sleep(Duration::from_millis(200));
-    assert_eq!(
-        integer(&mut con, &["RL.RENEW", "r", &id.to_string(), "300", "MS"]),
-        1
-    );
+    let renewed = assert_expires_after(&mut con, "r", 300, |con| {
+        integer(con, &["RL.RENEW", "r", &id.to_string(), "300", "MS"])
+    });
+    assert_eq!(renewed, 1);
     thread::sleep(Duration::from_millis(200));
     // 400 ms after it was taken, the renewed lease still holds the slot.
     assert_eq!(
         acquire(&mut con, &["r", "1", "300", "MS"]).0[..3],
         [1, 1, 0]
     );
-    let ttl: i64 = query(&mut con, &["PTTL", "r"]);
-    assert!((50..=101).contains(&ttl), "PTTL {ttl}");
-    assert_eq!(
-        integer(&mut con, &["RL.RENEW", "r", &id.to_string(), "1", "S"]),
-        1
-    );
-    let ttl: i64 = query(&mut con, &["PTTL", "r"]);
-    assert!((900..=1_001).contains(&ttl), "PTTL {ttl}");
+    let renewed = assert_expires_after(&mut con, "r", 1_000, |con| {
+        integer(con, &["RL.RENEW", "r", &id.to_string(), "1", "S"])
+    });
+    assert_eq!(renewed, 1);
 }
 
 #[test]
@@ -221,6 +219,9 @@ fn replicas_the_aof_and_copies_hold_the_same_leases() {
 
 #[test]
 fn a_lease_costs_16_bytes_and_a_one_lease_key_what_a_one_entry_log_does() {
+    if support::valgrind::leaves_out_memory_measurement() {
+        return;
+    }
     let server = Server::start();
     let mut con = server.connect();
     let leases = 10_000;

@@ -155,6 +155,9 @@ fn state_is_one_native_key_that_expires_with_its_newest_entry() {
 
 #[test]
 fn a_logged_request_costs_8_bytes_not_a_sorted_set_entry() {
+    if support::valgrind::leaves_out_memory_measurement() {
+        return;
+    }
     let server = Server::start();
     let mut con = server.connect();
     let requests = 10_000;
@@ -207,10 +210,7 @@ fn a_logged_request_costs_8_bytes_not_a_sorted_set_entry() {
 
 #[test]
 fn a_log_of_one_entry_costs_what_a_sorted_set_of_one_member_costs() {
-    if support::valgrind::enabled() {
-        // Valgrind replaces the server's allocator (jemalloc) with its own, which has no size
-        // classes: what this compares, the allocations jemalloc makes for each, is not there.
-        eprintln!("left out under valgrind: it measures jemalloc's size classes");
+    if support::valgrind::leaves_out_memory_measurement() {
         return;
     }
     let server = Server::start();

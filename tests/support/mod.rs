@@ -658,6 +658,28 @@ pub fn server_millis(con: &mut Connection) -> i64 {
     seconds * 1_000 + micros / 1_000
 }
 
+/// Runs `write` and checks that it left `key` expiring `ttl_ms` after it ran, by the
+/// server's clock: `PEXPIRETIME` lies between the server's time before the write plus
+/// `ttl_ms` and its time after plus `ttl_ms` and the millisecond an expiry rounds up to. A
+/// bound by what the server reports, not by the test's clock, so that it holds under
+/// valgrind or on a busy machine.
+pub fn assert_expires_after<R>(
+    con: &mut Connection,
+    key: &str,
+    ttl_ms: i64,
+    write: impl FnOnce(&mut Connection) -> R,
+) -> R {
+    let before = server_millis(con);
+    let result = write(con);
+    let after = server_millis(con);
+    let expire_at: i64 = query(con, &["PEXPIRETIME", key]);
+    assert!(
+        (before + ttl_ms..=after + ttl_ms + 1).contains(&expire_at),
+        "{key} expires at {expire_at}, not {ttl_ms} ms after the write (server time {before} to {after})"
+    );
+    result
+}
+
 /// Writes the server has counted since the last save.
 pub fn changes(con: &mut Connection) -> i64 {
     let info: String = query(con, &["INFO", "persistence"]);

@@ -32,6 +32,18 @@ pub fn time_scale() -> i64 {
     }
 }
 
+/// Whether a test that measures what keys cost in memory is left out: under valgrind the
+/// server's allocations go through valgrind's allocator, which has none of jemalloc's size
+/// classes, so the figures are not the server's; and writing the test's 10,000 to 100,000
+/// keys at valgrind's pace takes minutes. The keys are written by the same code the other
+/// tests run under valgrind. Says so on the test's output when it does.
+pub fn leaves_out_memory_measurement() -> bool {
+    if enabled() {
+        eprintln!("left out under valgrind: it measures jemalloc's allocations");
+    }
+    enabled()
+}
+
 /// How long a server may take to answer: valgrind makes it ten times slower or more.
 pub fn startup_timeout() -> Duration {
     Duration::from_secs(if enabled() { 120 } else { 20 })

@@ -418,6 +418,7 @@ func limitOptions(spec object, base load.LimitOptions) load.LimitOptions {
 	o.Deep = number("deep", o.Deep)
 	o.EpochUs = int64(number("epoch_us", float64(o.EpochUs)))
 	o.Decay = number("decay", o.Decay)
+	o.Sojourn = number("sojourn", o.Sojourn)
 	if shares, ok := spec["shares"].([]any); ok {
 		for index := range o.Shares {
 			o.Shares[index] = shares[index].(float64)

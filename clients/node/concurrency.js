@@ -2,7 +2,8 @@
 // (docs/load.md, "The local limit"): it follows measured latency, cuts when a standing queue
 // forms (CoDel's test: an interval whose fastest request still waited), grows back while none
 // does, and while congested reserves its top places for the more important classes (trunk
-// reservation). The same algorithm, step for step, as every package's (clients/conformance.json,
+// reservation) and refuses a request below the top class that waited past its share of the target
+// (CoDel's sojourn, per request). The same algorithm, step for step, as every package's (clients/conformance.json,
 // `concurrency`). Plain JavaScript, no I/O: the clock is passed in.
 "use strict";
 
@@ -21,6 +22,9 @@ const LIMIT_DEFAULTS = Object.freeze({
   epochUs: 30_000_000,
   decay: 0.95,
   shares: Object.freeze([1, 0.6, 0.4, 0.2]),
+  // While congested, a request below the top class is refused once its wait passes `sojourn` times
+  // its share of the target; Infinity: never (a wait known only as a bound).
+  sojourn: 1,
 });
 
 /** 0 (critical_plus) to 3 (sheddable), from a class's name or number. */
@@ -43,9 +47,11 @@ class ConcurrencyLimit {
     this.windowEnd = null;
     this.windowMin = Infinity;
     this.peak = 0;
-    // The interval's admitted and refused requests.
+    // The interval's admitted and refused requests, and of those refused, how many for their
+    // own wait.
     this.admitted = 0;
     this.refused = 0;
+    this.waitedOut = 0;
     this.standingRun = 0;
     this.noloadNow = Infinity;
     this.noloadBefore = Infinity;
@@ -55,6 +61,15 @@ class ConcurrencyLimit {
   /** The no-load latency: the least of this epoch and the last (Infinity before any). */
   get noload() {
     return Math.min(this.noloadNow, this.noloadBefore);
+  }
+
+  /** The latency a request may take without a queue standing: the no-load latency plus the longer
+   * of one more and `targetUs` (a burst's queue), or, while congested, plus `targetUs` alone
+   * (CoDel's), so that the queue kept while shedding stays short where requests are slow by nature,
+   * behind a pool of a few slots. */
+  target(noload) {
+    const queue = this.congested ? this.options.targetUs : Math.max(noload, this.options.targetUs);
+    return noload + queue;
   }
 
   /** Closes the interval that ended at or before `now`, if any. */
@@ -74,7 +89,7 @@ class ConcurrencyLimit {
     const noload = this.noload;
     const bound = this.peak >= this.limit / 2;
     const measured = this.windowMin < Infinity && noload < Infinity;
-    const target = measured ? noload + Math.max(noload, o.targetUs) : Infinity;
+    const target = measured ? this.target(noload) : Infinity;
     // While congested, a queue stands whatever the peak: the probe may raise the limit past it.
     const standing = measured && (bound || this.congested) && this.windowMin > target;
     this.standingRun = standing ? this.standingRun + 1 : 0;
@@ -94,15 +109,20 @@ class ConcurrencyLimit {
       // Shedding keeps the queue short: what it refused is the overload going on.
       if (this.congested && this.refused < this.admitted) this.congested = false;
       // Refusing by the shares alone, under half the limit: room is probed for as headroom,
-      // so that a load the shares hold back cannot keep it.
-      else if (this.congested) this.limit = Math.min(o.ceiling, this.limit + Math.sqrt(this.limit));
-      else this.limit = Math.max(o.floor, 2 * this.peak, this.limit * o.decay);
+      // so that a load the shares hold back cannot keep it (what a request's own wait refused is a
+      // queue, not the shares).
+      else if (this.congested) {
+        if (this.refused - this.waitedOut >= this.admitted) {
+          this.limit = Math.min(o.ceiling, this.limit + Math.sqrt(this.limit));
+        }
+      } else this.limit = Math.max(o.floor, 2 * this.peak, this.limit * o.decay);
     }
     if (this.limit !== before) this.changes += 1;
     this.windowMin = Infinity;
     this.peak = this.inflight;
     this.admitted = 0;
     this.refused = 0;
+    this.waitedOut = 0;
     this.windowEnd = now + o.intervalUs;
   }
 
@@ -110,17 +130,24 @@ class ConcurrencyLimit {
    * of a monotonic clock); an admitted one is in flight until `finish`. `backlog` is how long the
    * request waited before it could be decided (µs; the event loop's lag): the work ahead of it,
    * counted as that many no-load latencies' worth of requests in flight (for every class but the
-   * top one). */
+   * top one), and, while congested, its own wait, refused past its share of the target. */
   admit(priority, now, backlog = 0) {
     this.roll(now);
     const noload = this.noload;
-    const load = this.inflight + (backlog > 0 && noload < Infinity ? backlog / noload : 0);
+    const waiting = backlog > 0 && noload < Infinity ? backlog / noload : 0;
+    const load = this.inflight + waiting;
     // The backlog refuses only while congested: a burst's wait is no standing queue.
     const index = priorityIndex(priority);
     // The top class counts only what is in flight: the backlog is a guess of the queue (the
     // time since the loop was last idle), and its places are kept.
     const counted = index === 0 ? this.inflight : load;
-    const admitted = this.congested ? counted < this.limit * this.options.shares[index] : this.inflight < this.limit;
+    const share = this.options.shares[index];
+    let admitted = this.congested ? counted < this.limit * share : this.inflight < this.limit;
+    let waitedOut = false;
+    if (admitted && this.congested && index > 0 && waiting > 0) {
+      waitedOut = backlog >= this.options.sojourn * share * this.target(noload);
+      admitted = !waitedOut;
+    }
     if (admitted) {
       this.inflight += 1;
       this.admitted += 1;
@@ -129,6 +156,7 @@ class ConcurrencyLimit {
     }
     this.peak = Math.max(this.peak, load);
     this.refused += 1;
+    if (waitedOut) this.waitedOut += 1;
     return false;
   }
 

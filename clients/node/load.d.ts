@@ -13,6 +13,9 @@ export interface LimitOptions {
   epochUs?: number;
   decay?: number;
   shares?: readonly number[];
+  /** While congested, a request below the top class is refused once its wait passes this many
+   * times its share of the target (Infinity: never). */
+  sojourn?: number;
 }
 
 /** The defaults every package ships. */

@@ -61,7 +61,9 @@ const IDLE_MS = 0.2;
 // reach 400 ms now and then. So congestion begins here at the eighth standing interval in a
 // row (0.8 s of a queue that never drained), never at once on a deep one, as in Python's
 // asyncio shedders (the limit's other options are the defaults).
-const EVENT_LOOP_LIMIT = Object.freeze({ enter: 8, deep: Infinity });
+// For the same reason a request's wait is not known, only bounded: it refuses nothing by
+// itself (`sojourn`).
+const EVENT_LOOP_LIMIT = Object.freeze({ enter: 8, deep: Infinity, sojourn: Infinity });
 
 /** The share a standing admits of `priority`. */
 const shareOf = (standing, priority) => standing.shares[PRIORITIES.indexOf(priorityOf(priority))];

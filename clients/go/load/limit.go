@@ -32,12 +32,15 @@ type LimitOptions struct {
 	Decay float64
 	// Shares are each class's share of the limit while congested, most important first.
 	Shares [4]float64
+	// Sojourn is how many times its share of the target a request below the top class may have
+	// waited before it is decided, while congested; +Inf: any (a wait known only as a bound).
+	Sojourn float64
 }
 
 // DefaultLimitOptions is what every package ships.
 var DefaultLimitOptions = LimitOptions{
 	Initial: 20, Floor: 4, Ceiling: 1000, IntervalUs: 100_000, TargetUs: 5_000, Enter: 4,
-	Deep: 4, EpochUs: 30_000_000, Decay: 0.95, Shares: [4]float64{1, 0.6, 0.4, 0.2},
+	Deep: 4, EpochUs: 30_000_000, Decay: 0.95, Shares: [4]float64{1, 0.6, 0.4, 0.2}, Sojourn: 1,
 }
 
 // Check says what is wrong with o, if anything.
@@ -49,6 +52,8 @@ func (o LimitOptions) Check() error {
 		return errors.New("load: IntervalUs, TargetUs and EpochUs are positive")
 	case o.Enter < 1 || !(o.Deep > 0) || !(o.Decay > 0 && o.Decay <= 1):
 		return errors.New("load: Enter >= 1, Deep > 0, 0 < Decay <= 1")
+	case !(o.Sojourn > 0):
+		return errors.New("load: Sojourn > 0 (+Inf for any)")
 	}
 	for _, share := range o.Shares {
 		if !(share >= 0 && share <= 1) {
@@ -62,7 +67,8 @@ func (o LimitOptions) Check() error {
 // no server call (docs/load.md, "The local limit"): it follows measured latency, cuts when a
 // standing queue forms (CoDel's test: an interval whose fastest request still waited) and grows
 // back while none does, and while congested reserves its top places for the more important
-// classes (trunk reservation). The same algorithm, step for step, as every package's:
+// classes (trunk reservation) and refuses a request below the top class that waited past its
+// share of the target (CoDel's sojourn, per request). The same algorithm, step for step, as every package's:
 // clients/conformance.json's concurrency traces, which its tests replay exactly.
 //
 // No I/O: the time is passed in (whole microseconds of a monotonic clock). Safe for concurrent
@@ -82,6 +88,7 @@ type ConcurrencyLimit struct {
 	peak         float64
 	admitted     int64
 	refused      int64
+	waitedOut    int64 // of the refused, how many for their own wait
 	standingRun  int
 	noloadNow    float64
 	noloadBefore float64
@@ -159,7 +166,7 @@ func (c *ConcurrencyLimit) roll(now int64) {
 	measured := !math.IsInf(c.windowMin, 1) && !math.IsInf(noload, 1)
 	target := math.Inf(1)
 	if measured {
-		target = noload + math.Max(noload, float64(o.TargetUs))
+		target = c.target(noload)
 	}
 	// While congested, a queue stands whatever the peak: the probe may raise the limit past it.
 	standing := measured && (bound || c.congested) && c.windowMin > target
@@ -193,8 +200,9 @@ func (c *ConcurrencyLimit) roll(now int64) {
 		case c.refused < c.admitted:
 			// Shedding keeps the queue short: what it refused is the overload going on.
 			c.congested = false
-		default:
-			// Refusing by the shares alone, under half the limit: room is probed for.
+		case c.refused-c.waitedOut >= c.admitted:
+			// Refusing by the shares alone, under half the limit: room is probed for (what a
+			// request's own wait refused is a queue, not the shares).
 			c.limit = math.Min(o.Ceiling, c.limit+math.Sqrt(c.limit))
 		}
 	}
@@ -203,15 +211,26 @@ func (c *ConcurrencyLimit) roll(now int64) {
 	}
 	c.windowMin = math.Inf(1)
 	c.peak = float64(c.inflight)
-	c.admitted, c.refused = 0, 0
+	c.admitted, c.refused, c.waitedOut = 0, 0, 0
 	c.windowEnd = now + o.IntervalUs
+}
+
+// target is the latency a request may take without a queue standing: the no-load latency plus
+// the longer of one more and TargetUs (a burst's queue), or, while congested, plus TargetUs alone
+// (CoDel's), so that the queue kept while shedding stays short where requests are slow by nature,
+// behind a pool of a few slots.
+func (c *ConcurrencyLimit) target(noload float64) float64 {
+	if c.congested {
+		return noload + float64(c.options.TargetUs)
+	}
+	return noload + math.Max(noload, float64(c.options.TargetUs))
 }
 
 // Admit says whether a request of priority is admitted at now (µs); an admitted one is in
 // flight until Finish. backlog is how long it waited before it could be decided (µs): the work
 // ahead of it, counted as that many no-load latencies' worth of requests in flight, for every
-// class but the top one (0 where requests wait for nothing before they are decided, as a Go
-// server's goroutines).
+// class but the top one, and, while congested, its own wait, refused past its share of the
+// target (0 where requests wait for nothing before they are decided).
 func (c *ConcurrencyLimit) Admit(priority ratelimit.Priority, now, backlog int64) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -226,14 +245,19 @@ func (c *ConcurrencyLimit) Admit(priority ratelimit.Priority, now, backlog int64
 	if index < 0 || index >= len(c.options.Shares) {
 		index = int(ratelimit.Sheddable)
 	}
-	var admit bool
+	var admit, waitedOut bool
 	if c.congested {
+		share := c.options.Shares[index]
 		// The top class counts only what is in flight: its places are kept.
 		counted := load
 		if index == 0 {
 			counted = float64(c.inflight)
 		}
-		admit = counted < c.limit*c.options.Shares[index]
+		admit = counted < c.limit*share
+		if admit && index > 0 && waiting > 0 {
+			waitedOut = float64(backlog) >= c.options.Sojourn*share*c.target(noload)
+			admit = !waitedOut
+		}
 	} else {
 		admit = float64(c.inflight) < c.limit
 	}
@@ -245,6 +269,9 @@ func (c *ConcurrencyLimit) Admit(priority ratelimit.Priority, now, backlog int64
 	}
 	c.peak = math.Max(c.peak, load)
 	c.refused++
+	if waitedOut {
+		c.waitedOut++
+	}
 	return false
 }
 

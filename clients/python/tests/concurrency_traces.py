@@ -2,11 +2,12 @@
 (docs/load.md, "The local limit"), arrivals and latencies in, decisions and the limit out,
 which every package replays exactly.
 
-Each trace is a serial service (one request served at a time, `service` µs each) under
-arrivals drawn once here with a fixed seed; an admitted request finishes when the service
-has served it, so its latency is its wait plus its service. The events and what the
-reference implementation (ratelimit_module.concurrency) answered are stored: the table is the
-specification's worked record, and a package that disagrees on any event fails.
+Each trace is a serial service (one request served at a time, `service` µs each), a pool of a
+few slots, or an event loop, under arrivals drawn once here with a fixed seed; an admitted
+request finishes when the service has served it, so its latency is its wait plus its service.
+The events and what the reference implementation (ratelimit_module.concurrency) answered are
+stored: the table is the specification's worked record, and a package that disagrees on any
+event fails.
 
     python clients/python/tests/concurrency_traces.py   # rewrites the part
 """
@@ -62,22 +63,54 @@ TRACES = (
         51,
     ),
 )
-# An event loop: a request waits for the loop before it can be decided (its wait is the
-# backlog it is decided with), and a refusal costs the loop REFUSAL µs.
-EVENT_LOOP = (
-    "event loop",
-    "half, three times, half the capacity of one event loop: a request is decided when the "
-    "loop reaches it, its wait the backlog; a refusal costs 300 µs of the loop",
-    4_500,
-    ((400_000, 0.5), (800_000, 3.0), (600_000, 0.5)),
+# A pool: SLOTS requests served at a time, each `service` µs, the others queued in order (an
+# upstream's connections, a database's pool). (name, what it shows, service µs, phases,
+# options, the arrivals' seed)
+SLOTS = 4
+POOL = (
+    "pool",
+    "a pool of 4 slots, 20 ms a request, at half, one and a half times, half its capacity: "
+    "while congested the target is the no-load latency plus 5 ms (not plus one more no-load "
+    "latency), so a queue of one request behind the slots stands",
+    20_000,
+    ((400_000, 0.5), (800_000, 1.5), (600_000, 0.5)),
     {},
-    53,
+    56,
+)
+
+# An event loop: a request waits for the loop before it can be decided (its wait is the
+# backlog it is decided with), and a refusal costs the loop REFUSAL µs. (name, what it shows,
+# service µs, phases, options, the arrivals' seed, the classes' mix)
+EVENT_LOOPS = (
+    (
+        "event loop",
+        "half, three times, half the capacity of one event loop: a request is decided when "
+        "the loop reaches it, its wait the backlog; while congested, one below the top class "
+        "that waited past its share of the target is refused; a refusal costs 300 µs of the "
+        "loop",
+        4_500,
+        ((400_000, 0.5), (800_000, 3.0), (600_000, 0.5)),
+        {},
+        53,
+        MIX,
+    ),
+    (
+        "event loop, one class",
+        "every request sheddable (no priority given), half, three times, then 0.8 of the "
+        "capacity: what the wait refuses is a queue, not the shares, so the limit probes for "
+        "nothing, and congestion ends once the overload does",
+        4_500,
+        ((400_000, 0.5), (800_000, 3.0), (800_000, 0.8)),
+        {},
+        54,
+        (0.0, 0.0, 0.0, 1.0),
+    ),
 )
 REFUSAL = 300
 
 
-def events_of(service: int, phases, seed: int) -> list[tuple[int, int, object]]:
-    """Arrivals, each with a class, as (µs, 0, class index)."""
+def events_of(service: int, phases, seed: int, mix=MIX) -> list[tuple[int, int, object]]:
+    """Arrivals, each with a class drawn from `mix`, as (µs, 0, class index)."""
     draw = random.Random(seed)
     arrivals, start = [], 0
     for length, load in phases:
@@ -87,7 +120,7 @@ def events_of(service: int, phases, seed: int) -> list[tuple[int, int, object]]:
             if at >= start + length:
                 break
             pick, total, index = draw.random(), 0.0, 3
-            for number, share in enumerate(MIX):
+            for number, share in enumerate(mix):
                 total += share
                 if pick < total:
                     index = number
@@ -119,10 +152,36 @@ def trace(name: str, about: str, service: int, phases, options: dict, seed: int)
     return {"name": name, "about": about, "options": options, "events": events, "expect": expect}
 
 
-def event_loop_trace(name: str, about: str, service: int, phases, options: dict, seed: int) -> dict:
+def pool_trace(name: str, about: str, service: int, phases, options: dict, seed: int) -> dict:
+    limit = ConcurrencyLimit(LimitOptions(**options))
+    queue = events_of(service // SLOTS, phases, seed)
+    heapq.heapify(queue)
+    free = [0] * SLOTS  # when each slot is next free
+    events, expect = [], []
+    while queue:
+        now, kind, value = heapq.heappop(queue)
+        if kind == 0:
+            admitted = limit.admit(value, now)
+            events.append([now, "admit", PRIORITIES[value]])
+            if admitted:
+                slot = min(range(SLOTS), key=free.__getitem__)
+                free[slot] = max(now, free[slot]) + service
+                heapq.heappush(queue, (free[slot], 1, free[slot] - now))
+            decision = admitted
+        else:
+            limit.finish(value, now)
+            events.append([now, "finish", value])
+            decision = None
+        expect.append([decision, limit.limit, limit.congested])
+    return {"name": name, "about": about, "options": options, "events": events, "expect": expect}
+
+
+def event_loop_trace(
+    name: str, about: str, service: int, phases, options: dict, seed: int, mix
+) -> dict:
     limit = ConcurrencyLimit(LimitOptions(**options))
     free_at, events, expect = 0, [], []
-    for at, _, index in events_of(service, phases, seed):
+    for at, _, index in events_of(service, phases, seed, mix):
         start = max(at, free_at)
         admitted = limit.admit(index, start, start - at)
         events.append([start, "admit", PRIORITIES[index], start - at])
@@ -156,8 +215,11 @@ def main() -> None:
             "epoch_us": defaults.epoch_us,
             "decay": defaults.decay,
             "shares": list(defaults.shares),
+            "sojourn": defaults.sojourn,
         },
-        "traces": [trace(*spec) for spec in TRACES] + [event_loop_trace(*EVENT_LOOP)],
+        "traces": [trace(*spec) for spec in TRACES]
+        + [pool_trace(*POOL)]
+        + [event_loop_trace(*spec) for spec in EVENT_LOOPS],
     }
     TABLE.write_text(dumps(table))
 

@@ -22,6 +22,10 @@
 //! - **Priorities**: while congested, a class is admitted only while the requests in flight
 //!   are under its share of the limit (1, 0.6, 0.4, 0.2 from `critical_plus` to
 //!   `sheddable`); not congested, every class is admitted under the limit.
+//! - **A request's own wait** (CoDel's sojourn, per request): while congested, a request
+//!   below the top class that waited longer than its share of the target before it could be
+//!   decided is refused, however few are in flight. What the wait refuses is a queue, not the
+//!   shares: it does not make the limit probe for room.
 
 use std::time::Duration;
 
@@ -50,13 +54,18 @@ pub struct LimitOptions {
     pub decay: f64,
     /// The share of the limit each class may fill while congested, most important first.
     pub shares: [f64; 4],
+    /// While congested, a request below the top class is refused once its wait passes this
+    /// many times its share of the target (1; infinite: never, for a wait known only as a
+    /// bound).
+    pub sojourn: f64,
 }
 
 impl LimitOptions {
     /// Whether the limit can work with them: finite numbers, `1 <= floor <= initial <=
     /// ceiling`, positive interval and epoch, `enter` and `deep` at least 1 (`deep` infinite:
-    /// congestion never begins at once), `decay` in
-    /// (0, 1], and shares from 0 to 1 that never grow from a class to a less important one.
+    /// congestion never begins at once), `decay` in (0, 1], `sojourn` positive (infinite: a
+    /// request's wait refuses nothing by itself), and shares from 0 to 1 that never grow from
+    /// a class to a less important one.
     pub fn validate(&self) -> Result<(), InvalidArgument> {
         let bad = |what: String| Err(InvalidArgument(what));
         let numbers = [self.initial, self.floor, self.ceiling, self.decay];
@@ -79,6 +88,13 @@ impl LimitOptions {
             return bad(format!(
                 "the limit's enter and deep are at least 1, not {} and {}",
                 self.enter, self.deep
+            ));
+        }
+        let waits = self.sojourn > 0.0; // NaN is not
+        if !waits {
+            return bad(format!(
+                "the limit's sojourn is positive, not {}",
+                self.sojourn
             ));
         }
         let decays = self.decay > 0.0 && self.decay <= 1.0;
@@ -112,6 +128,7 @@ impl Default for LimitOptions {
             epoch: Duration::from_secs(30),
             decay: 0.95,
             shares: [1.0, 0.6, 0.4, 0.2],
+            sojourn: 1.0,
         }
     }
 }
@@ -135,9 +152,11 @@ pub struct ConcurrencyLimit {
     window_min: Option<u64>,
     /// The most requests in flight or waiting an admission saw in the interval.
     peak: f64,
-    /// The interval's admitted and refused requests.
+    /// The interval's admitted and refused requests, and of those refused, how many for
+    /// their own wait.
     admitted: u64,
     refused: u64,
+    waited_out: u64,
     standing_run: u32,
     noload_now: Option<u64>,
     noload_before: Option<u64>,
@@ -165,6 +184,7 @@ impl ConcurrencyLimit {
             peak: 0.0,
             admitted: 0,
             refused: 0,
+            waited_out: 0,
             standing_run: 0,
             noload_now: None,
             noload_before: None,
@@ -209,6 +229,20 @@ impl ConcurrencyLimit {
         }
     }
 
+    /// The latency a request may take without a queue standing (µs): the no-load latency plus
+    /// the longer of one more and the target (a burst's queue), or, while congested, plus the
+    /// target alone (CoDel's), so that the queue kept while shedding stays short where
+    /// requests are slow by nature, behind a pool of a few slots.
+    fn target_us(&self, noload: u64) -> u64 {
+        let target = micros(self.options.target);
+        let queue = if self.congested {
+            target
+        } else {
+            noload.max(target)
+        };
+        noload + queue
+    }
+
     /// Closes the interval that ended at or before `now`, if any.
     fn roll(&mut self, now: u64) {
         let interval = micros(self.options.interval);
@@ -225,12 +259,12 @@ impl ConcurrencyLimit {
         if now < window_end {
             return;
         }
-        let o = &self.options;
         let bound = self.peak >= self.limit / 2.0;
         let measured = match (self.window_min, self.noload_us()) {
-            (Some(fastest), Some(noload)) => Some((fastest, noload + noload.max(micros(o.target)))),
+            (Some(fastest), Some(noload)) => Some((fastest, self.target_us(noload))),
             _ => None,
         };
+        let o = &self.options;
         // While congested, a queue stands whatever the peak: the probe may raise the limit past it.
         let standing =
             (bound || self.congested) && measured.is_some_and(|(fastest, target)| fastest > target);
@@ -261,9 +295,10 @@ impl ConcurrencyLimit {
                 // Shedding keeps the queue short: what it refused is the overload going on.
                 if self.refused < self.admitted {
                     self.congested = false;
-                } else {
+                } else if self.refused - self.waited_out >= self.admitted {
                     // Refusing by the shares alone, under half the limit: room is probed for
-                    // as headroom, so that a load the shares hold back cannot keep it.
+                    // as headroom, so that a load the shares hold back cannot keep it (what a
+                    // request's own wait refused is a queue, not the shares).
                     self.limit = o.ceiling.min(self.limit + self.limit.sqrt());
                 }
             } else {
@@ -277,6 +312,7 @@ impl ConcurrencyLimit {
         self.peak = self.inflight as f64;
         self.admitted = 0;
         self.refused = 0;
+        self.waited_out = 0;
         self.window_end = Some(now.saturating_add(interval));
     }
 
@@ -288,25 +324,32 @@ impl ConcurrencyLimit {
 
     /// [`ConcurrencyLimit::admit`] for a request that waited `backlog` before it could be
     /// decided (an event loop's lag): the work ahead of it, counted as that many no-load
-    /// latencies' worth of requests in flight (for every class but the top one).
+    /// latencies' worth of requests in flight (for every class but the top one), and, while
+    /// congested, its own wait, refused past its share of the target.
     pub fn admit_after(&mut self, priority: Priority, now: Duration, backlog: Duration) -> bool {
         self.roll(micros(now));
         let backlog = micros(backlog);
-        let waiting = match self.noload_us() {
-            Some(noload) if backlog > 0 => backlog as f64 / noload as f64,
-            _ => 0.0,
-        };
+        let noload = self.noload_us().filter(|_| backlog > 0);
+        let waiting = noload.map_or(0.0, |noload| backlog as f64 / noload as f64);
         let load = self.inflight as f64 + waiting;
+        let index = priority.index();
+        let share = self.options.shares[index];
+        let mut waited_out = false;
         // The backlog refuses only while congested: a burst's wait is no standing queue.
         let admitted = if self.congested {
             // The top class counts only what is in flight: the backlog is a guess of the
             // queue (the time since the loop was last idle), and its places are kept.
-            let counted = if priority.index() == 0 {
+            let counted = if index == 0 {
                 self.inflight as f64
             } else {
                 load
             };
-            counted < self.limit * self.options.shares[priority.index()]
+            let within = counted < self.limit * share;
+            if let Some(noload) = noload.filter(|_| within && index > 0) {
+                let allowed = self.options.sojourn * share * self.target_us(noload) as f64;
+                waited_out = backlog as f64 >= allowed;
+            }
+            within && !waited_out
         } else {
             (self.inflight as f64) < self.limit
         };
@@ -318,6 +361,7 @@ impl ConcurrencyLimit {
         } else {
             self.peak = self.peak.max(load);
             self.refused += 1;
+            self.waited_out += u64::from(waited_out);
             false
         }
     }

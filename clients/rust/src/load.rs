@@ -101,6 +101,15 @@ pub struct LoadShedder<C> {
     lag: AtomicU64,
 }
 
+/// The limit's defaults but for `sojourn`, infinite: the wait a request is decided with here is
+/// the runtime's lag (a timer's lateness), the same for every request, not its own.
+fn lag_limit_options() -> LimitOptions {
+    LimitOptions {
+        sojourn: f64::INFINITY,
+        ..LimitOptions::default()
+    }
+}
+
 /// How often the runtime's lag is measured, and the timer's own lateness left out of it.
 const LAG_TICK: Duration = Duration::from_millis(5);
 const TIMER_SLACK: Duration = Duration::from_millis(1);
@@ -164,8 +173,10 @@ impl<C> LoadShedderBuilder<C> {
         self
     }
 
-    /// The process's own limit with these options (the defaults, [`LimitOptions::default`],
-    /// are on unless [`LoadShedderBuilder::without_limit`]).
+    /// The process's own limit with these options (on unless
+    /// [`LoadShedderBuilder::without_limit`], with the defaults, [`LimitOptions::default`],
+    /// but for `sojourn`: the runtime's lag is no request's own wait, so it refuses nothing by
+    /// itself).
     pub fn limit(mut self, options: LimitOptions) -> Self {
         self.limit = Some(options);
         self
@@ -260,7 +271,7 @@ impl<C> LoadShedder<C> {
             ttl: None,
             shadow: false,
             factors: None,
-            limit: Some(LimitOptions::default()),
+            limit: Some(lag_limit_options()),
             clock: monotonic(),
         }
     }

@@ -210,6 +210,7 @@ fn limit_options(json: &Json) -> LimitOptions {
         deep: float("deep", defaults.deep),
         epoch: micros("epoch_us", defaults.epoch),
         decay: float("decay", defaults.decay),
+        sojourn: float("sojourn", defaults.sojourn),
         shares,
     }
 }

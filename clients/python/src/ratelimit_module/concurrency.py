@@ -5,9 +5,11 @@ classes while it is congested. The same algorithm, step for step, in every packa
 (clients/conformance.json, `concurrency`).
 
 - **Standing queue** (CoDel's test): an interval (100 ms) whose *fastest* request still took
-  longer than the no-load latency plus the longer of one no-load latency and 5 ms, while the
-  requests in flight reached half the limit (at any peak while congested). A burst that
-  drains within the interval leaves a fast request in it; a queue that stands does not.
+  longer than the target, while the requests in flight reached half the limit (at any peak
+  while congested). A burst that drains within the interval leaves a fast request in it; a
+  queue that stands does not. The target is the no-load latency plus the longer of one
+  no-load latency and 5 ms; while congested, plus 5 ms alone (CoDel's), so that the queue
+  kept while shedding stays short where requests are slow by nature (a pool of a few slots).
 - **No-load latency**: the least latency of the current and the previous epoch (30 s each).
 - **Congestion** begins at the fourth standing interval in a row, or at once when the fastest
   request took over four times that target (a queue that grew fast): the limit is cut to the
@@ -15,14 +17,19 @@ classes while it is congested. The same algorithm, step for step, in every packa
   at every standing interval while congested; between them it grows by one. Congestion ends
   at the first interval whose peak stayed under half the limit and which refused fewer
   requests than it admitted (shedding keeps the queue short while the overload goes on); an
-  interval under half the limit that refused as many as it admitted grows it by its square
-  root, so that a load the shares alone hold back finds room.
+  interval under half the limit in which the shares refused as many as were admitted grows
+  it by its square root, so that a load the shares alone hold back finds room.
 - **Not congested**, the limit grows by its square root (envoy's headroom) when the peak
   reached half of it, and otherwise eases down (5% an interval) towards twice the peak, so
   that the limit a new overload meets is near what the service was using.
 - **Priorities** (trunk reservation): while congested, a class is admitted only while the
   requests in flight are under its share of the limit, 1, 0.6, 0.4 and 0.2 from
   critical_plus to sheddable; not congested, every class is admitted under the limit.
+- **A request's own wait** (CoDel's sojourn, per request): while congested, a request below
+  the top class that waited longer than its share of the target before it could be decided
+  is refused, however few are in flight: what an event loop admits in a turn stays short, so
+  the queue in front of it (which no middleware sees) stays short too. What the wait refuses
+  is a queue, not the shares: it does not make the limit probe for room.
 
 Plain Python, no I/O: the clock is passed in, so the conformance traces replay it exactly.
 """
@@ -52,6 +59,9 @@ class LimitOptions:
     epoch_us: int = 30_000_000
     decay: float = 0.95
     shares: tuple = (1.0, 0.6, 0.4, 0.2)
+    # While congested, a request below the top class is refused once its wait passes
+    # `sojourn` times its share of the target; inf: never (a package whose wait is only a bound).
+    sojourn: float = 1.0
 
 
 def priority_index(priority) -> int:
@@ -77,8 +87,9 @@ class ConcurrencyLimit:
         self._window_end: Optional[int] = None
         self._window_min = math.inf
         self._peak = 0
-        # The interval's admitted and refused requests.
-        self._admitted = self._refused = 0
+        # The interval's admitted and refused requests, and of those refused, how many for
+        # their own wait.
+        self._admitted = self._refused = self._waited_out = 0
         self._standing_run = 0
         self._noload_now = math.inf
         self._noload_before = math.inf
@@ -89,6 +100,14 @@ class ConcurrencyLimit:
     def noload(self) -> float:
         """The no-load latency: the least of this epoch and the last (inf before any)."""
         return min(self._noload_now, self._noload_before)
+
+    def _target(self, noload: float) -> float:
+        """The latency a request may take without a queue standing: the no-load latency plus
+        the longer of one more and `target_us` (a burst's queue), or, while congested, plus
+        `target_us` alone (CoDel's), so that the queue kept while shedding stays short where
+        requests are slow by nature, behind a pool of a few slots (inf before any latency)."""
+        queue = self.options.target_us if self.congested else max(noload, self.options.target_us)
+        return noload + queue
 
     def _roll(self, now: int) -> None:
         """Closes the interval that ended at or before `now`, if any."""
@@ -104,7 +123,7 @@ class ConcurrencyLimit:
         noload = self.noload
         bound = self._peak >= self.limit / 2
         measured = self._window_min < math.inf and noload < math.inf
-        target = noload + max(noload, o.target_us) if measured else math.inf
+        target = self._target(noload) if measured else math.inf
         # While congested, a queue stands whatever the peak: the probe may raise the limit past it.
         standing = measured and (bound or self.congested) and self._window_min > target
         self._standing_run = self._standing_run + 1 if standing else 0
@@ -126,9 +145,10 @@ class ConcurrencyLimit:
                 # Shedding keeps the queue short: what it refused is the overload going on.
                 if self._refused < self._admitted:
                     self.congested = False
-                else:
+                elif self._refused - self._waited_out >= self._admitted:
                     # Refusing by the shares alone, under half the limit: room is probed for
-                    # as headroom, so that a load the shares hold back cannot keep it.
+                    # as headroom, so that a load the shares hold back cannot keep it. (What
+                    # a request's own wait refused is a queue, not the shares.)
                     self.limit = min(o.ceiling, self.limit + math.sqrt(self.limit))
             else:
                 self.limit = max(o.floor, float(2 * self._peak), self.limit * o.decay)
@@ -136,7 +156,7 @@ class ConcurrencyLimit:
             self.changes += 1
         self._window_min = math.inf
         self._peak = self.inflight
-        self._admitted = self._refused = 0
+        self._admitted = self._refused = self._waited_out = 0
         self._window_end = now + o.interval_us
 
     def admit(self, priority, now: int, backlog: int = 0) -> bool:
@@ -144,7 +164,7 @@ class ConcurrencyLimit:
         admitted one is in flight until `finish`. `backlog` is how long the request waited
         before it could be decided (µs; an event loop's lag): the work ahead of it, counted
         as that many no-load latencies' worth of requests in flight (for every class but the
-        top one)."""
+        top one), and, while congested, its own wait, refused past its share of the target."""
         with self._lock:
             self._roll(now)
             noload = self.noload
@@ -152,11 +172,16 @@ class ConcurrencyLimit:
             load = self.inflight + waiting
             # The backlog refuses only while congested: a burst's wait is no standing queue.
             index = priority_index(priority)
+            waited_out = False
             if self.congested:
+                share = self.options.shares[index]
                 # The top class counts only what is in flight: the backlog is a guess of the
                 # queue (the time since the loop was last idle), and its places are kept.
                 counted = self.inflight if index == 0 else load
-                admitted = counted < self.limit * self.options.shares[index]
+                admitted = counted < self.limit * share
+                if admitted and index > 0 and waiting > 0:
+                    waited_out = backlog >= self.options.sojourn * share * self._target(noload)
+                    admitted = not waited_out
             else:
                 admitted = self.inflight < self.limit
             if admitted:
@@ -166,6 +191,7 @@ class ConcurrencyLimit:
                 return True
             self._peak = max(self._peak, load)
             self._refused += 1
+            self._waited_out += waited_out
             return False
 
     def finish(self, latency: int, now: int) -> None:

@@ -2,7 +2,8 @@
 -- (docs/load.md, "The local limit"): it follows measured latency, cuts when a standing queue
 -- forms (CoDel's test: an interval whose fastest request still waited), grows back while none
 -- does, and while congested reserves its top places for the more important classes (trunk
--- reservation). The same algorithm, step for step, as every package's
+-- reservation) and refuses a request below the top class that waited past its share of the
+-- target (CoDel's sojourn, per request). The same algorithm, step for step, as every package's
 -- (clients/conformance.json, `concurrency`). Plain Lua, no I/O: the clock is passed in.
 local huge, min, max, sqrt = math.huge, math.min, math.max, math.sqrt
 local setmetatable = setmetatable
@@ -23,6 +24,9 @@ _M.DEFAULTS = {
     epoch_us = 30000000,
     decay = 0.95,
     shares = { 1, 0.6, 0.4, 0.2 },
+    -- While congested, a request below the top class is refused once its wait passes `sojourn`
+    -- times its share of the target; math.huge: never (a wait known only as a bound).
+    sojourn = 1,
 }
 
 --- A limit with `opts` over the defaults.
@@ -45,9 +49,11 @@ function _M.new(opts)
         window_end = nil,
         window_min = huge,
         peak = 0,
-        -- The interval's admitted and refused requests.
+        -- The interval's admitted and refused requests, and of those refused, how many for
+        -- their own wait.
         admitted = 0,
         refused = 0,
+        waited_out = 0,
         standing_run = 0,
         noload_now = huge,
         noload_before = huge,
@@ -58,6 +64,15 @@ end
 --- The no-load latency: the least of this epoch and the last (math.huge before any).
 function _M.noload(self)
     return min(self.noload_now, self.noload_before)
+end
+
+-- The latency a request may take without a queue standing: the no-load latency plus the
+-- longer of one more and `target_us` (a burst's queue), or, while congested, plus `target_us`
+-- alone (CoDel's), so that the queue kept while shedding stays short where requests are slow
+-- by nature, behind a pool of a few slots.
+local function target_of(self, noload)
+    local target_us = self.options.target_us
+    return noload + (self.congested and target_us or max(noload, target_us))
 end
 
 -- Closes the interval that ended at or before `now`, if any.
@@ -77,7 +92,7 @@ local function roll(self, now)
     local noload = min(self.noload_now, self.noload_before)
     local bound = self.peak >= self.limit / 2
     local measured = self.window_min < huge and noload < huge
-    local target = measured and noload + max(noload, o.target_us) or huge
+    local target = measured and target_of(self, noload) or huge
     -- While congested, a queue stands whatever the peak: the probe may raise the limit past it.
     local standing = measured and (bound or self.congested) and self.window_min > target
     self.standing_run = standing and self.standing_run + 1 or 0
@@ -100,9 +115,10 @@ local function roll(self, now)
             -- Shedding keeps the queue short: what it refused is the overload going on.
             if self.refused < self.admitted then
                 self.congested = false
-            else
+            elseif self.refused - self.waited_out >= self.admitted then
                 -- Refusing by the shares alone, under half the limit: room is probed for as
-                -- headroom, so that a load the shares hold back cannot keep it.
+                -- headroom, so that a load the shares hold back cannot keep it (what a
+                -- request's own wait refused is a queue, not the shares).
                 self.limit = min(o.ceiling, self.limit + sqrt(self.limit))
             end
         else
@@ -116,6 +132,7 @@ local function roll(self, now)
     self.peak = self.inflight
     self.admitted = 0
     self.refused = 0
+    self.waited_out = 0
     self.window_end = now + o.interval_us
 end
 
@@ -123,21 +140,29 @@ end
 --- `now` (whole microseconds of a monotonic clock); an admitted one is in flight until `finish`.
 --- `backlog` is how long the request waited before it could be decided (µs, 0 by default):
 --- the work ahead of it, counted as that many no-load latencies' worth of requests in flight
---- (for every class but the top one).
+--- (for every class but the top one), and, while congested, its own wait, refused past its
+--- share of the target.
 function _M.admit(self, index, now, backlog)
     roll(self, now)
     local noload = min(self.noload_now, self.noload_before)
-    local load = self.inflight
+    local waiting = 0
     if backlog and backlog > 0 and noload < huge then
-        load = load + backlog / noload
+        waiting = backlog / noload
     end
+    local load = self.inflight + waiting
     -- The backlog refuses only while congested: a burst's wait is no standing queue.
     local admitted
+    local waited_out = false
     if self.congested then
+        local share = self.options.shares[index]
         -- The top class counts only what is in flight: the backlog is a guess of the queue,
         -- and its places are kept.
         local counted = index == 1 and self.inflight or load
-        admitted = counted < self.limit * self.options.shares[index]
+        admitted = counted < self.limit * share
+        if admitted and index > 1 and waiting > 0 then
+            waited_out = backlog >= self.options.sojourn * share * target_of(self, noload)
+            admitted = not waited_out
+        end
     else
         admitted = self.inflight < self.limit
     end
@@ -149,6 +174,9 @@ function _M.admit(self, index, now, backlog)
     end
     self.peak = max(self.peak, load)
     self.refused = self.refused + 1
+    if waited_out then
+        self.waited_out = self.waited_out + 1
+    end
     return false
 end
 

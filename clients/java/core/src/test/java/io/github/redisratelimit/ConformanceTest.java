@@ -384,7 +384,8 @@ class ConformanceTest {
         spec.path("deep").asDouble(base.deep()),
         spec.path("epoch_us").asLong(base.epochUs()),
         spec.path("decay").asDouble(base.decay()),
-        shares);
+        shares,
+        spec.path("sojourn").asDouble(base.sojourn()));
   }
 
   @Test

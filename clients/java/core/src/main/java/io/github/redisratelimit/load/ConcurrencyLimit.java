@@ -6,9 +6,10 @@ import io.github.redisratelimit.Priority;
  * The instance's own limit on requests in flight, decided at admission with no server call
  * (docs/load.md, "The local limit"): it follows measured latency, cuts when a standing queue forms
  * (CoDel's test: an interval whose fastest request still waited) and grows back while none does,
- * and while congested reserves its top places for the more important classes (trunk reservation).
- * The same algorithm, step for step, as every package's: clients/conformance.json's {@code
- * concurrency} traces, which this replays exactly.
+ * and while congested reserves its top places for the more important classes (trunk reservation)
+ * and refuses a request below the top class that waited past its share of the target (CoDel's
+ * sojourn, per request). The same algorithm, step for step, as every package's:
+ * clients/conformance.json's {@code concurrency} traces, which this replays exactly.
  *
  * <p>Plain Java, no I/O: the time is passed in (whole microseconds of a monotonic clock).
  * Thread-safe.
@@ -26,6 +27,8 @@ public final class ConcurrencyLimit {
   private double peak;
   private long admitted;
   private long refused;
+  // Of the refused, how many for their own wait.
+  private long waitedOut;
   private int standingRun;
   private double noloadNow = Double.POSITIVE_INFINITY;
   private double noloadBefore = Double.POSITIVE_INFINITY;
@@ -74,6 +77,17 @@ public final class ConcurrencyLimit {
     return Math.min(noloadNow, noloadBefore);
   }
 
+  /**
+   * The latency a request may take without a queue standing: the no-load latency plus the longer of
+   * one more and the target (a burst's queue), or, while congested, plus the target alone
+   * (CoDel's), so that the queue kept while shedding stays short where requests are slow by nature,
+   * behind a pool of a few slots.
+   */
+  private double target(double noload) {
+    double targetUs = options.targetUs();
+    return noload + (congested ? targetUs : Math.max(noload, targetUs));
+  }
+
   /** Closes the interval that ended at or before {@code now}, if any. */
   private void roll(long now) {
     LimitOptions o = options;
@@ -94,8 +108,7 @@ public final class ConcurrencyLimit {
     double noload = Math.min(noloadNow, noloadBefore);
     boolean bound = peak >= limit / 2;
     boolean measured = windowMin < Double.POSITIVE_INFINITY && noload < Double.POSITIVE_INFINITY;
-    double target =
-        measured ? noload + Math.max(noload, (double) o.targetUs()) : Double.POSITIVE_INFINITY;
+    double target = measured ? target(noload) : Double.POSITIVE_INFINITY;
     // While congested, a queue stands whatever the peak: the probe may raise the limit past it.
     boolean standing = measured && (bound || congested) && windowMin > target;
     standingRun = standing ? standingRun + 1 : 0;
@@ -118,8 +131,9 @@ public final class ConcurrencyLimit {
         // Shedding keeps the queue short: what it refused is the overload going on.
         if (refused < admitted) {
           congested = false;
-        } else {
-          // Refusing by the shares alone, under half the limit: room is probed for.
+        } else if (refused - waitedOut >= admitted) {
+          // Refusing by the shares alone, under half the limit: room is probed for (what a
+          // request's own wait refused is a queue, not the shares).
           limit = Math.min(o.ceiling(), limit + Math.sqrt(limit));
         }
       } else {
@@ -133,6 +147,7 @@ public final class ConcurrencyLimit {
     peak = inflight;
     admitted = 0;
     refused = 0;
+    waitedOut = 0;
     windowEnd = now + o.intervalUs();
   }
 
@@ -145,7 +160,8 @@ public final class ConcurrencyLimit {
    * Whether a request of {@code priority} is admitted at {@code now} (µs); an admitted one is in
    * flight until {@link #finish}. {@code backlog} is how long it waited before it could be decided
    * (µs): the work ahead of it, counted as that many no-load latencies' worth of requests in
-   * flight, for every class but the top one.
+   * flight, for every class but the top one, and, while congested, its own wait, refused past its
+   * share of the target.
    */
   public synchronized boolean admit(Priority priority, long now, long backlog) {
     roll(now);
@@ -154,10 +170,16 @@ public final class ConcurrencyLimit {
     double load = inflight + waiting;
     int index = priority.ordinal();
     boolean admit;
+    boolean waitedTooLong = false;
     if (congested) {
+      double share = options.share(index);
       // The top class counts only what is in flight: its places are kept.
       double counted = index == 0 ? inflight : load;
-      admit = counted < limit * options.share(index);
+      admit = counted < limit * share;
+      if (admit && index > 0 && waiting > 0) {
+        waitedTooLong = backlog >= options.sojourn() * share * target(noload);
+        admit = !waitedTooLong;
+      }
     } else {
       admit = inflight < limit;
     }
@@ -169,6 +191,9 @@ public final class ConcurrencyLimit {
     }
     peak = Math.max(peak, load);
     refused += 1;
+    if (waitedTooLong) {
+      waitedOut += 1;
+    }
     return false;
   }
 

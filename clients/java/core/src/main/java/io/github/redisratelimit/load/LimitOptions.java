@@ -17,6 +17,9 @@ import java.util.Arrays;
  * @param epochUs how long the no-load latency is kept (the least of this epoch and the last)
  * @param decay how fast the limit eases down while not congested
  * @param shares each class's share of the limit while congested, most important first
+ * @param sojourn while congested, how many times its share of the target a request below the top
+ *     class may have waited before it is decided ({@code Double.POSITIVE_INFINITY}: any, for a wait
+ *     known only as a bound)
  */
 public record LimitOptions(
     double initial,
@@ -28,7 +31,8 @@ public record LimitOptions(
     double deep,
     long epochUs,
     double decay,
-    double[] shares) {
+    double[] shares,
+    double sojourn) {
 
   /** What every package ships. */
   public static final LimitOptions DEFAULTS =
@@ -42,7 +46,8 @@ public record LimitOptions(
           4.0,
           30_000_000,
           0.95,
-          new double[] {1.0, 0.6, 0.4, 0.2});
+          new double[] {1.0, 0.6, 0.4, 0.2},
+          1.0);
 
   public LimitOptions {
     if (shares == null || shares.length != 4) {
@@ -59,6 +64,9 @@ public record LimitOptions(
         || !(deep > 0)
         || !(decay > 0 && decay <= 1)) {
       throw new IllegalArgumentException("positive times, enter >= 1, deep > 0, 0 < decay <= 1");
+    }
+    if (!(sojourn > 0)) {
+      throw new IllegalArgumentException("sojourn > 0 (infinite for any)");
     }
   }
 
@@ -83,13 +91,14 @@ public record LimitOptions(
         && deep == that.deep
         && epochUs == that.epochUs
         && decay == that.decay
-        && Arrays.equals(shares, that.shares);
+        && Arrays.equals(shares, that.shares)
+        && sojourn == that.sojourn;
   }
 
   @Override
   public int hashCode() {
     return java.util.Objects.hash(
-            initial, floor, ceiling, intervalUs, targetUs, enter, deep, epochUs, decay)
+            initial, floor, ceiling, intervalUs, targetUs, enter, deep, epochUs, decay, sojourn)
         + Arrays.hashCode(shares);
   }
 
@@ -115,6 +124,8 @@ public record LimitOptions(
         + decay
         + ", shares="
         + Arrays.toString(shares)
+        + ", sojourn="
+        + sojourn
         + "]";
   }
 }

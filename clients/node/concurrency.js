@@ -53,6 +53,8 @@ class ConcurrencyLimit {
     this.refused = 0;
     this.waitedOut = 0;
     this.standingRun = 0;
+    // Intervals in a row whose latency no queue here explains.
+    this.unexplained = 0;
     this.noloadNow = Infinity;
     this.noloadBefore = Infinity;
     this.epochEnd = 0;
@@ -91,7 +93,18 @@ class ConcurrencyLimit {
     const measured = this.windowMin < Infinity && noload < Infinity;
     const target = measured ? this.target(noload) : Infinity;
     // While congested, a queue stands whatever the peak: the probe may raise the limit past it.
-    const standing = measured && (bound || this.congested) && this.windowMin > target;
+    let standing = measured && (bound || this.congested) && this.windowMin > target;
+    // While congested, a fastest request slower than every request of the peak ahead of it at the
+    // target each: no queue here explains it, the service itself got slower (a dependency). After
+    // `enter` such intervals the no-load latency is what it takes now.
+    const unexplained = standing && this.congested && this.windowMin > Math.max(1, this.peak) * target;
+    this.unexplained = unexplained ? this.unexplained + 1 : 0;
+    if (this.unexplained >= o.enter) {
+      this.noloadNow = this.windowMin;
+      this.noloadBefore = this.windowMin;
+      this.unexplained = 0;
+      standing = false;
+    }
     this.standingRun = standing ? this.standingRun + 1 : 0;
     const before = this.limit;
     const deep = standing && this.windowMin > o.deep * target;

@@ -90,6 +90,7 @@ type ConcurrencyLimit struct {
 	refused      int64
 	waitedOut    int64 // of the refused, how many for their own wait
 	standingRun  int
+	unexplained  int // intervals in a row whose latency no queue here explains
 	noloadNow    float64
 	noloadBefore float64
 	epochEnd     int64
@@ -170,6 +171,19 @@ func (c *ConcurrencyLimit) roll(now int64) {
 	}
 	// While congested, a queue stands whatever the peak: the probe may raise the limit past it.
 	standing := measured && (bound || c.congested) && c.windowMin > target
+	// While congested, a fastest request slower than every request of the peak ahead of it at the
+	// target each: no queue here explains it, the service itself got slower (a dependency). After
+	// Enter such intervals the no-load latency is what it takes now.
+	if standing && c.congested && c.windowMin > math.Max(1, c.peak)*target {
+		c.unexplained++
+	} else {
+		c.unexplained = 0
+	}
+	if c.unexplained >= o.Enter {
+		c.noloadNow, c.noloadBefore = c.windowMin, c.windowMin
+		c.unexplained = 0
+		standing = false
+	}
 	if standing {
 		c.standingRun++
 	} else {

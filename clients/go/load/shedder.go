@@ -362,7 +362,7 @@ func (s *Shedder) waited(now time.Duration) time.Duration {
 	if s.limit == nil {
 		return 0
 	}
-	return s.queue.waited(now, s.limit.Noload())
+	return s.queue.waited(now, s.limit.Noload(), s.limit.Inflight())
 }
 
 // Finished says the request ticket was given for ended with HTTP status; own when the package

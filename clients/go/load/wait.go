@@ -20,7 +20,8 @@ const readEvery = time.Millisecond
 // few and each takes its own time, however long the queue. The Go runtime counts that queue
 // (runtime/metrics' /sched/goroutines/runnable): as many goroutines over GOMAXPROCS, each worth
 // a request's no-load latency, is the wait a request decided now is counted with, its backlog at
-// admission.
+// admission. The requests already in flight are not counted again: a CPU-bound handler the
+// scheduler preempted is runnable too.
 type runQueue struct {
 	mu       sync.Mutex
 	sample   []metrics.Sample
@@ -32,8 +33,9 @@ func newRunQueue() *runQueue {
 	return &runQueue{sample: []metrics.Sample{{Name: "/sched/goroutines/runnable:goroutines"}}}
 }
 
-// waited is the queue's work at now, in requests of noload each (µs; +Inf before any).
-func (q *runQueue) waited(now time.Duration, noload float64) time.Duration {
+// waited is the queue's work at now, in requests of noload each (µs; +Inf before any), less the
+// inflight requests' goroutines.
+func (q *runQueue) waited(now time.Duration, noload float64, inflight int64) time.Duration {
 	if q == nil || math.IsInf(noload, 1) {
 		return 0
 	}
@@ -45,6 +47,6 @@ func (q *runQueue) waited(now time.Duration, noload float64) time.Duration {
 		q.readAt.Store(int64(now))
 		q.mu.Unlock()
 	}
-	queued := float64(q.runnable.Load()) / float64(runtime.GOMAXPROCS(0))
+	queued := float64(max(0, int64(q.runnable.Load())-inflight)) / float64(runtime.GOMAXPROCS(0))
 	return time.Duration(queued * noload * float64(time.Microsecond))
 }

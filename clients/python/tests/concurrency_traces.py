@@ -78,6 +78,21 @@ POOL = (
     56,
 )
 
+# A dependency that gets slower: every request calls it and waits, none waits for another (no
+# queue here), at a steady rate; the dependency's latency goes from FAST to SLOW µs and back.
+# (name, what it shows, requests a second, phases of (µs, latency µs), options, the seed)
+DEPENDENCY = (
+    "slower dependency",
+    "25 requests a second, each waiting on a dependency whose latency goes from 5 ms to "
+    "300 ms for 1.5 s and back: congestion begins, but the limit's floor of requests in "
+    "flight, at the target each, explains no such wait, so after four such intervals the "
+    "no-load latency is what the service takes now and the limit grows to hold it",
+    25,
+    ((1_000_000, 5_000), (1_500_000, 300_000), (1_000_000, 5_000)),
+    {},
+    57,
+)
+
 # An event loop: a request waits for the loop before it can be decided (its wait is the
 # backlog it is decided with), and a refusal costs the loop REFUSAL µs. (name, what it shows,
 # service µs, phases, options, the arrivals' seed, the classes' mix)
@@ -176,6 +191,39 @@ def pool_trace(name: str, about: str, service: int, phases, options: dict, seed:
     return {"name": name, "about": about, "options": options, "events": events, "expect": expect}
 
 
+def dependency_trace(name: str, about: str, rate: int, phases, options: dict, seed: int) -> dict:
+    limit = ConcurrencyLimit(LimitOptions(**options))
+    length = sum(each for each, _ in phases)
+    queue = events_of(1_000_000 // rate, [(length, 1.0)], seed)
+    heapq.heapify(queue)
+
+    def latency_at(at: int) -> int:
+        """The dependency's latency for a call made at `at`."""
+        begun = 0
+        for each, latency in phases:
+            if at < begun + each:
+                return latency
+            begun += each
+        return phases[-1][1]
+
+    events, expect = [], []
+    while queue:
+        now, kind, value = heapq.heappop(queue)
+        if kind == 0:
+            admitted = limit.admit(value, now)
+            events.append([now, "admit", PRIORITIES[value]])
+            if admitted:
+                took = latency_at(now)
+                heapq.heappush(queue, (now + took, 1, took))
+            decision = admitted
+        else:
+            limit.finish(value, now)
+            events.append([now, "finish", value])
+            decision = None
+        expect.append([decision, limit.limit, limit.congested])
+    return {"name": name, "about": about, "options": options, "events": events, "expect": expect}
+
+
 def event_loop_trace(
     name: str, about: str, service: int, phases, options: dict, seed: int, mix
 ) -> dict:
@@ -218,7 +266,7 @@ def main() -> None:
             "sojourn": defaults.sojourn,
         },
         "traces": [trace(*spec) for spec in TRACES]
-        + [pool_trace(*POOL)]
+        + [pool_trace(*POOL), dependency_trace(*DEPENDENCY)]
         + [event_loop_trace(*spec) for spec in EVENT_LOOPS],
     }
     TABLE.write_text(dumps(table))

@@ -2,13 +2,16 @@
 //! (docs/load.md, "The local limit"). It follows measured latency: it cuts when a standing
 //! queue forms (CoDel's test: an interval whose *fastest* request still waited), grows back
 //! while none does, and while congested reserves its top places for the more important
-//! classes (trunk reservation). The same algorithm, step for step, as the Python, Node and
-//! Lua packages' (`clients/conformance.json`, part `concurrency`).
+//! classes (trunk reservation). The same algorithm, step for step, as the Python, Node, Lua,
+//! Java and Go packages' (`clients/conformance.json`, part `concurrency`).
 //!
 //! - **Standing queue**: an interval (100 ms) whose fastest request took longer than the
 //!   no-load latency plus the longer of one no-load latency and 5 ms, while the requests in
 //!   flight reached half the limit (at any peak while congested).
-//! - **No-load latency**: the least latency of the current and the previous epoch (30 s).
+//! - **No-load latency**: the least latency of the current and the previous epoch (30 s);
+//!   while congested, after four intervals in a row whose fastest request took longer than
+//!   every request of the peak ahead of it at the target each (no queue here explains that:
+//!   a dependency got slower), what the fastest took.
 //! - **Congestion** begins at the fourth standing interval in a row, or at once when the
 //!   fastest request took over four times the target: the limit is cut to the in-flight peak
 //!   times `target / fastest` (from 0.2 to 0.9), and again at every standing interval while
@@ -158,6 +161,8 @@ pub struct ConcurrencyLimit {
     refused: u64,
     waited_out: u64,
     standing_run: u32,
+    /// Intervals in a row whose latency no queue here explains.
+    unexplained: u32,
     noload_now: Option<u64>,
     noload_before: Option<u64>,
     epoch_end: u64,
@@ -186,6 +191,7 @@ impl ConcurrencyLimit {
             refused: 0,
             waited_out: 0,
             standing_run: 0,
+            unexplained: 0,
             noload_now: None,
             noload_before: None,
             epoch_end: 0,
@@ -266,8 +272,23 @@ impl ConcurrencyLimit {
         };
         let o = &self.options;
         // While congested, a queue stands whatever the peak: the probe may raise the limit past it.
-        let standing =
+        let mut standing =
             (bound || self.congested) && measured.is_some_and(|(fastest, target)| fastest > target);
+        // While congested, a fastest request slower than every request of the peak ahead of it
+        // at the target each: no queue here explains it, the service itself got slower (a
+        // dependency). After `enter` such intervals the no-load latency is what it takes now.
+        let unexplained = standing
+            && self.congested
+            && measured.is_some_and(|(fastest, target)| {
+                fastest as f64 > self.peak.max(1.0) * target as f64
+            });
+        self.unexplained = if unexplained { self.unexplained + 1 } else { 0 };
+        if self.unexplained >= o.enter {
+            self.noload_now = self.window_min;
+            self.noload_before = self.window_min;
+            self.unexplained = 0;
+            standing = false;
+        }
         self.standing_run = if standing { self.standing_run + 1 } else { 0 };
         let before = self.limit;
         let deep = standing

@@ -10,7 +10,10 @@ classes while it is congested. The same algorithm, step for step, in every packa
   queue that stands does not. The target is the no-load latency plus the longer of one
   no-load latency and 5 ms; while congested, plus 5 ms alone (CoDel's), so that the queue
   kept while shedding stays short where requests are slow by nature (a pool of a few slots).
-- **No-load latency**: the least latency of the current and the previous epoch (30 s each).
+- **No-load latency**: the least latency of the current and the previous epoch (30 s each);
+  while congested, after four intervals in a row whose fastest request took longer than
+  every request of the peak ahead of it at the target each (no queue here explains that: a
+  dependency got slower), what the fastest took.
 - **Congestion** begins at the fourth standing interval in a row, or at once when the fastest
   request took over four times that target (a queue that grew fast): the limit is cut to the
   in-flight peak times `target / fastest` (Netflix's gradient, from 0.2 to 0.9), and again
@@ -91,6 +94,8 @@ class ConcurrencyLimit:
         # their own wait.
         self._admitted = self._refused = self._waited_out = 0
         self._standing_run = 0
+        # Intervals in a row whose latency no queue here explains.
+        self._unexplained = 0
         self._noload_now = math.inf
         self._noload_before = math.inf
         self._epoch_end = 0
@@ -126,6 +131,15 @@ class ConcurrencyLimit:
         target = self._target(noload) if measured else math.inf
         # While congested, a queue stands whatever the peak: the probe may raise the limit past it.
         standing = measured and (bound or self.congested) and self._window_min > target
+        # While congested, a fastest request slower than every request of the peak ahead of it
+        # at the target each: no queue here explains it, the service itself got slower (a
+        # dependency). After `enter` such intervals the no-load latency is what it takes now.
+        unexplained = standing and self.congested and self._window_min > max(1, self._peak) * target
+        self._unexplained = self._unexplained + 1 if unexplained else 0
+        if self._unexplained >= o.enter:
+            self._noload_now = self._noload_before = self._window_min
+            self._unexplained = 0
+            standing = False
         self._standing_run = self._standing_run + 1 if standing else 0
         before = self.limit
         deep = standing and self._window_min > o.deep * target

@@ -55,6 +55,8 @@ function _M.new(opts)
         refused = 0,
         waited_out = 0,
         standing_run = 0,
+        -- Intervals in a row whose latency no queue here explains.
+        unexplained = 0,
         noload_now = huge,
         noload_before = huge,
         epoch_end = 0,
@@ -95,6 +97,19 @@ local function roll(self, now)
     local target = measured and target_of(self, noload) or huge
     -- While congested, a queue stands whatever the peak: the probe may raise the limit past it.
     local standing = measured and (bound or self.congested) and self.window_min > target
+    -- While congested, a fastest request slower than every request of the peak ahead of it at
+    -- the target each: no queue here explains it, the service itself got slower (a
+    -- dependency). After `enter` such intervals the no-load latency is what it takes now.
+    if standing and self.congested and self.window_min > max(1, self.peak) * target then
+        self.unexplained = self.unexplained + 1
+    else
+        self.unexplained = 0
+    end
+    if self.unexplained >= o.enter then
+        self.noload_now, self.noload_before = self.window_min, self.window_min
+        self.unexplained = 0
+        standing = false
+    end
     self.standing_run = standing and self.standing_run + 1 or 0
     local before = self.limit
     local deep = standing and self.window_min > o.deep * target

@@ -30,6 +30,8 @@ public final class ConcurrencyLimit {
   // Of the refused, how many for their own wait.
   private long waitedOut;
   private int standingRun;
+  // Intervals in a row whose latency no queue here explains.
+  private int unexplained;
   private double noloadNow = Double.POSITIVE_INFINITY;
   private double noloadBefore = Double.POSITIVE_INFINITY;
   private long epochEnd;
@@ -111,6 +113,17 @@ public final class ConcurrencyLimit {
     double target = measured ? target(noload) : Double.POSITIVE_INFINITY;
     // While congested, a queue stands whatever the peak: the probe may raise the limit past it.
     boolean standing = measured && (bound || congested) && windowMin > target;
+    // While congested, a fastest request slower than every request of the peak ahead of it at the
+    // target each: no queue here explains it, the service itself got slower (a dependency). After
+    // `enter` such intervals the no-load latency is what it takes now.
+    boolean slower = standing && congested && windowMin > Math.max(1, peak) * target;
+    unexplained = slower ? unexplained + 1 : 0;
+    if (unexplained >= o.enter()) {
+      noloadNow = windowMin;
+      noloadBefore = windowMin;
+      unexplained = 0;
+      standing = false;
+    }
     standingRun = standing ? standingRun + 1 : 0;
     double before = limit;
     boolean deep = standing && windowMin > o.deep() * target;

@@ -12,9 +12,10 @@ docs show, every option at its default and the default policy, nothing tuned to 
   (f) a Go net/http service on one core (GOMAXPROCS=1, `load.Middleware`), CPU-bound, beside
       go-zero's adaptive shedder with its defaults;
   (g) a Spring MVC service (Tomcat's 200 threads, the starter's load shedding), CPU-bound,
-      beside Netflix's concurrency-limits (Gradient2) with its defaults.
+      beside Netflix's concurrency-limits (Gradient2) with its defaults;
+  (h) the app of (b) under gunicorn's gthread worker (one worker of 4 threads).
 
-Shapes (a) to (d), (f) and (g): open-loop Poisson arrivals, 10 s at half the capacity, 30 s at three
+Shapes (a) to (d) and (f) to (h): open-loop Poisson arrivals, 10 s at half the capacity, 30 s at three
 times it, 10 s at half again, each request with a class drawn from the mix (10%
 critical_plus, 15% critical, 15% sheddable_plus, 60% sheddable) in `X-Priority`; a client
 gives up after TIMEOUT seconds (a late answer is not goodput). Each shape runs with no
@@ -24,7 +25,7 @@ capacity with load shedding (and each peer a shape names for it), for what it re
 healthy service. Only the standard
 library here; the services run in the clients' virtualenv, node and nginx.
 
-    python3 bench/overload.py [path/to/libredis_ratelimit.so] [--json] [--shapes abcdefg]
+    python3 bench/overload.py [path/to/libredis_ratelimit.so] [--json] [--shapes abcdefgh]
         [--modes none,fixed,shed,...] [--no-steady]
 """
 
@@ -226,23 +227,25 @@ class Shape:
         return MODES + self.peers
 
 
-def python_service(script: str, nginx_mode: bool = False) -> Callable[[int, str, float], object]:
-    """The Python service `script` in `mode`; with `nginx_mode`, mode "nginx" is the service
-    unprotected behind nginx's load shedding (`behind_nginx`)."""
+def python_service(script: str, nginx_mode: bool = False,
+                   extra: tuple = ()) -> Callable[[int, str, float], object]:
+    """The Python service `script` in `mode`, `extra` its further arguments; with
+    `nginx_mode`, mode "nginx" is the service unprotected behind nginx's load shedding
+    (`behind_nginx`)."""
     def start(redis_port: int, mode: str, capacity: float) -> object:
         if nginx_mode and mode == "nginx":
-            return behind_nginx(script)(redis_port, mode, capacity)
+            return behind_nginx(script, extra)(redis_port, mode, capacity)
         port = free_port()
         return Process([PYTHON, SHAPES_DIR / script, port, f"redis://127.0.0.1:{redis_port}",
-                        mode, CPU_MS, capacity], port, script)
+                        mode, CPU_MS, capacity, *extra], port, script)
     return start
 
 
-def behind_nginx(script: str) -> Callable[[int, str, float], "Nginx"]:
+def behind_nginx(script: str, extra: tuple = ()) -> Callable[[int, str, float], "Nginx"]:
     """The Python service `script`, unprotected, behind nginx with the Lua package's load
     shedding (the documented setup for a threaded WSGI server): mode "nginx"."""
     def start(redis_port: int, mode: str, capacity: float) -> Nginx:
-        app = python_service(script)
+        app = python_service(script, extra=extra)
         return Nginx(redis_port, "shed", capacity,
                      upstream=lambda port: app(port, "none", capacity))
     return start
@@ -275,6 +278,9 @@ SHAPES = (
           python_service("starlette_service.py")),
     Shape("b", "a threaded WSGI app (Flask under waitress, 4 threads), CPU-bound",
           python_service("flask_service.py", nginx_mode=True),
+          peers=(("nginx", "the nginx package in front (its docs' setup), defaults"),)),
+    Shape("h", "a threaded WSGI app (Flask under gunicorn's gthread worker, 4 threads), "
+          "CPU-bound", python_service("flask_service.py", nginx_mode=True, extra=("gunicorn",)),
           peers=(("nginx", "the nginx package in front (its docs' setup), defaults"),)),
     Shape("c", "an Express service (Node), CPU-bound", express_service,
           peers=(("toobusy", "toobusy-js, defaults"),
@@ -768,7 +774,7 @@ http {{
         shutil.rmtree(work, ignore_errors=True)
 
 
-def measure_overload(module: Path, letters: str = "abcdefg", only: Optional[set] = None,
+def measure_overload(module: Path, letters: str = "abcdefgh", only: Optional[set] = None,
                      steady: bool = True) -> dict | None:
     """Every shape of `letters`, in every mode (or those of `only`), with the steady run at
     0.8 of the capacity unless `steady` is False."""
@@ -946,7 +952,7 @@ def overload_svg(result) -> str:
 
 if __name__ == "__main__":
     arguments = [arg for arg in sys.argv[1:] if not arg.startswith("--")]
-    letters = "abcdefg"
+    letters = "abcdefgh"
     if "--shapes" in sys.argv:
         letters = sys.argv[sys.argv.index("--shapes") + 1]
         arguments = [arg for arg in arguments if arg != letters]

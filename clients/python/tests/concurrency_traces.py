@@ -145,19 +145,21 @@ def events_of(service: int, phases, seed: int, mix=MIX) -> list[tuple[int, int, 
     return arrivals
 
 
-def trace(name: str, about: str, service: int, phases, options: dict, seed: int) -> dict:
+def served(name: str, about: str, options: dict, arrivals, finish_at) -> dict:
+    """The trace of `arrivals` through a limit with `options`: an admitted request finishes
+    when `finish_at(now)`, the service's model, says."""
     limit = ConcurrencyLimit(LimitOptions(**options))
-    queue = events_of(service, phases, seed)
+    queue = list(arrivals)
     heapq.heapify(queue)
-    free_at, events, expect = 0, [], []
+    events, expect = [], []
     while queue:
         now, kind, value = heapq.heappop(queue)
         if kind == 0:
             admitted = limit.admit(value, now)
             events.append([now, "admit", PRIORITIES[value]])
             if admitted:
-                free_at = max(now, free_at) + service
-                heapq.heappush(queue, (free_at, 1, free_at - now))
+                done = finish_at(now)
+                heapq.heappush(queue, (done, 1, done - now))
             decision = admitted
         else:
             limit.finish(value, now)
@@ -165,63 +167,46 @@ def trace(name: str, about: str, service: int, phases, options: dict, seed: int)
             decision = None
         expect.append([decision, limit.limit, limit.congested])
     return {"name": name, "about": about, "options": options, "events": events, "expect": expect}
+
+
+def trace(name: str, about: str, service: int, phases, options: dict, seed: int) -> dict:
+    """A serial service: one request at a time, the others queued in order."""
+    free_at = 0
+
+    def finish_at(now: int) -> int:
+        nonlocal free_at
+        free_at = max(now, free_at) + service
+        return free_at
+
+    return served(name, about, options, events_of(service, phases, seed), finish_at)
 
 
 def pool_trace(name: str, about: str, service: int, phases, options: dict, seed: int) -> dict:
-    limit = ConcurrencyLimit(LimitOptions(**options))
-    queue = events_of(service // SLOTS, phases, seed)
-    heapq.heapify(queue)
+    """SLOTS requests at a time, the others queued in order for the first slot free."""
     free = [0] * SLOTS  # when each slot is next free
-    events, expect = [], []
-    while queue:
-        now, kind, value = heapq.heappop(queue)
-        if kind == 0:
-            admitted = limit.admit(value, now)
-            events.append([now, "admit", PRIORITIES[value]])
-            if admitted:
-                slot = min(range(SLOTS), key=free.__getitem__)
-                free[slot] = max(now, free[slot]) + service
-                heapq.heappush(queue, (free[slot], 1, free[slot] - now))
-            decision = admitted
-        else:
-            limit.finish(value, now)
-            events.append([now, "finish", value])
-            decision = None
-        expect.append([decision, limit.limit, limit.congested])
-    return {"name": name, "about": about, "options": options, "events": events, "expect": expect}
+
+    def finish_at(now: int) -> int:
+        slot = min(range(SLOTS), key=free.__getitem__)
+        free[slot] = max(now, free[slot]) + service
+        return free[slot]
+
+    return served(name, about, options, events_of(service // SLOTS, phases, seed), finish_at)
 
 
 def dependency_trace(name: str, about: str, rate: int, phases, options: dict, seed: int) -> dict:
-    limit = ConcurrencyLimit(LimitOptions(**options))
-    length = sum(each for each, _ in phases)
-    queue = events_of(1_000_000 // rate, [(length, 1.0)], seed)
-    heapq.heapify(queue)
+    """Every request waits on a dependency whose latency the phases give, none on another."""
 
-    def latency_at(at: int) -> int:
-        """The dependency's latency for a call made at `at`."""
+    def finish_at(now: int) -> int:
         begun = 0
-        for each, latency in phases:
-            if at < begun + each:
-                return latency
-            begun += each
-        return phases[-1][1]
+        for length, latency in phases:
+            if now < begun + length:
+                return now + latency
+            begun += length
+        return now + phases[-1][1]
 
-    events, expect = [], []
-    while queue:
-        now, kind, value = heapq.heappop(queue)
-        if kind == 0:
-            admitted = limit.admit(value, now)
-            events.append([now, "admit", PRIORITIES[value]])
-            if admitted:
-                took = latency_at(now)
-                heapq.heappush(queue, (now + took, 1, took))
-            decision = admitted
-        else:
-            limit.finish(value, now)
-            events.append([now, "finish", value])
-            decision = None
-        expect.append([decision, limit.limit, limit.congested])
-    return {"name": name, "about": about, "options": options, "events": events, "expect": expect}
+    length = sum(each for each, _ in phases)
+    arrivals = events_of(1_000_000 // rate, [(length, 1.0)], seed)
+    return served(name, about, options, arrivals, finish_at)
 
 
 def event_loop_trace(

@@ -189,9 +189,14 @@ func httpStatus(err error) int {
 	return 500 // Unknown, Internal, DataLoss
 }
 
+// transportGoroutines is how many of gRPC's own goroutines are runnable, not yet run, when a
+// call's interceptor begins (measured: one, with the client in another process), and are not
+// work queued ahead of the call.
+const transportGoroutines = 1
+
 // shed admits a call or fails it with UNAVAILABLE; done reports how it ended.
 func shed(ctx context.Context, shedder *load.Shedder, priority PriorityFunc, fullMethod string) (context.Context, func(error), error) {
-	ticket, ok := shedder.Admit(priority(ctx, fullMethod))
+	ticket, ok := shedder.AdmitBeside(priority(ctx, fullMethod), transportGoroutines)
 	if !ok {
 		return ctx, nil, withRetry(codes.Unavailable, "overloaded: try again later", shedder.RetryAfter())
 	}

@@ -2,7 +2,10 @@ package grpcrate_test
 
 import (
 	"context"
+	"math"
 	"net"
+	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -142,5 +145,50 @@ func TestShedCallsGetUnavailableByPriority(t *testing.T) {
 	}
 	if status.Code(err) != codes.Unavailable {
 		t.Fatalf("a sheddable_plus stream: %v", err)
+	}
+}
+
+// TestTheNoLoadLatencyHoldsOnAnIdleGRPCService: on one CPU, one call at a time, each burning a
+// millisecond of CPU, over a dozen of the limit's epochs (shortened to 20 ms here): the no-load
+// latency stays what a call takes. gRPC's transport has a goroutine runnable, not yet run, when
+// a call's interceptor begins; counted as work ahead of the call, the no-load latency grew by a
+// call's time every epoch.
+func TestTheNoLoadLatencyHoldsOnAnIdleGRPCService(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	client, err := ratelimit.NewClient(testserver.Client(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	options := load.DefaultLimitOptions
+	options.EpochUs = 20_000
+	shedder, err := load.NewShedder(client, testserver.Unique("grpc-idle"), load.Limit(options), load.Manual())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer shedder.Close()
+	var fastest atomic.Int64
+	fastest.Store(math.MaxInt64)
+	burn := func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		started := time.Now()
+		rounds := 0
+		for time.Since(started) < time.Millisecond {
+			rounds++
+		}
+		if took := int64(time.Since(started)); took < fastest.Load() {
+			fastest.Store(took)
+		}
+		return handler(ctx, req)
+	}
+	health := serve(t, grpc.ChainUnaryInterceptor(grpcrate.ShedUnary(shedder, nil), burn))
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "x-priority", "critical")
+	began := time.Now()
+	for calls := 0; calls < 100 || time.Since(began) < 12*20*time.Millisecond; calls++ {
+		if _, err := health.Check(ctx, &healthpb.HealthCheckRequest{}); err != nil {
+			t.Fatalf("call %d: %v", calls, err)
+		}
+	}
+	noload := time.Duration(shedder.Limit().Noload() * float64(time.Microsecond))
+	if bound := 3 * time.Duration(fastest.Load()); noload > bound {
+		t.Fatalf("the no-load latency is %v; the fastest call took %v (bound: three times that)", noload, time.Duration(fastest.Load()))
 	}
 }

@@ -3,10 +3,12 @@ package load_test
 import (
 	"context"
 	"fmt"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -320,4 +322,42 @@ func flatten(values []any) []string {
 		}
 	}
 	return out
+}
+
+// TestTheNoLoadLatencyHoldsOnAnIdleService: on one CPU, one request at a time, each burning a
+// millisecond of CPU, over a dozen of the limit's epochs (shortened to 20 ms here): the no-load
+// latency stays what a request takes. net/http starts a goroutine of its own for each request
+// without a body (its background read) that has not run when the middleware decides; counted as
+// work ahead of the request, it made each request wait one no-load latency more, and the no-load
+// latency, measured with it, grew by a request's time every epoch.
+func TestTheNoLoadLatencyHoldsOnAnIdleService(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	client := newClient(t, testserver.Client(t))
+	options := load.DefaultLimitOptions
+	options.EpochUs = 20_000
+	shedder := newShedder(t, client, testserver.Unique("idle"), load.Limit(options), load.Manual())
+	var fastest atomic.Int64
+	fastest.Store(math.MaxInt64)
+	server := httptest.NewServer(load.Middleware(shedder, nil)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		started := time.Now()
+		rounds := 0
+		for time.Since(started) < time.Millisecond {
+			rounds++
+		}
+		if took := int64(time.Since(started)); took < fastest.Load() {
+			fastest.Store(took)
+		}
+		ok(w, r)
+	})))
+	defer server.Close()
+	began := time.Now()
+	for requests := 0; requests < 100 || time.Since(began) < 12*20*time.Millisecond; requests++ {
+		if status, _ := get(t, server.URL, "critical"); status != 200 {
+			t.Fatalf("request %d: %d", requests, status)
+		}
+	}
+	noload := time.Duration(shedder.Limit().Noload() * float64(time.Microsecond))
+	if bound := 3 * time.Duration(fastest.Load()); noload > bound {
+		t.Fatalf("the no-load latency is %v; the fastest handler took %v (bound: three times that)", noload, time.Duration(fastest.Load()))
+	}
 }

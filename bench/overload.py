@@ -207,7 +207,13 @@ http {{
                               "daemon off;"], self.port, "nginx")
 
     def stop(self) -> None:
-        self.nginx.stop()
+        # SIGTERM, nginx's fast shutdown: its master stops its workers (killed, it leaves them
+        # running, their timers reporting, through the shapes that follow).
+        self.nginx.process.terminate()
+        try:
+            self.nginx.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.nginx.stop()
         self.upstream.stop()
         shutil.rmtree(self.dir, ignore_errors=True)
 

@@ -90,9 +90,9 @@ func Factors(factors func() map[string]float64) Option {
 // runQueueLimitOptions are the defaults every package ships, but for Sojourn: the wait a request
 // is decided with here is the run queue's work shared out (runQueue), not the request's own, and
 // on one core it comes in whole requests: one queued request is past a sheddable request's share
-// of the target. So it refuses nothing by itself (measured with it on, in bench/overload.py's
-// shape (f): the admitted p99 once the overload settled was under the unloaded one, but only 77%
-// of the capacity was served at three times it, against 95% with it off).
+// of the target. So it refuses nothing by itself (tried on, in bench/overload.py's shape (f): the
+// admitted p99 held once the overload settled, but goodput fell far under the aim; docs/load.md,
+// "Where it falls short").
 var runQueueLimitOptions = func() LimitOptions {
 	options := DefaultLimitOptions
 	options.Sojourn = math.Inf(1)

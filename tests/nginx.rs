@@ -1225,6 +1225,8 @@ fn the_lua_package_builds_and_reads_as_the_conformance_table_says() {
                 local decision = cjson.null
                 if event[2] == "admit" then
                     decision = limit:admit(INDEX[event[3]], event[1], event[4])
+                elseif event[2] == "leave" then
+                    limit:leave(event[1])
                 else
                     limit:finish(event[3], event[1])
                 end
@@ -1375,7 +1377,9 @@ fn the_lua_package_builds_and_reads_as_the_conformance_table_says() {
     let reports = text.matches("\"instance\"").count();
     assert!(calls >= 2 && lists >= 4 && reports >= 1);
     // And every step of the local limit's traces.
-    let steps = text.matches(", \"admit\", ").count() + text.matches(", \"finish\", ").count();
+    let steps = text.matches(", \"admit\", ").count()
+        + text.matches(", \"finish\", ").count()
+        + text.matches(", \"leave\"]").count();
     assert!(steps >= 1_000, "{steps} steps");
     // And the parts every package reads: each case with limiter specs (`commands`' calls,
     // `replies`, the steps of `changed_limits`, both), each acquire or peek, each lease reply

@@ -443,7 +443,8 @@ func TestTheLocalLimitReplaysEveryTrace(t *testing.T) {
 			event := list(raw)
 			at := whole(event[0])
 			var decision any
-			if event[1] == "admit" {
+			switch event[1] {
+			case "admit":
 				priority, err := ratelimit.ParsePriority(text(event[2]))
 				if err != nil {
 					t.Fatal(err)
@@ -453,7 +454,9 @@ func TestTheLocalLimitReplaysEveryTrace(t *testing.T) {
 					backlog = whole(event[3])
 				}
 				decision = limit.Admit(priority, at, backlog)
-			} else {
+			case "leave":
+				limit.Leave(at)
+			default:
 				limit.Finish(whole(event[2]), at)
 			}
 			wanted := list(expect[step])

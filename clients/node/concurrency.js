@@ -155,7 +155,10 @@ class ConcurrencyLimit {
     // time since the loop was last idle), and its places are kept.
     const counted = index === 0 ? this.inflight : load;
     const share = this.options.shares[index];
-    let admitted = this.congested ? counted < this.limit * share : this.inflight < this.limit;
+    // Not congested, the initial limit admits too: the limit eased down is what the standing-queue
+    // test reads, and a burst that a fresh service admits, an idle one admits as well.
+    const cap = Math.max(this.limit, this.options.initial);
+    let admitted = this.congested ? counted < this.limit * share : this.inflight < cap;
     let waitedOut = false;
     if (admitted && this.congested && index > 0 && waiting > 0) {
       waitedOut = backlog >= this.options.sojourn * share * this.target(noload);
@@ -179,6 +182,14 @@ class ConcurrencyLimit {
     this.inflight = Math.max(0, this.inflight - 1);
     this.windowMin = Math.min(this.windowMin, latency);
     this.noloadNow = Math.min(this.noloadNow, latency);
+  }
+
+  /** An admitted request ended at `now` with an answer that says nothing of the service's latency
+   * (the package's own: a refusal, a failure policy's answer while the server failed): it leaves
+   * the requests in flight, and no latency is counted. */
+  leave(now) {
+    this.roll(now);
+    this.inflight = Math.max(0, this.inflight - 1);
   }
 }
 

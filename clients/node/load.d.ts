@@ -40,6 +40,9 @@ export class ConcurrencyLimit {
   admit(priority: string | number, now: number): boolean;
   /** An admitted request ended at `now` after `latency` (µs both). */
   finish(latency: number, now: number): void;
+  /** An admitted request the package answered itself ended at `now` (µs): it leaves the requests in
+   * flight, its latency not counted. */
+  leave(now: number): void;
 }
 
 /** What `admit` gives a request that goes on, for `finished`. */

@@ -374,11 +374,15 @@ class LoadShedder {
 
   /** The request `admit` gave `ticket` ended with HTTP `status`; `own` when the package answered
    * it by its policy (answered.js): then, as for any 429, it leaves the requests in flight and
-   * says nothing of the service's health. */
+   * says nothing of the service's health, nor its latency of the local limit's (a failing
+   * server's timeout is not the service's time). */
   finished(ticket, status, own = false) {
     const now = this.clock();
     const latency = Math.max(0, now - ticket.started);
-    if (this.limit !== null && ticket.counted) this.limit.finish(micros(latency), micros(now));
+    if (this.limit !== null && ticket.counted) {
+      if (own) this.limit.leave(micros(now));
+      else this.limit.finish(micros(latency), micros(now));
+    }
     if (countsForService(status, own)) this.signals.done(latency, status, this.limit?.congested ?? false);
     else this.signals.left();
   }

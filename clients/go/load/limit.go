@@ -12,7 +12,8 @@ import (
 // DefaultLimitOptions is what every package of the project ships. Times are whole microseconds,
 // so that every package compares them exactly.
 type LimitOptions struct {
-	// Initial is the limit before anything is measured.
+	// Initial is the limit before anything is measured, and while not congested the least that
+	// admits.
 	Initial float64
 	// Floor is the least it is cut to.
 	Floor float64
@@ -273,7 +274,10 @@ func (c *ConcurrencyLimit) Admit(priority ratelimit.Priority, now, backlog int64
 			admit = !waitedOut
 		}
 	} else {
-		admit = float64(c.inflight) < c.limit
+		// Not congested, the initial limit admits too: the limit eased down is what the
+		// standing-queue test reads, and a burst that a fresh service admits, an idle one
+		// admits as well.
+		admit = float64(c.inflight) < math.Max(c.limit, c.options.Initial)
 	}
 	if admit {
 		c.admitted++
@@ -297,4 +301,14 @@ func (c *ConcurrencyLimit) Finish(latency, now int64) {
 	c.inflight = max(0, c.inflight-1)
 	c.windowMin = math.Min(c.windowMin, float64(latency))
 	c.noloadNow = math.Min(c.noloadNow, float64(latency))
+}
+
+// Leave says an admitted request ended at now with an answer that says nothing of the service's
+// latency (the package's own: a refusal, a failure policy's answer while the server failed): it
+// leaves the requests in flight, and no latency is counted.
+func (c *ConcurrencyLimit) Leave(now int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.roll(now)
+	c.inflight = max(0, c.inflight-1)
 }

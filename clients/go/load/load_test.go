@@ -3,6 +3,7 @@ package load_test
 import (
 	"context"
 	"fmt"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -249,6 +250,31 @@ func TestTheLimitersOwnAnswersAreNotTheServices(t *testing.T) {
 	factors := shedder.Signals().Sample(nil)
 	if factors["requests"] != 2 || factors["successes"] != 1 || factors["errors"] != 0.5 || factors["inflight"] != 0 {
 		t.Fatalf("the service's two answers count, the limiter's two leave: %v", factors)
+	}
+}
+
+func TestThePackagesOwnAnswerLeavesTheLocalLimitUnmeasured(t *testing.T) {
+	clock := &monotonic{}
+	shedder := newShedder(t, newClient(t, testserver.Client(t)), testserver.Unique("own"),
+		load.Manual(), load.WithClock(clock.now, func() float64 { return 0.5 }))
+	limit := shedder.Limit()
+	// A request the package answered after a failing server's 1 s timeout: it leaves the requests
+	// in flight, and its second is no latency of the service's.
+	ticket, _ := shedder.Admit(ratelimit.Critical)
+	if limit.Inflight() != 1 {
+		t.Fatalf("in flight: %d", limit.Inflight())
+	}
+	clock.advance(time.Second)
+	shedder.Finished(ticket, http.StatusServiceUnavailable, true)
+	if limit.Inflight() != 0 || !math.IsInf(limit.Noload(), 1) {
+		t.Fatalf("the package's own answer left %d in flight, a no-load latency of %v µs", limit.Inflight(), limit.Noload())
+	}
+	// The service's own answer is its latency.
+	ticket, _ = shedder.Admit(ratelimit.Critical)
+	clock.advance(2 * time.Millisecond)
+	shedder.Finished(ticket, http.StatusOK, false)
+	if limit.Noload() != 2000 {
+		t.Fatalf("the service's answer took 2000 µs, not %v", limit.Noload())
 	}
 }
 

@@ -379,13 +379,17 @@ func (s *Shedder) waited(now time.Duration, serverGoroutines int) time.Duration 
 
 // Finished says the request ticket was given for ended with HTTP status; own when the package
 // answered it by its policy (ratelimit.Answered): then, as for any 429, it leaves the requests in
-// flight and says nothing of the service's health.
+// flight and says nothing of the service's health, nor its latency of the local limit's.
 func (s *Shedder) Finished(ticket Ticket, status int, own bool) {
 	now := s.now()
 	latency := max(0, now-ticket.started)
 	congested := false
 	if s.limit != nil {
-		if ticket.counted {
+		// The package's own answer took the server's time (a failed call's timeout), or none,
+		// not the service's: the limit counts no latency of it.
+		if ticket.counted && own {
+			s.limit.Leave(micros(now))
+		} else if ticket.counted {
 			s.limit.Finish(micros(latency), micros(now))
 		}
 		congested = s.limit.Congested()

@@ -178,7 +178,10 @@ test("the local limit replays every trace", () => {
   for (const { name, options, events, expect } of traces) {
     const limit = new ConcurrencyLimit(limitOptions(options));
     events.forEach(([at, kind, value, backlog = 0], step) => {
-      const decision = kind === "admit" ? limit.admit(value, at, backlog) : (limit.finish(value, at), null);
+      let decision = null;
+      if (kind === "admit") decision = limit.admit(value, at, backlog);
+      else if (kind === "leave") limit.leave(at);
+      else limit.finish(value, at);
       assert.deepEqual([decision, limit.limit, limit.congested], expect[step], `${name}, step ${step}`);
     });
   }

@@ -194,6 +194,24 @@ test("the signals count requests: latency, errors and the window's counts", () =
   assert.deepEqual([busy.max_rps, busy.min_rt], [2, 30]);
 });
 
+test("the package's own answer leaves the local limit unmeasured", () => {
+  let now = 0;
+  const shedder = new LoadShedder(redis, `node:own:${randomUUID()}`, { clock: () => now, logger: quiet });
+  // A request the package answered after a failing server's 1 s timeout: it leaves the requests in
+  // flight, and its second is no latency of the service's.
+  let ticket = shedder.admit("critical");
+  assert.equal(shedder.limit.inflight, 1);
+  now += 1;
+  shedder.finished(ticket, 503, true);
+  assert.equal(shedder.limit.inflight, 0);
+  assert.equal(shedder.limit.noload, Infinity);
+  // The service's own answer is its latency.
+  ticket = shedder.admit("critical");
+  now += 0.002;
+  shedder.finished(ticket, 200);
+  assert.equal(shedder.limit.noload, 2000);
+});
+
 test("a limit's refusal and the package's own answers say nothing of the service", async () => {
   const shedder = new LoadShedder(redis, `node:own:${randomUUID()}`, { limit: false, logger: quiet });
   shedder.signals = new Signals({ cpu: () => null, memory: () => null });

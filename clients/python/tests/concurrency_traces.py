@@ -123,6 +123,44 @@ EVENT_LOOPS = (
 )
 REFUSAL = 300
 
+# A burst at an idle service: a serial service, `service` µs a request, at `rate` requests a
+# second, and `burst` more requests at once at `at` µs. (name, what it shows, service µs,
+# rate, length µs, burst, at µs, options, the seed)
+IDLE_BURST = (
+    "idle burst",
+    "a serial service of 2 ms at 10 requests a second for 4 s, and 16 requests at once after "
+    "3 s: the limit has eased down under 9, but while not congested a request is admitted "
+    "under the initial limit too, so nothing is refused",
+    2_000,
+    10,
+    4_000_000,
+    16,
+    3_000_000,
+    {},
+    58,
+)
+
+# The rate-limit server freezes under a service: every request takes `service` µs and none
+# waits for another, but one in two calls the server first, and while it is frozen that call
+# waits the client's timeout and the package answers the request itself (a 503): such a
+# request leaves the requests in flight with no latency. (name, what it shows, service µs,
+# requests a second, length µs, the freeze (from, to) µs, the timeout µs, options, the seed)
+OUTAGE = (
+    "server outage",
+    "40 requests a second of 1 ms, one in two calling the rate-limit server, which freezes "
+    "for 1.5 s after 3 s: each of those waits the client's 1 s timeout and leaves unmeasured "
+    "(the package's own answer); the requests in flight climb past the limit eased down, "
+    "which caps nothing while not congested below the initial one, and nothing is refused "
+    "(counted as 1 s latencies, they would begin congestion and shed the other half)",
+    1_000,
+    40,
+    5_500_000,
+    (3_000_000, 4_500_000),
+    1_000_000,
+    {},
+    59,
+)
+
 
 def events_of(service: int, phases, seed: int, mix=MIX) -> list[tuple[int, int, object]]:
     """Arrivals, each with a class drawn from `mix`, as (µs, 0, class index)."""
@@ -145,9 +183,10 @@ def events_of(service: int, phases, seed: int, mix=MIX) -> list[tuple[int, int, 
     return arrivals
 
 
-def served(name: str, about: str, options: dict, arrivals, finish_at) -> dict:
+def served(name: str, about: str, options: dict, arrivals, finish_at, own=None) -> dict:
     """The trace of `arrivals` through a limit with `options`: an admitted request finishes
-    when `finish_at(now)`, the service's model, says."""
+    when `finish_at(now)`, the service's model, says; one that `own(now)` says the package
+    answers itself leaves then, unmeasured."""
     limit = ConcurrencyLimit(LimitOptions(**options))
     queue = list(arrivals)
     heapq.heapify(queue)
@@ -159,8 +198,12 @@ def served(name: str, about: str, options: dict, arrivals, finish_at) -> dict:
             events.append([now, "admit", PRIORITIES[value]])
             if admitted:
                 done = finish_at(now)
-                heapq.heappush(queue, (done, 1, done - now))
+                heapq.heappush(queue, (done, 2 if own and own(now) else 1, done - now))
             decision = admitted
+        elif kind == 2:
+            limit.leave(now)
+            events.append([now, "leave"])
+            decision = None
         else:
             limit.finish(value, now)
             events.append([now, "finish", value])
@@ -209,6 +252,39 @@ def dependency_trace(name: str, about: str, rate: int, phases, options: dict, se
     return served(name, about, options, arrivals, finish_at)
 
 
+def idle_burst_trace(
+    name: str, about: str, service: int, rate: int, length: int, burst: int, at: int, options, seed
+) -> dict:
+    """A serial service at `rate`, and `burst` sheddable requests at once at `at`."""
+    free_at = 0
+
+    def finish_at(now: int) -> int:
+        nonlocal free_at
+        free_at = max(now, free_at) + service
+        return free_at
+
+    arrivals = events_of(1_000_000 // rate, [(length, 1.0)], seed)
+    arrivals += [(at, 0, 3)] * burst
+    return served(name, about, options, arrivals, finish_at)
+
+
+def outage_trace(
+    name: str, about: str, service: int, rate: int, length: int, frozen, timeout: int, options, seed
+) -> dict:
+    """Requests at `rate`, `service` µs each, none queued; every other one calls the server,
+    and while it is `frozen` waits `timeout` and is the package's own answer."""
+    arrivals = events_of(1_000_000 // rate, [(length, 1.0)], seed)
+    calling = {at for number, (at, _, _) in enumerate(arrivals) if number % 2 == 0}
+
+    def waits(now: int) -> bool:
+        return now in calling and frozen[0] <= now < frozen[1]
+
+    def finish_at(now: int) -> int:
+        return now + (timeout if waits(now) else service)
+
+    return served(name, about, options, arrivals, finish_at, waits)
+
+
 def event_loop_trace(
     name: str, about: str, service: int, phases, options: dict, seed: int, mix
 ) -> dict:
@@ -235,8 +311,9 @@ def main() -> None:
     table["concurrency"] = {
         "about": "The local limit (docs/load.md). Options over `defaults` (times in whole µs, "
         'shares most important first); events [µs, "admit", class] (or [µs, "admit", '
-        'class, backlog µs]) or [µs, "finish", latency µs]; after each, [admitted or null, '
-        "limit, congested].",
+        'class, backlog µs]), [µs, "finish", latency µs] or [µs, "leave"] (a request the '
+        "package answered itself: no latency); after each, [admitted or null, limit, "
+        "congested].",
         "defaults": {
             "initial": defaults.initial,
             "floor": defaults.floor,
@@ -252,6 +329,7 @@ def main() -> None:
         },
         "traces": [trace(*spec) for spec in TRACES]
         + [pool_trace(*POOL), dependency_trace(*DEPENDENCY)]
+        + [idle_burst_trace(*IDLE_BURST), outage_trace(*OUTAGE)]
         + [event_loop_trace(*spec) for spec in EVENT_LOOPS],
     }
     TABLE.write_text(dumps(table))

@@ -156,11 +156,13 @@ class ConformanceTest(unittest.TestCase):
                 options["shares"] = tuple(options["shares"])
             limit = ConcurrencyLimit(LimitOptions(**options))
             for step, (event, expected) in enumerate(zip(trace["events"], trace["expect"])):
-                at, kind, value, *backlog = event
+                at, kind, *rest = event
                 if kind == "admit":
-                    decision = limit.admit(value, at, *backlog)
+                    decision = limit.admit(rest[0], at, *rest[1:])
+                elif kind == "leave":
+                    decision = limit.leave(at)
                 else:
-                    decision = limit.finish(value, at)
+                    decision = limit.finish(rest[0], at)
                 got = [decision, limit.limit, limit.congested]
                 self.assertEqual(got, expected, f"{trace['name']}, step {step}: {event}")
 

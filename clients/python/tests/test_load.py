@@ -11,6 +11,7 @@ service. The signals read the process's CPU and memory.
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import tempfile
 import unittest
@@ -335,6 +336,23 @@ class SignalsTest(unittest.TestCase):
         later = signals.sample()
         self.assertNotIn("latency", later)
         self.assertEqual(later["requests"], 0.0)
+
+    def test_the_packages_own_answer_leaves_the_local_limit_unmeasured(self) -> None:
+        clock = Clock()
+        shedder = LoadShedder(redis.Redis.from_url(URL), f"py:own:{uuid.uuid4().hex}", clock=clock)
+        # A request the package answered after a failing server's 1 s timeout: it leaves the
+        # requests in flight, and its second is no latency of the service's.
+        ticket = shedder.admit("critical")
+        self.assertEqual(shedder.limit.inflight, 1)
+        clock.now += 1.0
+        shedder.finished(ticket, 503, own=True)
+        self.assertEqual(shedder.limit.inflight, 0)
+        self.assertEqual(shedder.limit.noload, math.inf)
+        # The service's own answer is its latency.
+        ticket = shedder.admit("critical")
+        clock.now += 0.002
+        shedder.finished(ticket, 200)
+        self.assertEqual(shedder.limit.noload, 2_000)
 
     def test_a_limits_refusal_and_the_packages_own_answers_say_nothing_of_the_service(
         self,

@@ -24,7 +24,11 @@
 //!   and otherwise eases down 5% an interval towards twice the peak.
 //! - **Priorities**: while congested, a class is admitted only while the requests in flight
 //!   are under its share of the limit (1, 0.6, 0.4, 0.2 from `critical_plus` to
-//!   `sheddable`); not congested, every class is admitted under the limit.
+//!   `sheddable`); not congested, every class is admitted under the limit or the initial
+//!   limit, whichever is higher (a burst a fresh service admits, an idle one admits too).
+//! - **A request the package answered itself** (a refusal, a failure policy's answer while
+//!   the server fails) leaves the requests in flight without its latency
+//!   ([`ConcurrencyLimit::leave`]).
 //! - **A request's own wait** (CoDel's sojourn, per request): while congested, a request
 //!   below the top class that waited longer than its share of the target before it could be
 //!   decided is refused, however few are in flight. What the wait refuses is a queue, not the
@@ -37,7 +41,7 @@ use crate::protocol::{InvalidArgument, Priority};
 /// The local limit's parameters. [`LimitOptions::default`] is what every package ships.
 #[derive(Clone, Debug, PartialEq)]
 pub struct LimitOptions {
-    /// The limit before any measurement (20).
+    /// The limit before any measurement, and while not congested the least that admits (20).
     pub initial: f64,
     /// The least the limit is cut to (4).
     pub floor: f64,
@@ -372,7 +376,10 @@ impl ConcurrencyLimit {
             }
             within && !waited_out
         } else {
-            (self.inflight as f64) < self.limit
+            // Not congested, the initial limit admits too: the limit eased down is what the
+            // standing-queue test reads, and a burst that a fresh service admits, an idle one
+            // admits as well.
+            (self.inflight as f64) < self.limit.max(self.options.initial)
         };
         if admitted {
             self.inflight += 1;
@@ -397,5 +404,13 @@ impl ConcurrencyLimit {
                 .map_or(latency, |fastest| fastest.min(latency)),
         );
         self.noload_now = Some(self.noload_now.map_or(latency, |least| least.min(latency)));
+    }
+
+    /// An admitted request ended at `now` with an answer that says nothing of the service's
+    /// latency (the package's own: a refusal, a failure policy's answer while the server
+    /// failed): it leaves the requests in flight, and no latency is counted.
+    pub fn leave(&mut self, now: Duration) {
+        self.roll(micros(now));
+        self.inflight = self.inflight.saturating_sub(1);
     }
 }

@@ -365,7 +365,8 @@ impl<C> LoadShedder<C> {
     /// The request [`LoadShedder::admit`] gave `ticket` ended with the rate limiter's own
     /// answer, not the service's: a refusal, or what its failure policy answers while the
     /// server fails. It leaves the requests in flight and says nothing of the service's health
-    /// (counted, a server outage would read as the service failing and raise the level).
+    /// (counted, a server outage would read as the service failing and raise the level), nor
+    /// its latency of the local limit's.
     pub fn finished_by_limiter(&self, ticket: Ticket) {
         self.ended(ticket, 503, true);
     }
@@ -376,7 +377,11 @@ impl<C> LoadShedder<C> {
         let mut local = self.local();
         let busy = match local.limit.as_mut() {
             Some(limit) => {
-                if ticket.counted {
+                // The limiter's own answer took the server's time (a failed call's timeout),
+                // or none, not the service's: the limit counts no latency of it.
+                if ticket.counted && by_limiter {
+                    limit.leave(now);
+                } else if ticket.counted {
                     limit.finish(latency, now);
                 }
                 limit.congested()

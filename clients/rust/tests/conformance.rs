@@ -244,6 +244,10 @@ fn the_local_limit_replays_every_trace() {
                         Duration::from_micros(event.get(3).map_or(0, |b| b.as_u64().unwrap()));
                     Json::Bool(limit.admit_after(priority, at, backlog))
                 }
+                "leave" => {
+                    limit.leave(at);
+                    Json::Null
+                }
                 _ => {
                     limit.finish(Duration::from_micros(event[2].as_u64().unwrap()), at);
                     Json::Null

@@ -275,11 +275,7 @@ fn a_binding_limit_costs_a_call_per_half_batch() {
 async fn the_shared_lists_change_in_one_transaction_and_are_read_by_version() {
     let limiter = AsyncRateLimiter::shared(connection().await, Config::default()).unwrap();
     let hash = unique("lists");
-    let now = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
-    let read = now.clone();
-    let clock: ratelimit_module::Clock = std::sync::Arc::new(move || {
-        Duration::from_millis(read.load(std::sync::atomic::Ordering::SeqCst))
-    });
+    let (now, clock) = common::manual_clock();
     let writer = SharedLists::new(limiter.clone(), &hash, SECOND, clock.clone());
     let reader = SharedLists::new(limiter.clone(), &hash, SECOND, clock);
     assert!(reader.read().await.unwrap().is_empty());
@@ -343,11 +339,7 @@ async fn a_load_shedder_reports_its_factors_and_sheds_by_priority() {
         .await
         .unwrap();
     let limiter = AsyncRateLimiter::shared(connection().await, Config::default()).unwrap();
-    let now = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
-    let read = now.clone();
-    let clock: ratelimit_module::Clock = std::sync::Arc::new(move || {
-        Duration::from_millis(read.load(std::sync::atomic::Ordering::SeqCst))
-    });
+    let (now, clock) = common::manual_clock();
     let shedder = LoadShedder::builder(limiter.clone(), &service)
         .instance("web-1")
         .interval(SECOND)
@@ -425,13 +417,41 @@ async fn a_load_shedder_with_its_defaults_sheds_nothing_from_a_healthy_service()
 }
 
 #[tokio::test]
+async fn the_limiters_own_answers_leave_the_local_limit_unmeasured() {
+    let limiter = AsyncRateLimiter::shared(connection().await, Config::default()).unwrap();
+    let (now, clock) = common::manual_clock();
+    let advance = |millis| now.fetch_add(millis, std::sync::atomic::Ordering::SeqCst);
+    let shedder = LoadShedder::builder(limiter, unique("own"))
+        .clock(clock)
+        .build()
+        .unwrap();
+    // The service answers one request in a millisecond: the no-load latency.
+    let fast = shedder.admit(Priority::Critical).unwrap();
+    advance(1);
+    shedder.finished(fast, 200);
+    // An interval later, 12 requests wait on a failing server's 1 s timeout and the limiter
+    // answers them itself. Counted, a second would be a queue 160 times the target, and
+    // congestion would begin at once; it is not the service's time, and nothing is measured.
+    advance(100);
+    let waiting: Vec<_> = (0..12)
+        .map(|_| shedder.admit(Priority::Critical).unwrap())
+        .collect();
+    advance(1_000);
+    for ticket in waiting {
+        shedder.finished_by_limiter(ticket);
+    }
+    advance(100);
+    let fast = shedder.admit(Priority::Critical).unwrap();
+    shedder.finished(fast, 200);
+    let limit = shedder.limit().unwrap();
+    assert!(!limit.congested, "{limit:?}");
+    assert_eq!(limit.in_flight, 0);
+}
+
+#[tokio::test]
 async fn a_standing_queue_sheds_the_least_important_first_by_the_processs_own_limit() {
     let limiter = AsyncRateLimiter::shared(connection().await, Config::default()).unwrap();
-    let now = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
-    let read = now.clone();
-    let clock: ratelimit_module::Clock = std::sync::Arc::new(move || {
-        Duration::from_millis(read.load(std::sync::atomic::Ordering::SeqCst))
-    });
+    let (now, clock) = common::manual_clock();
     let shedder = LoadShedder::builder(limiter.clone(), unique("flood"))
         .clock(clock)
         .build()

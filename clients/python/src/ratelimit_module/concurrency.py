@@ -27,12 +27,18 @@ classes while it is congested. The same algorithm, step for step, in every packa
   that the limit a new overload meets is near what the service was using.
 - **Priorities** (trunk reservation): while congested, a class is admitted only while the
   requests in flight are under its share of the limit, 1, 0.6, 0.4 and 0.2 from
-  critical_plus to sheddable; not congested, every class is admitted under the limit.
+  critical_plus to sheddable; not congested, every class is admitted under the limit or the
+  initial limit, whichever is higher: a burst that a fresh service admits, an idle one admits
+  too (the limit eased down is what the standing-queue test reads, not a cap on a healthy
+  service).
 - **A request's own wait** (CoDel's sojourn, per request): while congested, a request below
   the top class that waited longer than its share of the target before it could be decided
   is refused, however few are in flight: what an event loop admits in a turn stays short, so
   the queue in front of it (which no middleware sees) stays short too. What the wait refuses
   is a queue, not the shares: it does not make the limit probe for room.
+- **A request the package answered itself** (a refusal, or its failure policy's answer while
+  the server fails) leaves the requests in flight without its latency: it took the server's
+  time, or none, not the service's (`leave`).
 
 Plain Python, no I/O: the clock is passed in, so the conformance traces replay it exactly.
 """
@@ -197,7 +203,7 @@ class ConcurrencyLimit:
                     waited_out = backlog >= self.options.sojourn * share * self._target(noload)
                     admitted = not waited_out
             else:
-                admitted = self.inflight < self.limit
+                admitted = self.inflight < max(self.limit, self.options.initial)
             if admitted:
                 self._admitted += 1
                 self.inflight += 1
@@ -215,6 +221,14 @@ class ConcurrencyLimit:
             self.inflight = max(0, self.inflight - 1)
             self._window_min = min(self._window_min, latency)
             self._noload_now = min(self._noload_now, latency)
+
+    def leave(self, now: int) -> None:
+        """An admitted request ended at `now` with an answer that says nothing of the service's
+        latency (the package's own: a refusal, a failure policy's answer while the server
+        failed): it leaves the requests in flight, and no latency is counted."""
+        with self._lock:
+            self._roll(now)
+            self.inflight = max(0, self.inflight - 1)
 
 
 __all__ = ["ConcurrencyLimit", "LimitOptions", "PRIORITIES", "priority_index"]

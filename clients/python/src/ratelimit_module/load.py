@@ -279,12 +279,15 @@ class _Shedding:
     def finished(self, ticket: Ticket, status: int, own: bool = False) -> None:
         """The request `admit` gave `ticket` ended with HTTP `status`; `own` when the
         package answered it by its policy (`_answered`): then, as for any 429, it leaves the
-        requests in flight and says nothing of the service's health."""
+        requests in flight and says nothing of the service's health, nor its latency of the
+        local limit's (a failing server's timeout is not the service's time)."""
         now = self.clock()
         latency = max(0.0, now - ticket.started)
         congested = False
         if self.limit is not None:
-            if ticket.counted:
+            if ticket.counted and own:
+                self.limit.leave(_micros(now))
+            elif ticket.counted:
                 self.limit.finish(_micros(latency), _micros(now))
             congested = self.limit.congested
         if counts_for_service(status, own):

@@ -173,3 +173,16 @@ pub fn flood<C>(shedder: &ratelimit_module::LoadShedder<C>, now: &std::sync::ato
     now.fetch_add(100, SeqCst);
     shedder.finished(tickets[10], 200);
 }
+
+/// A clock the test moves: the milliseconds it reads, and the clock that reads them.
+pub fn manual_clock() -> (
+    std::sync::Arc<std::sync::atomic::AtomicU64>,
+    ratelimit_module::Clock,
+) {
+    let now = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let read = now.clone();
+    let clock: ratelimit_module::Clock = std::sync::Arc::new(move || {
+        std::time::Duration::from_millis(read.load(std::sync::atomic::Ordering::SeqCst))
+    });
+    (now, clock)
+}

@@ -179,7 +179,10 @@ function _M.admit(self, index, now, backlog)
             admitted = not waited_out
         end
     else
-        admitted = self.inflight < self.limit
+        -- Not congested, the initial limit admits too: the limit eased down is what the
+        -- standing-queue test reads, and a burst that a fresh worker admits, an idle one
+        -- admits as well.
+        admitted = self.inflight < max(self.limit, self.options.initial)
     end
     if admitted then
         self.inflight = self.inflight + 1
@@ -201,6 +204,14 @@ function _M.finish(self, latency, now)
     self.inflight = max(0, self.inflight - 1)
     self.window_min = min(self.window_min, latency)
     self.noload_now = min(self.noload_now, latency)
+end
+
+--- An admitted request ended at `now` with an answer that says nothing of the service's latency
+--- (the package's own: a refusal, a failure policy's answer while the server failed): it leaves
+--- the requests in flight, and no latency is counted.
+function _M.leave(self, now)
+    roll(self, now)
+    self.inflight = max(0, self.inflight - 1)
 end
 
 return _M

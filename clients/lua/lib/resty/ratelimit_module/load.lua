@@ -207,7 +207,8 @@ end
 
 --- Counts the request that ends (from log_by_lua*): its upstream's response time (or the
 --- request's) and status; nothing of a request `shed` shed, and nothing but its place in flight
---- of a 429 or of the package's own answer (a refusal, the failure policy's 503 or 500).
+--- of a 429 or of the package's own answer (a refusal, the failure policy's 503 or 500), whose
+--- latency the worker's limit does not count either.
 function _M.record()
     local dict = config.dict
     local counted = ngx.ctx.ratelimit_load
@@ -222,10 +223,17 @@ function _M.record()
     local seconds = tonumber(times:match("([%d%.]+)%s*$")) or tonumber(ngx.var.request_time) or 0
     local status = tonumber(ngx.var.status) or 0
     local millis = seconds * 1000
+    local own = ngx.ctx.ratelimit_own
     if counted == "counted" and limit then
-        limit:finish(micros(seconds), micros(ngx.now()))
+        if own then
+            -- The package's own answer: the time was the server's (a failed call's timeout),
+            -- or none, not the upstream's.
+            limit:leave(micros(ngx.now()))
+        else
+            limit:finish(micros(seconds), micros(ngx.now()))
+        end
     end
-    if status == 429 or (status >= 500 and ngx.ctx.ratelimit_own) then
+    if status == 429 or (status >= 500 and own) then
         -- A limit's refusal, or the failure policy's answer (circuit.mark_own): nothing of
         -- the upstream's health.
         return

@@ -354,6 +354,8 @@ class ConformanceTest {
           Priority priority = Priority.parse(event.get(2).asText());
           long backlog = event.size() > 3 ? event.get(3).asLong() : 0;
           decision = limit.admit(priority, at, backlog);
+        } else if (event.get(1).asText().equals("leave")) {
+          limit.leave(at);
         } else {
           limit.finish(event.get(2).asLong(), at);
         }

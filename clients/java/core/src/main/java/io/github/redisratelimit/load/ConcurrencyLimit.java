@@ -194,7 +194,10 @@ public final class ConcurrencyLimit {
         admit = !waitedTooLong;
       }
     } else {
-      admit = inflight < limit;
+      // Not congested, the initial limit admits too: the limit eased down is what the
+      // standing-queue test reads, and a burst that a fresh service admits, an idle one admits as
+      // well.
+      admit = inflight < Math.max(limit, options.initial());
     }
     if (admit) {
       admitted += 1;
@@ -216,5 +219,15 @@ public final class ConcurrencyLimit {
     inflight = Math.max(0, inflight - 1);
     windowMin = Math.min(windowMin, (double) latency);
     noloadNow = Math.min(noloadNow, (double) latency);
+  }
+
+  /**
+   * An admitted request ended at {@code now} (µs) with an answer that says nothing of the service's
+   * latency (the package's own: a refusal, a failure policy's answer while the server failed): it
+   * leaves the requests in flight, and no latency is counted.
+   */
+  public synchronized void leave(long now) {
+    roll(now);
+    inflight = Math.max(0, inflight - 1);
   }
 }

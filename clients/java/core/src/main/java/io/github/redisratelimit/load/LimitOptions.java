@@ -7,7 +7,8 @@ import java.util.Arrays;
  * package of the project ships. Times are whole microseconds, so that every package compares them
  * exactly.
  *
- * @param initial the limit before anything is measured
+ * @param initial the limit before anything is measured, and while not congested the least that
+ *     admits
  * @param floor the least it is cut to
  * @param ceiling the most it grows to
  * @param intervalUs how long an interval is

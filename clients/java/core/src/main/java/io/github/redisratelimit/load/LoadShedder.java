@@ -344,14 +344,19 @@ public final class LoadShedder implements AutoCloseable {
   /**
    * The request {@code ticket} was given for ended with HTTP {@code status}; {@code own} when the
    * package answered it by its policy ({@link Answered}): then, as for any 429, it leaves the
-   * requests in flight and says nothing of the service's health.
+   * requests in flight and says nothing of the service's health, nor its latency of the local
+   * limit's.
    */
   public void finished(Ticket ticket, int status, boolean own) {
     long now = clock.getAsLong();
     long latency = Math.max(0, now - ticket.started);
     boolean congested = false;
     if (limit != null) {
-      if (ticket.counted) {
+      // The package's own answer took the server's time (a failed call's timeout), or none, not
+      // the service's: the limit counts no latency of it.
+      if (ticket.counted && own) {
+        limit.leave(micros(now));
+      } else if (ticket.counted) {
         limit.finish(micros(latency), micros(now));
       }
       congested = limit.congested();

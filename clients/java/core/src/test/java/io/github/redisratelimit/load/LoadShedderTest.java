@@ -135,12 +135,16 @@ class LoadShedderTest {
     return List.of(tickets).subList(11, 20);
   }
 
+  /** A shedder with the default limit on {@code clock}, every share drawn at 0.5. */
+  static LoadShedder onClock(AsyncRateLimiter limiter, Clock clock) {
+    return LoadShedder.builder(limiter, service()).clock(clock::now, () -> 0.5).build();
+  }
+
   @Test
   void aStandingQueueShedsTheLeastImportantFirst() {
     try (AsyncRateLimiter limiter = limiter()) {
       Clock clock = new Clock();
-      LoadShedder shedder =
-          LoadShedder.builder(limiter, service()).clock(clock::now, () -> 0.5).build();
+      LoadShedder shedder = onClock(limiter, clock);
       List<LoadShedder.Ticket> inflight = flood(shedder, clock);
       assertTrue(shedder.limit().congested());
       assertEquals(4.0, shedder.limit().limit(), "cut to the floor");
@@ -162,8 +166,7 @@ class LoadShedderTest {
         new AsyncRateLimiter(
             new FrozenCalls(), Config.defaults().timeout(Duration.ofMillis(100)))) {
       Clock clock = new Clock();
-      LoadShedder shedder =
-          LoadShedder.builder(limiter, service()).clock(clock::now, () -> 0.5).build();
+      LoadShedder shedder = onClock(limiter, clock);
       assertNull(shedder.report(), "no answer within the deadline");
       assertEquals(0, shedder.standing().level());
       flood(shedder, clock);
@@ -194,8 +197,7 @@ class LoadShedderTest {
   void defaultsShedNothingFromAHealthyService() {
     try (AsyncRateLimiter limiter = limiter()) {
       Clock clock = new Clock();
-      LoadShedder shedder =
-          LoadShedder.builder(limiter, service()).clock(clock::now, () -> 0.5).build();
+      LoadShedder shedder = onClock(limiter, clock);
       Priority[] classes = Priority.values();
       for (int request = 0; request < 5_000; request++) {
         // Half the capacity of a service of 5 ms: a request every 10 ms, at times two at once.
@@ -213,6 +215,27 @@ class LoadShedderTest {
         clock.advance(Duration.ofMillis(5));
       }
       assertFalse(shedder.limit().congested());
+    }
+  }
+
+  @Test
+  void thePackagesOwnAnswerLeavesTheLocalLimitUnmeasured() {
+    try (AsyncRateLimiter limiter = limiter()) {
+      Clock clock = new Clock();
+      LoadShedder shedder = onClock(limiter, clock);
+      // A request the package answered after a failing server's 1 s timeout: it leaves the
+      // requests in flight, and its second is no latency of the service's.
+      LoadShedder.Ticket ticket = shedder.admit(Priority.CRITICAL);
+      assertEquals(1, shedder.limit().inflight());
+      clock.advance(Duration.ofSeconds(1));
+      shedder.finished(ticket, 503, true);
+      assertEquals(0, shedder.limit().inflight());
+      assertEquals(Double.POSITIVE_INFINITY, shedder.limit().noload());
+      // The service's own answer is its latency.
+      ticket = shedder.admit(Priority.CRITICAL);
+      clock.advance(Duration.ofMillis(2));
+      shedder.finished(ticket, 200, false);
+      assertEquals(2000.0, shedder.limit().noload());
     }
   }
 

@@ -147,18 +147,17 @@ IDLE_BURST = (
 # requests a second, length µs, the freeze (from, to) µs, the timeout µs, options, the seed)
 OUTAGE = (
     "server outage",
-    "40 requests a second of 1 ms, one in two calling the rate-limit server, which freezes "
+    "50 requests a second of 1 ms, one in two calling the rate-limit server, which freezes "
     "for 1.5 s after 3 s: each of those waits the client's 1 s timeout and leaves unmeasured "
-    "(the package's own answer); the requests in flight climb past the limit eased down, "
-    "which caps nothing while not congested below the initial one, and nothing is refused "
-    "(counted as 1 s latencies, they would begin congestion and shed the other half)",
+    "(the package's own answer), and nothing is refused (counted as 1 s latencies, they would "
+    "begin congestion and 48 requests be refused)",
     1_000,
-    40,
+    50,
     5_500_000,
     (3_000_000, 4_500_000),
     1_000_000,
     {},
-    59,
+    60,
 )
 
 
@@ -212,8 +211,9 @@ def served(name: str, about: str, options: dict, arrivals, finish_at, own=None) 
     return {"name": name, "about": about, "options": options, "events": events, "expect": expect}
 
 
-def trace(name: str, about: str, service: int, phases, options: dict, seed: int) -> dict:
-    """A serial service: one request at a time, the others queued in order."""
+def serial(service: int):
+    """A serial service's model for `served`: one request at a time, `service` µs each, the
+    others queued in order."""
     free_at = 0
 
     def finish_at(now: int) -> int:
@@ -221,7 +221,12 @@ def trace(name: str, about: str, service: int, phases, options: dict, seed: int)
         free_at = max(now, free_at) + service
         return free_at
 
-    return served(name, about, options, events_of(service, phases, seed), finish_at)
+    return finish_at
+
+
+def trace(name: str, about: str, service: int, phases, options: dict, seed: int) -> dict:
+    """A serial service: one request at a time, the others queued in order."""
+    return served(name, about, options, events_of(service, phases, seed), serial(service))
 
 
 def pool_trace(name: str, about: str, service: int, phases, options: dict, seed: int) -> dict:
@@ -256,16 +261,9 @@ def idle_burst_trace(
     name: str, about: str, service: int, rate: int, length: int, burst: int, at: int, options, seed
 ) -> dict:
     """A serial service at `rate`, and `burst` sheddable requests at once at `at`."""
-    free_at = 0
-
-    def finish_at(now: int) -> int:
-        nonlocal free_at
-        free_at = max(now, free_at) + service
-        return free_at
-
     arrivals = events_of(1_000_000 // rate, [(length, 1.0)], seed)
     arrivals += [(at, 0, 3)] * burst
-    return served(name, about, options, arrivals, finish_at)
+    return served(name, about, options, arrivals, serial(service))
 
 
 def outage_trace(

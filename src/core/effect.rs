@@ -103,7 +103,29 @@ pub enum Arg<'a> {
     /// same text, which the server layer keeps as one string object.
     Expiry(Millis),
     /// A keyword.
-    Word(&'static CStr),
+    Word(Word),
+}
+
+/// A keyword an effect carries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Word {
+    /// `SET`'s absolute expiry follows.
+    Pxat,
+    /// A log chunk's block follows.
+    Blocked,
+}
+
+impl Word {
+    /// Every keyword, in the order of their values.
+    pub const ALL: [Word; 2] = [Word::Pxat, Word::Blocked];
+
+    /// The keyword as sent.
+    pub const fn text(self) -> &'static [u8] {
+        match self {
+            Word::Pxat => b"PXAT",
+            Word::Blocked => b"BLOCKED",
+        }
+    }
 }
 
 impl Arg<'_> {
@@ -113,7 +135,7 @@ impl Arg<'_> {
         match self {
             Arg::Value(bytes) | Arg::Bytes(bytes) => bytes.to_vec(),
             Arg::Expiry(expire_at) => packed::Decimal::new(expire_at.get()).as_bytes().to_vec(),
-            Arg::Word(word) => word.to_bytes().to_vec(),
+            Arg::Word(word) => word.text().to_vec(),
         }
     }
 }
@@ -128,13 +150,13 @@ pub struct Encoded<'a> {
 }
 
 impl<'a> Encoded<'a> {
-    fn new(command: &'static CStr, given: &[Arg<'a>]) -> Encoded<'a> {
+    fn new<const L: usize>(command: &'static CStr, given: [Arg<'a>; L]) -> Encoded<'a> {
         let mut args = [Arg::Bytes(&[]); 3];
-        args[..given.len()].copy_from_slice(given);
+        args[..L].copy_from_slice(&given);
         Encoded {
             command,
             args,
-            len: given.len(),
+            len: L,
         }
     }
 
@@ -192,12 +214,12 @@ impl<'a> Effect<'a> {
         'a: 's,
     {
         match *self {
-            Effect::SetPersistent { value } => Encoded::new(c"SET", &[Arg::Value(value)]),
+            Effect::SetPersistent { value } => Encoded::new(c"SET", [Arg::Value(value)]),
             Effect::Set { value, expire_at } => Encoded::new(
                 c"SET",
-                &[
+                [
                     Arg::Value(value),
-                    Arg::Word(c"PXAT"),
+                    Arg::Word(Word::Pxat),
                     Arg::Expiry(expire_at),
                 ],
             ),
@@ -205,23 +227,23 @@ impl<'a> Effect<'a> {
                 scratch.int(offset as i64);
                 Encoded::new(
                     c"SETRANGE",
-                    &[Arg::Bytes(scratch.as_bytes()), Arg::Bytes(bytes)],
+                    [Arg::Bytes(scratch.as_bytes()), Arg::Bytes(bytes)],
                 )
             }
-            Effect::ExpireAt(expire_at) => Encoded::new(c"PEXPIREAT", &[Arg::Expiry(expire_at)]),
-            Effect::Delete => Encoded::new(c"DEL", &[]),
+            Effect::ExpireAt(expire_at) => Encoded::new(c"PEXPIREAT", [Arg::Expiry(expire_at)]),
+            Effect::Delete => Encoded::new(c"DEL", []),
             Effect::Log(effect) => {
                 effect.pack(scratch);
-                Encoded::new(LOG_APPLY, &[Arg::Bytes(scratch.as_bytes())])
+                Encoded::new(LOG_APPLY, [Arg::Bytes(scratch.as_bytes())])
             }
             Effect::Lease(effect) => {
                 effect.pack(scratch);
-                Encoded::new(LEASE_APPLY, &[Arg::Bytes(scratch.as_bytes())])
+                Encoded::new(LEASE_APPLY, [Arg::Bytes(scratch.as_bytes())])
             }
             Effect::LogChunk {
                 entries,
                 blocked_until: None,
-            } => Encoded::new(LOG_LOAD_CHUNK, &[Arg::Bytes(entries)]),
+            } => Encoded::new(LOG_LOAD_CHUNK, [Arg::Bytes(entries)]),
             Effect::LogChunk {
                 entries,
                 blocked_until: Some(until),
@@ -229,9 +251,9 @@ impl<'a> Effect<'a> {
                 scratch.int(until.get());
                 Encoded::new(
                     LOG_LOAD_CHUNK,
-                    &[
+                    [
                         Arg::Bytes(entries),
-                        Arg::Word(c"BLOCKED"),
+                        Arg::Word(Word::Blocked),
                         Arg::Bytes(scratch.as_bytes()),
                     ],
                 )
@@ -240,7 +262,7 @@ impl<'a> Effect<'a> {
                 scratch.int(next_id as i64);
                 Encoded::new(
                     LEASE_LOAD_CHUNK,
-                    &[Arg::Bytes(scratch.as_bytes()), Arg::Bytes(leases)],
+                    [Arg::Bytes(scratch.as_bytes()), Arg::Bytes(leases)],
                 )
             }
         }
@@ -257,7 +279,7 @@ impl<'a> Effect<'a> {
             let [value, pxat, expire_at] = args else {
                 return Err(EffectError::Unknown);
             };
-            if !pxat.eq_ignore_ascii_case(b"PXAT") {
+            if !pxat.eq_ignore_ascii_case(Word::Pxat.text()) {
                 return Err(EffectError::Unknown);
             }
             Ok(Effect::Set {
@@ -297,7 +319,7 @@ impl<'a> Effect<'a> {
                     entries,
                     blocked_until: None,
                 }),
-                [entries, keyword, until] if keyword.eq_ignore_ascii_case(b"BLOCKED") => {
+                [entries, keyword, until] if keyword.eq_ignore_ascii_case(Word::Blocked.text()) => {
                     Ok(Effect::LogChunk {
                         entries,
                         blocked_until: Some(instant(until)?),

@@ -20,14 +20,25 @@ pub struct Packed {
 
 impl Default for Packed {
     fn default() -> Self {
+        Packed::new()
+    }
+}
+
+impl Packed {
+    /// No fields.
+    pub const fn new() -> Packed {
         Packed {
             bytes: [0; CAPACITY],
             len: 0,
         }
     }
-}
 
-impl Packed {
+    /// Drops every field, for the next ones.
+    pub fn clear(&mut self) -> &mut Self {
+        self.len = 0;
+        self
+    }
+
     /// Appends a decimal integer.
     pub fn int(&mut self, value: i64) -> &mut Self {
         self.separate();

@@ -9,20 +9,19 @@
 //! most recent), and a value just stored as a new object is sent as that object: neither is
 //! formatted nor allocated again.
 
+use std::ffi::CStr;
 use std::sync::OnceLock;
 
-use crate::core::effect::{Arg, Effect};
+use crate::core::effect::{Arg, Effect, Word};
 use crate::core::packed::{Decimal, Packed};
 use crate::core::time::Millis;
 use crate::redis::api::{self, Io, OwnedString, ServerStr};
 use crate::redis::call::{Invocation, KeyName};
 use crate::redis::reused::Reused;
 
-/// The keywords effects carry, made once: every `SET` sends `PXAT`.
-struct SharedWords {
-    pxat: OwnedString,
-    blocked: OwnedString,
-}
+/// The keywords effects carry ([`Word`]), made once, in the order of their values: every
+/// `SET` sends `PXAT`.
+struct SharedWords([OwnedString; Word::ALL.len()]);
 
 static SHARED_WORDS: OnceLock<SharedWords> = OnceLock::new();
 
@@ -30,149 +29,136 @@ static SHARED_WORDS: OnceLock<SharedWords> = OnceLock::new();
 // server runs it, one call at a time; the words are never changed once made.
 unsafe impl Sync for SharedWords {}
 
-/// The strings effects share, made at load ([`make_shared_strings`]) or at their first use;
-/// they live as long as the module.
-fn shared() -> &'static SharedWords {
-    SHARED_WORDS.get_or_init(|| SharedWords {
-        pxat: OwnedString::new(b"PXAT"),
-        blocked: OwnedString::new(b"BLOCKED"),
-    })
+/// The string of a keyword effects carry, made at load ([`make_shared_strings`]) or at its
+/// first use; it lives as long as the module.
+fn shared_word(word: Word) -> ServerStr<'static> {
+    let words = SHARED_WORDS
+        .get_or_init(|| SharedWords(Word::ALL.map(|word| OwnedString::new(word.text()))));
+    words.0[word as usize].as_str()
 }
 
 /// Makes the strings effects share, from OnLoad.
 pub fn make_shared_strings() {
-    shared();
+    shared_word(Word::Pxat);
 }
 
-/// The shared string of a keyword effects carry; `None` for another word (then made anew).
-fn shared_word(word: &[u8]) -> Option<ServerStr<'static>> {
-    match word {
-        b"PXAT" => Some(shared().pxat.as_str()),
-        b"BLOCKED" => Some(shared().blocked.as_str()),
-        _ => None,
-    }
-}
-
-/// The two expiries most recently propagated, as the string objects the server copies into
-/// the replication stream and the AOF. Two, so that a call over two limiters (`RL.ALL`)
-/// keeps the one that repeats.
-struct LastExpiries {
-    /// Each expiry, and its string: the module's own reference (propagated copies hold
+/// What propagating keeps from one call to the next: the two expiries most recently sent,
+/// as the string objects the server copies into the replication stream and the AOF (two, so
+/// that a call over two limiters, `RL.ALL`, keeps the one that repeats), and the buffer an
+/// effect's packed fields are built in.
+struct Kept {
+    /// Each kept expiry, in milliseconds.
+    millis: [i64; 2],
+    /// Its string (`None` until used): the module's own reference (propagated copies hold
     /// theirs).
-    strings: [Option<(i64, OwnedString)>; 2],
+    strings: [Option<OwnedString>; 2],
     /// The one used last.
     newest: usize,
+    /// Where an effect's fields are packed.
+    scratch: Packed,
 }
 
-static LAST_EXPIRIES: Reused<LastExpiries> = Reused::new(LastExpiries {
+static KEPT: Reused<Kept> = Reused::new(Kept {
+    millis: [0; 2],
     strings: [None, None],
     newest: 0,
+    scratch: Packed::new(),
 });
 
-/// Runs `send` with `expire_at` in decimal as a server string, made only when it is not one
-/// of the two kept.
-fn with_expiry_string<R>(expire_at: Millis, send: impl FnOnce(ServerStr<'_>) -> R) -> R {
-    LAST_EXPIRIES.with(|last| {
-        let kept = |i: usize| matches!(&last.strings[i], Some((at, _)) if *at == expire_at.get());
-        let slot = (0..2).find(|&i| kept(i)).unwrap_or(1 - last.newest);
-        last.newest = slot;
-        let (_, string) = last.strings[slot]
-            .take()
-            .filter(|(at, _)| *at == expire_at.get())
-            .unwrap_or_else(|| {
-                (
-                    expire_at.get(),
-                    OwnedString::new(Decimal::new(expire_at.get()).as_bytes()),
-                )
-            });
-        let sent = send(string.as_str());
-        last.strings[slot] = Some((expire_at.get(), string));
-        sent
-    })
-}
-
-/// The string object an effect's argument travels as.
-enum ArgString<'s> {
-    /// One that lives on: a shared keyword, or the object the key's new value was stored as.
-    Kept(ServerStr<'s>),
-    /// One made for this effect, freed after it (the server holds references of its own to
-    /// what it sends).
-    Made(OwnedString),
-    /// The expiry, one of the two kept ([`with_expiry_string`]).
-    Expiry,
-}
-
-impl ArgString<'_> {
-    fn of<'s>(arg: &Arg, stored: Option<&'s OwnedString>) -> ArgString<'s> {
-        match (arg, stored) {
-            (Arg::Value(_), Some(stored)) => ArgString::Kept(stored.as_str()),
-            (Arg::Expiry(_), _) => ArgString::Expiry,
-            (Arg::Word(word), _) => shared_word(word.to_bytes()).map_or_else(
-                || ArgString::Made(OwnedString::new(word.to_bytes())),
-                ArgString::Kept,
-            ),
-            (Arg::Value(bytes) | Arg::Bytes(bytes), _) => ArgString::Made(OwnedString::new(bytes)),
-        }
-    }
-
-    fn get<'a>(&'a self, expiry: ServerStr<'a>) -> ServerStr<'a> {
-        match self {
-            ArgString::Kept(string) => *string,
-            ArgString::Made(string) => string.as_str(),
-            ArgString::Expiry => expiry,
-        }
+impl Kept {
+    /// `expire_at` in decimal as a server string: one of the two kept, or made in place of
+    /// the older one.
+    fn expiry<'k>(
+        millis: &mut [i64; 2],
+        strings: &'k mut [Option<OwnedString>; 2],
+        newest: &mut usize,
+        expire_at: Millis,
+    ) -> ServerStr<'k> {
+        let at = expire_at.get();
+        let kept = |i: usize| millis[i] == at && strings[i].is_some();
+        let slot = if kept(*newest) {
+            *newest
+        } else if kept(1 - *newest) {
+            1 - *newest
+        } else {
+            let slot = 1 - *newest;
+            strings[slot] = None;
+            millis[slot] = at;
+            slot
+        };
+        *newest = slot;
+        strings[slot]
+            .get_or_insert_with(|| OwnedString::new(Decimal::new(at).as_bytes()))
+            .as_str()
     }
 }
 
 /// Runs `send` with an effect's arguments after the key (at most three) as string objects;
 /// `stored`, when given, is the object the key's new value was stored as (sent for
-/// [`Arg::Value`]): neither it nor the expiry is made again.
+/// [`Arg::Value`]); `expiry` is the string of its [`Arg::Expiry`], if it has one. A string
+/// made here is freed after `send` (the server holds references of its own to what it sends).
 fn with_args<R>(
     args: &[Arg],
     stored: Option<&OwnedString>,
+    expiry: Option<ServerStr<'_>>,
     send: impl FnOnce(&[ServerStr<'_>]) -> R,
 ) -> R {
-    let strings: [Option<ArgString<'_>>; 3] =
-        std::array::from_fn(|at| args.get(at).map(|arg| ArgString::of(arg, stored)));
-    let send_with = |expiry: ServerStr<'_>| {
-        let get = |at: usize| {
-            strings[at]
-                .as_ref()
-                .map_or(expiry, |string| string.get(expiry))
+    let mut made: [Option<OwnedString>; 3] = [None, None, None];
+    let [first, second, third] = &mut made;
+    // Any string stands in past the arguments, unread.
+    let pxat = shared_word(Word::Pxat);
+    let mut strings = [pxat; 3];
+    for ((arg, slot), string) in args.iter().zip([first, second, third]).zip(&mut strings) {
+        *string = match (arg, stored) {
+            (Arg::Value(_), Some(stored)) => stored.as_str(),
+            (Arg::Expiry(_), _) => expiry.unwrap_or(pxat),
+            (Arg::Word(word), _) => shared_word(*word),
+            (Arg::Value(bytes) | Arg::Bytes(bytes), _) => {
+                slot.insert(OwnedString::new(bytes)).as_str()
+            }
         };
-        match args.len() {
-            0 => send(&[]),
-            1 => send(&[get(0)]),
-            2 => send(&[get(0), get(1)]),
-            _ => send(&[get(0), get(1), get(2)]),
-        }
-    };
-    let expiry = args.iter().find_map(|arg| match arg {
-        Arg::Expiry(expire_at) => Some(*expire_at),
-        _ => None,
-    });
-    match expiry {
-        Some(expire_at) => with_expiry_string(expire_at, send_with),
-        // No argument is the expiry: any string stands in for it, unread.
-        None => send_with(shared().pxat.as_str()),
     }
+    send(&strings[..args.len().min(3)])
+}
+
+/// Runs `send` with the command that carries `effect` and its arguments after the key;
+/// `stored` as [`with_args`].
+fn with_effect<R>(
+    effect: &Effect,
+    stored: Option<&OwnedString>,
+    send: impl FnOnce(&CStr, &[ServerStr<'_>]) -> R,
+) -> R {
+    KEPT.with(|kept| {
+        let Kept {
+            millis,
+            strings,
+            newest,
+            scratch,
+        } = kept;
+        scratch.clear();
+        let encoded = effect.encode(scratch);
+        let expire_at = encoded.args().iter().find_map(|arg| match arg {
+            Arg::Expiry(expire_at) => Some(*expire_at),
+            _ => None,
+        });
+        let expiry = expire_at.map(|expire_at| Kept::expiry(millis, strings, newest, expire_at));
+        with_args(encoded.args(), stored, expiry, |args| {
+            send(encoded.command, args)
+        })
+    })
 }
 
 /// Sends `effect` on `key` to replicas and the AOF, for the running `call`; `stored` is the
 /// string object the key's new value was just stored as, if it was.
 pub fn propagate(call: &Invocation, key: KeyName, effect: &Effect, stored: Option<&OwnedString>) {
-    let mut scratch = Packed::default();
-    let encoded = effect.encode(&mut scratch);
-    with_args(encoded.args(), stored, |args| {
-        api::replicate(call.ctx(), encoded.command, key, args)
+    with_effect(effect, stored, |command, args| {
+        api::replicate(call.ctx(), command, key, args)
     });
 }
 
 /// Writes `effect` on `key` to an AOF being rewritten (`aof_rewrite`'s `io`).
 pub fn emit_aof(aof: Io<'_>, key: ServerStr<'_>, effect: &Effect) {
-    let mut scratch = Packed::default();
-    let encoded = effect.encode(&mut scratch);
-    with_args(encoded.args(), None, |args| {
-        api::emit_aof(aof, encoded.command, key, args)
+    with_effect(effect, None, |command, args| {
+        api::emit_aof(aof, command, key, args)
     });
 }

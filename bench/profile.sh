@@ -65,14 +65,15 @@ dump=$(ls -t "$work"/callgrind.out.* | head -n 1)
 # The total, less every call of the command table's name comparison (its count follows a
 # hash seed drawn at each start; bench/run.py leaves it out the same way).
 total=$(awk '
+    pending { uncounted += $2; pending = 0; next }
     /^totals:/ { total = $2 }
     /^c?fn=\(/ {
         id = $1; sub(/^c?fn=/, "", id)
         if (NF > 1) name[id] = $2
         if ($1 ~ /^cfn=/) callee = name[id]
     }
+    # The line after a call is its position and inclusive cost.
     /^calls=/ { pending = (callee == "dictSdsKeyCaseCompare"); next }
-    pending && /^[0-9+-]/ { uncounted += $2; pending = 0 }
     END { print total - uncounted }' "$dump")
 echo "$* : $((total / requests)) instructions per request, $setup"
 # Inclusive cost per request of the functions that make up a call.

@@ -52,6 +52,11 @@ class ConcurrencyLimit {
     this.admitted = 0;
     this.refused = 0;
     this.waitedOut = 0;
+    // The interval's finished requests, how many of them took longer than the target, and the
+    // fewest requests in flight it saw.
+    this.finished = 0;
+    this.queued = 0;
+    this.trough = 0;
     this.standingRun = 0;
     // Intervals in a row whose latency no queue here explains.
     this.unexplained = 0;
@@ -116,8 +121,13 @@ class ConcurrencyLimit {
     } else if (standing) {
       // Not yet: a queue must stand for `enter` intervals, or be deep.
     } else if (bound && measured) {
-      const step = this.congested ? 1 : Math.sqrt(this.limit);
-      this.limit = Math.min(o.ceiling, this.limit + step);
+      if (!this.congested) this.limit = Math.min(o.ceiling, this.limit + Math.sqrt(this.limit));
+      // Congested, it grows by one, unless a queue came and went at this limit (over a tenth of
+      // the requests took longer than the target) while the service never went idle: the limit
+      // is what it can hold (a pool's size), and probing past it is a queue.
+      else if (this.queued * 10 <= this.finished || this.trough === 0) {
+        this.limit = Math.min(o.ceiling, this.limit + 1);
+      }
     } else if (!bound) {
       // Shedding keeps the queue short: what it refused is the overload going on.
       if (this.congested && this.refused < this.admitted) this.congested = false;
@@ -133,6 +143,9 @@ class ConcurrencyLimit {
     if (this.limit !== before) this.changes += 1;
     this.windowMin = Infinity;
     this.peak = this.inflight;
+    this.trough = this.inflight;
+    this.finished = 0;
+    this.queued = 0;
     this.admitted = 0;
     this.refused = 0;
     this.waitedOut = 0;
@@ -180,8 +193,11 @@ class ConcurrencyLimit {
   finish(latency, now) {
     this.roll(now);
     this.inflight = Math.max(0, this.inflight - 1);
+    this.trough = Math.min(this.trough, this.inflight);
     this.windowMin = Math.min(this.windowMin, latency);
     this.noloadNow = Math.min(this.noloadNow, latency);
+    this.finished += 1;
+    if (latency > this.target(this.noload)) this.queued += 1;
   }
 
   /** An admitted request ended at `now` with an answer that says nothing of the service's latency
@@ -190,6 +206,7 @@ class ConcurrencyLimit {
   leave(now) {
     this.roll(now);
     this.inflight = Math.max(0, this.inflight - 1);
+    this.trough = Math.min(this.trough, this.inflight);
   }
 }
 

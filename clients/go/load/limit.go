@@ -90,6 +90,9 @@ type ConcurrencyLimit struct {
 	admitted     int64
 	refused      int64
 	waitedOut    int64 // of the refused, how many for their own wait
+	finished     int64 // the interval's finished requests
+	queued       int64 // of the finished, how many took longer than the target
+	trough       int64 // the fewest requests in flight the interval saw
 	standingRun  int
 	unexplained  int // intervals in a row whose latency no queue here explains
 	noloadNow    float64
@@ -203,11 +206,15 @@ func (c *ConcurrencyLimit) roll(now int64) {
 	case standing:
 		// Not yet: a queue must stand for Enter intervals, or be deep.
 	case bound && measured:
-		step := math.Sqrt(c.limit)
-		if c.congested {
-			step = 1
+		switch {
+		case !c.congested:
+			c.limit = math.Min(o.Ceiling, c.limit+math.Sqrt(c.limit))
+		case c.queued*10 <= c.finished || c.trough == 0:
+			// Congested, it grows by one, unless a queue came and went at this limit (over a
+			// tenth of the requests took longer than the target) while the service never went
+			// idle: the limit is what it can hold (a pool's size), and probing past it is a queue.
+			c.limit = math.Min(o.Ceiling, c.limit+1)
 		}
-		c.limit = math.Min(o.Ceiling, c.limit+step)
 	case !bound:
 		switch {
 		case !c.congested:
@@ -226,6 +233,7 @@ func (c *ConcurrencyLimit) roll(now int64) {
 	}
 	c.windowMin = math.Inf(1)
 	c.peak = float64(c.inflight)
+	c.trough, c.finished, c.queued = c.inflight, 0, 0
 	c.admitted, c.refused, c.waitedOut = 0, 0, 0
 	c.windowEnd = now + o.IntervalUs
 }
@@ -301,6 +309,11 @@ func (c *ConcurrencyLimit) Finish(latency, now int64) {
 	c.inflight = max(0, c.inflight-1)
 	c.windowMin = math.Min(c.windowMin, float64(latency))
 	c.noloadNow = math.Min(c.noloadNow, float64(latency))
+	c.trough = min(c.trough, c.inflight)
+	c.finished++
+	if float64(latency) > c.target(math.Min(c.noloadNow, c.noloadBefore)) {
+		c.queued++
+	}
 }
 
 // Leave says an admitted request ended at now with an answer that says nothing of the service's
@@ -311,4 +324,5 @@ func (c *ConcurrencyLimit) Leave(now int64) {
 	defer c.mu.Unlock()
 	c.roll(now)
 	c.inflight = max(0, c.inflight-1)
+	c.trough = min(c.trough, c.inflight)
 }

@@ -503,6 +503,48 @@ class LocalLimitTest(unittest.TestCase):
         self.assertLessEqual(ended - overload_ends, 1_000_000)
         self.assertLess(refused_after, 300, "of 3,000 after the overload")
 
+    def test_behind_a_pool_the_limit_holds_where_a_queue_comes_and_goes(self) -> None:
+        # A pool of 4 slots, 20 to 23 ms a request, the others queued in order, at three times
+        # its capacity for 4 s (the bench's mix). Once congested, a limit at which over a
+        # tenth of the requests queue past the target while the pool never idles holds: it does
+        # not grow by one every interval into a queue that a cut then takes back.
+        import heapq
+        import random
+
+        draw = random.Random(7)
+        limit, events, waiting, busy = ConcurrencyLimit(), [], [], 0
+        arrival = 0
+        while arrival < 4_000_000:
+            arrival += int(draw.expovariate(600) * 1e6)
+            events.append((arrival, 0, draw.choices(range(4), (0.1, 0.15, 0.15, 0.6))[0]))
+        heapq.heapify(events)
+        limits, changes_at_one_second = [], None
+        while events:
+            now, finishing, what = heapq.heappop(events)
+            if finishing:
+                limit.finish(now - what, now)
+                if waiting:
+                    service = 20_000 + draw.randint(0, 3_000)
+                    heapq.heappush(events, (now + service, 1, waiting.pop(0)))
+                else:
+                    busy -= 1
+                continue
+            if now >= 1_000_000:
+                if changes_at_one_second is None:
+                    changes_at_one_second = limit.changes
+                limits.append(limit.limit)
+            if limit.admit(what, now):
+                if busy < 4:
+                    busy += 1
+                    heapq.heappush(events, (now + 20_000 + draw.randint(0, 3_000), 1, now))
+                else:
+                    waiting.append(now)
+        self.assertTrue(limit.congested)
+        # 30 intervals after the first second: the limit changed in at most a third of them,
+        # and never rose past three times the pool.
+        self.assertLessEqual(limit.changes - changes_at_one_second, 10)
+        self.assertLessEqual(max(limits), 12)
+
     def test_with_the_server_frozen_the_local_limit_still_protects(self) -> None:
         from test_client import BlackHole
 

@@ -15,7 +15,9 @@
 //! - **Congestion** begins at the fourth standing interval in a row, or at once when the
 //!   fastest request took over four times the target: the limit is cut to the in-flight peak
 //!   times `target / fastest` (from 0.2 to 0.9), and again at every standing interval while
-//!   congested; between them it grows by one. It ends at the first interval whose peak
+//!   congested; between them it grows by one, unless over a tenth of the interval's
+//!   requests took longer than the target while the service never went idle (the limit is
+//!   what it holds, a pool's size). It ends at the first interval whose peak
 //!   stayed under half the limit and which refused fewer requests than it admitted
 //!   (shedding keeps the queue short while the overload goes on); an interval under half
 //!   the limit that refused as many as it admitted grows it by its square root, so that a
@@ -164,6 +166,11 @@ pub struct ConcurrencyLimit {
     admitted: u64,
     refused: u64,
     waited_out: u64,
+    /// The interval's finished requests, and how many of them took longer than the target.
+    finished: u64,
+    queued: u64,
+    /// The fewest requests in flight the interval saw.
+    trough: u64,
     standing_run: u32,
     /// Intervals in a row whose latency no queue here explains.
     unexplained: u32,
@@ -194,6 +201,9 @@ impl ConcurrencyLimit {
             admitted: 0,
             refused: 0,
             waited_out: 0,
+            finished: 0,
+            queued: 0,
+            trough: 0,
             standing_run: 0,
             unexplained: 0,
             noload_now: None,
@@ -309,12 +319,15 @@ impl ConcurrencyLimit {
         } else if standing {
             // Not yet: a queue must stand for `enter` intervals, or be deep.
         } else if bound && measured.is_some() {
-            let step = if self.congested {
-                1.0
-            } else {
-                self.limit.sqrt()
-            };
-            self.limit = o.ceiling.min(self.limit + step);
+            if !self.congested {
+                self.limit = o.ceiling.min(self.limit + self.limit.sqrt());
+            } else if self.queued * 10 <= self.finished || self.trough == 0 {
+                // Congested, it grows by one, unless a queue came and went at this limit (over
+                // a tenth of the requests took longer than the target) while the service never
+                // went idle: the limit is what it can hold (a pool's size), and probing past it
+                // is a queue.
+                self.limit = o.ceiling.min(self.limit + 1.0);
+            }
         } else if !bound {
             if self.congested {
                 // Shedding keeps the queue short: what it refused is the overload going on.
@@ -335,6 +348,9 @@ impl ConcurrencyLimit {
         }
         self.window_min = None;
         self.peak = self.inflight as f64;
+        self.trough = self.inflight;
+        self.finished = 0;
+        self.queued = 0;
         self.admitted = 0;
         self.refused = 0;
         self.waited_out = 0;
@@ -403,7 +419,12 @@ impl ConcurrencyLimit {
             self.window_min
                 .map_or(latency, |fastest| fastest.min(latency)),
         );
-        self.noload_now = Some(self.noload_now.map_or(latency, |least| least.min(latency)));
+        let noload = self.noload_now.map_or(latency, |least| least.min(latency));
+        self.noload_now = Some(noload);
+        self.trough = self.trough.min(self.inflight);
+        self.finished += 1;
+        let noload = self.noload_us().unwrap_or(noload);
+        self.queued += u64::from(latency > self.target_us(noload));
     }
 
     /// An admitted request ended at `now` with an answer that says nothing of the service's
@@ -412,5 +433,6 @@ impl ConcurrencyLimit {
     pub fn leave(&mut self, now: Duration) {
         self.roll(micros(now));
         self.inflight = self.inflight.saturating_sub(1);
+        self.trough = self.trough.min(self.inflight);
     }
 }

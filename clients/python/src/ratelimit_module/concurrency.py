@@ -17,7 +17,10 @@ classes while it is congested. The same algorithm, step for step, in every packa
 - **Congestion** begins at the fourth standing interval in a row, or at once when the fastest
   request took over four times that target (a queue that grew fast): the limit is cut to the
   in-flight peak times `target / fastest` (Netflix's gradient, from 0.2 to 0.9), and again
-  at every standing interval while congested; between them it grows by one. Congestion ends
+  at every standing interval while congested; between them it grows by one, unless over a
+  tenth of the interval's requests took longer than the target while the service never went
+  idle (a queue that comes and goes at this limit: it is what the service holds, a pool's
+  size, and growing past it is a queue, as Vegas holds). Congestion ends
   at the first interval whose peak stayed under half the limit and which refused fewer
   requests than it admitted (shedding keeps the queue short while the overload goes on); an
   interval under half the limit in which the shares refused as many as were admitted grows
@@ -99,6 +102,9 @@ class ConcurrencyLimit:
         # The interval's admitted and refused requests, and of those refused, how many for
         # their own wait.
         self._admitted = self._refused = self._waited_out = 0
+        # The interval's finished requests, how many of them took longer than the target, and
+        # the fewest requests in flight it saw.
+        self._finished = self._queued = self._trough = 0
         self._standing_run = 0
         # Intervals in a row whose latency no queue here explains.
         self._unexplained = 0
@@ -158,8 +164,14 @@ class ConcurrencyLimit:
         elif standing:
             pass
         elif bound and measured:
-            step = 1.0 if self.congested else math.sqrt(self.limit)
-            self.limit = min(o.ceiling, self.limit + step)
+            if not self.congested:
+                self.limit = min(o.ceiling, self.limit + math.sqrt(self.limit))
+            elif self._queued * 10 <= self._finished or self._trough == 0:
+                # Congested, it grows by one, unless a queue came and went at this limit (over
+                # a tenth of the requests took longer than the target) while the service never
+                # went idle: the limit is what it can hold (a pool's size), and probing past it
+                # is a queue.
+                self.limit = min(o.ceiling, self.limit + 1.0)
         elif not bound:
             if self.congested:
                 # Shedding keeps the queue short: what it refused is the overload going on.
@@ -175,7 +187,8 @@ class ConcurrencyLimit:
         if self.limit != before:
             self.changes += 1
         self._window_min = math.inf
-        self._peak = self.inflight
+        self._peak = self._trough = self.inflight
+        self._finished = self._queued = 0
         self._admitted = self._refused = self._waited_out = 0
         self._window_end = now + o.interval_us
 
@@ -219,8 +232,11 @@ class ConcurrencyLimit:
         with self._lock:
             self._roll(now)
             self.inflight = max(0, self.inflight - 1)
+            self._trough = min(self._trough, self.inflight)
             self._window_min = min(self._window_min, latency)
             self._noload_now = min(self._noload_now, latency)
+            self._finished += 1
+            self._queued += latency > self._target(self.noload)
 
     def leave(self, now: int) -> None:
         """An admitted request ended at `now` with an answer that says nothing of the service's
@@ -229,6 +245,7 @@ class ConcurrencyLimit:
         with self._lock:
             self._roll(now)
             self.inflight = max(0, self.inflight - 1)
+            self._trough = min(self._trough, self.inflight)
 
 
 __all__ = ["ConcurrencyLimit", "LimitOptions", "PRIORITIES", "priority_index"]

@@ -54,6 +54,11 @@ function _M.new(opts)
         admitted = 0,
         refused = 0,
         waited_out = 0,
+        -- The interval's finished requests, how many of them took longer than the target, and
+        -- the fewest requests in flight it saw.
+        finished = 0,
+        queued = 0,
+        trough = 0,
         standing_run = 0,
         -- Intervals in a row whose latency no queue here explains.
         unexplained = 0,
@@ -123,8 +128,14 @@ local function roll(self, now)
     elseif standing then -- luacheck: ignore 542
         -- Not yet: a queue must stand for `enter` intervals, or be deep.
     elseif bound and measured then
-        local step = self.congested and 1 or sqrt(self.limit)
-        self.limit = min(o.ceiling, self.limit + step)
+        if not self.congested then
+            self.limit = min(o.ceiling, self.limit + sqrt(self.limit))
+        elseif self.queued * 10 <= self.finished or self.trough == 0 then
+            -- Congested, it grows by one, unless a queue came and went at this limit (over a
+            -- tenth of the requests took longer than the target) while the service never went
+            -- idle: the limit is what it can hold (a pool's size), and probing past it is a queue.
+            self.limit = min(o.ceiling, self.limit + 1)
+        end
     elseif not bound then
         if self.congested then
             -- Shedding keeps the queue short: what it refused is the overload going on.
@@ -145,6 +156,9 @@ local function roll(self, now)
     end
     self.window_min = huge
     self.peak = self.inflight
+    self.trough = self.inflight
+    self.finished = 0
+    self.queued = 0
     self.admitted = 0
     self.refused = 0
     self.waited_out = 0
@@ -202,8 +216,13 @@ end
 function _M.finish(self, latency, now)
     roll(self, now)
     self.inflight = max(0, self.inflight - 1)
+    self.trough = min(self.trough, self.inflight)
     self.window_min = min(self.window_min, latency)
     self.noload_now = min(self.noload_now, latency)
+    self.finished = self.finished + 1
+    if latency > target_of(self, min(self.noload_now, self.noload_before)) then
+        self.queued = self.queued + 1
+    end
 end
 
 --- An admitted request ended at `now` with an answer that says nothing of the service's latency
@@ -212,6 +231,7 @@ end
 function _M.leave(self, now)
     roll(self, now)
     self.inflight = max(0, self.inflight - 1)
+    self.trough = min(self.trough, self.inflight)
 end
 
 return _M

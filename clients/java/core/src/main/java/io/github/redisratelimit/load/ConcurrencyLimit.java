@@ -29,6 +29,11 @@ public final class ConcurrencyLimit {
   private long refused;
   // Of the refused, how many for their own wait.
   private long waitedOut;
+  // The interval's finished requests, how many of them took longer than the target, and the
+  // fewest requests in flight it saw.
+  private long finished;
+  private long queued;
+  private long trough;
   private int standingRun;
   // Intervals in a row whose latency no queue here explains.
   private int unexplained;
@@ -137,8 +142,14 @@ public final class ConcurrencyLimit {
     } else if (standing) {
       // Not yet: a queue must stand for `enter` intervals, or be deep.
     } else if (bound && measured) {
-      double step = congested ? 1.0 : Math.sqrt(limit);
-      limit = Math.min(o.ceiling(), limit + step);
+      if (!congested) {
+        limit = Math.min(o.ceiling(), limit + Math.sqrt(limit));
+      } else if (queued * 10 <= finished || trough == 0) {
+        // Congested, it grows by one, unless a queue came and went at this limit (over a tenth
+        // of the requests took longer than the target) while the service never went idle: the
+        // limit is what it can hold (a pool's size), and probing past it is a queue.
+        limit = Math.min(o.ceiling(), limit + 1.0);
+      }
     } else if (!bound) {
       if (congested) {
         // Shedding keeps the queue short: what it refused is the overload going on.
@@ -158,6 +169,9 @@ public final class ConcurrencyLimit {
     }
     windowMin = Double.POSITIVE_INFINITY;
     peak = inflight;
+    trough = inflight;
+    finished = 0;
+    queued = 0;
     admitted = 0;
     refused = 0;
     waitedOut = 0;
@@ -219,6 +233,11 @@ public final class ConcurrencyLimit {
     inflight = Math.max(0, inflight - 1);
     windowMin = Math.min(windowMin, (double) latency);
     noloadNow = Math.min(noloadNow, (double) latency);
+    trough = Math.min(trough, inflight);
+    finished += 1;
+    if (latency > target(Math.min(noloadNow, noloadBefore))) {
+      queued += 1;
+    }
   }
 
   /**
@@ -229,5 +248,6 @@ public final class ConcurrencyLimit {
   public synchronized void leave(long now) {
     roll(now);
     inflight = Math.max(0, inflight - 1);
+    trough = Math.min(trough, inflight);
   }
 }

@@ -419,11 +419,10 @@ impl ConcurrencyLimit {
             self.window_min
                 .map_or(latency, |fastest| fastest.min(latency)),
         );
-        let noload = self.noload_now.map_or(latency, |least| least.min(latency));
-        self.noload_now = Some(noload);
+        self.noload_now = Some(self.noload_now.map_or(latency, |least| least.min(latency)));
         self.trough = self.trough.min(self.inflight);
         self.finished += 1;
-        let noload = self.noload_us().unwrap_or(noload);
+        let noload = self.noload_us().unwrap_or(latency);
         self.queued += u64::from(latency > self.target_us(noload));
     }
 

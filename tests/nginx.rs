@@ -133,9 +133,10 @@ fn two_nginx_sharing_one_server_hold_count_and_req_exactly() {
     assert!(refused.header("Retry-After").is_some());
     // req: 5 a second with a queue of 10: 11 admitted at once across both, each delayed to
     // its turn in the queue (a fifth of a second apart), as limit_req delays them.
-    let start = Instant::now();
+    let mut con = server.connect();
+    let start = support::server_micros(&mut con);
     let responses = burst(&[&a, &b], "/req?k=queue", 40);
-    let span = start.elapsed().as_secs_f64();
+    let span = (support::server_micros(&mut con) - start) as f64 / 1e6;
     assert_eq!(statuses(&responses, 200), 11);
     let mut delays: Vec<f64> = responses
         .iter()
@@ -169,18 +170,22 @@ fn req_delays_follow_lua_resty_limit_traffics_formula() {
     let (rate, burst) = (10.0, 4.0);
     // The last admitted request: the excess the server's delay says it left (delay = excess /
     // rate), and the instants between which the server decided it. Anchoring each step on
-    // the server's own reply keeps the model from drifting on a busy machine.
+    // the server's own reply keeps the model from drifting on a busy machine, and reading
+    // those instants from the server's clock (TIME before the request and after its answer)
+    // keeps it on the clock the module reads: the test's own clock ran 1.4 ms behind it over
+    // a 0.4 s pause in a CI run.
     let mut last: Option<(f64, f64, f64)> = None;
-    let start = Instant::now();
+    let mut con = server.connect();
+    let mut server_seconds = move || support::server_micros(&mut con) as f64 / 1e6;
     // Bursts and pauses: some requests delayed, some rejected, some after the queue drained.
     let pauses = [
         0, 0, 0, 0, 0, 0, 0, 150, 0, 30, 0, 0, 0, 0, 400, 0, 0, 90, 0, 0, 0, 0, 0,
     ];
     for (i, pause) in pauses.iter().enumerate() {
         thread::sleep(Duration::from_millis(*pause));
-        let sent = start.elapsed().as_secs_f64();
+        let sent = server_seconds();
         let response = nginx.get("/req?k=formula");
-        let answered = start.elapsed().as_secs_f64();
+        let answered = server_seconds();
         // The server decided this request between `sent` and `answered`, the last one between
         // its own two instants: the most and the least time that can have passed bracket it.
         let excess = last.map(|(excess, _, _)| excess);

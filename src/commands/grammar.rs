@@ -106,8 +106,8 @@ pub(super) struct SharedOption {
     refused_by: &'static [(Refuser, CommandError)],
     /// What it does to the request, given its duration (zero for an option without one).
     sets: fn(Request, Micros) -> Request,
-    /// What it checks of the request against each of the call's limiters.
-    checks: fn(&Request, &Limiter) -> Result<(), CommandError>,
+    /// What it checks of the request against each of the call's limiters, if anything.
+    checks: Option<Check>,
     /// The reply's sixth field it fills from what the engine settled, in the call's unit.
     sixth_field: Option<fn(&Settled, Unit) -> i64>,
     /// The counter of the calls it changes: the outcome, and whether a call (its request,
@@ -115,14 +115,12 @@ pub(super) struct SharedOption {
     counted: Option<(Outcome, Counts)>,
 }
 
+/// A check of a call's request against one of its limiters.
+type Check = fn(&Request, &Limiter) -> Result<(), CommandError>;
+
 /// Whether a call is one an option's counter counts: given its request, whether it was
 /// refused, and what the engine settled.
 type Counts = fn(&Request, bool, &Settled) -> bool;
-
-/// Nothing to check.
-fn no_check(_: &Request, _: &Limiter) -> Result<(), CommandError> {
-    Ok(())
-}
 
 const fn message(text: &'static std::ffi::CStr) -> CommandError {
     CommandError::Message(text)
@@ -151,7 +149,7 @@ pub(super) const OPTIONS: [SharedOption; 5] = [
             (Refuser::Lease, message(c"ERR LEASE and BLOCK cannot be combined: a lease is refused only while its slots are held")),
         ],
         sets: |request, duration| Request { block: Some(duration), ..request },
-        checks: no_check,
+        checks: None,
         sixth_field: None,
         counted: None,
     },
@@ -175,7 +173,7 @@ pub(super) const OPTIONS: [SharedOption; 5] = [
             (Refuser::Acquire, ACQUIRE_WAITS_NOT),
         ],
         sets: |request, max_wait| Request { shortfall: Shortfall::Delay(max_wait), ..request },
-        checks: no_check,
+        checks: None,
         // The wait before going ahead, rounded up; 0 at once or when refused.
         sixth_field: Some(|settled, unit| settled.wait.ticks().in_units(unit, Rounding::Up)),
         counted: Some((Outcome::Delayed, |request, limited, settled| {
@@ -197,7 +195,7 @@ pub(super) const OPTIONS: [SharedOption; 5] = [
             (Refuser::Acquire, ACQUIRE_WAITS_NOT),
         ],
         sets: |request, _| Request { shortfall: Shortfall::AtMost, ..request },
-        checks: no_check,
+        checks: None,
         // The quantity granted.
         sixth_field: Some(|settled, _| settled.granted as i64),
         counted: Some((Outcome::AtMost, |request, limited, settled| {
@@ -224,7 +222,7 @@ pub(super) const OPTIONS: [SharedOption; 5] = [
         ],
         sets: |request, _| Request { shortfall: Shortfall::Force, ..request },
         // Each limiter is charged at most 16 times its limit.
-        checks: |request, limiter| Ok(params::force_quantity(request.quantity, limiter.limit())?),
+        checks: Some(|request, limiter| Ok(params::force_quantity(request.quantity, limiter.limit())?)),
         sixth_field: None,
         counted: Some((Outcome::Forced, |request, limited, settled| {
             request.quantity > 0 && !limited && settled.forced
@@ -246,7 +244,7 @@ pub(super) const OPTIONS: [SharedOption; 5] = [
             (Refuser::Lease, message(c"ERR LEASE and REFUND cannot be combined: give a lease back with RL.RELEASE key id")),
         ],
         sets: |request, _| Request { action: Action::Refund, ..request },
-        checks: no_check,
+        checks: None,
         sixth_field: None,
         counted: Some((Outcome::Refund, |_, _, _| true)),
     },
@@ -308,16 +306,20 @@ impl Given {
         new
     }
 
+    /// The given options, in the order of [`OPTIONS`]: one step per option given (its bit),
+    /// none for the others.
+    fn shared(self) -> impl Iterator<Item = Shared> {
+        let mut left = self.0;
+        std::iter::from_fn(move || {
+            let at = left.trailing_zeros() as usize;
+            left &= left.wrapping_sub(1);
+            Shared::ALL.get(at).copied()
+        })
+    }
+
     /// The given options' declarations, in the order of [`OPTIONS`].
     fn options(self) -> impl Iterator<Item = &'static SharedOption> {
-        let all = if self.is_empty() {
-            &[][..]
-        } else {
-            &Shared::ALL[..]
-        };
-        (all.iter())
-            .filter(move |&&option| self.has(option))
-            .map(|&option| option.option())
+        self.shared().map(Shared::option)
     }
 }
 
@@ -369,8 +371,10 @@ impl CommonOptions {
     /// Checks the request against each of `limiters`, as each given option requires.
     pub(super) fn check(&self, limiters: &[Limiter]) -> Result<(), CommandError> {
         for option in self.given.options() {
-            for limiter in limiters {
-                (option.checks)(&self.request, limiter)?;
+            if let Some(checks) = option.checks {
+                for limiter in limiters {
+                    checks(&self.request, limiter)?;
+                }
             }
         }
         Ok(())
@@ -449,7 +453,7 @@ pub(super) fn parse_options<'a>(
             given,
         });
     }
-    for shared in Shared::ALL.into_iter().filter(|&shared| given.has(shared)) {
+    for shared in given.shared() {
         let option = shared.option();
         if let Some(&(_, reply)) = (option.conflicts.iter()).find(|(other, _)| given.has(*other)) {
             return Err(reply);

@@ -654,8 +654,15 @@ pub fn wait_for_replicas(con: &mut Connection, replicas: i64) {
 
 /// Milliseconds since the epoch, by the server's clock.
 pub fn server_millis(con: &mut Connection) -> i64 {
+    server_micros(con) / 1_000
+}
+
+/// Microseconds since the epoch, by the server's clock: the real-time clock the module reads,
+/// which a test's own monotonic clock need not keep pace with (a step or a slew of the
+/// machine's time moves one and not the other).
+pub fn server_micros(con: &mut Connection) -> i64 {
     let (seconds, micros): (i64, i64) = query(con, &["TIME"]);
-    seconds * 1_000 + micros / 1_000
+    seconds * 1_000_000 + micros
 }
 
 /// Runs `write` and checks that it left `key` expiring `ttl_ms` after it ran, by the

@@ -807,11 +807,12 @@ enum Phase {
     Back,
 }
 
-/// The package services of the outage test: each package's failure policy at its default
-/// and under deny.
+/// The package services of the outage test: each package's failure policy at its default,
+/// under deny and under allow (whose requests wait for the failing server, then go on to the
+/// service).
 fn outage_services(server: &Server) -> Vec<OutageService> {
     let mut services = Vec::new();
-    for (policy, status) in [("raise", 500), ("deny", 503)] {
+    for (policy, status) in [("raise", 500), ("deny", 503), ("allow", 200)] {
         let service = format!("load:outage:python:{policy}");
         let args = [
             "uvicorn",
@@ -832,7 +833,7 @@ fn outage_services(server: &Server) -> Vec<OutageService> {
             port,
         ));
     }
-    for (policy, status) in [("throw", 500), ("deny", 503)] {
+    for (policy, status) in [("throw", 500), ("deny", 503), ("allow", 200)] {
         let service = format!("load:outage:node:{policy}");
         let app = Listening::start("the Node outage app", |port| {
             let mut command = Command::new("node");
@@ -855,7 +856,7 @@ fn outage_services(server: &Server) -> Vec<OutageService> {
         ));
     }
     let outage = repository().join("target/rust-clients/debug/examples/outage");
-    for (policy, status) in [("raise", 503), ("deny", 503)] {
+    for (policy, status) in [("raise", 503), ("deny", 503), ("allow", 200)] {
         let service = format!("load:outage:rust:{policy}");
         let app = Listening::start("the Rust outage app", |port| {
             let mut command = Command::new(&outage);
@@ -877,7 +878,11 @@ fn outage_services(server: &Server) -> Vec<OutageService> {
     }
     // nginx, as lua-resty-limit-traffic's README wires a limiter: 503 when rejected (which
     // `on_error = "deny"` answers while the server fails), 500 on an error (unset).
-    for (policy, on_error, status) in [("unset", "", 500), ("deny", ", on_error = \"deny\"", 503)] {
+    for (policy, on_error, status) in [
+        ("unset", "", 500),
+        ("deny", ", on_error = \"deny\"", 503),
+        ("allow", ", on_error = \"allow\"", 200),
+    ] {
         let service = format!("load:outage:nginx:{policy}");
         let redis = format!(
             "{{ host = \"127.0.0.1\", port = {} {on_error} }}",
@@ -922,10 +927,11 @@ fn outage_services(server: &Server) -> Vec<OutageService> {
 }
 
 /// Issue 58: a 5 s outage of the server under a service with both middlewares at their
-/// defaults (and under deny) sheds nothing once the server is back. The limiter's own
-/// answers while it failed (its 500s and 503s) are not the service failing: no report
-/// carries them, and no level rises. What is asserted is what the server reports (the
-/// level of each service, polled) and what each service answered.
+/// defaults (and under deny, and allow) sheds nothing once the server is back. The limiter's
+/// own answers while it failed (its 500s and 503s) are not the service failing: no report
+/// carries them, and no level rises. Under allow, the requests that waited for the failing
+/// server go on to the service, and nothing is shed either. What is asserted is what the
+/// server reports (the level of each service, polled) and what each service answered.
 #[test]
 fn an_outage_of_the_server_sheds_nothing_once_it_is_back() {
     let _machine = alone();

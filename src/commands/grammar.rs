@@ -105,7 +105,7 @@ pub(super) struct SharedOption {
     /// The calls that refuse it, each with its reply.
     refused_by: &'static [(Refuser, CommandError)],
     /// What it does to the request, given its duration (zero for an option without one).
-    sets: fn(Request, Micros) -> Request,
+    sets: fn(&mut Request, Micros),
     /// What it checks of the request against each of the call's limiters, if anything.
     checks: Option<Check>,
     /// The reply's sixth field it fills from what the engine settled, in the call's unit.
@@ -148,7 +148,7 @@ pub(super) const OPTIONS: [SharedOption; 5] = [
         refused_by: &[
             (Refuser::Lease, message(c"ERR LEASE and BLOCK cannot be combined: a lease is refused only while its slots are held")),
         ],
-        sets: |request, duration| Request { block: Some(duration), ..request },
+        sets: |request, duration| request.block = Some(duration),
         checks: None,
         sixth_field: None,
         counted: None,
@@ -172,7 +172,7 @@ pub(super) const OPTIONS: [SharedOption; 5] = [
             (Refuser::Load, message(c"ERR LOAD and DELAY cannot be combined: a request shed by load retries after retry_after")),
             (Refuser::Acquire, ACQUIRE_WAITS_NOT),
         ],
-        sets: |request, max_wait| Request { shortfall: Shortfall::Delay(max_wait), ..request },
+        sets: |request, max_wait| request.shortfall = Shortfall::Delay(max_wait),
         checks: None,
         // The wait before going ahead, rounded up; 0 at once or when refused.
         sixth_field: Some(|settled, unit| settled.wait.ticks().in_units(unit, Rounding::Up)),
@@ -194,7 +194,7 @@ pub(super) const OPTIONS: [SharedOption; 5] = [
             (Refuser::Load, message(c"ERR LOAD and AT_MOST cannot be combined: the load gate admits a request or sheds it")),
             (Refuser::Acquire, ACQUIRE_WAITS_NOT),
         ],
-        sets: |request, _| Request { shortfall: Shortfall::AtMost, ..request },
+        sets: |request, _| request.shortfall = Shortfall::AtMost,
         checks: None,
         // The quantity granted.
         sixth_field: Some(|settled, _| settled.granted as i64),
@@ -220,7 +220,7 @@ pub(super) const OPTIONS: [SharedOption; 5] = [
             (Refuser::Load, message(c"ERR LOAD and FORCE cannot be combined: a request shed by load is never forced")),
             (Refuser::Acquire, ACQUIRE_WAITS_NOT),
         ],
-        sets: |request, _| Request { shortfall: Shortfall::Force, ..request },
+        sets: |request, _| request.shortfall = Shortfall::Force,
         // Each limiter is charged at most 16 times its limit.
         checks: Some(|request, limiter| Ok(params::force_quantity(request.quantity, limiter.limit())?)),
         sixth_field: None,
@@ -243,7 +243,7 @@ pub(super) const OPTIONS: [SharedOption; 5] = [
             (Refuser::ReadOnly, message(c"ERR REFUND is not allowed in a read-only dry run (the _RO variants never write)")),
             (Refuser::Lease, message(c"ERR LEASE and REFUND cannot be combined: give a lease back with RL.RELEASE key id")),
         ],
-        sets: |request, _| Request { action: Action::Refund, ..request },
+        sets: |request, _| request.action = Action::Refund,
         checks: None,
         sixth_field: None,
         counted: Some((Outcome::Refund, |_, _, _| true)),
@@ -462,7 +462,7 @@ pub(super) fn parse_options<'a>(
             Some(duration) => (unit.span(durations[shared as usize])).ok_or(duration.too_long)?,
             None => Micros::ZERO,
         };
-        request = (option.sets)(request, duration);
+        (option.sets)(&mut request, duration);
     }
     Ok(CommonOptions {
         unit,

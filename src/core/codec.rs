@@ -174,16 +174,16 @@ pub fn is_state_length(is_own_length: fn(usize) -> bool, len: usize) -> bool {
 /// Whether a string of `len` bytes may hold a `CL.THROTTLE` state, ours (of any release) or
 /// redis-cell's.
 pub fn is_gcra_length(len: usize) -> bool {
-    [
-        GCRA_LEN,
-        GCRA_V1_LEN,
-        GCRA_SHARE_LEN,
-        REDIS_CELL_LEN,
-        WARM_GCRA_LEN,
-        WARM_GCRA_V1_LEN,
-        WARM_GCRA_SHARE_LEN,
-    ]
-    .contains(&len)
+    matches!(
+        len,
+        GCRA_LEN
+            | GCRA_V1_LEN
+            | GCRA_SHARE_LEN
+            | REDIS_CELL_LEN
+            | WARM_GCRA_LEN
+            | WARM_GCRA_V1_LEN
+            | WARM_GCRA_SHARE_LEN
+    )
 }
 
 /// Encodes a `CL.THROTTLE` state written under `basis`. `tat` must lie in

@@ -1,7 +1,7 @@
 //! An axum service as the README sets it up, both layers at their defaults: load shedding on
 //! the whole app, a rate limit on `/limited` (requests with no key on `/open` are not
 //! limited). `REDIS_URL` names the server, `SERVICE` the shedder's key, `ON_ERROR` the
-//! limiter's failure policy (`raise`, the default, or `deny`), `PORT` the port. The
+//! limiter's failure policy (`raise`, the default, `deny` or `allow`), `PORT` the port. The
 //! repository's tests/clients.rs freezes the server under it: nothing may be shed once the
 //! server is back.
 
@@ -19,6 +19,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let client = redis::Client::open(env("REDIS_URL")?)?;
     let on_error = match std::env::var("ON_ERROR").as_deref() {
         Ok("deny") => OnError::Deny,
+        Ok("allow") => OnError::Allow,
         _ => OnError::Raise,
     };
     let limiter = AsyncRateLimiter::connect(&client, Config::default().on_error(on_error)).await?;

@@ -1,7 +1,7 @@
 // An Express service as docs/clients.md sets it up, both middlewares at their defaults: load
 // shedding on the whole app, express-rate-limit on the package's store on /limited, nothing on
 // /open. REDIS_URL names the server, SERVICE the shedder's key, ON_ERROR the store's failure
-// policy ("throw", the default, or "deny"), PORT the port. tests/clients.rs freezes the server
+// policy ("throw", the default, "deny" or "allow"), PORT the port. tests/clients.rs freezes the server
 // under it: nothing may be shed once the server is back.
 "use strict";
 

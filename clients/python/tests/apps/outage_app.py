@@ -1,7 +1,7 @@
 """A FastAPI service as docs/clients.md sets it up, both middlewares at their defaults: load
 shedding on the whole app, a rate limit on one route (`/limited`), none on `/open`.
 REDIS_URL names the server, SERVICE the shedder's key, ON_ERROR the limiter's failure policy
-("raise", the default, or "deny"). tests/clients.rs freezes the server under it: nothing may
+("raise", the default, "deny" or "allow"). tests/clients.rs freezes the server under it: nothing may
 be shed once the server is back."""
 
 from __future__ import annotations

@@ -249,6 +249,16 @@ impl Gcra {
         Basis::of(self.interval)
     }
 
+    /// The state a missing key stands for at any instant from the epoch on: nothing used
+    /// (its TAT the epoch), and with a warm-up the coldest. Decided at such an instant, it
+    /// gives what no state gives.
+    pub fn missing_state(&self) -> GcraState {
+        GcraState {
+            tat: Ticks::ZERO,
+            cold: self.warmup,
+        }
+    }
+
     /// Whether a state written under `basis` was written under this rate: `basis` is the
     /// one these parameters write (cheaper than computing theirs).
     #[inline]
@@ -1093,6 +1103,30 @@ mod tests {
             }
             let full = gcra.apply(tat, now + gcra.apply(tat, now, 0).verdict.reset_after, 0);
             prop_assert_eq!(full.verdict.remaining, gcra.limit());
+        }
+
+        /// A missing key decides as its `missing_state` at any instant from the epoch on
+        /// (what the decision hands over instead of `None`), with or without a warm-up.
+        #[test]
+        fn the_missing_state_decides_as_no_state(
+            max_burst in 0i64..1_000,
+            count in 1i64..1_000,
+            period in 1i64..1_000_000,
+            warmup in proptest::option::of(1i64..1_000_000),
+            now in 0..=Ticks::LATEST.get(),
+            quantity in 0u64..2_000,
+        ) {
+            let gcra = Gcra::new(max_burst, count, period, Unit::Milliseconds).unwrap();
+            let gcra = match warmup {
+                // In milliseconds.
+                Some(warmup) => gcra.with_warmup(Ticks::saturating(
+                    i128::from(warmup) * 1_000_000 * Ticks::NANOSECOND.get(),
+                )),
+                None => gcra,
+            };
+            let (now, missing) = (Ticks::saturating(now), Some(gcra.missing_state()));
+            prop_assert_eq!(gcra.apply(None, now, quantity), gcra.apply(missing, now, quantity));
+            prop_assert_eq!(gcra.refund(None, now, quantity), gcra.refund(missing, now, quantity));
         }
 
         /// Any clock, any stored state (a clock stepped back, parameters changed): no panic,

@@ -448,31 +448,36 @@ fn decide_own(
         (Limiter::Throttle(gcra), action) => {
             let at = now.not_before_epoch();
             // A match rather than `map`: the read is then inlined into the decision (a
-            // closure was called out of line, at about 60 instructions a read).
+            // closure was called out of line, at about 60 instructions a read). A missing
+            // state is decided as the state it stands for from the epoch on, so that every
+            // byte the inlined decision compares is defined: an `Option`'s `None` leaves its
+            // payload undefined, and a comparison of it, thrown away, is still what memcheck
+            // reports (see [`crate::core::verdict::RetryAfter`]).
             let read = match stored {
-                Some(state) => Some(read_gcra(gcra, state, at)?),
-                None => None,
+                Some(state) => read_gcra(gcra, state, at)?,
+                None => GcraRead {
+                    state: gcra.missing_state(),
+                    carried: false,
+                    basis: None,
+                },
             };
-            let stored = read.map(|read| read.state);
             let now = at.ticks();
             let outcome = match action {
-                Action::Take => gcra.apply(stored, now, quantity),
-                Action::Refund => gcra.refund(stored, now, quantity),
+                Action::Take => gcra.apply(Some(read.state), now, quantity),
+                Action::Refund => gcra.refund(Some(read.state), now, quantity),
             };
             // A take refused on a state carried to new parameters stores it carried: from
             // now on it drains at the new rate, as the refusal's wait says. A quantity that
             // can never fit changes nothing, as ever.
-            let carried = read.is_some_and(|read| read.carried)
+            let carried = read.carried
                 && outcome.new_state.is_none()
                 && action == Action::Take
                 && quantity > 0
                 && quantity <= gcra.limit() as u64;
-            let written = outcome.new_state.or(stored.filter(|_| carried));
+            let written = outcome.new_state.or(carried.then_some(read.state));
             if let Some(state) = written {
                 // The basis read, when it is this call's: computing it costs more.
-                let basis = read
-                    .and_then(|read| read.basis)
-                    .unwrap_or_else(|| gcra.basis());
+                let basis = read.basis.unwrap_or_else(|| gcra.basis());
                 if gcra.warms_up() {
                     value.extend_from_slice(&encode_warm_gcra(state, basis));
                 } else {

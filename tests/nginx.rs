@@ -1232,6 +1232,8 @@ fn the_lua_package_builds_and_reads_as_the_conformance_table_says() {
                     decision = limit:admit(INDEX[event[3]], event[1], event[4])
                 elseif event[2] == "leave" then
                     limit:leave(event[1])
+                elseif event[2] == "level" then
+                    limit:shed_by_level(event[1])
                 else
                     limit:finish(event[3], event[1])
                 end
@@ -1384,7 +1386,8 @@ fn the_lua_package_builds_and_reads_as_the_conformance_table_says() {
     // And every step of the local limit's traces.
     let steps = text.matches(", \"admit\", ").count()
         + text.matches(", \"finish\", ").count()
-        + text.matches(", \"leave\"]").count();
+        + text.matches(", \"leave\"]").count()
+        + text.matches(", \"level\"]").count();
     assert!(steps >= 1_000, "{steps} steps");
     // And the parts every package reads: each case with limiter specs (`commands`' calls,
     // `replies`, the steps of `changed_limits`, both), each acquire or peek, each lease reply

@@ -200,6 +200,15 @@ class ConcurrencyLimit {
     if (latency > this.target(this.noload)) this.queued += 1;
   }
 
+  /** A request the service's level refused at `now` before this limit decided it: one more refusal
+   * of the interval, as shedding's own (the overload goes on while anything is refused: the level's
+   * refusals keep congestion from ending when they leave this limit only a trickle to decide), never
+   * in flight. */
+  shedByLevel(now) {
+    this.roll(now);
+    this.refused += 1;
+  }
+
   /** An admitted request ended at `now` with an answer that says nothing of the service's latency
    * (the package's own: a refusal, a failure policy's answer while the server failed): it leaves
    * the requests in flight, and no latency is counted. */

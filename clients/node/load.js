@@ -348,6 +348,8 @@ class LoadShedder {
     const waited = this.waited(now);
     const counted =
       byLevel && this.limit !== null && this.limit.admit(PRIORITIES.indexOf(name), micros(now), micros(waited));
+    // What the level refused is shedding too: the limit counts it among its interval's refusals.
+    if (!byLevel && this.limit !== null) this.limit.shedByLevel(micros(now));
     const admitted = byLevel && (counted || this.limit === null);
     const outcome = admitted ? "admitted" : this.shadow ? "shadow" : byLevel ? "shed_local" : "shed";
     this.metrics?.loadDecision?.(this.service, name, outcome);

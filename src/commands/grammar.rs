@@ -306,15 +306,11 @@ impl Given {
         new
     }
 
-    /// The given options, in the order of [`OPTIONS`]: one step per option given (its bit),
-    /// none for the others.
+    /// The given options, in the order of [`OPTIONS`].
     fn shared(self) -> impl Iterator<Item = Shared> {
-        let mut left = self.0;
-        std::iter::from_fn(move || {
-            let at = left.trailing_zeros() as usize;
-            left &= left.wrapping_sub(1);
-            Shared::ALL.get(at).copied()
-        })
+        Shared::ALL
+            .into_iter()
+            .filter(move |option| self.has(*option))
     }
 
     /// The given options' declarations, in the order of [`OPTIONS`].

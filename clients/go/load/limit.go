@@ -316,6 +316,17 @@ func (c *ConcurrencyLimit) Finish(latency, now int64) {
 	}
 }
 
+// ShedByLevel says the service's level refused a request at now before this limit decided it:
+// one more refusal of the interval, as shedding's own (the overload goes on while anything is
+// refused: the level's refusals keep congestion from ending when they leave this limit only a
+// trickle to decide), never in flight.
+func (c *ConcurrencyLimit) ShedByLevel(now int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.roll(now)
+	c.refused++
+}
+
 // Leave says an admitted request ended at now with an answer that says nothing of the service's
 // latency (the package's own: a refusal, a failure policy's answer while the server failed): it
 // leaves the requests in flight, and no latency is counted.

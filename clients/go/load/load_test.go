@@ -226,6 +226,74 @@ func TestAFrozenServerEndsTheLevelAfterItsTTLAndTheLocalLimitGoesOn(t *testing.T
 	}
 }
 
+func TestWhatTheLevelShedsHoldsTheLocalLimitCongested(t *testing.T) {
+	rdb := testserver.Client(t)
+	ctx := context.Background()
+	service := testserver.Unique("held")
+	if err := rdb.Do(ctx, "RL.LOAD.POLICY", service, "HOLD", "0", "LEVEL", "inflight", "5", "SHARES", "1", "1", "0", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.Do(ctx, "RL.LOAD.REPORT", service, "hot", "60000", "inflight", "50").Err(); err != nil {
+		t.Fatal(err)
+	}
+	clock := &monotonic{}
+	shedder := newShedder(t, newClient(t, rdb), service, load.Manual(),
+		load.WithClock(clock.now, func() float64 { return 0.5 }))
+	// A standing queue congests the local limit: a millisecond's request, then each taking a
+	// whole interval.
+	fast, _ := shedder.Admit(ratelimit.Critical)
+	clock.advance(time.Millisecond)
+	shedder.Finished(fast, 200, false)
+	limit := shedder.Limit()
+	for interval := 0; interval < 12 && !limit.Congested(); interval++ {
+		var tickets []load.Ticket
+		for range 40 {
+			if ticket, admitted := shedder.Admit(ratelimit.Critical); admitted {
+				tickets = append(tickets, ticket)
+			}
+		}
+		clock.advance(100 * time.Millisecond)
+		for _, ticket := range tickets {
+			shedder.Finished(ticket, 200, false)
+		}
+	}
+	if !limit.Congested() {
+		t.Fatal("a standing queue congests the local limit")
+	}
+	for limit.Inflight() > 0 {
+		limit.Finish(1000, clock.now().Microseconds())
+	}
+	if standing, err := shedder.Report(ctx); err != nil || standing.Level != 1 {
+		t.Fatalf("report: %+v %v", standing, err)
+	}
+	// An interval in which the level refuses ten requests and leaves the limit one, fast, under
+	// half the limit: the overload goes on, and congestion holds.
+	clock.advance(100 * time.Millisecond)
+	ticket, admitted := shedder.Admit(ratelimit.Critical)
+	if !admitted {
+		t.Fatal("congested, critical has places")
+	}
+	clock.advance(time.Millisecond)
+	shedder.Finished(ticket, 200, false)
+	for range 10 {
+		if _, admitted := shedder.Admit(ratelimit.Sheddable); admitted {
+			t.Fatal("level 1 sheds sheddable")
+		}
+	}
+	clock.advance(100 * time.Millisecond)
+	ticket, _ = shedder.Admit(ratelimit.CriticalPlus)
+	if !limit.Congested() {
+		t.Fatal("ten refused by the level, one admitted: congestion holds")
+	}
+	// An interval the level refuses nothing of: congestion ends.
+	shedder.Finished(ticket, 200, false)
+	clock.advance(100 * time.Millisecond)
+	shedder.Admit(ratelimit.CriticalPlus)
+	if limit.Congested() {
+		t.Fatal("nothing refused, under half the limit: congestion ends")
+	}
+}
+
 func TestTheLimitersOwnAnswersAreNotTheServices(t *testing.T) {
 	client := newClient(t, testserver.Client(t))
 	shedder := newShedder(t, client, testserver.Unique("own"), load.Manual())

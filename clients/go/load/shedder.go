@@ -340,6 +340,10 @@ func (s *Shedder) AdmitBeside(priority ratelimit.Priority, serverGoroutines int)
 	at := s.now()
 	waited := s.waited(at, serverGoroutines)
 	counted := byLevel && s.limit != nil && s.limit.Admit(priority, micros(at), micros(waited))
+	// What the level refused is shedding too: the limit counts it among its interval's refusals.
+	if !byLevel && s.limit != nil {
+		s.limit.ShedByLevel(micros(at))
+	}
 	admitted := byLevel && (counted || s.limit == nil)
 	outcome := "admitted"
 	switch {

@@ -299,6 +299,35 @@ test("a standing queue sheds the least important first, by the process's own lim
   assert.ok(Array.from({ length: 100 }, () => none.admit("sheddable")).every(Boolean));
 });
 
+test("what the level sheds holds the process's limit congested", async () => {
+  const clock = { now: 0 };
+  const shedder = new LoadShedder(redis, await service(), {
+    clock: () => clock.now,
+    signals: signals(0.8),
+    limit: new ConcurrencyLimit(),
+    logger: quiet,
+  });
+  flood(shedder, clock);
+  assert.equal(shedder.limit.congested, true);
+  while (shedder.limit.inflight) shedder.limit.finish(5000, Math.round(clock.now * 1e6));
+  assert.deepEqual((await shedder.report()).shares, [1, 1, 0, 0]);
+  // An interval in which the level refuses ten requests and leaves the limit one, fast, under
+  // half the limit: the overload goes on, and congestion holds.
+  clock.now += 0.1;
+  const ticket = shedder.admit("critical");
+  clock.now += 0.005;
+  shedder.finished(ticket, 200);
+  for (let number = 0; number < 10; number++) assert.equal(shedder.admit("sheddable"), null);
+  clock.now += 0.1;
+  assert.notEqual(shedder.admit("critical_plus"), null);
+  assert.equal(shedder.limit.congested, true, "ten refused by the level, one admitted");
+  // An interval the level refuses nothing of: congestion ends.
+  shedder.finished(shedder.admit("critical_plus"), 200);
+  clock.now += 0.1;
+  shedder.admit("critical_plus");
+  assert.equal(shedder.limit.congested, false, "nothing refused, under half the limit");
+});
+
 test("with the server frozen, the process's own limit still protects", async () => {
   const net = require("node:net");
   const silent = net.createServer(() => {});

@@ -63,6 +63,22 @@ TRACES = (
         51,
     ),
 )
+# A serial service whose level, entered during the overload, refuses before the limit decides:
+# (name, what it shows, service µs, phases, options, the arrivals' seed, ((from, to) µs, the
+# share each class is admitted)).
+LEVEL = (
+    "level",
+    "half, three times for two seconds, half the capacity, the service's level refusing all "
+    "sheddable and half of sheddable_plus from 0.6 s into the overload to 0.2 s after it: what "
+    "the level refuses counts among the interval's refusals, so congestion holds while the "
+    "level leaves the limit only what it can serve, and ends once the overload does",
+    4_500,
+    ((400_000, 0.5), (2_000_000, 3.0), (600_000, 0.5)),
+    {},
+    59,
+    ((1_000_000, 2_600_000), (1.0, 1.0, 0.5, 0.0)),
+)
+
 # A pool: SLOTS requests served at a time, each `service` µs, the others queued in order (an
 # upstream's connections, a database's pool). (name, what it shows, service µs, phases,
 # options, the arrivals' seed)
@@ -182,16 +198,22 @@ def events_of(service: int, phases, seed: int, mix=MIX) -> list[tuple[int, int, 
     return arrivals
 
 
-def served(name: str, about: str, options: dict, arrivals, finish_at, own=None) -> dict:
+def served(name: str, about: str, options: dict, arrivals, finish_at, own=None, level=None) -> dict:
     """The trace of `arrivals` through a limit with `options`: an admitted request finishes
     when `finish_at(now)`, the service's model, says; one that `own(now)` says the package
-    answers itself leaves then, unmeasured."""
+    answers itself leaves then, unmeasured; one that `level(now, class)` says the service's
+    level refuses never reaches the limit's decision."""
     limit = ConcurrencyLimit(LimitOptions(**options))
     queue = list(arrivals)
     heapq.heapify(queue)
     events, expect = [], []
     while queue:
         now, kind, value = heapq.heappop(queue)
+        if kind == 0 and level is not None and level(now, value):
+            limit.shed_by_level(now)
+            events.append([now, "level"])
+            expect.append([None, limit.limit, limit.congested])
+            continue
         if kind == 0:
             admitted = limit.admit(value, now)
             events.append([now, "admit", PRIORITIES[value]])
@@ -227,6 +249,22 @@ def serial(service: int):
 def trace(name: str, about: str, service: int, phases, options: dict, seed: int) -> dict:
     """A serial service: one request at a time, the others queued in order."""
     return served(name, about, options, events_of(service, phases, seed), serial(service))
+
+
+def level_trace(
+    name: str, about: str, service: int, phases, options: dict, seed: int, level
+) -> dict:
+    """A serial service, and the service's level refusing, over `level`'s (from, to) µs, the
+    share it gives each class (drawn with its own seed)."""
+    draw = random.Random(seed + 1)
+    (begins, ends), shares = level
+
+    def refuses(now: int, index: int) -> bool:
+        return begins <= now < ends and draw.random() >= shares[index]
+
+    return served(
+        name, about, options, events_of(service, phases, seed), serial(service), level=refuses
+    )
 
 
 def pool_trace(name: str, about: str, service: int, phases, options: dict, seed: int) -> dict:
@@ -309,8 +347,9 @@ def main() -> None:
     table["concurrency"] = {
         "about": "The local limit (docs/load.md). Options over `defaults` (times in whole µs, "
         'shares most important first); events [µs, "admit", class] (or [µs, "admit", '
-        'class, backlog µs]), [µs, "finish", latency µs] or [µs, "leave"] (a request the '
-        "package answered itself: no latency); after each, [admitted or null, limit, "
+        'class, backlog µs]), [µs, "finish", latency µs], [µs, "leave"] (a request the '
+        'package answered itself: no latency) or [µs, "level"] (a request the service\'s '
+        "level refused before the limit decided it); after each, [admitted or null, limit, "
         "congested].",
         "defaults": {
             "initial": defaults.initial,
@@ -326,6 +365,7 @@ def main() -> None:
             "sojourn": defaults.sojourn,
         },
         "traces": [trace(*spec) for spec in TRACES]
+        + [level_trace(*LEVEL)]
         + [pool_trace(*POOL), dependency_trace(*DEPENDENCY)]
         + [idle_burst_trace(*IDLE_BURST), outage_trace(*OUTAGE)]
         + [event_loop_trace(*spec) for spec in EVENT_LOOPS],

@@ -161,6 +161,8 @@ class ConformanceTest(unittest.TestCase):
                     decision = limit.admit(rest[0], at, *rest[1:])
                 elif kind == "leave":
                     decision = limit.leave(at)
+                elif kind == "level":
+                    decision = limit.shed_by_level(at)
                 else:
                     decision = limit.finish(rest[0], at)
                 got = [decision, limit.limit, limit.congested]

@@ -120,6 +120,31 @@ class SyncShedderTest(unittest.TestCase):
         self.assertFalse(shedder.admit("critical"), "a draw of 0.75 against a share of 0.5")
         self.assertTrue(shedder.admit("critical"), "a draw of 0.25")
 
+    def test_what_the_level_sheds_holds_the_limits_congestion(self) -> None:
+        clock = Clock()
+        shedder = LoadShedder(self.client, self.service, signals=signals(0.8), clock=clock)
+        flood(shedder, clock)
+        self.assertTrue(shedder.limit.congested)
+        while shedder.limit.inflight:
+            shedder.limit.finish(5_000, int(clock.now * 1e6))
+        self.assertEqual(shedder.report().shares, (1.0, 1.0, 0.0, 0.0))
+        # An interval in which the level refuses ten requests and leaves the limit one, fast,
+        # under half the limit: the overload goes on, and congestion holds.
+        clock.now += 0.1
+        ticket = shedder.admit("critical")
+        clock.now += 0.005
+        shedder.finished(ticket, 200)
+        for _ in range(10):
+            self.assertIsNone(shedder.admit("sheddable"))
+        clock.now += 0.1
+        self.assertIsNotNone(shedder.admit("critical_plus"))
+        self.assertTrue(shedder.limit.congested, "ten refused by the level, one admitted")
+        # An interval the level refuses nothing of: congestion ends.
+        shedder.finished(shedder.admit("critical_plus"), 200)
+        clock.now += 0.1
+        shedder.admit("critical_plus")
+        self.assertFalse(shedder.limit.congested, "nothing refused, under half the limit")
+
     def test_in_shadow_mode_nothing_is_shed_and_what_would_be_is_counted(self) -> None:
         registry = CollectorRegistry()
         shedder = LoadShedder(

@@ -321,6 +321,11 @@ impl<C> LoadShedder<C> {
                 .limit
                 .as_mut()
                 .is_some_and(|limit| limit.admit_after(priority, now, waited));
+        // What the level refused is shedding too: the limit counts it among its interval's
+        // refusals.
+        if let (false, Some(limit)) = (by_level, local.limit.as_mut()) {
+            limit.shed_by_level(now);
+        }
         let admitted = by_level && (counted || local.limit.is_none());
         let outcome = match (admitted, self.shadow, by_level) {
             (true, _, _) => "admitted",

@@ -248,6 +248,10 @@ fn the_local_limit_replays_every_trace() {
                     limit.leave(at);
                     Json::Null
                 }
+                "level" => {
+                    limit.shed_by_level(at);
+                    Json::Null
+                }
                 _ => {
                     limit.finish(Duration::from_micros(event[2].as_u64().unwrap()), at);
                     Json::Null

@@ -449,6 +449,62 @@ async fn the_limiters_own_answers_leave_the_local_limit_unmeasured() {
 }
 
 #[tokio::test]
+async fn what_the_level_sheds_holds_the_processs_limit_congested() {
+    let limiter = AsyncRateLimiter::shared(connection().await, Config::default()).unwrap();
+    let (now, clock) = common::manual_clock();
+    let advance = |millis| now.fetch_add(millis, std::sync::atomic::Ordering::SeqCst);
+    let shedder = LoadShedder::builder(limiter, common::hot_service("held").await)
+        .clock(clock)
+        .build()
+        .unwrap();
+    // A no-load latency of 5 ms, then 20 requests in flight, every one taking 100 ms or more:
+    // a queue over four times the target, congestion at once.
+    let fast = shedder.admit(Priority::Critical).unwrap();
+    advance(5);
+    shedder.finished(fast, 200);
+    let slow: Vec<_> = (0..20)
+        .map(|_| shedder.admit(Priority::Critical).unwrap())
+        .collect();
+    advance(100);
+    for ticket in &slow[..10] {
+        shedder.finished(*ticket, 200);
+    }
+    advance(100);
+    for ticket in &slow[10..] {
+        shedder.finished(*ticket, 200);
+    }
+    assert_eq!(shedder.report().await.unwrap().level, 1);
+    // An interval in which the level refuses ten requests and leaves the limit one, fast,
+    // under half the limit: the overload goes on, and congestion holds.
+    advance(100);
+    let ticket = shedder.admit(Priority::Critical).unwrap();
+    advance(5);
+    shedder.finished(ticket, 200);
+    for _ in 0..10 {
+        assert!(
+            shedder.admit(Priority::Sheddable).is_none(),
+            "level 1 sheds sheddable"
+        );
+    }
+    advance(100);
+    let ticket = shedder.admit(Priority::CriticalPlus).unwrap();
+    let limit = shedder.limit().unwrap();
+    assert!(
+        limit.congested,
+        "ten refused by the level, one admitted: {limit:?}"
+    );
+    // An interval the level refuses nothing of: congestion ends.
+    shedder.finished(ticket, 200);
+    advance(100);
+    shedder.admit(Priority::CriticalPlus);
+    let limit = shedder.limit().unwrap();
+    assert!(
+        !limit.congested,
+        "nothing refused, under half the limit: {limit:?}"
+    );
+}
+
+#[tokio::test]
 async fn a_standing_queue_sheds_the_least_important_first_by_the_processs_own_limit() {
     let limiter = AsyncRateLimiter::shared(connection().await, Config::default()).unwrap();
     let (now, clock) = common::manual_clock();

@@ -238,6 +238,15 @@ class ConcurrencyLimit:
             self._finished += 1
             self._queued += latency > self._target(self.noload)
 
+    def shed_by_level(self, now: int) -> None:
+        """A request the service's level refused at `now` before this limit decided it: one
+        more refusal of the interval, as shedding's own (the overload goes on while anything
+        is refused: the level's refusals keep congestion from ending when they leave this
+        limit only a trickle to decide), never in flight."""
+        with self._lock:
+            self._roll(now)
+            self._refused += 1
+
     def leave(self, now: int) -> None:
         """An admitted request ended at `now` with an answer that says nothing of the service's
         latency (the package's own: a refusal, a failure policy's answer while the server

@@ -245,6 +245,10 @@ class _Shedding:
             and self.limit is not None
             and self.limit.admit(PRIORITIES.index(priority), _micros(now), _micros(waited))
         )
+        # What the level refused is shedding too: the limit counts it among its interval's
+        # refusals.
+        if not by_level and self.limit is not None:
+            self.limit.shed_by_level(_micros(now))
         admitted = by_level and (counted or self.limit is None)
         if admitted:
             outcome = "admitted"

@@ -225,6 +225,15 @@ function _M.finish(self, latency, now)
     end
 end
 
+--- A request the service's level refused at `now` before this limit decided it: one more refusal
+--- of the interval, as shedding's own (the overload goes on while anything is refused: the level's
+--- refusals keep congestion from ending when they leave this limit only a trickle to decide), never
+--- in flight.
+function _M.shed_by_level(self, now)
+    roll(self, now)
+    self.refused = self.refused + 1
+end
+
 --- An admitted request ended at `now` with an answer that says nothing of the service's latency
 --- (the package's own: a refusal, a failure policy's answer while the server failed): it leaves
 --- the requests in flight, and no latency is counted.

@@ -176,6 +176,10 @@ function _M.admit(priority)
     local level, share = standing(INDEX[name])
     local by_level = random() < share
     local counted = by_level and limit ~= nil and limit:admit(INDEX[name], micros(ngx.now()))
+    -- What the level refused is shedding too: the limit counts it among its interval's refusals.
+    if not by_level and limit ~= nil then
+        limit:shed_by_level(micros(ngx.now()))
+    end
     local admitted = by_level and (counted or limit == nil)
     local outcome = admitted and "admitted"
         or (config.shadow and "shadow" or (by_level and "shed_local" or "shed"))

@@ -36,6 +36,13 @@ import org.springframework.web.bind.annotation.RestController;
 public class ServletShape {
   static double cpuMillis;
 
+  private final ObjectProvider<LoadShedder> shedder;
+
+  /** The shedder, when the mode declares one (a handler's parameter cannot be a provider). */
+  ServletShape(ObjectProvider<LoadShedder> shedder) {
+    this.shedder = shedder;
+  }
+
   /** Arithmetic for {@code millis} of this thread's CPU time; its result, read. */
   static double work(double millis) {
     var bean = java.lang.management.ManagementFactory.getThreadMXBean();
@@ -55,8 +62,14 @@ public class ServletShape {
   }
 
   @GetMapping("/stats")
-  Map<String, Object> stats(ObjectProvider<LoadShedder> shedder) {
+  Map<String, Object> stats() {
     Map<String, Object> counters = new LinkedHashMap<>();
+    Optional.ofNullable(shedder.getIfAvailable())
+        .ifPresent(
+            each -> {
+              counters.put("level", each.standing().level());
+              counters.put("shares", each.standing().shares());
+            });
     Optional.ofNullable(shedder.getIfAvailable())
         .map(LoadShedder::limit)
         .ifPresent(
@@ -65,6 +78,8 @@ public class ServletShape {
               counters.put("congestions", limit.congestions());
               counters.put("limit", limit.limit());
               counters.put("congested", limit.congested());
+              counters.put("inflight", limit.inflight());
+              counters.put("noload", limit.noload());
             });
     counters.putIfAbsent("changes", 0);
     counters.putIfAbsent("congestions", 0);

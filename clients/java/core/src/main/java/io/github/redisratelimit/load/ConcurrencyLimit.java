@@ -241,6 +241,17 @@ public final class ConcurrencyLimit {
   }
 
   /**
+   * A request the service's level refused at {@code now} (µs) before this limit decided it: one
+   * more refusal of the interval, as shedding's own (the overload goes on while anything is
+   * refused: the level's refusals keep congestion from ending when they leave this limit only a
+   * trickle to decide), never in flight.
+   */
+  public synchronized void shedByLevel(long now) {
+    roll(now);
+    refused += 1;
+  }
+
+  /**
    * An admitted request ended at {@code now} (µs) with an answer that says nothing of the service's
    * latency (the package's own: a refusal, a failure policy's answer while the server failed): it
    * leaves the requests in flight, and no latency is counted.

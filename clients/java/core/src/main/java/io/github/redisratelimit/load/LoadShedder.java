@@ -323,6 +323,10 @@ public final class LoadShedder implements AutoCloseable {
     boolean byLevel = draw.getAsDouble() < now.share(priority);
     long at = clock.getAsLong();
     boolean counted = byLevel && limit != null && limit.admit(priority, micros(at));
+    // What the level refused is shedding too: the limit counts it among its interval's refusals.
+    if (!byLevel && limit != null) {
+      limit.shedByLevel(micros(at));
+    }
     boolean admitted = byLevel && (counted || limit == null);
     String outcome = admitted ? "admitted" : shadow ? "shadow" : byLevel ? "shed_local" : "shed";
     metrics.loadDecision(service, priority, outcome);

@@ -161,6 +161,46 @@ class LoadShedderTest {
   }
 
   @Test
+  void whatTheLevelShedsHoldsTheLocalLimitCongested() {
+    try (AsyncRateLimiter limiter = limiter()) {
+      String service = service();
+      limiter
+          .calls()
+          .call(
+              List.of(
+                  ("RL.LOAD.POLICY " + service + " HOLD 0 LEVEL inflight 0 SHARES 1 1 0 0")
+                      .split(" ")))
+          .join();
+      Clock clock = new Clock();
+      LoadShedder shedder =
+          LoadShedder.builder(limiter, service).clock(clock::now, () -> 0.5).build();
+      ConcurrencyLimit limit = shedder.limit();
+      for (LoadShedder.Ticket ticket : flood(shedder, clock)) {
+        shedder.finished(ticket, 200, false);
+      }
+      assertTrue(limit.congested());
+      assertEquals(1, shedder.report().level());
+      // An interval in which the level refuses ten requests and leaves the limit one, fast,
+      // under half the limit: the overload goes on, and congestion holds.
+      clock.advance(Duration.ofMillis(100));
+      LoadShedder.Ticket ticket = shedder.admit(Priority.CRITICAL);
+      clock.advance(Duration.ofMillis(5));
+      shedder.finished(ticket, 200, false);
+      for (int index = 0; index < 10; index++) {
+        assertNull(shedder.admit(Priority.SHEDDABLE), "level 1 sheds sheddable");
+      }
+      clock.advance(Duration.ofMillis(100));
+      ticket = shedder.admit(Priority.CRITICAL_PLUS);
+      assertTrue(limit.congested(), "ten refused by the level, one admitted");
+      // An interval the level refuses nothing of: congestion ends.
+      shedder.finished(ticket, 200, false);
+      clock.advance(Duration.ofMillis(100));
+      shedder.admit(Priority.CRITICAL_PLUS);
+      assertFalse(limit.congested(), "nothing refused, under half the limit");
+    }
+  }
+
+  @Test
   void withTheServerFrozenTheLocalLimitStillProtects() {
     try (AsyncRateLimiter limiter =
         new AsyncRateLimiter(

@@ -101,7 +101,7 @@ func CreateRedis(t *testing.T) *redis.Redis {
 	return redis.New(miniredis.RunT(t).Addr())
 }
 GO
-version=$(cd "$peer" && git describe --tags --abbrev=0 2>/dev/null || echo v1.10.3)
+version=$(cd "$peer" && git describe --tags --abbrev=0 --match 'v[0-9]*' 2>/dev/null || echo v1.10.3)
 cat > "$work/go.mod" <<MOD
 module peer/gozero
 

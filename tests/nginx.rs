@@ -1781,6 +1781,83 @@ fn a_workers_own_limit_sheds_by_priority_with_the_server_frozen() {
     server.signal(libc::SIGCONT);
 }
 
+/// What the level refuses counts among the worker's limit's refusals, so congestion holds while
+/// the level leaves the limit only a trickle: the Python, Node, Rust, Java and Go shedders'
+/// test of the same name, in one request of one worker whose `ngx.now` a fake clock stands in
+/// for (the scenario yields nowhere, so no timer runs in between) and whose level is set in
+/// the shared dictionary as a report's answer would set it.
+#[test]
+fn what_the_level_sheds_holds_the_workers_limit_congested() {
+    let server = Server::start();
+    let http = format!(
+        "    lua_shared_dict ratelimit_load 1m;
+    init_worker_by_lua_block {{
+        require(\"resty.ratelimit_module.load\").start({}, {{ service = \"load:level-holds\",
+            dict = \"ratelimit_load\", interval = 100 }})
+    }}
+    server {{
+        listen {{listen}};
+        location = /scenario {{ content_by_lua_block {{
+            local load = require(\"resty.ratelimit_module.load\")
+            local limit = load.limit
+            local dict = ngx.shared.ratelimit_load
+            local real_now = ngx.now
+            local clock = real_now()
+            ngx.now = function() return clock end
+            local function us(seconds) return math.floor(seconds * 1000000 + 0.5) end
+            local function step(name, ok)
+                if not ok then error(name, 0) end
+            end
+            local ok, failed = pcall(function()
+                -- A no-load latency of 5 ms, then a queue that stands: 20 in flight, and
+                -- every one of the next interval taking 100 ms (over four times the target).
+                step(\"the first request\", load.admit(\"critical\"))
+                clock = clock + 0.005
+                limit:finish(5000, us(clock))
+                for _ = 1, 20 do
+                    step(\"under the limit of 20\", load.admit(\"critical\"))
+                end
+                clock = clock + 0.1
+                for _ = 1, 10 do limit:finish(100000, us(clock)) end
+                clock = clock + 0.1
+                limit:finish(100000, us(clock))
+                step(\"the flood congests\", limit.congested)
+                while limit.inflight > 0 do limit:finish(5000, us(clock)) end
+                -- The level a report answers: the top two classes admitted, the rest shed.
+                dict:set(\"level\", 1)
+                for i, share in ipairs({{ 1, 1, 0, 0 }}) do dict:set(\"share|\" .. i, share) end
+                dict:set(\"reported_at\", clock)
+                -- An interval in which the level refuses ten and leaves the limit one, fast,
+                -- under half the limit: the overload goes on, and congestion holds.
+                clock = clock + 0.1
+                step(\"critical at level 1\", load.admit(\"critical\"))
+                clock = clock + 0.005
+                limit:finish(5000, us(clock))
+                for _ = 1, 10 do
+                    step(\"sheddable shed by the level\", not load.admit(\"sheddable\"))
+                end
+                clock = clock + 0.1
+                step(\"critical_plus at level 1\", load.admit(\"critical_plus\"))
+                step(\"ten refused by the level, one admitted: congested\", limit.congested)
+                -- An interval the level refuses nothing of: congestion ends.
+                step(\"critical_plus again\", load.admit(\"critical_plus\"))
+                limit:finish(5000, us(clock))
+                clock = clock + 0.1
+                load.admit(\"critical_plus\")
+                step(\"nothing refused, under half the limit: not congested\",
+                    not limit.congested)
+            end)
+            ngx.now = real_now
+            ngx.say(ok and \"ok\" or failed)
+        }} }}
+    }}",
+        redis_options(server.port(), "")
+    );
+    let nginx = Nginx::start_with(&http, 1);
+    let answer = nginx.get("/scenario");
+    assert_eq!(answer.body, "ok\n", "{}", nginx.log());
+}
+
 #[test]
 fn combine_takes_any_limiter_returns_its_errors_and_starts_at_an_exact_zero() {
     let server = Server::start();

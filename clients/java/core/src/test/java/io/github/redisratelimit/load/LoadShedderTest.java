@@ -58,13 +58,7 @@ class LoadShedderTest {
   void itShedsByPriorityTheLevelItsReportAnswers() {
     try (AsyncRateLimiter limiter = limiter()) {
       String service = service();
-      limiter
-          .calls()
-          .call(
-              List.of(
-                  ("RL.LOAD.POLICY " + service + " HOLD 0 LEVEL inflight 0 SHARES 1 1 0 0")
-                      .split(" ")))
-          .join();
+      levelOneAdmits(limiter, service, "1 1 0 0");
       PrometheusMeterRegistry registry = new PrometheusMeterRegistry(PrometheusConfig.DEFAULT);
       LoadShedder shedder =
           LoadShedder.builder(limiter, service)
@@ -94,16 +88,9 @@ class LoadShedderTest {
   void aLevelNobodyReportsAnyMoreShedsNothing() {
     try (AsyncRateLimiter limiter = limiter()) {
       String service = service();
-      limiter
-          .calls()
-          .call(
-              List.of(
-                  ("RL.LOAD.POLICY " + service + " HOLD 0 LEVEL inflight 0 SHARES 1 0 0 0")
-                      .split(" ")))
-          .join();
+      levelOneAdmits(limiter, service, "1 0 0 0");
       Clock clock = new Clock();
-      LoadShedder shedder =
-          LoadShedder.builder(limiter, service).clock(clock::now, () -> 0.5).build();
+      LoadShedder shedder = onClock(limiter, service, clock);
       shedder.report();
       assertNull(shedder.admit(Priority.SHEDDABLE));
       clock.advance(Duration.ofSeconds(4));
@@ -137,7 +124,26 @@ class LoadShedderTest {
 
   /** A shedder with the default limit on {@code clock}, every share drawn at 0.5. */
   static LoadShedder onClock(AsyncRateLimiter limiter, Clock clock) {
-    return LoadShedder.builder(limiter, service()).clock(clock::now, () -> 0.5).build();
+    return onClock(limiter, service(), clock);
+  }
+
+  /** A shedder of {@code service} with the default limit on {@code clock}, shares drawn at 0.5. */
+  static LoadShedder onClock(AsyncRateLimiter limiter, String service, Clock clock) {
+    return LoadShedder.builder(limiter, service).clock(clock::now, () -> 0.5).build();
+  }
+
+  /**
+   * Sets {@code service}'s policy: level 1 as soon as anything is in flight, admitting the four
+   * classes by {@code shares} (critical_plus first), with no hold.
+   */
+  static void levelOneAdmits(AsyncRateLimiter limiter, String service, String shares) {
+    limiter
+        .calls()
+        .call(
+            List.of(
+                ("RL.LOAD.POLICY " + service + " HOLD 0 LEVEL inflight 0 SHARES " + shares)
+                    .split(" ")))
+        .join();
   }
 
   @Test
@@ -164,16 +170,9 @@ class LoadShedderTest {
   void whatTheLevelShedsHoldsTheLocalLimitCongested() {
     try (AsyncRateLimiter limiter = limiter()) {
       String service = service();
-      limiter
-          .calls()
-          .call(
-              List.of(
-                  ("RL.LOAD.POLICY " + service + " HOLD 0 LEVEL inflight 0 SHARES 1 1 0 0")
-                      .split(" ")))
-          .join();
+      levelOneAdmits(limiter, service, "1 1 0 0");
       Clock clock = new Clock();
-      LoadShedder shedder =
-          LoadShedder.builder(limiter, service).clock(clock::now, () -> 0.5).build();
+      LoadShedder shedder = onClock(limiter, service, clock);
       ConcurrencyLimit limit = shedder.limit();
       for (LoadShedder.Ticket ticket : flood(shedder, clock)) {
         shedder.finished(ticket, 200, false);

@@ -964,6 +964,10 @@ def overload_svg(result) -> str:
 
 
 if __name__ == "__main__":
+    if "--help" in sys.argv[1:] or "-h" in sys.argv[1:]:
+        # Any other word is the module's path: a stray --help would start a whole run.
+        print(__doc__)
+        sys.exit(0)
     arguments = [arg for arg in sys.argv[1:] if not arg.startswith("--")]
     letters = "abcdefgh"
     if "--shapes" in sys.argv:

@@ -1,8 +1,8 @@
 //! A service's load state and how its level moves: entered at once when a threshold is
 //! reached, left one level at a time, only once every factor of it is below its threshold
 //! less the hysteresis and the level has held for `hold`, its shares easing into the lower
-//! level's over that hold; and the decision on a request, drawn at random from its class's
-//! share.
+//! level's over that hold (level 0, which sheds nothing, at once); and the decision on a
+//! request, drawn at random from its class's share.
 
 use std::borrow::Cow;
 
@@ -51,8 +51,8 @@ pub struct Standing {
     pub since: Micros,
     /// The level's own shares, per class, most important first, in parts of `WHOLE`.
     pub shares: [u16; 4],
-    /// The shares it eases from: the level above's when this one was entered going down;
-    /// the level's own otherwise.
+    /// The shares it eases from: the level above's when this one (not level 0) was entered
+    /// going down; the level's own otherwise.
     pub from: [u16; 4],
     /// When the easing ends: each share moves in a straight line from `from` at `since` to
     /// `shares` at `eased_until`.
@@ -141,7 +141,8 @@ impl LoadState {
     /// the highest level one of whose thresholds is reached, at once; else, once the
     /// current level has held for the policy's `hold`, one level down when no factor of
     /// the current level stays above its threshold less the hysteresis. A level entered
-    /// going down eases its shares from the level left over the next `hold`.
+    /// going down eases its shares from the level left over the next `hold`; level 0 is
+    /// entered at once.
     pub fn evaluate(&self, now: Micros) -> Standing {
         let policy = self.policy();
         let current = usize::from(self.level).min(policy.levels.len());
@@ -174,12 +175,19 @@ impl LoadState {
         let held = now < self.hold_ends(&policy);
         if entered < current && !stays && !held {
             let level = current - 1;
+            // Level 0 sheds nothing and is entered at once: what the level shed comes back
+            // under each instance's own limit, which holds what its service can take, so a
+            // load that has fallen is not refused for another hold after the overload.
+            let (from, eased_until) = match level {
+                0 => (shares(0), now),
+                _ => (shares(current), now + policy.hold),
+            };
             return Standing {
                 level: level as u8,
                 since: now,
                 shares: shares(level),
-                from: shares(current),
-                eased_until: now + policy.hold,
+                from,
+                eased_until,
             };
         }
         Standing {

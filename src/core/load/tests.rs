@@ -513,6 +513,41 @@ fn a_level_left_eases_its_shares_over_the_hold() {
     );
 }
 
+/// Level 0 sheds nothing, so it is entered whole, not eased into: the instant level 1 is
+/// left, every class is admitted, however much level 1 shed (a level entered in an
+/// overload's last moment refuses for its hold, not for a hold and an easing after it).
+#[test]
+fn level_zero_is_entered_without_easing() {
+    let mut state = state_with(policy());
+    assert_eq!(cpu(&mut state, T0, 0.6), 1);
+    // Held: level 1 admits half of sheddable_plus and a fifth of sheddable.
+    assert_eq!(cpu(&mut state, T0 + ms(500), 0.1), 1);
+    let down = T0 + ms(1_000);
+    assert_eq!(cpu(&mut state, down, 0.1), 0);
+    for after in [0, 1, 500, 999, 2_000] {
+        let now = down + ms(after);
+        assert_eq!(
+            state.evaluate(now).shares_at(now),
+            [WHOLE; 4],
+            "{after} ms after"
+        );
+        let sheddable_admitted = (0..u64::from(WHOLE))
+            .filter(|&draw| {
+                state
+                    .decide(Priority::parse(b"sheddable").unwrap(), now, draw)
+                    .admitted
+            })
+            .count();
+        assert_eq!(sheddable_admitted, usize::from(WHOLE), "{after} ms after");
+    }
+    // The stored header says the same as the whole state.
+    let mut bytes = Vec::new();
+    state.encode(down, &mut bytes);
+    if let Some((header, _)) = LoadStateBytes(&bytes).standing(down + ms(1)) {
+        assert_eq!(header.shares_at(down + ms(1)), [WHOLE; 4]);
+    }
+}
+
 /// From the top level to none takes one hold a level, whatever the load fell to.
 #[test]
 fn levels_are_left_one_at_a_time() {

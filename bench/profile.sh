@@ -8,9 +8,11 @@
 # The arguments are a redis-benchmark command (__rand_int__ takes 100,000 random values).
 # Needs valgrind, redis-server and redis-benchmark. The environment may set MODULE (another
 # build, target/release's by default), REPLICA=0 (no replica: the module then builds no
-# effects) and WARMUP=<requests> sent before counting (a hot key's log already long).
+# effects), WARMUP=<requests> sent before counting (a hot key's log already long) and
+# KEEP=<file> (a copy of callgrind's dump there, for callgrind_annotate: line by line with a
+# build made with CARGO_PROFILE_RELEASE_DEBUG=line-tables-only).
 set -eu
-[ $# -gt 0 ] || { sed -n '2,11p' "$0"; exit 2; }
+[ $# -gt 0 ] || { sed -n '2,13p' "$0"; exit 2; }
 root=$(cd "$(dirname "$0")/.." && pwd)
 module=${MODULE:-$root/target/release/libredis_ratelimit.so}
 with_replica=${REPLICA:-1}
@@ -62,6 +64,7 @@ redis-benchmark -p "$master" -n "$requests" -c 50 -P 16 -r 100000 -q "$@" >/dev/
 callgrind_control -d "$pid" >/dev/null
 sleep 1
 dump=$(ls -t "$work"/callgrind.out.* | head -n 1)
+if [ -n "${KEEP:-}" ]; then cp "$dump" "$KEEP"; fi
 # The total, less every call of the command table's name comparison (its count follows a
 # hash seed drawn at each start; bench/run.py leaves it out the same way).
 total=$(awk '

@@ -462,6 +462,14 @@ fn states_of_layout_1_still_load() {
     );
 }
 
+/// How many of the `WHOLE` draws a request of `priority` is admitted at `now`: its share.
+fn admitted(state: &LoadState, priority: &[u8], now: Micros) -> usize {
+    let priority = Priority::parse(priority).unwrap();
+    (0..u64::from(WHOLE))
+        .filter(|&draw| state.decide(priority, now, draw).admitted)
+        .count()
+}
+
 /// Going down, the shares move in a straight line from the level left to the level entered
 /// over the hold; the header says the same as the whole state; going up is at once.
 #[test]
@@ -496,14 +504,7 @@ fn a_level_left_eases_its_shares_over_the_hold() {
                 "the header, {after} ms after"
             );
         }
-        let critical_admitted = (0..u64::from(WHOLE))
-            .filter(|&draw| {
-                state
-                    .decide(Priority::parse(b"critical").unwrap(), now, draw)
-                    .admitted
-            })
-            .count();
-        assert_eq!(critical_admitted, usize::from(critical));
+        assert_eq!(admitted(&state, b"critical", now), usize::from(critical));
     }
     // Up again at once, whatever the easing.
     assert_eq!(cpu(&mut state, down + ms(100), 0.95), 2);
@@ -531,14 +532,11 @@ fn level_zero_is_entered_without_easing() {
             [WHOLE; 4],
             "{after} ms after"
         );
-        let sheddable_admitted = (0..u64::from(WHOLE))
-            .filter(|&draw| {
-                state
-                    .decide(Priority::parse(b"sheddable").unwrap(), now, draw)
-                    .admitted
-            })
-            .count();
-        assert_eq!(sheddable_admitted, usize::from(WHOLE), "{after} ms after");
+        assert_eq!(
+            admitted(&state, b"sheddable", now),
+            usize::from(WHOLE),
+            "{after} ms after"
+        );
     }
     // The stored header says the same as the whole state.
     let mut bytes = Vec::new();

@@ -541,9 +541,10 @@ fn level_zero_is_entered_without_easing() {
     // The stored header says the same as the whole state.
     let mut bytes = Vec::new();
     state.encode(down, &mut bytes);
-    if let Some((header, _)) = LoadStateBytes(&bytes).standing(down + ms(1)) {
-        assert_eq!(header.shares_at(down + ms(1)), [WHOLE; 4]);
-    }
+    let (header, _) = LoadStateBytes(&bytes)
+        .standing(down + ms(1))
+        .expect("the header stands while the report is live and the hold lasts");
+    assert_eq!(header.shares_at(down + ms(1)), [WHOLE; 4]);
 }
 
 /// From the top level to none takes one hold a level, whatever the load fell to.

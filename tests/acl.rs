@@ -1,7 +1,7 @@
 //! ACL: the commands declare their key (key specs), so key patterns restrict them like any
 //! Redis command; and they sit in ACL categories where the server lets modules say so
 //! (`@write @fast` on Redis 7.2+ and Valkey, and the module's own `@ratelimit` on Redis 7.4+ and
-//! Valkey 8+).
+//! Valkey 8+, which `ACL CAT ratelimit` lists on Redis 8+ and Valkey 8.1+).
 
 mod support;
 
@@ -109,6 +109,27 @@ fn command_info_shows_arity_flags_key_specs_and_categories() {
     }
 }
 
+/// The module's commands whose `COMMAND INFO` puts them in `@ratelimit`, sorted.
+fn in_ratelimit_category(server: &Server) -> Vec<String> {
+    let mut con = server.connect();
+    let names: Vec<String> = query(
+        &mut con,
+        &["COMMAND", "LIST", "FILTERBY", "MODULE", "ratelimit"],
+    );
+    let mut members: Vec<String> = names
+        .into_iter()
+        .filter(|name| {
+            let info: Vec<Vec<Value>> = query(&mut con, &["COMMAND", "INFO", name]);
+            let categories: Vec<String> = redis::from_redis_value(info[0][6].clone()).unwrap();
+            categories.contains(&"@ratelimit".to_owned())
+        })
+        .collect();
+    members.sort();
+    // The limiting commands, their read-only variants, the leases, RL.TOP and RL.LOAD.*.
+    assert!(members.len() >= 14, "{members:?}");
+    members
+}
+
 #[test]
 fn categories_grant_the_commands_where_the_server_has_them() {
     let server = Server::start();
@@ -128,12 +149,18 @@ fn categories_grant_the_commands_where_the_server_has_them() {
         admit_each(&mut con, "k");
         return;
     }
-    // `ACL CAT ratelimit` would list nothing: Redis leaves module commands out of it.
     let categories: Vec<String> = query(&mut server.connect(), &["ACL", "CAT"]);
     assert!(
         categories.contains(&"ratelimit".to_owned()),
         "{categories:?}"
     );
+    let mut listed: Vec<String> = query(&mut server.connect(), &["ACL", "CAT", "ratelimit"]);
+    listed.sort();
+    if ServerRelease::of(&mut server.connect()).lists_module_commands_by_category() {
+        assert_eq!(listed, in_ratelimit_category(&server));
+    } else {
+        assert_eq!(listed, Vec::<String>::new());
+    }
     let mut con = connect_as(&server, "limited", &["~*", "+@ratelimit"]);
     admit_each(&mut con, "k");
     let refused = error(&mut con, &["GET", "k"]);

@@ -155,6 +155,17 @@ impl ServerRelease {
             self.version >= (7, 4)
         }
     }
+
+    /// Whether `ACL CAT category` lists a module's commands: Redis 8+ (redis#13489), Valkey
+    /// 8.1+ (valkey#1140). Redis 7.4 and Valkey 8.0 leave them out (measured on 7.4.1 and
+    /// 8.0.1), though the category grants them.
+    pub fn lists_module_commands_by_category(self) -> bool {
+        if self.valkey {
+            self.version >= (8, 1)
+        } else {
+            self.version >= (8, 0)
+        }
+    }
 }
 
 /// The version `MODULE LIST` shows for the module `name`, if it is loaded. Servers list

@@ -136,11 +136,15 @@ BASELINE ?=
 BASELINE_MODULES := $(foreach commit,$(BASELINE),$(CURDIR)/target/baseline/$(commit)/target/release/libredis_ratelimit.so)
 BASELINE_ARGS := $(foreach commit,$(BASELINE),--baseline $(CURDIR)/target/baseline/$(commit)/target/release/libredis_ratelimit.so --baseline-name $(commit))
 
+# The commit the measured module is built from, read as make starts, before the build: an edit
+# made while the bench builds or runs does not mark the build it measures "dirty".
+BUILT_FROM := $(shell git describe --always --dirty 2>/dev/null)
+
 bench: deps-server build deps-bench clients-deps $(BASELINE_MODULES)
-	python3 bench/run.py $(BASELINE_ARGS)
+	BUILT_FROM=$(BUILT_FROM) python3 bench/run.py $(BASELINE_ARGS)
 
 bench-update: deps-server build deps-bench clients-deps $(BASELINE_MODULES)
-	python3 bench/run.py --write $(BASELINE_ARGS)
+	BUILT_FROM=$(BUILT_FROM) python3 bench/run.py --write $(BASELINE_ARGS)
 
 $(CURDIR)/target/baseline/%/target/release/libredis_ratelimit.so:
 	git worktree add --force --detach $(CURDIR)/target/baseline/$* $*

@@ -575,7 +575,9 @@ def versions() -> dict[str, str]:
         "redis": run("redis-server", "--version"),
         "valgrind": run("valgrind", "--version"),
         "rustc": run("rustc", "--version"),
-        "module": (run("git", "-C", str(ROOT), "describe", "--always", "--dirty")
+        # The commit make read before building (`BUILT_FROM`), else the tree's now.
+        "module": ((os.environ.get("BUILT_FROM")
+                    or run("git", "-C", str(ROOT), "describe", "--always", "--dirty"))
                    if MODULE == ROOT / "target/release/libredis_ratelimit.so" else str(MODULE)),
     }
 

@@ -346,9 +346,6 @@ impl CommonOptions {
     /// Refuses the options the calls or limiters `refusers` names cannot take, with the first
     /// given option's reply (in the order of [`OPTIONS`]).
     pub(super) fn refuse(&self, refusers: impl Fn(Refuser) -> bool) -> Result<(), CommandError> {
-        if self.given.is_empty() {
-            return Ok(()); // Most calls: nothing to look up.
-        }
         for option in self.given.options() {
             if let Some(&(_, reply)) = option.refused_by.iter().find(|(by, _)| refusers(*by)) {
                 return Err(reply);

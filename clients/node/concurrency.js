@@ -177,13 +177,16 @@ class ConcurrencyLimit {
       waitedOut = backlog >= this.options.sojourn * share * this.target(noload);
       admitted = !waitedOut;
     }
+    // The peak is what the limit counted the request against: for the top class, what is in
+    // flight alone, so that a loop kept busy by the top class (a readiness probe's, a load
+    // test's), whose backlog is a guess, reads as no queue to cut.
     if (admitted) {
       this.inflight += 1;
       this.admitted += 1;
-      this.peak = Math.max(this.peak, load + 1);
+      this.peak = Math.max(this.peak, counted + 1);
       return true;
     }
-    this.peak = Math.max(this.peak, load);
+    this.peak = Math.max(this.peak, counted);
     this.refused += 1;
     if (waitedOut) this.waitedOut += 1;
     return false;

@@ -268,14 +268,14 @@ func (c *ConcurrencyLimit) Admit(priority ratelimit.Priority, now, backlog int64
 	if index < 0 || index >= len(c.options.Shares) {
 		index = int(ratelimit.Sheddable)
 	}
+	// The top class counts only what is in flight: its places are kept.
+	counted := load
+	if index == 0 {
+		counted = float64(c.inflight)
+	}
 	var admit, waitedOut bool
 	if c.congested {
 		share := c.options.Shares[index]
-		// The top class counts only what is in flight: its places are kept.
-		counted := load
-		if index == 0 {
-			counted = float64(c.inflight)
-		}
 		admit = counted < c.limit*share
 		if admit && index > 0 && waiting > 0 {
 			waitedOut = float64(backlog) >= c.options.Sojourn*share*c.target(noload)
@@ -287,13 +287,16 @@ func (c *ConcurrencyLimit) Admit(priority ratelimit.Priority, now, backlog int64
 		// admits as well.
 		admit = float64(c.inflight) < math.Max(c.limit, c.options.Initial)
 	}
+	// The peak is what the limit counted the request against: for the top class, what is in
+	// flight alone, so that a loop kept busy by the top class (a readiness probe's, a load
+	// test's), whose backlog is a guess, reads as no queue to cut.
 	if admit {
 		c.admitted++
 		c.inflight++
-		c.peak = math.Max(c.peak, load+1)
+		c.peak = math.Max(c.peak, counted+1)
 		return true
 	}
-	c.peak = math.Max(c.peak, load)
+	c.peak = math.Max(c.peak, counted)
 	c.refused++
 	if waitedOut {
 		c.waitedOut++

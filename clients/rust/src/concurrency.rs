@@ -375,16 +375,16 @@ impl ConcurrencyLimit {
         let load = self.inflight as f64 + waiting;
         let index = priority.index();
         let share = self.options.shares[index];
+        // The top class counts only what is in flight: the backlog is a guess of the queue
+        // (the time since the loop was last idle), and its places are kept.
+        let counted = if index == 0 {
+            self.inflight as f64
+        } else {
+            load
+        };
         let mut waited_out = false;
         // The backlog refuses only while congested: a burst's wait is no standing queue.
         let admitted = if self.congested {
-            // The top class counts only what is in flight: the backlog is a guess of the
-            // queue (the time since the loop was last idle), and its places are kept.
-            let counted = if index == 0 {
-                self.inflight as f64
-            } else {
-                load
-            };
             let within = counted < self.limit * share;
             if let Some(noload) = noload.filter(|_| within && index > 0) {
                 let allowed = self.options.sojourn * share * self.target_us(noload) as f64;
@@ -397,13 +397,16 @@ impl ConcurrencyLimit {
             // admits as well.
             (self.inflight as f64) < self.limit.max(self.options.initial)
         };
+        // The peak is what the limit counted the request against: for the top class, what is
+        // in flight alone, so that a loop kept busy by the top class (a readiness probe's, a
+        // load test's), whose backlog is a guess, reads as no queue to cut.
         if admitted {
             self.inflight += 1;
             self.admitted += 1;
-            self.peak = self.peak.max(load + 1.0);
+            self.peak = self.peak.max(counted + 1.0);
             true
         } else {
-            self.peak = self.peak.max(load);
+            self.peak = self.peak.max(counted);
             self.refused += 1;
             self.waited_out += u64::from(waited_out);
             false

@@ -205,24 +205,27 @@ class ConcurrencyLimit:
             load = self.inflight + waiting
             # The backlog refuses only while congested: a burst's wait is no standing queue.
             index = priority_index(priority)
+            # The top class counts only what is in flight: the backlog is a guess of the
+            # queue (the time since the loop was last idle), and its places are kept.
+            counted = self.inflight if index == 0 else load
             waited_out = False
             if self.congested:
                 share = self.options.shares[index]
-                # The top class counts only what is in flight: the backlog is a guess of the
-                # queue (the time since the loop was last idle), and its places are kept.
-                counted = self.inflight if index == 0 else load
                 admitted = counted < self.limit * share
                 if admitted and index > 0 and waiting > 0:
                     waited_out = backlog >= self.options.sojourn * share * self._target(noload)
                     admitted = not waited_out
             else:
                 admitted = self.inflight < max(self.limit, self.options.initial)
+            # The peak is what the limit counted the request against: for the top class, what
+            # is in flight alone, so that a loop kept busy by the top class (a readiness
+            # probe's, a load test's), whose backlog is a guess, reads as no queue to cut.
             if admitted:
                 self._admitted += 1
                 self.inflight += 1
-                self._peak = max(self._peak, load + 1)
+                self._peak = max(self._peak, counted + 1)
                 return True
-            self._peak = max(self._peak, load)
+            self._peak = max(self._peak, counted)
             self._refused += 1
             self._waited_out += waited_out
             return False

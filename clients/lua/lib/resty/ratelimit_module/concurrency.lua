@@ -180,13 +180,13 @@ function _M.admit(self, index, now, backlog)
     end
     local load = self.inflight + waiting
     -- The backlog refuses only while congested: a burst's wait is no standing queue.
+    -- The top class counts only what is in flight: the backlog is a guess of the queue, and
+    -- its places are kept.
+    local counted = index == 1 and self.inflight or load
     local admitted
     local waited_out = false
     if self.congested then
         local share = self.options.shares[index]
-        -- The top class counts only what is in flight: the backlog is a guess of the queue,
-        -- and its places are kept.
-        local counted = index == 1 and self.inflight or load
         admitted = counted < self.limit * share
         if admitted and index > 1 and waiting > 0 then
             waited_out = backlog >= self.options.sojourn * share * target_of(self, noload)
@@ -198,13 +198,16 @@ function _M.admit(self, index, now, backlog)
         -- admits as well.
         admitted = self.inflight < max(self.limit, self.options.initial)
     end
+    -- The peak is what the limit counted the request against: for the top class, what is in
+    -- flight alone, so that a loop kept busy by the top class (a readiness probe's, a load
+    -- test's), whose backlog is a guess, reads as no queue to cut.
     if admitted then
         self.inflight = self.inflight + 1
         self.admitted = self.admitted + 1
-        self.peak = max(self.peak, load + 1)
+        self.peak = max(self.peak, counted + 1)
         return true
     end
-    self.peak = max(self.peak, load)
+    self.peak = max(self.peak, counted)
     self.refused = self.refused + 1
     if waited_out then
         self.waited_out = self.waited_out + 1

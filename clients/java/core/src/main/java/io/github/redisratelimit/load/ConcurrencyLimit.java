@@ -196,12 +196,12 @@ public final class ConcurrencyLimit {
     double waiting = backlog > 0 && noload < Double.POSITIVE_INFINITY ? backlog / noload : 0;
     double load = inflight + waiting;
     int index = priority.ordinal();
+    // The top class counts only what is in flight: its places are kept.
+    double counted = index == 0 ? inflight : load;
     boolean admit;
     boolean waitedTooLong = false;
     if (congested) {
       double share = options.share(index);
-      // The top class counts only what is in flight: its places are kept.
-      double counted = index == 0 ? inflight : load;
       admit = counted < limit * share;
       if (admit && index > 0 && waiting > 0) {
         waitedTooLong = backlog >= options.sojourn() * share * target(noload);
@@ -213,13 +213,16 @@ public final class ConcurrencyLimit {
       // well.
       admit = inflight < Math.max(limit, options.initial());
     }
+    // The peak is what the limit counted the request against: for the top class, what is in
+    // flight alone, so that a loop kept busy by the top class (a readiness probe's, a load
+    // test's), whose backlog is a guess, reads as no queue to cut.
     if (admit) {
       admitted += 1;
       inflight += 1;
-      peak = Math.max(peak, load + 1);
+      peak = Math.max(peak, counted + 1);
       return true;
     }
-    peak = Math.max(peak, load);
+    peak = Math.max(peak, counted);
     refused += 1;
     if (waitedTooLong) {
       waitedOut += 1;

@@ -59,6 +59,8 @@ app.get("/stats", (req, res) => {
       congested: limit?.congested,
       noload: limit?.noload,
       waited: shedder?.waited(performance.now() / 1000),
+      // Whether the accept queue's probe still runs (false once it stopped; null: none).
+      probing: shedder?.probe ? !shedder.probe.lost : null,
     }),
   );
 });

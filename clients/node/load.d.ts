@@ -119,6 +119,11 @@ export interface LoadShedderOptions {
   /** The process's own limit on requests in flight: true (the default), a ConcurrencyLimit of
    * your options, or false to shed by the level alone. */
   limit?: boolean | ConcurrencyLimit | null;
+  /** Whether the server's accept queue is timed by a connection of the shedder's own, once a
+   * request shows the server (true, the default; off in a cluster's worker and on a pipe): a
+   * request's wait is then at most what that connection waited, not the whole time since the
+   * event loop was last idle (docs/load.md, "The local limit"). */
+  acceptProbe?: boolean;
   random?: () => number;
   /** Seconds of a monotonic clock. */
   clock?: () => number;

@@ -27,6 +27,7 @@ const os = require("node:os");
 const path = require("node:path");
 const { commandSender } = require("./index");
 const { ConcurrencyLimit, LIMIT_DEFAULTS } = require("./concurrency");
+const { AcceptProbe } = require("./accept");
 
 const PRIORITIES = ["critical_plus", "critical", "sheddable_plus", "sheddable"];
 const NOTHING_SHED = Object.freeze({ level: 0, instances: 0, shares: [1, 1, 1, 1] });
@@ -227,7 +228,10 @@ class Signals {
  * application's own factors to add to each report (`() => ({ queue: jobs.length })`: a queue's
  * backlog, a pool's waiters, any number a policy names); `limit`, the process's own limit on
  * requests in flight (on by default: `true`; a ConcurrencyLimit of your options; `false` to shed
- * by the level alone); `signals`, `random`, `clock` (seconds; the tests').
+ * by the level alone); `acceptProbe` (true): time the server's accept queue by a connection of
+ * the shedder's own (./accept), so that a request's wait is at most what that connection waited,
+ * not the whole time since the event loop was last idle; `signals`, `random`, `clock` (seconds;
+ * the tests').
  */
 class LoadShedder {
   constructor(
@@ -246,6 +250,7 @@ class LoadShedder {
       clock = () => performance.now() / 1000,
       logger = console,
       limit = true,
+      acceptProbe = true,
     } = {},
   ) {
     Object.assign(this, { service, instance, interval, timeout, shadow, metrics, factors, random, clock, logger });
@@ -254,6 +259,9 @@ class LoadShedder {
     // it, so it waited at most since then (null: no loop watched).
     this.idleAt = null;
     this.watch = null;
+    // The server's accept queue, timed by a connection of the shedder's own (./accept), once a
+    // request showed which server it came through (undefined: none yet; null: none to probe).
+    this.probe = acceptProbe ? undefined : null;
     this.ttl = ttl ?? 3 * interval;
     this.send = commandSender(client);
     this.signals = signals ?? new Signals({ clock });
@@ -319,11 +327,19 @@ class LoadShedder {
     }
     if (this.watch === null && this.limit !== null) {
       let last = performance.eventLoopUtilization();
-      this.idleAt = this.clock();
+      let tickAt = this.clock();
+      this.idleAt = tickAt;
       this.watch = setInterval(() => {
         const delta = performance.eventLoopUtilization(last);
         last = performance.eventLoopUtilization();
-        if (delta.idle >= IDLE_MS) this.idleAt = this.clock();
+        const since = tickAt;
+        tickAt = this.clock();
+        if (delta.idle >= IDLE_MS) {
+          this.idleAt = tickAt;
+          this.probe?.idle(since);
+        } else {
+          this.probe?.send();
+        }
       }, LOOP_TICK);
       this.watch.unref?.();
     }
@@ -335,6 +351,14 @@ class LoadShedder {
     clearInterval(this.watch);
     this.timer = null;
     this.watch = null;
+    this.probe?.stop();
+  }
+
+  /** Probes the accept queue of `server` (a request's `req.socket.server`), the first time one is
+   * seen, where the process's limit is on and the server can be probed. */
+  seeServer(server) {
+    if (this.probe !== undefined) return;
+    this.probe = this.limit === null ? null : AcceptProbe.of(server, this.clock);
   }
 
   /** Whether a request of `priority` goes on: a ticket (for `finished`) when both the level (the
@@ -364,9 +388,13 @@ class LoadShedder {
   }
 
   /** How long a request decided at `now` may have waited before the middleware saw it: the time
-   * since the event loop was last seen idle (a loop that was idle had nobody waiting). */
+   * since the event loop was last seen idle (a loop that was idle had nobody waiting), and no more
+   * than a connection now waits in the server's accept queue, where a probe times it. */
   waited(now) {
-    return this.idleAt === null ? 0 : Math.max(0, now - this.idleAt);
+    if (this.idleAt === null) return 0;
+    const sinceIdle = Math.max(0, now - this.idleAt);
+    const queued = this.probe?.wait(now) ?? null;
+    return queued === null ? sinceIdle : Math.min(sinceIdle, queued);
   }
 
   /** What a shed request is told to wait: one interval, when the level may have changed. */
@@ -403,6 +431,7 @@ function priorityReader(priority) {
  * `next` and is counted in the shedder's limit and signals until its response ends.
  */
 function shed(shedder, priority, req, res, next) {
+  shedder.seeServer(req.socket?.server);
   const ticket = shedder.admit(priority);
   if (ticket === null) {
     res.writeHead(503, {

@@ -275,6 +275,87 @@ test("defaults shed nothing from a healthy service", async () => {
   assert.equal(shedder.limit.congested, false);
 });
 
+test("the accept queue's probe waits behind a busy loop, and stops where another process takes it", async () => {
+  const net = require("node:net");
+  const { AcceptProbe, probeTarget } = require("../accept");
+  const clock = () => performance.now() / 1000;
+  const listening = (server) => new Promise((resolve) => server.listen(0, "127.0.0.1", () => resolve(server)));
+  const server = await listening(net.createServer());
+  const other = await listening(net.createServer());
+  try {
+    assert.equal(probeTarget(net.createServer()), null, "a server not listening");
+    assert.deepEqual(probeTarget(server), { host: "127.0.0.1", port: server.address().port });
+    const probe = AcceptProbe.of(server, clock);
+    probe.send();
+    // The loop blocked: the probe waits in the accept queue, and its age says so meanwhile.
+    const blockedUntil = performance.now() + 100;
+    while (performance.now() < blockedUntil);
+    assert.ok(probe.wait(clock()) >= 0.1, "in flight, at least its age");
+    for (let turn = 0; turn < 200 && probe.pending !== null; turn++) {
+      await new Promise((resolve) => setTimeout(resolve, 10));
+    }
+    assert.equal(probe.pending, null, "the server took it");
+    assert.ok(probe.last >= 0.1, `it waited the blocked loop out (${probe.last} s)`);
+    probe.idle(clock());
+    assert.equal(probe.wait(clock()), 0, "an idle loop had nothing queued");
+    probe.stop();
+    // A probe another server takes is never seen here: once the loop idled after it, probing
+    // stops, and the time since idle alone bounds a request's wait.
+    const lost = new AcceptProbe(server, probeTarget(other), clock);
+    lost.send();
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    lost.idle(clock());
+    assert.equal(lost.wait(clock()), null);
+    lost.stop();
+  } finally {
+    server.close();
+    other.close();
+  }
+});
+
+test("a closed loop of two clients keeps the loop busy, and nothing of it is shed", async () => {
+  // Node takes one connection a turn and leaves the rest in the kernel's accept queue: two clients
+  // that each connect again as they are answered keep the loop from ever idling, with no more than
+  // one request waiting. The time since the loop was last idle reads that as a queue as old as the
+  // loop has been busy; the probe connection the shedder times in the accept queue waits one turn.
+  const { fork } = require("node:child_process");
+  const http = require("node:http");
+  const env = { ...process.env, SERVICE: `node:busy:${randomUUID()}` };
+  const child = fork(path.join(__dirname, "apps", "busy.js"), [], { env });
+  try {
+    const port = await new Promise((resolve, reject) => {
+      child.once("message", (message) => resolve(message.port));
+      child.once("exit", (code) => reject(new Error(`the service exited (${code})`)));
+    });
+    const get = (url, headers = {}) =>
+      new Promise((resolve, reject) => {
+        http
+          .get({ host: "127.0.0.1", port, path: url, agent: false, headers }, (res) => {
+            let body = "";
+            res.on("data", (chunk) => (body += chunk));
+            res.on("end", () => resolve({ status: res.statusCode, body }));
+          })
+          .on("error", reject);
+      });
+    // 400 requests of 4 ms each: 1.6 s of a busy loop, twice the eight intervals a standing queue
+    // needs to begin congestion.
+    const statuses = [];
+    const client = async () => {
+      while (statuses.length < 400) statuses.push((await get("/")).status);
+    };
+    await Promise.all([client(), client()]);
+    const stats = JSON.parse((await get("/stats", { "x-priority": "critical_plus" })).body);
+    assert.deepEqual(
+      statuses.filter((status) => status !== 200),
+      [],
+      `nothing shed (congestions: ${stats.congestions})`,
+    );
+    assert.equal(stats.probing, true, "the probe ran");
+  } finally {
+    child.kill();
+  }
+});
+
 test("a standing queue sheds the least important first, by the process's own limit", () => {
   const clock = { now: 0 };
   // The limit of every package's defaults (the shedder's own waits four standing intervals

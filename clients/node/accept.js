@@ -95,9 +95,9 @@ class AcceptProbe {
     this.early.clear();
   }
 
-  /** The loop was idle between `since` and `now`: nothing waited in the queue then, and a probe
-   * sent before `since` and still not taken reached another process (a cluster's, SO_REUSEPORT's,
-   * a proxy's): probing stops. */
+  /** The loop was idle at some moment since `since` (the watcher's last tick): nothing waited in
+   * the queue then, and a probe sent before `since` and still not taken reached another process
+   * (a cluster's, SO_REUSEPORT's, a proxy's): probing stops. */
   idle(since) {
     this.last = 0;
     if (this.pending !== null && this.pending.sentAt < since) {

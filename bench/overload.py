@@ -27,6 +27,11 @@ library here; the services run in the clients' virtualenv, node and nginx.
 
     python3 bench/overload.py [path/to/libredis_ratelimit.so] [--json] [--shapes abcdefgh]
         [--modes none,fixed,shed,...] [--no-steady]
+
+With `--closed-loop`, only what load shedding refuses of a closed loop instead: each shape's
+service, its defaults, sent CLOSED_SECONDS of `sheddable` requests (each on a new connection)
+by 1, 2, 4 and 8 clients that each ask again as soon as they are answered (a load test's),
+as a table (docs/load.md cites it).
 """
 
 from __future__ import annotations
@@ -963,6 +968,54 @@ def overload_svg(result) -> str:
     return "\n".join(parts)
 
 
+CLOSED_SECONDS = 8.0
+CLOSED_CLIENTS = (1, 2, 4, 8)
+
+
+def closed_loop(module: Path, letters: str) -> list[str]:
+    """What load shedding at its defaults refuses of a closed loop of `sheddable` requests, by
+    1, 2, 4 and 8 clients, in each shape of `letters`: a table."""
+    lines = ["| Shape | " + " | ".join(f"{n} client{'s' * (n > 1)}: refused of sent"
+                                       for n in CLOSED_CLIENTS) + " |",
+             "|---|" + "---:|" * len(CLOSED_CLIENTS)]
+    redis = Redis(module)
+    try:
+        for shape in SHAPES:
+            if shape.letter not in letters:
+                continue
+            cells = []
+            for clients in CLOSED_CLIENTS:
+                call(redis.port, "FLUSHALL")
+                service = shape.start(redis.port, "shed", 200.0)
+                try:
+                    counts = asyncio.run(closed_run(service.port, clients))
+                finally:
+                    service.stop()
+                sent, shed = counts
+                cells.append(f"{shed:,} of {sent:,}")
+                print(f"  ({shape.letter}) {clients} clients: {shed} refused of {sent}",
+                      file=sys.stderr, flush=True)
+            lines.append(f"| ({shape.letter}) | " + " | ".join(cells) + " |")
+    finally:
+        redis.stop()
+    return lines
+
+
+async def closed_run(port: int, clients: int) -> tuple[int, int]:
+    """(sent, refused) of `clients` clients in a closed loop for CLOSED_SECONDS."""
+    end = time.perf_counter() + CLOSED_SECONDS
+    counts = [0, 0]
+
+    async def client() -> None:
+        while time.perf_counter() < end:
+            status, _ = await request(port, "sheddable")
+            counts[0] += 1
+            counts[1] += refused(status)
+
+    await asyncio.gather(*(client() for _ in range(clients)))
+    return counts[0], counts[1]
+
+
 if __name__ == "__main__":
     if "--help" in sys.argv[1:] or "-h" in sys.argv[1:]:
         # Any other word is the module's path: a stray --help would start a whole run.
@@ -979,6 +1032,9 @@ if __name__ == "__main__":
         arguments = [arg for arg in arguments if arg != named]
         only = set(named.split(","))
     module = Path(arguments[0] if arguments else ROOT / "target/release/libredis_ratelimit.so")
+    if "--closed-loop" in sys.argv:
+        print("\n".join(closed_loop(module.resolve(), letters)))
+        sys.exit(0)
     measured = measure_overload(module.resolve(), letters, only, "--no-steady" not in sys.argv)
     if "--json" in sys.argv:
         print(json.dumps(measured))

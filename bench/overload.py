@@ -411,16 +411,23 @@ def capacity(start: Callable, redis_port: int) -> float:
 
 def warm(port: int) -> None:
     """Four clients in a closed loop for WARMUP seconds, as the top class (never shed)."""
-    async def run() -> None:
-        end = time.perf_counter() + WARMUP
+    asyncio.run(closed_run(port, 4, "critical_plus", WARMUP))
 
-        async def client() -> None:
-            while time.perf_counter() < end:
-                await request(port, "critical_plus")
 
-        await asyncio.gather(*(client() for _ in range(4)))
+async def closed_run(port: int, clients: int, priority: str, seconds: float) -> tuple[int, int]:
+    """(sent, refused) of `clients` clients of `priority` that each ask again as soon as they
+    are answered, for `seconds`."""
+    end = time.perf_counter() + seconds
+    counts = [0, 0]
 
-    asyncio.run(run())
+    async def client() -> None:
+        while time.perf_counter() < end:
+            status, _ = await request(port, priority)
+            counts[0] += 1
+            counts[1] += refused(status)
+
+    await asyncio.gather(*(client() for _ in range(clients)))
+    return counts[0], counts[1]
 
 
 def cpu_seconds(pid: int) -> float:
@@ -986,9 +993,11 @@ def closed_loop(module: Path, letters: str) -> list[str]:
             cells = []
             for clients in CLOSED_CLIENTS:
                 call(redis.port, "FLUSHALL")
+                # The capacity argument sets only the fixed limit's rate, unused in "shed".
                 service = shape.start(redis.port, "shed", 200.0)
                 try:
-                    counts = asyncio.run(closed_run(service.port, clients))
+                    counts = asyncio.run(
+                        closed_run(service.port, clients, "sheddable", CLOSED_SECONDS))
                 finally:
                     service.stop()
                 sent, shed = counts
@@ -1000,20 +1009,6 @@ def closed_loop(module: Path, letters: str) -> list[str]:
         redis.stop()
     return lines
 
-
-async def closed_run(port: int, clients: int) -> tuple[int, int]:
-    """(sent, refused) of `clients` clients in a closed loop for CLOSED_SECONDS."""
-    end = time.perf_counter() + CLOSED_SECONDS
-    counts = [0, 0]
-
-    async def client() -> None:
-        while time.perf_counter() < end:
-            status, _ = await request(port, "sheddable")
-            counts[0] += 1
-            counts[1] += refused(status)
-
-    await asyncio.gather(*(client() for _ in range(clients)))
-    return counts[0], counts[1]
 
 
 if __name__ == "__main__":

@@ -9,6 +9,10 @@
 
 const PRIORITIES = ["critical_plus", "critical", "sheddable_plus", "sheddable"];
 
+// How many intervals in a row (of those that finished a request) must have taken a latency for it
+// to be the no-load latency.
+const CONFIRMING = 4;
+
 /** The parameters every package ships: times in whole microseconds (so that every package
  * compares them exactly), shares most important class first. */
 const LIMIT_DEFAULTS = Object.freeze({
@@ -62,6 +66,11 @@ class ConcurrencyLimit {
     this.unexplained = 0;
     this.noloadNow = Infinity;
     this.noloadBefore = Infinity;
+    // The fastest request of each of the last intervals that finished any, oldest first.
+    this.recentFastest = new Array(CONFIRMING - 1).fill(Infinity);
+    // Whether CONFIRMING intervals in a row have confirmed a no-load latency yet: until then, every
+    // request's latency lowers it (the first requests are what a cold start has).
+    this.confirmed = false;
     this.epochEnd = 0;
   }
 
@@ -141,6 +150,16 @@ class ConcurrencyLimit {
       } else this.limit = Math.max(o.floor, 2 * this.peak, this.limit * o.decay);
     }
     if (this.limit !== before) this.changes += 1;
+    // The no-load latency is what CONFIRMING intervals in a row (of those that finished a request)
+    // took at least: a fast request now and then (a health check beside slow routes) is not what
+    // the intervals without it take.
+    if (this.windowMin < Infinity) {
+      const confirmed = Math.max(this.windowMin, ...this.recentFastest);
+      this.noloadNow = Math.min(this.noloadNow, confirmed);
+      this.confirmed ||= confirmed < Infinity;
+      this.recentFastest.shift();
+      this.recentFastest.push(this.windowMin);
+    }
     this.windowMin = Infinity;
     this.peak = this.inflight;
     this.trough = this.inflight;
@@ -198,7 +217,7 @@ class ConcurrencyLimit {
     this.inflight = Math.max(0, this.inflight - 1);
     this.trough = Math.min(this.trough, this.inflight);
     this.windowMin = Math.min(this.windowMin, latency);
-    this.noloadNow = Math.min(this.noloadNow, latency);
+    if (!this.confirmed) this.noloadNow = Math.min(this.noloadNow, latency);
     this.finished += 1;
     if (latency > this.target(this.noload)) this.queued += 1;
   }

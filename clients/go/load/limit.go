@@ -8,6 +8,10 @@ import (
 	"github.com/redisratelimit/ratelimit"
 )
 
+// How many intervals in a row (of those that finished a request) must have taken a latency for
+// it to be the no-load latency.
+const confirming = 4
+
 // LimitOptions are the local limit's parameters (docs/load.md, "The local limit");
 // DefaultLimitOptions is what every package of the project ships. Times are whole microseconds,
 // so that every package compares them exactly.
@@ -97,7 +101,12 @@ type ConcurrencyLimit struct {
 	unexplained  int // intervals in a row whose latency no queue here explains
 	noloadNow    float64
 	noloadBefore float64
-	epochEnd     int64
+	// The fastest request of each of the last intervals that finished any, oldest first.
+	recentFastest [confirming - 1]float64
+	// Whether confirming intervals in a row have confirmed a no-load latency yet: until then,
+	// every request's latency lowers it (the first requests are what a cold start has).
+	confirmed bool
+	epochEnd  int64
 }
 
 // NewConcurrencyLimit is a limit with options; an error for options that are not sound.
@@ -105,10 +114,14 @@ func NewConcurrencyLimit(options LimitOptions) (*ConcurrencyLimit, error) {
 	if err := options.Check(); err != nil {
 		return nil, err
 	}
-	return &ConcurrencyLimit{
+	limit := &ConcurrencyLimit{
 		options: options, limit: options.Initial, windowMin: math.Inf(1),
 		noloadNow: math.Inf(1), noloadBefore: math.Inf(1),
-	}, nil
+	}
+	for i := range limit.recentFastest {
+		limit.recentFastest[i] = math.Inf(1)
+	}
+	return limit, nil
 }
 
 // Options are the limit's parameters.
@@ -231,6 +244,19 @@ func (c *ConcurrencyLimit) roll(now int64) {
 	if c.limit != before {
 		c.changes++
 	}
+	// The no-load latency is what confirming intervals in a row (of those that finished a
+	// request) took at least: a fast request now and then (a health check beside slow routes) is
+	// not what the intervals without it take.
+	if !math.IsInf(c.windowMin, 1) {
+		confirmed := c.windowMin
+		for _, recent := range c.recentFastest {
+			confirmed = math.Max(confirmed, recent)
+		}
+		c.noloadNow = math.Min(c.noloadNow, confirmed)
+		c.confirmed = c.confirmed || !math.IsInf(confirmed, 1)
+		copy(c.recentFastest[:], c.recentFastest[1:])
+		c.recentFastest[confirming-2] = c.windowMin
+	}
 	c.windowMin = math.Inf(1)
 	c.peak = float64(c.inflight)
 	c.trough, c.finished, c.queued = c.inflight, 0, 0
@@ -311,7 +337,9 @@ func (c *ConcurrencyLimit) Finish(latency, now int64) {
 	c.roll(now)
 	c.inflight = max(0, c.inflight-1)
 	c.windowMin = math.Min(c.windowMin, float64(latency))
-	c.noloadNow = math.Min(c.noloadNow, float64(latency))
+	if !c.confirmed {
+		c.noloadNow = math.Min(c.noloadNow, float64(latency))
+	}
 	c.trough = min(c.trough, c.inflight)
 	c.finished++
 	if float64(latency) > c.target(math.Min(c.noloadNow, c.noloadBefore)) {

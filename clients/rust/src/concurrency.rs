@@ -40,6 +40,10 @@ use std::time::Duration;
 
 use crate::protocol::{InvalidArgument, Priority};
 
+/// How many intervals in a row (of those that finished a request) must have taken a latency for
+/// it to be the no-load latency.
+const CONFIRMING: usize = 4;
+
 /// The local limit's parameters. [`LimitOptions::default`] is what every package ships.
 #[derive(Clone, Debug, PartialEq)]
 pub struct LimitOptions {
@@ -176,6 +180,11 @@ pub struct ConcurrencyLimit {
     unexplained: u32,
     noload_now: Option<u64>,
     noload_before: Option<u64>,
+    /// The fastest request of each of the last intervals that finished any, oldest first.
+    recent_fastest: [Option<u64>; CONFIRMING - 1],
+    /// Whether CONFIRMING intervals in a row have confirmed a no-load latency yet: until then,
+    /// every request's latency lowers it (the first requests are what a cold start has).
+    confirmed: bool,
     epoch_end: u64,
 }
 
@@ -208,6 +217,8 @@ impl ConcurrencyLimit {
             unexplained: 0,
             noload_now: None,
             noload_before: None,
+            recent_fastest: [None; CONFIRMING - 1],
+            confirmed: false,
             epoch_end: 0,
         }
     }
@@ -261,6 +272,11 @@ impl ConcurrencyLimit {
             noload.max(target)
         };
         noload + queue
+    }
+
+    /// Lowers this epoch's no-load latency to `latency` (µs), if that is less.
+    fn lower_noload(&mut self, latency: u64) {
+        self.noload_now = Some(self.noload_now.map_or(latency, |least| least.min(latency)));
     }
 
     /// Closes the interval that ended at or before `now`, if any.
@@ -346,6 +362,23 @@ impl ConcurrencyLimit {
         if self.limit != before {
             self.changes += 1;
         }
+        // The no-load latency is what CONFIRMING intervals in a row (of those that finished a
+        // request) took at least: a fast request now and then (a health check beside slow
+        // routes) is not what the intervals without it take.
+        if let Some(fastest) = self.window_min {
+            let confirmed = self
+                .recent_fastest
+                .iter()
+                .try_fold(fastest, |slowest, recent| {
+                    recent.map(|one| slowest.max(one))
+                });
+            if let Some(confirmed) = confirmed {
+                self.lower_noload(confirmed);
+                self.confirmed = true;
+            }
+            self.recent_fastest.rotate_left(1);
+            self.recent_fastest[CONFIRMING - 2] = Some(fastest);
+        }
         self.window_min = None;
         self.peak = self.inflight as f64;
         self.trough = self.inflight;
@@ -422,7 +455,9 @@ impl ConcurrencyLimit {
             self.window_min
                 .map_or(latency, |fastest| fastest.min(latency)),
         );
-        self.noload_now = Some(self.noload_now.map_or(latency, |least| least.min(latency)));
+        if !self.confirmed {
+            self.lower_noload(latency);
+        }
         self.trough = self.trough.min(self.inflight);
         self.finished += 1;
         let noload = self.noload_us().unwrap_or(latency);

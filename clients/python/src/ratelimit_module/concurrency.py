@@ -10,8 +10,11 @@ classes while it is congested. The same algorithm, step for step, in every packa
   queue that stands does not. The target is the no-load latency plus the longer of one
   no-load latency and 5 ms; while congested, plus 5 ms alone (CoDel's), so that the queue
   kept while shedding stays short where requests are slow by nature (a pool of a few slots).
-- **No-load latency**: the least latency of the current and the previous epoch (30 s each);
-  while congested, after four intervals in a row whose fastest request took longer than
+- **No-load latency**: the least latency of the current and the previous epoch (30 s each)
+  that four intervals in a row (of those that finished a request) took at least, so that a
+  fast request now and then (a health check beside slow routes) does not lower it for the
+  intervals without one; until four have, the least any request took (a cold start's); while
+  congested, after four intervals in a row whose fastest request took longer than
   every request of the peak ahead of it at the target each (no queue here explains that: a
   dependency got slower), what the fastest took.
 - **Congestion** begins at the fourth standing interval in a row, or at once when the fastest
@@ -54,6 +57,10 @@ from dataclasses import dataclass
 from typing import Optional
 
 PRIORITIES = ("critical_plus", "critical", "sheddable_plus", "sheddable")
+
+# How many intervals in a row (of those that finished a request) must have taken a latency for
+# it to be the no-load latency.
+CONFIRMING = 4
 
 
 @dataclass(frozen=True)
@@ -110,6 +117,11 @@ class ConcurrencyLimit:
         self._unexplained = 0
         self._noload_now = math.inf
         self._noload_before = math.inf
+        # The fastest request of each of the last intervals that finished any, oldest first.
+        self._recent_fastest = [math.inf] * (CONFIRMING - 1)
+        # Whether CONFIRMING intervals in a row have confirmed a no-load latency yet: until then,
+        # every request's latency lowers it (the first requests are what a cold start has).
+        self._confirmed = False
         self._epoch_end = 0
         self._lock = threading.Lock()
 
@@ -186,6 +198,14 @@ class ConcurrencyLimit:
                 self.limit = max(o.floor, float(2 * self._peak), self.limit * o.decay)
         if self.limit != before:
             self.changes += 1
+        # The no-load latency is what CONFIRMING intervals in a row (of those that finished a
+        # request) took at least: a fast request now and then (a health check beside slow
+        # routes) is not what the intervals without it take.
+        if self._window_min < math.inf:
+            confirmed = max(self._window_min, *self._recent_fastest)
+            self._noload_now = min(self._noload_now, confirmed)
+            self._confirmed = self._confirmed or confirmed < math.inf
+            self._recent_fastest = self._recent_fastest[1:] + [self._window_min]
         self._window_min = math.inf
         self._peak = self._trough = self.inflight
         self._finished = self._queued = 0
@@ -237,7 +257,8 @@ class ConcurrencyLimit:
             self.inflight = max(0, self.inflight - 1)
             self._trough = min(self._trough, self.inflight)
             self._window_min = min(self._window_min, latency)
-            self._noload_now = min(self._noload_now, latency)
+            if not self._confirmed:
+                self._noload_now = min(self._noload_now, latency)
             self._finished += 1
             self._queued += latency > self._target(self.noload)
 

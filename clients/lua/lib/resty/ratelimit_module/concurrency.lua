@@ -11,6 +11,19 @@ local setmetatable = setmetatable
 local _M = { _VERSION = "0.3.0" }
 local mt = { __index = _M }
 
+-- How many intervals in a row (of those that finished a request) must have taken a latency for
+-- it to be the no-load latency.
+local CONFIRMING = 4
+
+-- `count` intervals that finished no request yet.
+local function unmeasured(count)
+    local fastest = {}
+    for i = 1, count do
+        fastest[i] = huge
+    end
+    return fastest
+end
+
 -- The parameters every package ships: times in whole microseconds (so that every package
 -- compares them exactly), shares most important class first.
 _M.DEFAULTS = {
@@ -64,6 +77,11 @@ function _M.new(opts)
         unexplained = 0,
         noload_now = huge,
         noload_before = huge,
+        -- The fastest request of each of the last intervals that finished any, oldest first.
+        recent_fastest = unmeasured(CONFIRMING - 1),
+        -- Whether CONFIRMING intervals in a row have confirmed a no-load latency yet: until
+        -- then, every request's latency lowers it (the first requests are what a cold start has).
+        confirmed = false,
         epoch_end = 0,
     }, mt)
 end
@@ -154,6 +172,22 @@ local function roll(self, now)
     if self.limit ~= before then
         self.changes = self.changes + 1
     end
+    -- The no-load latency is what CONFIRMING intervals in a row (of those that finished a
+    -- request) took at least: a fast request now and then (a health check beside slow routes)
+    -- is not what the intervals without it take.
+    if self.window_min < huge then
+        local recent = self.recent_fastest
+        local confirmed = self.window_min
+        for i = 1, CONFIRMING - 1 do
+            confirmed = max(confirmed, recent[i])
+        end
+        self.noload_now = min(self.noload_now, confirmed)
+        self.confirmed = self.confirmed or confirmed < huge
+        for i = 1, CONFIRMING - 2 do
+            recent[i] = recent[i + 1]
+        end
+        recent[CONFIRMING - 1] = self.window_min
+    end
     self.window_min = huge
     self.peak = self.inflight
     self.trough = self.inflight
@@ -221,7 +255,9 @@ function _M.finish(self, latency, now)
     self.inflight = max(0, self.inflight - 1)
     self.trough = min(self.trough, self.inflight)
     self.window_min = min(self.window_min, latency)
-    self.noload_now = min(self.noload_now, latency)
+    if not self.confirmed then
+        self.noload_now = min(self.noload_now, latency)
+    end
     self.finished = self.finished + 1
     if latency > target_of(self, min(self.noload_now, self.noload_before)) then
         self.queued = self.queued + 1

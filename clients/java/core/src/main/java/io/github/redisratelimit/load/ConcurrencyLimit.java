@@ -1,6 +1,7 @@
 package io.github.redisratelimit.load;
 
 import io.github.redisratelimit.Priority;
+import java.util.Arrays;
 
 /**
  * The instance's own limit on requests in flight, decided at admission with no server call
@@ -15,6 +16,12 @@ import io.github.redisratelimit.Priority;
  * Thread-safe.
  */
 public final class ConcurrencyLimit {
+  /**
+   * How many intervals in a row (of those that finished a request) must have taken a latency for it
+   * to be the no-load latency.
+   */
+  private static final int CONFIRMING = 4;
+
   private final LimitOptions options;
   private double limit;
   private long inflight;
@@ -39,6 +46,11 @@ public final class ConcurrencyLimit {
   private int unexplained;
   private double noloadNow = Double.POSITIVE_INFINITY;
   private double noloadBefore = Double.POSITIVE_INFINITY;
+  // The fastest request of each of the last intervals that finished any, oldest first.
+  private final double[] recentFastest = unmeasured(CONFIRMING - 1);
+  // Whether CONFIRMING intervals in a row have confirmed a no-load latency yet: until then, every
+  // request's latency lowers it (the first requests are what a cold start has).
+  private boolean confirmedNoload;
   private long epochEnd;
 
   /** With the defaults every package ships. */
@@ -167,6 +179,19 @@ public final class ConcurrencyLimit {
     if (limit != before) {
       changes += 1;
     }
+    // The no-load latency is what CONFIRMING intervals in a row (of those that finished a request)
+    // took at least: a fast request now and then (a health check beside slow routes) is not what
+    // the intervals without it take.
+    if (windowMin < Double.POSITIVE_INFINITY) {
+      double confirmed = windowMin;
+      for (double recent : recentFastest) {
+        confirmed = Math.max(confirmed, recent);
+      }
+      noloadNow = Math.min(noloadNow, confirmed);
+      confirmedNoload |= confirmed < Double.POSITIVE_INFINITY;
+      System.arraycopy(recentFastest, 1, recentFastest, 0, CONFIRMING - 2);
+      recentFastest[CONFIRMING - 2] = windowMin;
+    }
     windowMin = Double.POSITIVE_INFINITY;
     peak = inflight;
     trough = inflight;
@@ -235,7 +260,9 @@ public final class ConcurrencyLimit {
     roll(now);
     inflight = Math.max(0, inflight - 1);
     windowMin = Math.min(windowMin, (double) latency);
-    noloadNow = Math.min(noloadNow, (double) latency);
+    if (!confirmedNoload) {
+      noloadNow = Math.min(noloadNow, (double) latency);
+    }
     trough = Math.min(trough, inflight);
     finished += 1;
     if (latency > target(Math.min(noloadNow, noloadBefore))) {
@@ -263,5 +290,12 @@ public final class ConcurrencyLimit {
     roll(now);
     inflight = Math.max(0, inflight - 1);
     trough = Math.min(trough, inflight);
+  }
+
+  /** {@code count} intervals that finished no request yet. */
+  private static double[] unmeasured(int count) {
+    double[] fastest = new double[count];
+    Arrays.fill(fastest, Double.POSITIVE_INFINITY);
+    return fastest;
   }
 }

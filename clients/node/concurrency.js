@@ -67,10 +67,9 @@ class ConcurrencyLimit {
     this.noloadNow = Infinity;
     this.noloadBefore = Infinity;
     // The fastest request of each of the last intervals that finished any, oldest first.
+    // Until all of them have (a cold start), every request's latency lowers the no-load latency: the
+    // first requests are what a cold start has.
     this.recentFastest = new Array(CONFIRMING - 1).fill(Infinity);
-    // Whether CONFIRMING intervals in a row have confirmed a no-load latency yet: until then, every
-    // request's latency lowers it (the first requests are what a cold start has).
-    this.confirmed = false;
     this.epochEnd = 0;
   }
 
@@ -156,7 +155,6 @@ class ConcurrencyLimit {
     if (this.windowMin < Infinity) {
       const confirmed = Math.max(this.windowMin, ...this.recentFastest);
       this.noloadNow = Math.min(this.noloadNow, confirmed);
-      this.confirmed ||= confirmed < Infinity;
       this.recentFastest.shift();
       this.recentFastest.push(this.windowMin);
     }
@@ -217,7 +215,7 @@ class ConcurrencyLimit {
     this.inflight = Math.max(0, this.inflight - 1);
     this.trough = Math.min(this.trough, this.inflight);
     this.windowMin = Math.min(this.windowMin, latency);
-    if (!this.confirmed) this.noloadNow = Math.min(this.noloadNow, latency);
+    if (this.recentFastest[0] === Infinity) this.noloadNow = Math.min(this.noloadNow, latency);
     this.finished += 1;
     if (latency > this.target(this.noload)) this.queued += 1;
   }

@@ -101,12 +101,11 @@ type ConcurrencyLimit struct {
 	unexplained  int // intervals in a row whose latency no queue here explains
 	noloadNow    float64
 	noloadBefore float64
-	// The fastest request of each of the last intervals that finished any, oldest first.
+	// The fastest request of each of the last intervals that finished any, oldest first. Until
+	// all of them have (a cold start), every request's latency lowers the no-load latency: the
+	// first requests are what a cold start has.
 	recentFastest [confirming - 1]float64
-	// Whether confirming intervals in a row have confirmed a no-load latency yet: until then,
-	// every request's latency lowers it (the first requests are what a cold start has).
-	confirmed bool
-	epochEnd  int64
+	epochEnd      int64
 }
 
 // NewConcurrencyLimit is a limit with options; an error for options that are not sound.
@@ -253,7 +252,6 @@ func (c *ConcurrencyLimit) roll(now int64) {
 			confirmed = math.Max(confirmed, recent)
 		}
 		c.noloadNow = math.Min(c.noloadNow, confirmed)
-		c.confirmed = c.confirmed || !math.IsInf(confirmed, 1)
 		copy(c.recentFastest[:], c.recentFastest[1:])
 		c.recentFastest[confirming-2] = c.windowMin
 	}
@@ -337,7 +335,7 @@ func (c *ConcurrencyLimit) Finish(latency, now int64) {
 	c.roll(now)
 	c.inflight = max(0, c.inflight-1)
 	c.windowMin = math.Min(c.windowMin, float64(latency))
-	if !c.confirmed {
+	if math.IsInf(c.recentFastest[0], 1) {
 		c.noloadNow = math.Min(c.noloadNow, float64(latency))
 	}
 	c.trough = min(c.trough, c.inflight)

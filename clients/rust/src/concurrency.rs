@@ -181,10 +181,9 @@ pub struct ConcurrencyLimit {
     noload_now: Option<u64>,
     noload_before: Option<u64>,
     /// The fastest request of each of the last intervals that finished any, oldest first.
+    /// Until all of them have (a cold start), every request's latency lowers the no-load
+    /// latency: the first requests are what a cold start has.
     recent_fastest: [Option<u64>; CONFIRMING - 1],
-    /// Whether CONFIRMING intervals in a row have confirmed a no-load latency yet: until then,
-    /// every request's latency lowers it (the first requests are what a cold start has).
-    confirmed: bool,
     epoch_end: u64,
 }
 
@@ -218,7 +217,6 @@ impl ConcurrencyLimit {
             noload_now: None,
             noload_before: None,
             recent_fastest: [None; CONFIRMING - 1],
-            confirmed: false,
             epoch_end: 0,
         }
     }
@@ -374,7 +372,6 @@ impl ConcurrencyLimit {
                 });
             if let Some(confirmed) = confirmed {
                 self.lower_noload(confirmed);
-                self.confirmed = true;
             }
             self.recent_fastest.rotate_left(1);
             self.recent_fastest[CONFIRMING - 2] = Some(fastest);
@@ -455,7 +452,7 @@ impl ConcurrencyLimit {
             self.window_min
                 .map_or(latency, |fastest| fastest.min(latency)),
         );
-        if !self.confirmed {
+        if self.recent_fastest[0].is_none() {
             self.lower_noload(latency);
         }
         self.trough = self.trough.min(self.inflight);

@@ -13,10 +13,10 @@ classes while it is congested. The same algorithm, step for step, in every packa
 - **No-load latency**: the least latency of the current and the previous epoch (30 s each)
   that four intervals in a row (of those that finished a request) took at least, so that a
   fast request now and then (a health check beside slow routes) does not lower it for the
-  intervals without one; until four have, the least any request took (a cold start's); while
-  congested, after four intervals in a row whose fastest request took longer than
-  every request of the peak ahead of it at the target each (no queue here explains that: a
-  dependency got slower), what the fastest took.
+  intervals without one; until three such intervals have ended, also the least any request
+  took (a cold start's); while congested, after four intervals in a row whose fastest request
+  took longer than every request of the peak ahead of it at the target each (no queue here
+  explains that: a dependency got slower), what the fastest took.
 - **Congestion** begins at the fourth standing interval in a row, or at once when the fastest
   request took over four times that target (a queue that grew fast): the limit is cut to the
   in-flight peak times `target / fastest` (Netflix's gradient, from 0.2 to 0.9), and again
@@ -118,10 +118,9 @@ class ConcurrencyLimit:
         self._noload_now = math.inf
         self._noload_before = math.inf
         # The fastest request of each of the last intervals that finished any, oldest first.
+        # Until all of them have (a cold start), every request's latency lowers the no-load
+        # latency: the first requests are what a cold start has.
         self._recent_fastest = [math.inf] * (CONFIRMING - 1)
-        # Whether CONFIRMING intervals in a row have confirmed a no-load latency yet: until then,
-        # every request's latency lowers it (the first requests are what a cold start has).
-        self._confirmed = False
         self._epoch_end = 0
         self._lock = threading.Lock()
 
@@ -204,7 +203,6 @@ class ConcurrencyLimit:
         if self._window_min < math.inf:
             confirmed = max(self._window_min, *self._recent_fastest)
             self._noload_now = min(self._noload_now, confirmed)
-            self._confirmed = self._confirmed or confirmed < math.inf
             self._recent_fastest = self._recent_fastest[1:] + [self._window_min]
         self._window_min = math.inf
         self._peak = self._trough = self.inflight
@@ -257,7 +255,7 @@ class ConcurrencyLimit:
             self.inflight = max(0, self.inflight - 1)
             self._trough = min(self._trough, self.inflight)
             self._window_min = min(self._window_min, latency)
-            if not self._confirmed:
+            if self._recent_fastest[0] == math.inf:
                 self._noload_now = min(self._noload_now, latency)
             self._finished += 1
             self._queued += latency > self._target(self.noload)

@@ -78,10 +78,9 @@ function _M.new(opts)
         noload_now = huge,
         noload_before = huge,
         -- The fastest request of each of the last intervals that finished any, oldest first.
+        -- Until all of them have (a cold start), every request's latency lowers the no-load
+        -- latency: the first requests are what a cold start has.
         recent_fastest = unmeasured(CONFIRMING - 1),
-        -- Whether CONFIRMING intervals in a row have confirmed a no-load latency yet: until
-        -- then, every request's latency lowers it (the first requests are what a cold start has).
-        confirmed = false,
         epoch_end = 0,
     }, mt)
 end
@@ -182,7 +181,6 @@ local function roll(self, now)
             confirmed = max(confirmed, recent[i])
         end
         self.noload_now = min(self.noload_now, confirmed)
-        self.confirmed = self.confirmed or confirmed < huge
         for i = 1, CONFIRMING - 2 do
             recent[i] = recent[i + 1]
         end
@@ -255,7 +253,7 @@ function _M.finish(self, latency, now)
     self.inflight = max(0, self.inflight - 1)
     self.trough = min(self.trough, self.inflight)
     self.window_min = min(self.window_min, latency)
-    if not self.confirmed then
+    if self.recent_fastest[1] == huge then
         self.noload_now = min(self.noload_now, latency)
     end
     self.finished = self.finished + 1

@@ -47,10 +47,9 @@ public final class ConcurrencyLimit {
   private double noloadNow = Double.POSITIVE_INFINITY;
   private double noloadBefore = Double.POSITIVE_INFINITY;
   // The fastest request of each of the last intervals that finished any, oldest first.
+  // Until all of them have (a cold start), every request's latency lowers the no-load latency: the
+  // first requests are what a cold start has.
   private final double[] recentFastest = unmeasured(CONFIRMING - 1);
-  // Whether CONFIRMING intervals in a row have confirmed a no-load latency yet: until then, every
-  // request's latency lowers it (the first requests are what a cold start has).
-  private boolean confirmedNoload;
   private long epochEnd;
 
   /** With the defaults every package ships. */
@@ -188,7 +187,6 @@ public final class ConcurrencyLimit {
         confirmed = Math.max(confirmed, recent);
       }
       noloadNow = Math.min(noloadNow, confirmed);
-      confirmedNoload |= confirmed < Double.POSITIVE_INFINITY;
       System.arraycopy(recentFastest, 1, recentFastest, 0, CONFIRMING - 2);
       recentFastest[CONFIRMING - 2] = windowMin;
     }
@@ -260,7 +258,7 @@ public final class ConcurrencyLimit {
     roll(now);
     inflight = Math.max(0, inflight - 1);
     windowMin = Math.min(windowMin, (double) latency);
-    if (!confirmedNoload) {
+    if (recentFastest[0] == Double.POSITIVE_INFINITY) {
       noloadNow = Math.min(noloadNow, (double) latency);
     }
     trough = Math.min(trough, inflight);

@@ -1010,7 +1010,6 @@ def closed_loop(module: Path, letters: str) -> list[str]:
     return lines
 
 
-
 if __name__ == "__main__":
     if "--help" in sys.argv[1:] or "-h" in sys.argv[1:]:
         # Any other word is the module's path: a stray --help would start a whole run.

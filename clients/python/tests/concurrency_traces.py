@@ -431,10 +431,9 @@ def busy_loop_trace(
         return done
 
     # The closed loop: another request waits whenever one is answered, so the loop never idles.
-    free_at, answered = 0, 0
+    free_at = 0
     while free_at < closed:
         free_at = decide(free_at, 0, 0)
-        answered += 1
     # Then the mix, after the loop idled.
     start_at = free_at + gap
     idle_at = free_at = start_at

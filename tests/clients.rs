@@ -550,6 +550,19 @@ fn starlette_sheds_by_load_and_priority() {
     let server = Server::start();
     let app = uvicorn(&server, "fastapi_app:shedding_app", &[]);
     let shadow = uvicorn(&server, "fastapi_app:shadow_shedding_app", &[]);
+    // The local limit keeps each route's latency apart, named by the pattern the router
+    // matched (here Starlette's endpoint), not by the path.
+    for path in ["/", "/items/1", "/items/2"] {
+        assert_eq!(get(app.port, path).status, 200, "{path}");
+    }
+    let (_, routes) = fetch(app.port, "/routes");
+    let mut routes: Vec<&str> = routes.lines().collect();
+    routes.sort_unstable();
+    assert_eq!(
+        routes,
+        ["GET _shedding_app.<locals>.item", "GET hello"],
+        "the routes the local limit keeps apart"
+    );
     sheds_by_priority_over_http(&app, &shadow, &server);
 }
 

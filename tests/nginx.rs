@@ -1235,7 +1235,7 @@ fn the_lua_package_builds_and_reads_as_the_conformance_table_says() {
                 elseif event[2] == "level" then
                     limit:shed_by_level(event[1])
                 else
-                    limit:finish(event[3], event[1])
+                    limit:finish(event[3], event[1], event[4])
                 end
                 local want = trace.expect[step]
                 if decision ~= want[1] or limit.limit ~= want[2] or limit.congested ~= want[3] then
@@ -1735,6 +1735,11 @@ fn a_workers_own_limit_sheds_by_priority_with_the_server_frozen() {
             local limit = require(\"resty.ratelimit_module.load\").limit
             ngx.say(limit.limit, \" \", tostring(limit.congested), \" \", limit.inflight)
         }} }}
+        location = /routes {{ content_by_lua_block {{
+            local names = require(\"resty.ratelimit_module.load\").limit:route_names()
+            table.sort(names)
+            ngx.say(table.concat(names, \",\"))
+        }} }}
     }}",
         redis_options(server.port(), "")
     );
@@ -1778,6 +1783,14 @@ fn a_workers_own_limit_sheds_by_priority_with_the_server_frozen() {
         assert_eq!(get("/", "critical_plus"), 200);
         assert_eq!(held.join().unwrap(), [200; 3]);
     });
+    // Each route's latency is kept apart, named by its method and path (its arguments aside).
+    assert_eq!(get("/other?sleep=0", "critical_plus"), 200);
+    assert!(
+        support::wait_until(Duration::from_secs(20), || nginx.get("/routes").body
+            == "GET /,GET /other\n"),
+        "{}",
+        nginx.get("/routes").body
+    );
     server.signal(libc::SIGCONT);
 }
 

@@ -459,7 +459,11 @@ func TestTheLocalLimitReplaysEveryTrace(t *testing.T) {
 			case "level":
 				limit.ShedByLevel(at)
 			default:
-				limit.Finish(whole(event[2]), at)
+				if len(event) > 3 {
+					limit.FinishRoute(event[3].(string), whole(event[2]), at)
+				} else {
+					limit.Finish(whole(event[2]), at)
+				}
 			}
 			wanted := list(expect[step])
 			where := fmt.Sprintf("%s, step %d: %v", trace["name"], step, event)

@@ -13,6 +13,56 @@ const PRIORITIES = ["critical_plus", "critical", "sheddable_plus", "sheddable"];
 // to be the no-load latency.
 const CONFIRMING = 4;
 
+// The most routes whose latencies are kept apart; a request of any other route is counted with
+// those that name none.
+const ROUTES = 32;
+
+/** The no-load latency of one route (or of the whole service): the least of the current and the
+ * previous epoch that CONFIRMING intervals in a row (of those that finished one of its requests)
+ * took at least; until CONFIRMING - 1 such intervals have ended, also the least any request took
+ * (a cold start's). */
+class Latencies {
+  constructor() {
+    this.noloadNow = Infinity;
+    this.noloadBefore = Infinity;
+    // The fastest request of each of the last intervals that finished any, oldest first.
+    this.recentFastest = new Array(CONFIRMING - 1).fill(Infinity);
+    // The fastest request of the current interval.
+    this.windowMin = Infinity;
+  }
+
+  get noload() {
+    return Math.min(this.noloadNow, this.noloadBefore);
+  }
+
+  /** Whether CONFIRMING - 1 intervals have finished a request: past the cold start. */
+  get confirmed() {
+    return this.recentFastest[0] < Infinity;
+  }
+
+  finished(latency) {
+    this.windowMin = Math.min(this.windowMin, latency);
+    if (!this.confirmed) this.noloadNow = Math.min(this.noloadNow, latency);
+  }
+
+  /** The interval ended: its fastest lowers the no-load latency as far as the intervals before it
+   * agree (a fast request now and then is not what the others take). */
+  closeInterval() {
+    if (this.windowMin < Infinity) {
+      const confirmed = Math.max(this.windowMin, ...this.recentFastest);
+      this.noloadNow = Math.min(this.noloadNow, confirmed);
+      this.recentFastest.shift();
+      this.recentFastest.push(this.windowMin);
+    }
+    this.windowMin = Infinity;
+  }
+
+  nextEpoch() {
+    this.noloadBefore = this.noloadNow;
+    this.noloadNow = Infinity;
+  }
+}
+
 /** The parameters every package ships: times in whole microseconds (so that every package
  * compares them exactly), shares most important class first. */
 const LIMIT_DEFAULTS = Object.freeze({
@@ -49,7 +99,6 @@ class ConcurrencyLimit {
     this.changes = 0;
     this.congestions = 0;
     this.windowEnd = null;
-    this.windowMin = Infinity;
     this.peak = 0;
     // The interval's admitted and refused requests, and of those refused, how many for their
     // own wait.
@@ -64,18 +113,23 @@ class ConcurrencyLimit {
     this.standingRun = 0;
     // Intervals in a row whose latency no queue here explains.
     this.unexplained = 0;
-    this.noloadNow = Infinity;
-    this.noloadBefore = Infinity;
-    // The fastest request of each of the last intervals that finished any, oldest first.
-    // Until all of them have (a cold start), every request's latency lowers the no-load latency: the
-    // first requests are what a cold start has.
-    this.recentFastest = new Array(CONFIRMING - 1).fill(Infinity);
+    // Every request's latencies (what admission converts a wait with), and each route's (what the
+    // standing-queue test reads: a route's fastest against its own target), the requests that name
+    // none, or a route past the first ROUTES, under null.
+    this.service = new Latencies();
+    this.routeLatencies = new Map([[null, new Latencies()]]);
     this.epochEnd = 0;
   }
 
-  /** The no-load latency: the least of this epoch and the last (Infinity before any). */
+  /** The service's no-load latency, over every route: the least of this epoch and the last
+   * (Infinity before any). */
   get noload() {
-    return Math.min(this.noloadNow, this.noloadBefore);
+    return this.service.noload;
+  }
+
+  /** The routes whose latencies are kept apart, as their requests named them. */
+  get routes() {
+    return [...this.routeLatencies.keys()].filter((route) => route !== null);
   }
 
   /** The latency a request may take without a queue standing: the no-load latency plus the longer
@@ -96,33 +150,46 @@ class ConcurrencyLimit {
       return;
     }
     while (now >= this.epochEnd) {
-      this.noloadBefore = this.noloadNow;
-      this.noloadNow = Infinity;
+      this.service.nextEpoch();
+      for (const [route, latencies] of [...this.routeLatencies]) {
+        latencies.nextEpoch();
+        // A route with no request for two epochs leaves its place to another.
+        if (route !== null && latencies.noload === Infinity) this.routeLatencies.delete(route);
+      }
       this.epochEnd += o.epochUs;
     }
     if (now < this.windowEnd) return;
-    const noload = this.noload;
     const bound = this.peak >= this.limit / 2;
-    const measured = this.windowMin < Infinity && noload < Infinity;
-    const target = measured ? this.target(noload) : Infinity;
+    // The interval is read by the fastest route that finished a request in it (of those past their
+    // cold start, if any is): a queue delays every route's requests, and the fastest route's show
+    // the least of one; a route's fastest is set against its own target, so that an interval
+    // without a fast route's request (a health check's) is no queue.
+    const judge = this.judgingRoute();
+    const measured = judge !== null;
+    const fastest = measured ? judge.windowMin : Infinity;
+    const target = measured ? this.target(judge.noload) : Infinity;
     // While congested, a queue stands whatever the peak: the probe may raise the limit past it.
-    let standing = measured && (bound || this.congested) && this.windowMin > target;
+    let standing = measured && (bound || this.congested) && fastest > target;
     // While congested, a fastest request slower than every request of the peak ahead of it at the
     // target each: no queue here explains it, the service itself got slower (a dependency). After
     // `enter` such intervals the no-load latency is what it takes now.
-    const unexplained = standing && this.congested && this.windowMin > Math.max(1, this.peak) * target;
+    const unexplained = standing && this.congested && fastest > Math.max(1, this.peak) * target;
     this.unexplained = unexplained ? this.unexplained + 1 : 0;
     if (this.unexplained >= o.enter) {
-      this.noloadNow = this.windowMin;
-      this.noloadBefore = this.windowMin;
+      for (const latencies of [this.service, ...this.routeLatencies.values()]) {
+        if (latencies.windowMin < Infinity) {
+          latencies.noloadNow = latencies.windowMin;
+          latencies.noloadBefore = latencies.windowMin;
+        }
+      }
       this.unexplained = 0;
       standing = false;
     }
     this.standingRun = standing ? this.standingRun + 1 : 0;
     const before = this.limit;
-    const deep = standing && this.windowMin > o.deep * target;
+    const deep = standing && fastest > o.deep * target;
     if (standing && (this.congested || deep || this.standingRun >= o.enter)) {
-      const gradient = Math.max(0.2, Math.min(0.9, target / this.windowMin));
+      const gradient = Math.max(0.2, Math.min(0.9, target / fastest));
       this.limit = Math.max(o.floor, Math.min(this.limit, this.peak) * gradient);
       if (!this.congested) this.congestions += 1;
       this.congested = true;
@@ -149,16 +216,8 @@ class ConcurrencyLimit {
       } else this.limit = Math.max(o.floor, 2 * this.peak, this.limit * o.decay);
     }
     if (this.limit !== before) this.changes += 1;
-    // The no-load latency is what CONFIRMING intervals in a row (of those that finished a request)
-    // took at least: a fast request now and then (a health check beside slow routes) is not what
-    // the intervals without it take.
-    if (this.windowMin < Infinity) {
-      const confirmed = Math.max(this.windowMin, ...this.recentFastest);
-      this.noloadNow = Math.min(this.noloadNow, confirmed);
-      this.recentFastest.shift();
-      this.recentFastest.push(this.windowMin);
-    }
-    this.windowMin = Infinity;
+    this.service.closeInterval();
+    for (const latencies of this.routeLatencies.values()) latencies.closeInterval();
     this.peak = this.inflight;
     this.trough = this.inflight;
     this.finished = 0;
@@ -167,6 +226,28 @@ class ConcurrencyLimit {
     this.refused = 0;
     this.waitedOut = 0;
     this.windowEnd = now + o.intervalUs;
+  }
+
+  /** The route whose fastest request of the interval reads it: of the routes that finished a
+   * request in it with a no-load latency known (past their cold start, if any is), the fastest by
+   * nature (then by its fastest, so that the order never matters); null if no route did. */
+  judgingRoute() {
+    const measured = [...this.routeLatencies.values()].filter(
+      (route) => route.windowMin < Infinity && route.noload < Infinity,
+    );
+    const pastColdStart = measured.filter((route) => route.confirmed);
+    const candidates = pastColdStart.length > 0 ? pastColdStart : measured;
+    let judge = null;
+    for (const route of candidates) {
+      if (
+        judge === null ||
+        route.noload < judge.noload ||
+        (route.noload === judge.noload && route.windowMin < judge.windowMin)
+      ) {
+        judge = route;
+      }
+    }
+    return judge;
   }
 
   /** Whether a request of `priority` (a name or 0 to 3) is admitted at `now` (whole microseconds
@@ -209,15 +290,28 @@ class ConcurrencyLimit {
     return false;
   }
 
-  /** An admitted request ended at `now` after `latency` (whole microseconds both). */
-  finish(latency, now) {
+  /** An admitted request of `route` (its method and path pattern; null: unnamed) ended at `now`
+   * after `latency` (whole microseconds both). */
+  finish(latency, now, route = null) {
     this.roll(now);
     this.inflight = Math.max(0, this.inflight - 1);
     this.trough = Math.min(this.trough, this.inflight);
-    this.windowMin = Math.min(this.windowMin, latency);
-    if (this.recentFastest[0] === Infinity) this.noloadNow = Math.min(this.noloadNow, latency);
+    this.service.finished(latency);
+    const latencies = this.latenciesOf(route);
+    latencies.finished(latency);
     this.finished += 1;
-    if (latency > this.target(this.noload)) this.queued += 1;
+    if (latency > this.target(latencies.noload)) this.queued += 1;
+  }
+
+  /** `route`'s latencies, kept apart for the first ROUTES routes named. */
+  latenciesOf(route) {
+    let latencies = this.routeLatencies.get(route ?? null);
+    if (latencies === undefined) {
+      if (this.routeLatencies.size > ROUTES) return this.routeLatencies.get(null);
+      latencies = new Latencies();
+      this.routeLatencies.set(route, latencies);
+    }
+    return latencies;
   }
 
   /** A request the service's level refused at `now` before this limit decided it: one more refusal

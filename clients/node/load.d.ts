@@ -34,12 +34,15 @@ export class ConcurrencyLimit {
   /** How many times the limit changed, and congestion began. */
   changes: number;
   congestions: number;
-  /** The no-load latency in µs (Infinity before any). */
+  /** The service's no-load latency in µs, over every route (Infinity before any). */
   readonly noload: number;
+  /** The routes whose latencies are kept apart, as their requests named them. */
+  readonly routes: string[];
   /** Whether a request of `priority` (a class's name or 0 to 3) is admitted at `now` (µs). */
   admit(priority: string | number, now: number): boolean;
-  /** An admitted request ended at `now` after `latency` (µs both). */
-  finish(latency: number, now: number): void;
+  /** An admitted request of `route` (its method and path pattern; null: unnamed) ended at `now`
+   * after `latency` (µs both): its latency is also kept apart, with its route's (the first 32). */
+  finish(latency: number, now: number, route?: string | null): void;
   /** An admitted request the package answered itself ended at `now` (µs): it leaves the requests in
    * flight, its latency not counted. */
   leave(now: number): void;
@@ -145,8 +148,9 @@ export class LoadShedder {
   /** A ticket when both the level and the process's limit admit the request; null when shed. */
   admit(priority: unknown): Ticket | null;
   /** The request `admit` gave `ticket` ended with HTTP `status`; `own` when the package answered
-   * it by its policy (then, as any 429, it says nothing of the service's health). */
-  finished(ticket: Ticket, status: number, own?: boolean): void;
+   * it by its policy (then, as any 429, it says nothing of the service's health); `route` names its
+   * route (method and path pattern), whose latency the process's limit keeps apart. */
+  finished(ticket: Ticket, status: number, own?: boolean, route?: string | null): void;
 }
 
 /** Express middleware (and NestJS on express, through `app.use`). */

@@ -405,17 +405,27 @@ class LoadShedder {
   /** The request `admit` gave `ticket` ended with HTTP `status`; `own` when the package answered
    * it by its policy (answered.js): then, as for any 429, it leaves the requests in flight and
    * says nothing of the service's health, nor its latency of the local limit's (a failing
-   * server's timeout is not the service's time). */
-  finished(ticket, status, own = false) {
+   * server's timeout is not the service's time). `route` names its route (method and path
+   * pattern), whose latency the local limit keeps apart. */
+  finished(ticket, status, own = false, route = null) {
     const now = this.clock();
     const latency = Math.max(0, now - ticket.started);
     if (this.limit !== null && ticket.counted) {
       if (own) this.limit.leave(micros(now));
-      else this.limit.finish(micros(latency), micros(now));
+      else this.limit.finish(micros(latency), micros(now), route);
     }
     if (countsForService(status, own)) this.signals.done(latency, status, this.limit?.congested ?? false);
     else this.signals.left();
   }
+}
+
+/** The route a request took, for the local limit to keep its latency apart: its method and the
+ * pattern the router matched (Express's `req.route`, under NestJS too), read once the response
+ * ended; the path itself where no router matched. */
+function routeOf(req) {
+  const pattern = req.route?.path;
+  if (typeof pattern === "string") return `${req.method} ${req.baseUrl ?? ""}${pattern}`;
+  return `${req.method} ${(req.originalUrl ?? req.url ?? "").split("?")[0]}`;
 }
 
 /** `priority` as a function of a Node request: a header's name (any case) or a function. */
@@ -445,7 +455,7 @@ function shed(shedder, priority, req, res, next) {
   let done = false;
   let request = null;
   const finish = (status) => {
-    if (!done) shedder.finished(ticket, status, request?.own ?? false);
+    if (!done) shedder.finished(ticket, status, request?.own ?? false, routeOf(req));
     done = true;
   };
   res.on("finish", () => finish(res.statusCode));

@@ -201,7 +201,9 @@ func shed(ctx context.Context, shedder *load.Shedder, priority PriorityFunc, ful
 		return ctx, nil, withRetry(codes.Unavailable, "overloaded: try again later", shedder.RetryAfter())
 	}
 	ctx = ratelimit.WatchAnswer(ctx)
-	return ctx, func(err error) { shedder.Finished(ticket, httpStatus(err), ratelimit.Answered(ctx)) }, nil
+	return ctx, func(err error) {
+		shedder.FinishedRoute(ticket, httpStatus(err), ratelimit.Answered(ctx), fullMethod)
+	}, nil
 }
 
 // ShedUnary sheds unary calls by shedder, each call's class read by priority

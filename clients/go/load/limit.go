@@ -12,6 +12,62 @@ import (
 // it to be the no-load latency.
 const confirming = 4
 
+// The most routes whose latencies are kept apart; a request of any other route is counted with
+// those that name none.
+const keptRoutes = 32
+
+// latencies is the no-load latency of one route (or of the whole service): the least of the
+// current and the previous epoch that confirming intervals in a row (of those that finished one of
+// its requests) took at least; until confirming - 1 such intervals have ended, also the least any
+// request took (a cold start's).
+type latencies struct {
+	noloadNow    float64
+	noloadBefore float64
+	// The fastest request of each of the last intervals that finished any, oldest first.
+	recentFastest [confirming - 1]float64
+	// The fastest request of the current interval.
+	windowMin float64
+}
+
+func newLatencies() *latencies {
+	l := &latencies{noloadNow: math.Inf(1), noloadBefore: math.Inf(1), windowMin: math.Inf(1)}
+	for i := range l.recentFastest {
+		l.recentFastest[i] = math.Inf(1)
+	}
+	return l
+}
+
+func (l *latencies) noload() float64 { return math.Min(l.noloadNow, l.noloadBefore) }
+
+// confirmed says whether confirming - 1 intervals have finished a request: past the cold start.
+func (l *latencies) confirmed() bool { return !math.IsInf(l.recentFastest[0], 1) }
+
+func (l *latencies) finished(latency float64) {
+	l.windowMin = math.Min(l.windowMin, latency)
+	if !l.confirmed() {
+		l.noloadNow = math.Min(l.noloadNow, latency)
+	}
+}
+
+// closeInterval: the interval ended, and its fastest lowers the no-load latency as far as the
+// intervals before it agree (a fast request now and then is not what the others take).
+func (l *latencies) closeInterval() {
+	if !math.IsInf(l.windowMin, 1) {
+		agreed := l.windowMin
+		for _, recent := range l.recentFastest {
+			agreed = math.Max(agreed, recent)
+		}
+		l.noloadNow = math.Min(l.noloadNow, agreed)
+		copy(l.recentFastest[:], l.recentFastest[1:])
+		l.recentFastest[confirming-2] = l.windowMin
+	}
+	l.windowMin = math.Inf(1)
+}
+
+func (l *latencies) nextEpoch() {
+	l.noloadBefore, l.noloadNow = l.noloadNow, math.Inf(1)
+}
+
 // LimitOptions are the local limit's parameters (docs/load.md, "The local limit");
 // DefaultLimitOptions is what every package of the project ships. Times are whole microseconds,
 // so that every package compares them exactly.
@@ -81,31 +137,30 @@ func (o LimitOptions) Check() error {
 type ConcurrencyLimit struct {
 	options LimitOptions
 
-	mu           sync.Mutex
-	limit        float64
-	inflight     int64
-	congested    bool
-	changes      int64
-	congestions  int64
-	started      bool
-	windowEnd    int64
-	windowMin    float64
-	peak         float64
-	admitted     int64
-	refused      int64
-	waitedOut    int64 // of the refused, how many for their own wait
-	finished     int64 // the interval's finished requests
-	queued       int64 // of the finished, how many took longer than the target
-	trough       int64 // the fewest requests in flight the interval saw
-	standingRun  int
-	unexplained  int // intervals in a row whose latency no queue here explains
-	noloadNow    float64
-	noloadBefore float64
-	// The fastest request of each of the last intervals that finished any, oldest first. Until
-	// all of them have (a cold start), every request's latency lowers the no-load latency: the
-	// first requests are what a cold start has.
-	recentFastest [confirming - 1]float64
-	epochEnd      int64
+	mu          sync.Mutex
+	limit       float64
+	inflight    int64
+	congested   bool
+	changes     int64
+	congestions int64
+	started     bool
+	windowEnd   int64
+	peak        float64
+	admitted    int64
+	refused     int64
+	waitedOut   int64 // of the refused, how many for their own wait
+	finished    int64 // the interval's finished requests
+	queued      int64 // of the finished, how many took longer than the target
+	trough      int64 // the fewest requests in flight the interval saw
+	standingRun int
+	unexplained int // intervals in a row whose latency no queue here explains
+	// Every request's latencies (what admission converts a wait with), and each route's (what
+	// the standing-queue test reads: a route's fastest against its own target); the requests
+	// that name none, or a route past the first keptRoutes, under unnamed.
+	service  *latencies
+	unnamed  *latencies
+	routes   map[string]*latencies
+	epochEnd int64
 }
 
 // NewConcurrencyLimit is a limit with options; an error for options that are not sound.
@@ -113,14 +168,10 @@ func NewConcurrencyLimit(options LimitOptions) (*ConcurrencyLimit, error) {
 	if err := options.Check(); err != nil {
 		return nil, err
 	}
-	limit := &ConcurrencyLimit{
-		options: options, limit: options.Initial, windowMin: math.Inf(1),
-		noloadNow: math.Inf(1), noloadBefore: math.Inf(1),
-	}
-	for i := range limit.recentFastest {
-		limit.recentFastest[i] = math.Inf(1)
-	}
-	return limit, nil
+	return &ConcurrencyLimit{
+		options: options, limit: options.Initial,
+		service: newLatencies(), unnamed: newLatencies(), routes: map[string]*latencies{},
+	}, nil
 }
 
 // Options are the limit's parameters.
@@ -154,11 +205,49 @@ func (c *ConcurrencyLimit) Changes() (changes, congestions int64) {
 	return c.changes, c.congestions
 }
 
-// Noload is the no-load latency in µs: the least of this epoch and the last (+Inf before any).
+// Noload is the service's no-load latency in µs, over every route: the least of this epoch and
+// the last (+Inf before any).
 func (c *ConcurrencyLimit) Noload() float64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return math.Min(c.noloadNow, c.noloadBefore)
+	return c.service.noload()
+}
+
+// Routes are the routes whose latencies are kept apart, as their requests named them (in no
+// order).
+func (c *ConcurrencyLimit) Routes() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	names := make([]string, 0, len(c.routes))
+	for name := range c.routes {
+		names = append(names, name)
+	}
+	return names
+}
+
+// judgingRoute is the route whose fastest request of the interval reads it: of the routes that
+// finished a request in it with a no-load latency known (past their cold start, if any is), the
+// fastest by nature (then by its fastest, so that the order never matters); nil if no route did.
+func (c *ConcurrencyLimit) judgingRoute() *latencies {
+	var judge *latencies
+	consider := func(route *latencies) {
+		if math.IsInf(route.windowMin, 1) || math.IsInf(route.noload(), 1) {
+			return
+		}
+		better := judge == nil ||
+			(route.confirmed() && !judge.confirmed()) ||
+			(route.confirmed() == judge.confirmed() &&
+				(route.noload() < judge.noload() ||
+					(route.noload() == judge.noload() && route.windowMin < judge.windowMin)))
+		if better {
+			judge = route
+		}
+	}
+	consider(c.unnamed)
+	for _, route := range c.routes {
+		consider(route)
+	}
+	return judge
 }
 
 // roll closes the interval that ended at or before now, if any.
@@ -171,32 +260,47 @@ func (c *ConcurrencyLimit) roll(now int64) {
 		return
 	}
 	for now >= c.epochEnd {
-		c.noloadBefore = c.noloadNow
-		c.noloadNow = math.Inf(1)
+		c.service.nextEpoch()
+		c.unnamed.nextEpoch()
+		for name, route := range c.routes {
+			route.nextEpoch()
+			// A route with no request for two epochs leaves its place to another.
+			if math.IsInf(route.noload(), 1) {
+				delete(c.routes, name)
+			}
+		}
 		c.epochEnd += o.EpochUs
 	}
 	if now < c.windowEnd {
 		return
 	}
-	noload := math.Min(c.noloadNow, c.noloadBefore)
 	bound := c.peak >= c.limit/2
-	measured := !math.IsInf(c.windowMin, 1) && !math.IsInf(noload, 1)
-	target := math.Inf(1)
+	// The interval is read by the fastest route that finished a request in it (of those past their
+	// cold start, if any is): a queue delays every route's requests, and the fastest route's show
+	// the least of one; a route's fastest is set against its own target, so that an interval
+	// without a fast route's request (a health check's) is no queue.
+	judge := c.judgingRoute()
+	measured := judge != nil
+	fastest, target := math.Inf(1), math.Inf(1)
 	if measured {
-		target = c.target(noload)
+		fastest, target = judge.windowMin, c.target(judge.noload())
 	}
 	// While congested, a queue stands whatever the peak: the probe may raise the limit past it.
-	standing := measured && (bound || c.congested) && c.windowMin > target
+	standing := measured && (bound || c.congested) && fastest > target
 	// While congested, a fastest request slower than every request of the peak ahead of it at the
 	// target each: no queue here explains it, the service itself got slower (a dependency). After
 	// Enter such intervals the no-load latency is what it takes now.
-	if standing && c.congested && c.windowMin > math.Max(1, c.peak)*target {
+	if standing && c.congested && fastest > math.Max(1, c.peak)*target {
 		c.unexplained++
 	} else {
 		c.unexplained = 0
 	}
 	if c.unexplained >= o.Enter {
-		c.noloadNow, c.noloadBefore = c.windowMin, c.windowMin
+		for _, l := range c.everyLatencies() {
+			if !math.IsInf(l.windowMin, 1) {
+				l.noloadNow, l.noloadBefore = l.windowMin, l.windowMin
+			}
+		}
 		c.unexplained = 0
 		standing = false
 	}
@@ -206,10 +310,10 @@ func (c *ConcurrencyLimit) roll(now int64) {
 		c.standingRun = 0
 	}
 	before := c.limit
-	deep := standing && c.windowMin > o.Deep*target
+	deep := standing && fastest > o.Deep*target
 	switch {
 	case standing && (c.congested || deep || c.standingRun >= o.Enter):
-		gradient := math.Max(0.2, math.Min(0.9, target/c.windowMin))
+		gradient := math.Max(0.2, math.Min(0.9, target/fastest))
 		c.limit = math.Max(o.Floor, math.Min(c.limit, c.peak)*gradient)
 		if !c.congested {
 			c.congestions++
@@ -243,23 +347,23 @@ func (c *ConcurrencyLimit) roll(now int64) {
 	if c.limit != before {
 		c.changes++
 	}
-	// The no-load latency is what confirming intervals in a row (of those that finished a
-	// request) took at least: a fast request now and then (a health check beside slow routes) is
-	// not what the intervals without it take.
-	if !math.IsInf(c.windowMin, 1) {
-		confirmed := c.windowMin
-		for _, recent := range c.recentFastest {
-			confirmed = math.Max(confirmed, recent)
-		}
-		c.noloadNow = math.Min(c.noloadNow, confirmed)
-		copy(c.recentFastest[:], c.recentFastest[1:])
-		c.recentFastest[confirming-2] = c.windowMin
+	for _, l := range c.everyLatencies() {
+		l.closeInterval()
 	}
-	c.windowMin = math.Inf(1)
 	c.peak = float64(c.inflight)
 	c.trough, c.finished, c.queued = c.inflight, 0, 0
 	c.admitted, c.refused, c.waitedOut = 0, 0, 0
 	c.windowEnd = now + o.IntervalUs
+}
+
+// everyLatencies are the service's latencies and every route's.
+func (c *ConcurrencyLimit) everyLatencies() []*latencies {
+	every := make([]*latencies, 0, len(c.routes)+2)
+	every = append(every, c.service, c.unnamed)
+	for _, route := range c.routes {
+		every = append(every, route)
+	}
+	return every
 }
 
 // target is the latency a request may take without a queue standing: the no-load latency plus
@@ -282,7 +386,7 @@ func (c *ConcurrencyLimit) Admit(priority ratelimit.Priority, now, backlog int64
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.roll(now)
-	noload := math.Min(c.noloadNow, c.noloadBefore)
+	noload := c.service.noload()
 	waiting := 0.0
 	if backlog > 0 && !math.IsInf(noload, 1) {
 		waiting = float64(backlog) / noload
@@ -328,21 +432,46 @@ func (c *ConcurrencyLimit) Admit(priority ratelimit.Priority, now, backlog int64
 	return false
 }
 
-// Finish says an admitted request ended at now after latency (µs both).
+// Finish says an admitted request that names no route ended at now after latency (µs both).
 func (c *ConcurrencyLimit) Finish(latency, now int64) {
+	c.finish(nil, latency, now)
+}
+
+// FinishRoute says an admitted request of route (its method and path pattern) ended at now after
+// latency (µs both): its latency is also kept apart, with its route's (the first 32 routes).
+func (c *ConcurrencyLimit) FinishRoute(route string, latency, now int64) {
+	c.finish(&route, latency, now)
+}
+
+func (c *ConcurrencyLimit) finish(route *string, latency, now int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.roll(now)
 	c.inflight = max(0, c.inflight-1)
-	c.windowMin = math.Min(c.windowMin, float64(latency))
-	if math.IsInf(c.recentFastest[0], 1) {
-		c.noloadNow = math.Min(c.noloadNow, float64(latency))
+	c.service.finished(float64(latency))
+	kept := c.unnamed
+	if route != nil {
+		kept = c.routeLocked(*route)
 	}
+	kept.finished(float64(latency))
 	c.trough = min(c.trough, c.inflight)
 	c.finished++
-	if float64(latency) > c.target(math.Min(c.noloadNow, c.noloadBefore)) {
+	if float64(latency) > c.target(kept.noload()) {
 		c.queued++
 	}
+}
+
+// routeLocked is route's latencies, kept apart for the first keptRoutes routes named.
+func (c *ConcurrencyLimit) routeLocked(route string) *latencies {
+	if l, ok := c.routes[route]; ok {
+		return l
+	}
+	if len(c.routes) >= keptRoutes {
+		return c.unnamed
+	}
+	l := newLatencies()
+	c.routes[route] = l
+	return l
 }
 
 // ShedByLevel says the service's level refused a request at now before this limit decided it:

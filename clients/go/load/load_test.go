@@ -8,7 +8,9 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"reflect"
 	"runtime"
+	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -91,6 +93,28 @@ func TestAHealthyServiceIsNeverShedWithTheDefaults(t *testing.T) {
 	}
 	if limit := shedder.Limit(); limit.Congested() || limit.Inflight() != 0 {
 		t.Fatalf("the local limit: congested %v, %d in flight", limit.Congested(), limit.Inflight())
+	}
+}
+
+func TestTheLocalLimitKeepsEachRouteApartByTheMuxsPattern(t *testing.T) {
+	client := newClient(t, testserver.Client(t))
+	shedder := newShedder(t, client, testserver.Unique("routes"), load.Manual())
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /items/{number}", ok)
+	mux.HandleFunc("/", ok)
+	server := httptest.NewServer(load.Middleware(shedder, nil)(mux))
+	defer server.Close()
+	for _, path := range []string{"/items/1", "/items/2", "/other"} {
+		if status, _ := get(t, server.URL+path, "critical"); status != 200 {
+			t.Fatalf("%s: %d", path, status)
+		}
+	}
+	// The middleware counts a request's end before its handler returns to the server: every
+	// route is named once the responses are read.
+	routes := shedder.Limit().Routes()
+	sort.Strings(routes)
+	if want := []string{"GET /", "GET /items/{number}"}; !reflect.DeepEqual(routes, want) {
+		t.Fatalf("routes %q, want %q", routes, want)
 	}
 }
 

@@ -385,6 +385,17 @@ func (s *Shedder) waited(now time.Duration, serverGoroutines int) time.Duration 
 // answered it by its policy (ratelimit.Answered): then, as for any 429, it leaves the requests in
 // flight and says nothing of the service's health, nor its latency of the local limit's.
 func (s *Shedder) Finished(ticket Ticket, status int, own bool) {
+	s.finished(ticket, status, own, nil)
+}
+
+// FinishedRoute is Finished for a request of route (its method and path pattern, or a gRPC
+// call's full method), whose latency the local limit keeps apart (the first 32 routes): an
+// interval without a fast route's request (a health check's) then reads as no queue.
+func (s *Shedder) FinishedRoute(ticket Ticket, status int, own bool, route string) {
+	s.finished(ticket, status, own, &route)
+}
+
+func (s *Shedder) finished(ticket Ticket, status int, own bool, route *string) {
 	now := s.now()
 	latency := max(0, now-ticket.started)
 	congested := false
@@ -393,6 +404,8 @@ func (s *Shedder) Finished(ticket Ticket, status int, own bool) {
 		// not the service's: the limit counts no latency of it.
 		if ticket.counted && own {
 			s.limit.Leave(micros(now))
+		} else if ticket.counted && route != nil {
+			s.limit.FinishRoute(*route, micros(latency), micros(now))
 		} else if ticket.counted {
 			s.limit.Finish(micros(latency), micros(now))
 		}
@@ -424,13 +437,30 @@ func Middleware(shedder *Shedder, priority func(*http.Request) ratelimit.Priorit
 			ctx := ratelimit.WatchAnswer(r.Context())
 			recorder := &statusRecorder{ResponseWriter: w}
 			status := http.StatusInternalServerError
+			watched := r.WithContext(ctx)
 			defer func() {
-				shedder.Finished(ticket, status, ratelimit.Answered(ctx))
+				shedder.FinishedRoute(ticket, status, ratelimit.Answered(ctx), routeOf(watched))
 			}()
-			next.ServeHTTP(recorder, r.WithContext(ctx))
+			next.ServeHTTP(recorder, watched)
 			status = recorder.Status()
 		})
 	}
+}
+
+// routeOf is the route a request took, for the local limit to keep its latency apart: its method
+// and the pattern the standard mux matched (Request.Pattern, its method and host aside), read once
+// the handler answered; the path where no pattern is known (another router).
+func routeOf(r *http.Request) string {
+	pattern := r.Pattern
+	if _, path, withMethod := strings.Cut(pattern, " "); withMethod {
+		pattern = path
+	}
+	if pattern == "" {
+		pattern = r.URL.Path
+	} else if slash := strings.IndexByte(pattern, '/'); slash > 0 {
+		pattern = pattern[slash:]
+	}
+	return r.Method + " " + pattern
 }
 
 // backgroundReads is how many goroutines net/http started for r that have not run when its

@@ -177,12 +177,12 @@ test("the local limit replays every trace", () => {
   assert.ok(traces.length >= 3);
   for (const { name, options, events, expect } of traces) {
     const limit = new ConcurrencyLimit(limitOptions(options));
-    events.forEach(([at, kind, value, backlog = 0], step) => {
+    events.forEach(([at, kind, value, more], step) => {
       let decision = null;
-      if (kind === "admit") decision = limit.admit(value, at, backlog);
+      if (kind === "admit") decision = limit.admit(value, at, more ?? 0);
       else if (kind === "leave") limit.leave(at);
       else if (kind === "level") limit.shedByLevel(at);
-      else limit.finish(value, at);
+      else limit.finish(value, at, more ?? null);
       assert.deepEqual([decision, limit.limit, limit.congested], expect[step], `${name}, step ${step}`);
     });
   }

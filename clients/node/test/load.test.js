@@ -500,7 +500,18 @@ async function get(base, priority) {
   return { status: response.status, retryAfter: response.headers.get("retry-after") };
 }
 
-async function shedsOverHttp(listening, shedder) {
+/** Up to a thousand turns of the event loop, until `condition()` holds (a response's "finish"
+ * may follow the client's reading it). */
+async function turnsUntil(condition) {
+  for (let turn = 0; turn < 1000 && !condition(); turn += 1) {
+    await new Promise((resolve) => setImmediate(resolve));
+  }
+}
+
+/** A shed request gets 503 with Retry-After, the others pass; then, if the app has `/items/:id`,
+ * two requests to it: the local limit keeps each route's latency apart, named by the pattern the
+ * router matched, not by the path. */
+async function shedsOverHttp(listening, shedder, items = false) {
   const { server, base } = await listening;
   try {
     await shedder.report();
@@ -509,6 +520,13 @@ async function shedsOverHttp(listening, shedder) {
     assert.equal((await get(base, "critical")).status, 200);
     // Its own requests are counted in what it reports.
     assert.ok(shedder.signals.seconds.some((second) => second[3] > 0));
+    for (const id of items ? [1, 2] : []) {
+      const response = await fetch(`${base}/items/${id}`, { headers: { "X-Priority": "critical" } });
+      assert.equal(await response.text(), String(id));
+    }
+    const routes = items ? ["GET /", "GET /items/:id"] : ["GET /"];
+    await turnsUntil(() => shedder.limit.routes.length >= routes.length);
+    assert.deepEqual(shedder.limit.routes.sort(), routes);
   } finally {
     shedder.stop();
     server.close();
@@ -521,7 +539,8 @@ test("Express: a shed request gets 503 with Retry-After over HTTP", async () => 
   const app = express();
   app.use(loadShedding(shedder, { priority: "x-priority" }));
   app.get("/", (req, res) => res.send("hello"));
-  await shedsOverHttp(listen(app), shedder);
+  app.get("/items/:id", (req, res) => res.send(req.params.id));
+  await shedsOverHttp(listen(app), shedder, true);
 });
 
 test("Node's http server: shedRequests sheds before Express sees the request", async () => {
@@ -535,12 +554,13 @@ test("Node's http server: shedRequests sheds before Express sees the request", a
     next();
   });
   app.get("/", (req, res) => res.send("hello"));
+  app.get("/items/:id", (req, res) => res.send(req.params.id));
   const server = http.createServer(shedRequests(shedder, app));
   const listening = new Promise((resolve) => {
     server.listen(0, "127.0.0.1", () => resolve({ server, base: `http://127.0.0.1:${server.address().port}` }));
   });
-  await shedsOverHttp(listening, shedder);
-  assert.equal(seen, 2, "Express saw the two requests admitted, not the one shed");
+  await shedsOverHttp(listening, shedder, true);
+  assert.equal(seen, 4, "Express saw the four requests admitted, not the one shed");
 });
 
 test("NestJS (on express): a shed request gets 503 with Retry-After over HTTP", async () => {

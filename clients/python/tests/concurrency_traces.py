@@ -221,6 +221,25 @@ HEALTH_CHECK = (
     61,
 )
 
+# Two routes of different latencies, each request naming its own: (name, what it shows,
+# requests a second of the slow route, its µs, the fast route's µs, its requests a second,
+# length µs, options, the seed)
+ROUTES = (
+    "routes",
+    "100 requests a second to a route that waits 50 ms on a dependency, and 5 a second at "
+    "random to a route of 1 ms, for 4 s, each request naming its route: an interval is read "
+    "by its fastest route's fastest request against that route's own target, so the intervals "
+    "without a fast request are no queue, and nothing is refused (with one no-load latency for "
+    "both routes, congestion began and 96 of the 405 requests were refused)",
+    100,
+    50_000,
+    1_000,
+    5,
+    4_000_000,
+    {},
+    62,
+)
+
 
 def events_of(service: int, phases, seed: int, mix=MIX) -> list[tuple[int, int, object]]:
     """Arrivals, each with a class drawn from `mix`, as (µs, 0, class index)."""
@@ -243,17 +262,20 @@ def events_of(service: int, phases, seed: int, mix=MIX) -> list[tuple[int, int, 
     return arrivals
 
 
-def served(name: str, about: str, options: dict, arrivals, finish_at, own=None, level=None) -> dict:
+def served(
+    name: str, about: str, options: dict, arrivals, finish_at, own=None, level=None, route=None
+) -> dict:
     """The trace of `arrivals` through a limit with `options`: an admitted request finishes
     when `finish_at(now)`, the service's model, says; one that `own(now)` says the package
     answers itself leaves then, unmeasured; one that `level(now, class)` says the service's
-    level refuses never reaches the limit's decision."""
+    level refuses never reaches the limit's decision; `route(now)` names the route of the
+    request that arrived at `now` (none unless given)."""
     limit = ConcurrencyLimit(LimitOptions(**options))
     queue = list(arrivals)
     heapq.heapify(queue)
     events, expect = [], []
     while queue:
-        now, kind, value = heapq.heappop(queue)
+        now, kind, value, *named = heapq.heappop(queue)
         if kind == 0 and level is not None and level(now, value):
             limit.shed_by_level(now)
             events.append([now, "level"])
@@ -264,11 +286,16 @@ def served(name: str, about: str, options: dict, arrivals, finish_at, own=None, 
             events.append([now, "admit", PRIORITIES[value]])
             if admitted:
                 done = finish_at(now)
-                heapq.heappush(queue, (done, 2 if own and own(now) else 1, done - now))
+                named = route(now) if route else ""
+                heapq.heappush(queue, (done, 2 if own and own(now) else 1, done - now, named))
             decision = admitted
         elif kind == 2:
             limit.leave(now)
             events.append([now, "leave"])
+            decision = None
+        elif named and named[0]:
+            limit.finish(value, now, named[0])
+            events.append([now, "finish", value, named[0]])
             decision = None
         else:
             limit.finish(value, now)
@@ -351,6 +378,34 @@ def health_check_trace(
     arrivals.sort()
     return served(
         name, about, options, arrivals, lambda now: now + (fast if now in checks else slow)
+    )
+
+
+def routes_trace(
+    name: str,
+    about: str,
+    rate: int,
+    slow: int,
+    fast: int,
+    fast_rate: int,
+    length: int,
+    options,
+    seed,
+    named: bool = True,
+) -> dict:
+    """Requests of `slow` µs at `rate` on one route, and of `fast` µs at `fast_rate` on
+    another, both at random, none waiting for another; each names its route if `named`."""
+    arrivals = events_of(1_000_000 // rate, [(length, 1.0)], seed)
+    checks = {at for at, _, _ in events_of(1_000_000 // fast_rate, [(length, 1.0)], seed + 1)}
+    arrivals += [(at, 0, 3) for at in checks]
+    arrivals.sort()
+    return served(
+        name,
+        about,
+        options,
+        arrivals,
+        lambda now: now + (fast if now in checks else slow),
+        route=(lambda now: "GET /health" if now in checks else "GET /orders") if named else None,
     )
 
 
@@ -451,8 +506,9 @@ def main() -> None:
     table["concurrency"] = {
         "about": "The local limit (docs/load.md). Options over `defaults` (times in whole µs, "
         'shares most important first); events [µs, "admit", class] (or [µs, "admit", '
-        'class, backlog µs]), [µs, "finish", latency µs], [µs, "leave"] (a request the '
-        'package answered itself: no latency) or [µs, "level"] (a request the service\'s '
+        'class, backlog µs]), [µs, "finish", latency µs] (or [µs, "finish", latency µs, '
+        'route]), [µs, "leave"] (a request the package answered itself: no latency) or '
+        '[µs, "level"] (a request the service\'s '
         "level refused before the limit decided it); after each, [admitted or null, limit, "
         "congested].",
         "defaults": {
@@ -472,7 +528,7 @@ def main() -> None:
         + [level_trace(*LEVEL)]
         + [pool_trace(*POOL), dependency_trace(*DEPENDENCY)]
         + [idle_burst_trace(*IDLE_BURST), outage_trace(*OUTAGE)]
-        + [health_check_trace(*HEALTH_CHECK)]
+        + [health_check_trace(*HEALTH_CHECK), routes_trace(*ROUTES)]
         + [event_loop_trace(*spec) for spec in EVENT_LOOPS]
         + [busy_loop_trace(*BUSY_LOOP)],
     }

@@ -164,9 +164,22 @@ class ConformanceTest(unittest.TestCase):
                 elif kind == "level":
                     decision = limit.shed_by_level(at)
                 else:
-                    decision = limit.finish(rest[0], at)
+                    decision = limit.finish(rest[0], at, *rest[1:])
                 got = [decision, limit.limit, limit.congested]
                 self.assertEqual(got, expected, f"{trace['name']}, step {step}: {event}")
+
+    def test_the_routes_trace_refuses_what_its_about_says_with_one_latency_for_both(self) -> None:
+        import concurrency_traces
+
+        about = next(t["about"] for t in TABLE["concurrency"]["traces"] if t["name"] == "routes")
+        unnamed = concurrency_traces.routes_trace(*concurrency_traces.ROUTES, named=False)
+        decisions = [
+            expected[0]
+            for event, expected in zip(unnamed["events"], unnamed["expect"])
+            if event[1] == "admit"
+        ]
+        self.assertIn(f"{decisions.count(False)} of the {len(decisions)} requests", about)
+        self.assertGreater(decisions.count(False), 0)
 
     def test_counts_build_their_words_and_read_their_replies(self) -> None:
         for case in TABLE["counts"]:

@@ -8,10 +8,20 @@
 //! - **Standing queue**: an interval (100 ms) whose fastest request took longer than the
 //!   no-load latency plus the longer of one no-load latency and 5 ms, while the requests in
 //!   flight reached half the limit (at any peak while congested).
-//! - **No-load latency**: the least latency of the current and the previous epoch (30 s);
-//!   while congested, after four intervals in a row whose fastest request took longer than
-//!   every request of the peak ahead of it at the target each (no queue here explains that:
-//!   a dependency got slower), what the fastest took.
+//! - **Routes**: a request may name its route ([`ConcurrencyLimit::finish_route`]; the tower
+//!   layer gives its method and path), and each route's no-load latency is kept apart (the
+//!   first 32 routes; the others with those that name none; a route with no request for two
+//!   epochs leaves its place). The interval is read by the route of least no-load latency that
+//!   finished a request in it (of those past their cold start, if any is), its fastest request
+//!   against its own target: an interval without a fast route's request (a health check's) is
+//!   no queue.
+//! - **No-load latency** (a route's, and the service's over every request, which converts a
+//!   request's wait): the least latency of the current and the previous epoch (30 s) that
+//!   four intervals in a row (of those that finished a request) took at least; until three
+//!   such intervals have ended, also the least any request took (a cold start's); while
+//!   congested, after four intervals in a row whose fastest request took longer than every
+//!   request of the peak ahead of it at the target each (no queue here explains that: a
+//!   dependency got slower), what the fastest took.
 //! - **Congestion** begins at the fourth standing interval in a row, or at once when the
 //!   fastest request took over four times the target: the limit is cut to the in-flight peak
 //!   times `target / fastest` (from 0.2 to 0.9), and again at every standing interval while
@@ -43,6 +53,75 @@ use crate::protocol::{InvalidArgument, Priority};
 /// How many intervals in a row (of those that finished a request) must have taken a latency for
 /// it to be the no-load latency.
 const CONFIRMING: usize = 4;
+
+/// The most routes whose latencies are kept apart; a request of any other route is counted
+/// with those that name none.
+const ROUTES: usize = 32;
+
+/// The no-load latency of one route (or of the whole service), in µs: the least of the current
+/// and the previous epoch that CONFIRMING intervals in a row (of those that finished one of its
+/// requests) took at least; until CONFIRMING - 1 such intervals have ended, also the least any
+/// request took (a cold start's).
+#[derive(Clone, Debug, Default)]
+struct Latencies {
+    noload_now: Option<u64>,
+    noload_before: Option<u64>,
+    /// The fastest request of each of the last intervals that finished any, oldest first.
+    recent_fastest: [Option<u64>; CONFIRMING - 1],
+    /// The fastest request of the current interval.
+    window_min: Option<u64>,
+}
+
+impl Latencies {
+    fn noload(&self) -> Option<u64> {
+        match (self.noload_now, self.noload_before) {
+            (Some(now), Some(before)) => Some(now.min(before)),
+            (one, other) => one.or(other),
+        }
+    }
+
+    /// Whether CONFIRMING - 1 intervals have finished a request: past the cold start.
+    fn confirmed(&self) -> bool {
+        self.recent_fastest[0].is_some()
+    }
+
+    /// Lowers this epoch's no-load latency to `latency`, if that is less.
+    fn lower_noload(&mut self, latency: u64) {
+        self.noload_now = Some(self.noload_now.map_or(latency, |least| least.min(latency)));
+    }
+
+    fn finished(&mut self, latency: u64) {
+        self.window_min = Some(
+            self.window_min
+                .map_or(latency, |fastest| fastest.min(latency)),
+        );
+        if !self.confirmed() {
+            self.lower_noload(latency);
+        }
+    }
+
+    /// The interval ended: its fastest lowers the no-load latency as far as the intervals
+    /// before it agree (a fast request now and then is not what the others take).
+    fn close_interval(&mut self) {
+        if let Some(fastest) = self.window_min.take() {
+            let agreed = self
+                .recent_fastest
+                .iter()
+                .try_fold(fastest, |slowest, recent| {
+                    recent.map(|one| slowest.max(one))
+                });
+            if let Some(agreed) = agreed {
+                self.lower_noload(agreed);
+            }
+            self.recent_fastest.rotate_left(1);
+            self.recent_fastest[CONFIRMING - 2] = Some(fastest);
+        }
+    }
+
+    fn next_epoch(&mut self) {
+        self.noload_before = self.noload_now.take();
+    }
+}
 
 /// The local limit's parameters. [`LimitOptions::default`] is what every package ships.
 #[derive(Clone, Debug, PartialEq)]
@@ -162,7 +241,6 @@ pub struct ConcurrencyLimit {
     changes: u64,
     congestions: u64,
     window_end: Option<u64>,
-    window_min: Option<u64>,
     /// The most requests in flight or waiting an admission saw in the interval.
     peak: f64,
     /// The interval's admitted and refused requests, and of those refused, how many for
@@ -178,12 +256,12 @@ pub struct ConcurrencyLimit {
     standing_run: u32,
     /// Intervals in a row whose latency no queue here explains.
     unexplained: u32,
-    noload_now: Option<u64>,
-    noload_before: Option<u64>,
-    /// The fastest request of each of the last intervals that finished any, oldest first.
-    /// Until all of them have (a cold start), every request's latency lowers the no-load
-    /// latency: the first requests are what a cold start has.
-    recent_fastest: [Option<u64>; CONFIRMING - 1],
+    /// Every request's latencies (what admission converts a wait with).
+    service: Latencies,
+    /// Each route's (what the standing-queue test reads: a route's fastest against its own
+    /// target); the requests that name none, or a route past the first ROUTES, under `None`,
+    /// first.
+    routes: Vec<(Option<String>, Latencies)>,
     epoch_end: u64,
 }
 
@@ -204,7 +282,6 @@ impl ConcurrencyLimit {
             changes: 0,
             congestions: 0,
             window_end: None,
-            window_min: None,
             peak: 0.0,
             admitted: 0,
             refused: 0,
@@ -214,9 +291,8 @@ impl ConcurrencyLimit {
             trough: 0,
             standing_run: 0,
             unexplained: 0,
-            noload_now: None,
-            noload_before: None,
-            recent_fastest: [None; CONFIRMING - 1],
+            service: Latencies::default(),
+            routes: vec![(None, Latencies::default())],
             epoch_end: 0,
         }
     }
@@ -246,16 +322,39 @@ impl ConcurrencyLimit {
         self.congestions
     }
 
-    /// The no-load latency: the least of this epoch and the last, once measured.
+    /// The service's no-load latency, over every route: the least of this epoch and the last,
+    /// once measured.
     pub fn noload(&self) -> Option<Duration> {
         self.noload_us().map(Duration::from_micros)
     }
 
     fn noload_us(&self) -> Option<u64> {
-        match (self.noload_now, self.noload_before) {
-            (Some(now), Some(before)) => Some(now.min(before)),
-            (one, other) => one.or(other),
-        }
+        self.service.noload()
+    }
+
+    /// The routes whose latencies are kept apart, as their requests named them.
+    pub fn routes(&self) -> Vec<&str> {
+        self.routes
+            .iter()
+            .filter_map(|(route, _)| route.as_deref())
+            .collect()
+    }
+
+    /// The route whose fastest request of the interval reads it, as (its fastest, its
+    /// no-load latency): of the routes that finished a request in it with a no-load latency
+    /// known (past their cold start, if any is), the fastest by nature (then by its fastest,
+    /// so that the order never matters); `None` if no route did.
+    fn judging_route(&self) -> Option<(u64, u64)> {
+        let measured = self
+            .routes
+            .iter()
+            .filter_map(|(_, route)| Some((route.confirmed(), route.window_min?, route.noload()?)));
+        let any_confirmed = measured.clone().any(|(confirmed, _, _)| confirmed);
+        measured
+            .filter(|&(confirmed, _, _)| confirmed || !any_confirmed)
+            .map(|(_, fastest, noload)| (noload, fastest))
+            .min()
+            .map(|(noload, fastest)| (fastest, noload))
     }
 
     /// The latency a request may take without a queue standing (µs): the no-load latency plus
@@ -272,11 +371,6 @@ impl ConcurrencyLimit {
         noload + queue
     }
 
-    /// Lowers this epoch's no-load latency to `latency` (µs), if that is less.
-    fn lower_noload(&mut self, latency: u64) {
-        self.noload_now = Some(self.noload_now.map_or(latency, |least| least.min(latency)));
-    }
-
     /// Closes the interval that ended at or before `now`, if any.
     fn roll(&mut self, now: u64) {
         let interval = micros(self.options.interval);
@@ -287,17 +381,27 @@ impl ConcurrencyLimit {
             return;
         };
         while now >= self.epoch_end {
-            self.noload_before = self.noload_now.take();
+            self.service.next_epoch();
+            for (_, route) in &mut self.routes {
+                route.next_epoch();
+            }
+            // A route with no request for two epochs leaves its place to another.
+            self.routes
+                .retain(|(name, route)| name.is_none() || route.noload().is_some());
             self.epoch_end = self.epoch_end.saturating_add(epoch);
         }
         if now < window_end {
             return;
         }
         let bound = self.peak >= self.limit / 2.0;
-        let measured = match (self.window_min, self.noload_us()) {
-            (Some(fastest), Some(noload)) => Some((fastest, self.target_us(noload))),
-            _ => None,
-        };
+        // The interval is read by the fastest route that finished a request in it (of those
+        // past their cold start, if any is): a queue delays every route's requests, and the
+        // fastest route's show the least of one; a route's fastest is set against its own
+        // target, so that an interval without a fast route's request (a health check's) is no
+        // queue.
+        let measured = self
+            .judging_route()
+            .map(|(fastest, noload)| (fastest, self.target_us(noload)));
         let o = &self.options;
         // While congested, a queue stands whatever the peak: the probe may raise the limit past it.
         let mut standing =
@@ -312,8 +416,13 @@ impl ConcurrencyLimit {
             });
         self.unexplained = if unexplained { self.unexplained + 1 } else { 0 };
         if self.unexplained >= o.enter {
-            self.noload_now = self.window_min;
-            self.noload_before = self.window_min;
+            let routes = self.routes.iter_mut().map(|(_, route)| route);
+            for latencies in std::iter::once(&mut self.service).chain(routes) {
+                if latencies.window_min.is_some() {
+                    latencies.noload_now = latencies.window_min;
+                    latencies.noload_before = latencies.window_min;
+                }
+            }
             self.unexplained = 0;
             standing = false;
         }
@@ -360,23 +469,10 @@ impl ConcurrencyLimit {
         if self.limit != before {
             self.changes += 1;
         }
-        // The no-load latency is what CONFIRMING intervals in a row (of those that finished a
-        // request) took at least: a fast request now and then (a health check beside slow
-        // routes) is not what the intervals without it take.
-        if let Some(fastest) = self.window_min {
-            let confirmed = self
-                .recent_fastest
-                .iter()
-                .try_fold(fastest, |slowest, recent| {
-                    recent.map(|one| slowest.max(one))
-                });
-            if let Some(confirmed) = confirmed {
-                self.lower_noload(confirmed);
-            }
-            self.recent_fastest.rotate_left(1);
-            self.recent_fastest[CONFIRMING - 2] = Some(fastest);
+        self.service.close_interval();
+        for (_, route) in &mut self.routes {
+            route.close_interval();
         }
-        self.window_min = None;
         self.peak = self.inflight as f64;
         self.trough = self.inflight;
         self.finished = 0;
@@ -443,22 +539,48 @@ impl ConcurrencyLimit {
         }
     }
 
-    /// An admitted request ended at `now` after `latency`.
+    /// An admitted request that names no route ended at `now` after `latency`.
     pub fn finish(&mut self, latency: Duration, now: Duration) {
+        self.finish_of(None, latency, now);
+    }
+
+    /// An admitted request of `route` (its method and path pattern) ended at `now` after
+    /// `latency`: its latency is also kept apart, with its route's (the first 32 routes).
+    pub fn finish_route(&mut self, route: &str, latency: Duration, now: Duration) {
+        self.finish_of(Some(route), latency, now);
+    }
+
+    fn finish_of(&mut self, route: Option<&str>, latency: Duration, now: Duration) {
         self.roll(micros(now));
         self.inflight = self.inflight.saturating_sub(1);
         let latency = micros(latency);
-        self.window_min = Some(
-            self.window_min
-                .map_or(latency, |fastest| fastest.min(latency)),
-        );
-        if self.recent_fastest[0].is_none() {
-            self.lower_noload(latency);
-        }
+        self.service.finished(latency);
+        let index = self.route_index(route);
+        let latencies = &mut self.routes[index].1;
+        latencies.finished(latency);
+        let noload = latencies.noload().unwrap_or(latency);
         self.trough = self.trough.min(self.inflight);
         self.finished += 1;
-        let noload = self.noload_us().unwrap_or(latency);
         self.queued += u64::from(latency > self.target_us(noload));
+    }
+
+    /// Where `route`'s latencies are kept: apart for the first ROUTES routes named, else with
+    /// the unnamed ones (first).
+    fn route_index(&mut self, route: Option<&str>) -> usize {
+        let Some(route) = route else { return 0 };
+        if let Some(index) = self
+            .routes
+            .iter()
+            .position(|(name, _)| name.as_deref() == Some(route))
+        {
+            return index;
+        }
+        if self.routes.len() > ROUTES {
+            return 0;
+        }
+        self.routes
+            .push((Some(route.to_owned()), Latencies::default()));
+        self.routes.len() - 1
     }
 
     /// A request the service's level refused at `now` before this limit decided it: one more

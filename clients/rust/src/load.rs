@@ -306,6 +306,15 @@ impl<C> LoadShedder<C> {
         })
     }
 
+    /// The routes whose latencies the process's limit keeps apart, as their requests named
+    /// them ([`LoadShedder::finished_route`]); empty without a limit.
+    pub fn routes(&self) -> Vec<String> {
+        let local = self.local();
+        local.limit.as_ref().map_or_else(Vec::new, |limit| {
+            limit.routes().into_iter().map(str::to_owned).collect()
+        })
+    }
+
     /// Whether a request of `priority` goes on: a [`Ticket`] (for [`LoadShedder::finished`])
     /// when both the service's level (the share it gives the class, at random) and the
     /// process's limit admit it; `None` when it is shed. In shadow mode always a ticket,
@@ -364,7 +373,14 @@ impl<C> LoadShedder<C> {
     /// limit's refusal, whoever made it) says nothing of the service's health: the request
     /// only leaves the requests in flight.
     pub fn finished(&self, ticket: Ticket, status: u16) {
-        self.ended(ticket, status, false);
+        self.ended(ticket, status, false, None);
+    }
+
+    /// [`LoadShedder::finished`] for a request of `route` (its method and path pattern),
+    /// whose latency the process's limit keeps apart (the first 32 routes): an interval
+    /// without a fast route's request (a health check's) then reads as no queue.
+    pub fn finished_route(&self, ticket: Ticket, status: u16, route: &str) {
+        self.ended(ticket, status, false, Some(route));
     }
 
     /// The request [`LoadShedder::admit`] gave `ticket` ended with the rate limiter's own
@@ -373,10 +389,10 @@ impl<C> LoadShedder<C> {
     /// (counted, a server outage would read as the service failing and raise the level), nor
     /// its latency of the local limit's.
     pub fn finished_by_limiter(&self, ticket: Ticket) {
-        self.ended(ticket, 503, true);
+        self.ended(ticket, 503, true, None);
     }
 
-    fn ended(&self, ticket: Ticket, status: u16, by_limiter: bool) {
+    fn ended(&self, ticket: Ticket, status: u16, by_limiter: bool, route: Option<&str>) {
         let now = (self.clock)();
         let latency = now.saturating_sub(ticket.started);
         let mut local = self.local();
@@ -387,7 +403,10 @@ impl<C> LoadShedder<C> {
                 if ticket.counted && by_limiter {
                     limit.leave(now);
                 } else if ticket.counted {
-                    limit.finish(latency, now);
+                    match route {
+                        Some(route) => limit.finish_route(route, latency, now),
+                        None => limit.finish(latency, now),
+                    }
                 }
                 limit.congested()
             }

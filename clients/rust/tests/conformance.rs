@@ -253,7 +253,11 @@ fn the_local_limit_replays_every_trace() {
                     Json::Null
                 }
                 _ => {
-                    limit.finish(Duration::from_micros(event[2].as_u64().unwrap()), at);
+                    let latency = Duration::from_micros(event[2].as_u64().unwrap());
+                    match event.get(3).and_then(Json::as_str) {
+                        Some(route) => limit.finish_route(route, latency, at),
+                        None => limit.finish(latency, at),
+                    }
                     Json::Null
                 }
             };

@@ -10,13 +10,21 @@ classes while it is congested. The same algorithm, step for step, in every packa
   queue that stands does not. The target is the no-load latency plus the longer of one
   no-load latency and 5 ms; while congested, plus 5 ms alone (CoDel's), so that the queue
   kept while shedding stays short where requests are slow by nature (a pool of a few slots).
-- **No-load latency**: the least latency of the current and the previous epoch (30 s each)
+- **Routes**: a request may name its route (the middlewares give its method and path
+  pattern), and each route's no-load latency is kept apart (the first 32 routes; the others
+  with those that name none; a route with no request for two epochs leaves its place). The
+  interval is read by the route of least no-load latency that finished a request in it (of
+  those past their cold start, if any is), its fastest request against its own target: a
+  queue delays every route's requests, the fastest route's show the least of one, and an
+  interval without a fast route's request (a health check's) is no queue.
+- **No-load latency** (a route's, and the service's over every request, which converts a
+  request's wait): the least latency of the current and the previous epoch (30 s each)
   that four intervals in a row (of those that finished a request) took at least, so that a
-  fast request now and then (a health check beside slow routes) does not lower it for the
-  intervals without one; until three such intervals have ended, also the least any request
-  took (a cold start's); while congested, after four intervals in a row whose fastest request
-  took longer than every request of the peak ahead of it at the target each (no queue here
-  explains that: a dependency got slower), what the fastest took.
+  fast request now and then does not lower it for the intervals without one; until three
+  such intervals have ended, also the least any request took (a cold start's); while
+  congested, after four intervals in a row whose fastest request took longer than every
+  request of the peak ahead of it at the target each (no queue here explains that: a
+  dependency got slower), what the fastest took.
 - **Congestion** begins at the fourth standing interval in a row, or at once when the fastest
   request took over four times that target (a queue that grew fast): the limit is cut to the
   in-flight peak times `target / fastest` (Netflix's gradient, from 0.2 to 0.9), and again
@@ -61,6 +69,52 @@ PRIORITIES = ("critical_plus", "critical", "sheddable_plus", "sheddable")
 # How many intervals in a row (of those that finished a request) must have taken a latency for
 # it to be the no-load latency.
 CONFIRMING = 4
+
+# The most routes whose latencies are kept apart; a request of any other route is counted with
+# those that name none.
+ROUTES = 32
+
+
+class _Latencies:
+    """The no-load latency of one route (or of the whole service): the least of the current
+    and the previous epoch that CONFIRMING intervals in a row (of those that finished one of
+    its requests) took at least; until CONFIRMING - 1 such intervals have ended, also the least
+    any request took (a cold start's)."""
+
+    __slots__ = ("noload_now", "noload_before", "recent_fastest", "window_min")
+
+    def __init__(self):
+        self.noload_now = self.noload_before = math.inf
+        # The fastest request of each of the last intervals that finished any, oldest first.
+        self.recent_fastest = [math.inf] * (CONFIRMING - 1)
+        # The fastest request of the current interval.
+        self.window_min = math.inf
+
+    @property
+    def noload(self) -> float:
+        return min(self.noload_now, self.noload_before)
+
+    @property
+    def confirmed(self) -> bool:
+        """Whether CONFIRMING - 1 intervals have finished a request: past the cold start."""
+        return self.recent_fastest[0] < math.inf
+
+    def finished(self, latency: int) -> None:
+        self.window_min = min(self.window_min, latency)
+        if not self.confirmed:
+            self.noload_now = min(self.noload_now, latency)
+
+    def close_interval(self) -> None:
+        """The interval ended: its fastest lowers the no-load latency as far as the intervals
+        before it agree (a fast request now and then is not what the others take)."""
+        if self.window_min < math.inf:
+            confirmed = max(self.window_min, *self.recent_fastest)
+            self.noload_now = min(self.noload_now, confirmed)
+            self.recent_fastest = self.recent_fastest[1:] + [self.window_min]
+        self.window_min = math.inf
+
+    def next_epoch(self) -> None:
+        self.noload_before, self.noload_now = self.noload_now, math.inf
 
 
 @dataclass(frozen=True)
@@ -115,19 +169,25 @@ class ConcurrencyLimit:
         self._standing_run = 0
         # Intervals in a row whose latency no queue here explains.
         self._unexplained = 0
-        self._noload_now = math.inf
-        self._noload_before = math.inf
-        # The fastest request of each of the last intervals that finished any, oldest first.
-        # Until all of them have (a cold start), every request's latency lowers the no-load
-        # latency: the first requests are what a cold start has.
-        self._recent_fastest = [math.inf] * (CONFIRMING - 1)
+        # Every request's latencies (what admission converts a wait with), and each route's
+        # (what the standing-queue test reads: a route's fastest against its own target), the
+        # requests that name none, or a route past the first ROUTES, under None.
+        self._service = _Latencies()
+        self._routes: dict = {None: _Latencies()}
         self._epoch_end = 0
         self._lock = threading.Lock()
 
     @property
     def noload(self) -> float:
-        """The no-load latency: the least of this epoch and the last (inf before any)."""
-        return min(self._noload_now, self._noload_before)
+        """The service's no-load latency, over every route: the least of this epoch and the
+        last (inf before any)."""
+        return self._service.noload
+
+    @property
+    def routes(self) -> list:
+        """The routes whose latencies are kept apart, as their requests named them."""
+        with self._lock:
+            return [route for route in self._routes if route is not None]
 
     def _target(self, noload: float) -> float:
         """The latency a request may take without a queue standing: the no-load latency plus
@@ -144,30 +204,42 @@ class ConcurrencyLimit:
             self._window_end, self._epoch_end = now + o.interval_us, now + o.epoch_us
             return
         while now >= self._epoch_end:
-            self._noload_before, self._noload_now = self._noload_now, math.inf
+            self._service.next_epoch()
+            for route in list(self._routes):
+                self._routes[route].next_epoch()
+                # A route with no request for two epochs leaves its place to another.
+                if route is not None and self._routes[route].noload == math.inf:
+                    del self._routes[route]
             self._epoch_end += o.epoch_us
         if now < self._window_end:
             return
-        noload = self.noload
         bound = self._peak >= self.limit / 2
-        measured = self._window_min < math.inf and noload < math.inf
-        target = self._target(noload) if measured else math.inf
+        # The interval is read by the fastest route that finished a request in it (of those past
+        # their cold start, if any is): a queue delays every route's requests, and the fastest
+        # route's show the least of one; a route's fastest is set against its own target, so
+        # that an interval without a fast route's request (a health check's) is no queue.
+        judge = self._judging_route()
+        measured = judge is not None
+        fastest = judge.window_min if measured else math.inf
+        target = self._target(judge.noload) if measured else math.inf
         # While congested, a queue stands whatever the peak: the probe may raise the limit past it.
-        standing = measured and (bound or self.congested) and self._window_min > target
+        standing = measured and (bound or self.congested) and fastest > target
         # While congested, a fastest request slower than every request of the peak ahead of it
         # at the target each: no queue here explains it, the service itself got slower (a
         # dependency). After `enter` such intervals the no-load latency is what it takes now.
-        unexplained = standing and self.congested and self._window_min > max(1, self._peak) * target
+        unexplained = standing and self.congested and fastest > max(1, self._peak) * target
         self._unexplained = self._unexplained + 1 if unexplained else 0
         if self._unexplained >= o.enter:
-            self._noload_now = self._noload_before = self._window_min
+            for latencies in (self._service, *self._routes.values()):
+                if latencies.window_min < math.inf:
+                    latencies.noload_now = latencies.noload_before = latencies.window_min
             self._unexplained = 0
             standing = False
         self._standing_run = self._standing_run + 1 if standing else 0
         before = self.limit
-        deep = standing and self._window_min > o.deep * target
+        deep = standing and fastest > o.deep * target
         if standing and (self.congested or deep or self._standing_run >= o.enter):
-            gradient = max(0.2, min(0.9, target / self._window_min))
+            gradient = max(0.2, min(0.9, target / fastest))
             self.limit = max(o.floor, min(self.limit, self._peak) * gradient)
             if not self.congested:
                 self.congestions += 1
@@ -197,18 +269,24 @@ class ConcurrencyLimit:
                 self.limit = max(o.floor, float(2 * self._peak), self.limit * o.decay)
         if self.limit != before:
             self.changes += 1
-        # The no-load latency is what CONFIRMING intervals in a row (of those that finished a
-        # request) took at least: a fast request now and then (a health check beside slow
-        # routes) is not what the intervals without it take.
-        if self._window_min < math.inf:
-            confirmed = max(self._window_min, *self._recent_fastest)
-            self._noload_now = min(self._noload_now, confirmed)
-            self._recent_fastest = self._recent_fastest[1:] + [self._window_min]
-        self._window_min = math.inf
+        for latencies in (self._service, *self._routes.values()):
+            latencies.close_interval()
         self._peak = self._trough = self.inflight
         self._finished = self._queued = 0
         self._admitted = self._refused = self._waited_out = 0
         self._window_end = now + o.interval_us
+
+    def _judging_route(self) -> Optional[_Latencies]:
+        """The route whose fastest request of the interval reads it: of the routes that
+        finished a request in it with a no-load latency known (past their cold start, if any
+        is), the fastest by nature (then by its fastest, so that the order never matters);
+        None if no route did."""
+        measured = [
+            r for r in self._routes.values() if r.window_min < math.inf and r.noload < math.inf
+        ]
+        past_cold_start = [r for r in measured if r.confirmed]
+        candidates = past_cold_start or measured
+        return min(candidates, key=lambda r: (r.noload, r.window_min), default=None)
 
     def admit(self, priority, now: int, backlog: int = 0) -> bool:
         """Whether a request of `priority` (a name or 0 to 3) is admitted at `now`; an
@@ -248,17 +326,27 @@ class ConcurrencyLimit:
             self._waited_out += waited_out
             return False
 
-    def finish(self, latency: int, now: int) -> None:
-        """An admitted request ended at `now` after `latency` (microseconds both)."""
+    def finish(self, latency: int, now: int, route=None) -> None:
+        """An admitted request of `route` (its method and path pattern; None: unnamed) ended at
+        `now` after `latency` (microseconds both)."""
         with self._lock:
             self._roll(now)
             self.inflight = max(0, self.inflight - 1)
             self._trough = min(self._trough, self.inflight)
-            self._window_min = min(self._window_min, latency)
-            if self._recent_fastest[0] == math.inf:
-                self._noload_now = min(self._noload_now, latency)
+            self._service.finished(latency)
+            latencies = self._route(route)
+            latencies.finished(latency)
             self._finished += 1
-            self._queued += latency > self._target(self.noload)
+            self._queued += latency > self._target(latencies.noload)
+
+    def _route(self, route) -> _Latencies:
+        """`route`'s latencies, kept apart for the first ROUTES routes named."""
+        latencies = self._routes.get(route)
+        if latencies is None:
+            if len(self._routes) > ROUTES:
+                return self._routes[None]
+            latencies = self._routes[route] = _Latencies()
+        return latencies
 
     def shed_by_level(self, now: int) -> None:
         """A request the service's level refused at `now` before this limit decided it: one

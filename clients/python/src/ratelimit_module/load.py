@@ -280,11 +280,12 @@ class _Shedding:
         have changed."""
         return self.interval
 
-    def finished(self, ticket: Ticket, status: int, own: bool = False) -> None:
+    def finished(self, ticket: Ticket, status: int, own: bool = False, route: Any = None) -> None:
         """The request `admit` gave `ticket` ended with HTTP `status`; `own` when the
         package answered it by its policy (`_answered`): then, as for any 429, it leaves the
         requests in flight and says nothing of the service's health, nor its latency of the
-        local limit's (a failing server's timeout is not the service's time)."""
+        local limit's (a failing server's timeout is not the service's time). `route` names
+        its route (method and path pattern), whose latency the local limit keeps apart."""
         now = self.clock()
         latency = max(0.0, now - ticket.started)
         congested = False
@@ -292,7 +293,7 @@ class _Shedding:
             if ticket.counted and own:
                 self.limit.leave(_micros(now))
             elif ticket.counted:
-                self.limit.finish(_micros(latency), _micros(now))
+                self.limit.finish(_micros(latency), _micros(now), route)
             congested = self.limit.congested
         if counts_for_service(status, own):
             self.signals.done(latency, status, busy=congested)
@@ -428,7 +429,8 @@ class LoadSheddingWSGI:
             try:
                 return self.app(environ, recording_start_response)
             finally:
-                self.shedder.finished(ticket, status[0], request.own)
+                route = f"{environ.get('REQUEST_METHOD', '')} {environ.get('PATH_INFO', '')}"
+                self.shedder.finished(ticket, status[0], request.own, route)
 
 
 __all__ = [

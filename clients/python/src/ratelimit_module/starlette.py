@@ -188,7 +188,19 @@ class LoadSheddingMiddleware:
             try:
                 await self.app(scope, receive, recording_send)
             finally:
-                self.shedder.finished(ticket, status[0], request.own)
+                self.shedder.finished(ticket, status[0], request.own, route_of(scope))
+
+
+def route_of(scope: Scope) -> str:
+    """The route a request took, for the local limit to keep its latency apart: its method and
+    the pattern the router matched (FastAPI's route, or Starlette's endpoint), read once the app
+    answered; the path itself where no router matched."""
+    route = scope.get("route")
+    pattern = getattr(route, "path_format", None) or getattr(route, "path", None)
+    if pattern is None:
+        endpoint = scope.get("endpoint")
+        pattern = getattr(endpoint, "__qualname__", None) or scope.get("path", "")
+    return f"{scope.get('method', '')} {pattern}"
 
 
 __all__ = ["LoadSheddingMiddleware", "RateLimitMiddleware", "rate_limit"]

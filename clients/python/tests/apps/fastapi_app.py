@@ -156,7 +156,22 @@ def _shedding_app(shadow: bool) -> Starlette:
         shadow=shadow,
         metrics=METRICS,
     )
-    shedding = Starlette(routes=[Route("/", hello), Mount("/metrics", make_asgi_app())])
+
+    async def item(request: Request) -> PlainTextResponse:
+        return PlainTextResponse(request.path_params["number"])
+
+    async def routes(request: Request) -> PlainTextResponse:
+        """The routes whose latencies the shedder's local limit keeps apart, one a line."""
+        return PlainTextResponse("".join(f"{route}\n" for route in shedder.limit.routes))
+
+    shedding = Starlette(
+        routes=[
+            Route("/", hello),
+            Route("/items/{number}", item),
+            Route("/routes", routes),
+            Mount("/metrics", make_asgi_app()),
+        ]
+    )
     shedding.add_middleware(LoadSheddingMiddleware, shedder=shedder, priority="X-Priority")
     return shedding
 

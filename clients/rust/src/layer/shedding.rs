@@ -96,12 +96,15 @@ impl<S, C> Layer<S> for LoadSheddingLayer<C> {
 struct InFlight<C> {
     shedder: Arc<LoadShedder<C>>,
     ticket: Option<Ticket>,
+    /// Its method and path, whose latency the process's limit keeps apart (a layer outside
+    /// the router sees no pattern).
+    route: String,
 }
 
 impl<C> InFlight<C> {
     fn finish(mut self, status: u16) {
         if let Some(ticket) = self.ticket.take() {
-            self.shedder.finished(ticket, status);
+            self.shedder.finished_route(ticket, status, &self.route);
         }
     }
 
@@ -115,7 +118,7 @@ impl<C> InFlight<C> {
 impl<C> Drop for InFlight<C> {
     fn drop(&mut self) {
         if let Some(ticket) = self.ticket.take() {
-            self.shedder.finished(ticket, 499);
+            self.shedder.finished_route(ticket, 499, &self.route);
         }
     }
 }
@@ -145,6 +148,7 @@ where
             let in_flight = InFlight {
                 shedder,
                 ticket: Some(ticket),
+                route: format!("{} {}", parts.method, parts.uri.path()),
             };
             let response = inner.call(Request::from_parts(parts, body)).await;
             match &response {

@@ -6,7 +6,7 @@
 -- target (CoDel's sojourn, per request). The same algorithm, step for step, as every package's
 -- (clients/conformance.json, `concurrency`). Plain Lua, no I/O: the clock is passed in.
 local huge, min, max, sqrt = math.huge, math.min, math.max, math.sqrt
-local setmetatable = setmetatable
+local pairs, setmetatable = pairs, setmetatable
 
 local _M = { _VERSION = "0.3.0" }
 local mt = { __index = _M }
@@ -15,6 +15,13 @@ local mt = { __index = _M }
 -- it to be the no-load latency.
 local CONFIRMING = 4
 
+-- The most routes whose latencies are kept apart; a request of any other route is counted with
+-- those that name none.
+local ROUTES = 32
+
+-- The key of the requests that name no route.
+local UNNAMED = {}
+
 -- `count` intervals that finished no request yet.
 local function unmeasured(count)
     local fastest = {}
@@ -22,6 +29,81 @@ local function unmeasured(count)
         fastest[i] = huge
     end
     return fastest
+end
+
+-- The no-load latency of one route (or of the whole service): the least of the current and the
+-- previous epoch that CONFIRMING intervals in a row (of those that finished one of its requests)
+-- took at least; until CONFIRMING - 1 such intervals have ended, also the least any request
+-- took (a cold start's).
+local function latencies()
+    return {
+        noload_now = huge,
+        noload_before = huge,
+        -- The fastest request of each of the last intervals that finished any, oldest first.
+        recent_fastest = unmeasured(CONFIRMING - 1),
+        -- The fastest request of the current interval.
+        window_min = huge,
+    }
+end
+
+local function noload_of(latency)
+    return min(latency.noload_now, latency.noload_before)
+end
+
+-- Whether CONFIRMING - 1 intervals have finished a request: past the cold start.
+local function confirmed(latency)
+    return latency.recent_fastest[1] < huge
+end
+
+local function finished_in(latency, took)
+    latency.window_min = min(latency.window_min, took)
+    if not confirmed(latency) then
+        latency.noload_now = min(latency.noload_now, took)
+    end
+end
+
+-- The interval ended: its fastest lowers the no-load latency as far as the intervals before it
+-- agree (a fast request now and then is not what the others take).
+local function close_interval(latency)
+    if latency.window_min < huge then
+        local recent = latency.recent_fastest
+        local agreed = latency.window_min
+        for i = 1, CONFIRMING - 1 do
+            agreed = max(agreed, recent[i])
+        end
+        latency.noload_now = min(latency.noload_now, agreed)
+        for i = 1, CONFIRMING - 2 do
+            recent[i] = recent[i + 1]
+        end
+        recent[CONFIRMING - 1] = latency.window_min
+    end
+    latency.window_min = huge
+end
+
+-- The route whose fastest request of the interval reads it: of the routes that finished a
+-- request in it with a no-load latency known (past their cold start, if any is), the fastest by
+-- nature (then by its fastest, so that the order never matters); nil if no route did.
+local function judging_route(self)
+    local judge, judge_confirmed = nil, false
+    for _, route in pairs(self.routes) do
+        local noload = noload_of(route)
+        if route.window_min < huge and noload < huge then
+            local past = confirmed(route)
+            local better = not judge
+                or (past and not judge_confirmed)
+                or (
+                    past == judge_confirmed
+                    and (
+                        noload < noload_of(judge)
+                        or (noload == noload_of(judge) and route.window_min < judge.window_min)
+                    )
+                )
+            if better then
+                judge, judge_confirmed = route, past
+            end
+        end
+    end
+    return judge
 end
 
 -- The parameters every package ships: times in whole microseconds (so that every package
@@ -60,7 +142,6 @@ function _M.new(opts)
         changes = 0,
         congestions = 0,
         window_end = nil,
-        window_min = huge,
         peak = 0,
         -- The interval's admitted and refused requests, and of those refused, how many for
         -- their own wait.
@@ -75,19 +156,31 @@ function _M.new(opts)
         standing_run = 0,
         -- Intervals in a row whose latency no queue here explains.
         unexplained = 0,
-        noload_now = huge,
-        noload_before = huge,
-        -- The fastest request of each of the last intervals that finished any, oldest first.
-        -- Until all of them have (a cold start), every request's latency lowers the no-load
-        -- latency: the first requests are what a cold start has.
-        recent_fastest = unmeasured(CONFIRMING - 1),
+        -- Every request's latencies (what admission converts a wait with), and each route's
+        -- (what the standing-queue test reads: a route's fastest against its own target), the
+        -- requests that name none, or a route past the first ROUTES, under UNNAMED.
+        service = latencies(),
+        routes = { [UNNAMED] = latencies() },
+        named_routes = 0,
         epoch_end = 0,
     }, mt)
 end
 
---- The no-load latency: the least of this epoch and the last (math.huge before any).
+--- The service's no-load latency, over every route: the least of this epoch and the last
+--- (math.huge before any).
 function _M.noload(self)
-    return min(self.noload_now, self.noload_before)
+    return noload_of(self.service)
+end
+
+--- The routes whose latencies are kept apart, as their requests named them.
+function _M.route_names(self)
+    local names = {}
+    for name in pairs(self.routes) do
+        if name ~= UNNAMED then
+            names[#names + 1] = name
+        end
+    end
+    return names
 end
 
 -- The latency a request may take without a queue standing: the no-load latency plus the
@@ -107,36 +200,56 @@ local function roll(self, now)
         return
     end
     while now >= self.epoch_end do
-        self.noload_before, self.noload_now = self.noload_now, huge
+        local service = self.service
+        service.noload_before, service.noload_now = service.noload_now, huge
+        for name, route in pairs(self.routes) do
+            route.noload_before, route.noload_now = route.noload_now, huge
+            -- A route with no request for two epochs leaves its place to another.
+            if name ~= UNNAMED and noload_of(route) == huge then
+                self.routes[name] = nil
+                self.named_routes = self.named_routes - 1
+            end
+        end
         self.epoch_end = self.epoch_end + o.epoch_us
     end
     if now < self.window_end then
         return
     end
-    local noload = min(self.noload_now, self.noload_before)
     local bound = self.peak >= self.limit / 2
-    local measured = self.window_min < huge and noload < huge
-    local target = measured and target_of(self, noload) or huge
+    -- The interval is read by the fastest route that finished a request in it (of those past
+    -- their cold start, if any is): a queue delays every route's requests, and the fastest
+    -- route's show the least of one; a route's fastest is set against its own target, so that an
+    -- interval without a fast route's request (a health check's) is no queue.
+    local judge = judging_route(self)
+    local measured = judge ~= nil
+    local fastest = measured and judge.window_min or huge
+    local target = measured and target_of(self, noload_of(judge)) or huge
     -- While congested, a queue stands whatever the peak: the probe may raise the limit past it.
-    local standing = measured and (bound or self.congested) and self.window_min > target
+    local standing = measured and (bound or self.congested) and fastest > target
     -- While congested, a fastest request slower than every request of the peak ahead of it at
     -- the target each: no queue here explains it, the service itself got slower (a
     -- dependency). After `enter` such intervals the no-load latency is what it takes now.
-    if standing and self.congested and self.window_min > max(1, self.peak) * target then
+    if standing and self.congested and fastest > max(1, self.peak) * target then
         self.unexplained = self.unexplained + 1
     else
         self.unexplained = 0
     end
     if self.unexplained >= o.enter then
-        self.noload_now, self.noload_before = self.window_min, self.window_min
+        for _, latency in pairs(self.routes) do
+            if latency.window_min < huge then
+                latency.noload_now, latency.noload_before = latency.window_min, latency.window_min
+            end
+        end
+        local service = self.service
+        service.noload_now, service.noload_before = service.window_min, service.window_min
         self.unexplained = 0
         standing = false
     end
     self.standing_run = standing and self.standing_run + 1 or 0
     local before = self.limit
-    local deep = standing and self.window_min > o.deep * target
+    local deep = standing and fastest > o.deep * target
     if standing and (self.congested or deep or self.standing_run >= o.enter) then
-        local gradient = max(0.2, min(0.9, target / self.window_min))
+        local gradient = max(0.2, min(0.9, target / fastest))
         self.limit = max(o.floor, min(self.limit, self.peak) * gradient)
         if not self.congested then
             self.congestions = self.congestions + 1
@@ -171,22 +284,10 @@ local function roll(self, now)
     if self.limit ~= before then
         self.changes = self.changes + 1
     end
-    -- The no-load latency is what CONFIRMING intervals in a row (of those that finished a
-    -- request) took at least: a fast request now and then (a health check beside slow routes)
-    -- is not what the intervals without it take.
-    if self.window_min < huge then
-        local recent = self.recent_fastest
-        local confirmed = self.window_min
-        for i = 1, CONFIRMING - 1 do
-            confirmed = max(confirmed, recent[i])
-        end
-        self.noload_now = min(self.noload_now, confirmed)
-        for i = 1, CONFIRMING - 2 do
-            recent[i] = recent[i + 1]
-        end
-        recent[CONFIRMING - 1] = self.window_min
+    close_interval(self.service)
+    for _, route in pairs(self.routes) do
+        close_interval(route)
     end
-    self.window_min = huge
     self.peak = self.inflight
     self.trough = self.inflight
     self.finished = 0
@@ -205,7 +306,7 @@ end
 --- share of the target.
 function _M.admit(self, index, now, backlog)
     roll(self, now)
-    local noload = min(self.noload_now, self.noload_before)
+    local noload = noload_of(self.service)
     local waiting = 0
     if backlog and backlog > 0 and noload < huge then
         waiting = backlog / noload
@@ -247,17 +348,31 @@ function _M.admit(self, index, now, backlog)
     return false
 end
 
---- An admitted request ended at `now` after `latency` (whole microseconds both).
-function _M.finish(self, latency, now)
+-- `name`'s latencies, kept apart for the first ROUTES routes named.
+local function route_of(self, name)
+    local route = self.routes[name or UNNAMED]
+    if not route then
+        if self.named_routes >= ROUTES then
+            return self.routes[UNNAMED]
+        end
+        route = latencies()
+        self.routes[name] = route
+        self.named_routes = self.named_routes + 1
+    end
+    return route
+end
+
+--- An admitted request of route `name` (its method and path; nil: unnamed) ended at `now` after
+--- `latency` (whole microseconds both).
+function _M.finish(self, latency, now, name)
     roll(self, now)
     self.inflight = max(0, self.inflight - 1)
     self.trough = min(self.trough, self.inflight)
-    self.window_min = min(self.window_min, latency)
-    if self.recent_fastest[1] == huge then
-        self.noload_now = min(self.noload_now, latency)
-    end
+    finished_in(self.service, latency)
+    local route = route_of(self, name)
+    finished_in(route, latency)
     self.finished = self.finished + 1
-    if latency > target_of(self, min(self.noload_now, self.noload_before)) then
+    if latency > target_of(self, noload_of(route)) then
         self.queued = self.queued + 1
     end
 end

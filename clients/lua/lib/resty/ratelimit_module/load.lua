@@ -234,7 +234,9 @@ function _M.record()
             -- or none, not the upstream's.
             limit:leave(micros(ngx.now()))
         else
-            limit:finish(micros(seconds), micros(ngx.now()))
+            -- Each route's latency is kept apart: a location has no pattern, so its path.
+            local route = ngx.var.request_method .. " " .. ngx.var.uri
+            limit:finish(micros(seconds), micros(ngx.now()), route)
         end
     end
     if status == 429 or (status >= 500 and own) then

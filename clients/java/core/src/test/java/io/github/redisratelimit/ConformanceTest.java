@@ -359,7 +359,8 @@ class ConformanceTest {
         } else if (event.get(1).asText().equals("level")) {
           limit.shedByLevel(at);
         } else {
-          limit.finish(event.get(2).asLong(), at);
+          String route = event.size() > 3 ? event.get(3).asText() : null;
+          limit.finish(event.get(2).asLong(), at, route);
         }
         JsonNode wanted = expect.get(step);
         String where = trace.get("name").asText() + ", step " + step + ": " + event;

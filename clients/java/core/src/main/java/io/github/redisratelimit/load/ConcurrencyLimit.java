@@ -1,7 +1,11 @@
 package io.github.redisratelimit.load;
 
 import io.github.redisratelimit.Priority;
+import java.util.ArrayList;
 import java.util.Arrays;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
 
 /**
  * The instance's own limit on requests in flight, decided at admission with no server call
@@ -22,6 +26,65 @@ public final class ConcurrencyLimit {
    */
   private static final int CONFIRMING = 4;
 
+  /**
+   * The most routes whose latencies are kept apart; a request of any other route is counted with
+   * those that name none.
+   */
+  private static final int ROUTES = 32;
+
+  /**
+   * The no-load latency of one route (or of the whole service): the least of the current and the
+   * previous epoch that CONFIRMING intervals in a row (of those that finished one of its requests)
+   * took at least; until CONFIRMING - 1 such intervals have ended, also the least any request took
+   * (a cold start's).
+   */
+  private static final class Latencies {
+    double noloadNow = Double.POSITIVE_INFINITY;
+    double noloadBefore = Double.POSITIVE_INFINITY;
+    // The fastest request of each of the last intervals that finished any, oldest first.
+    final double[] recentFastest = unmeasured(CONFIRMING - 1);
+    // The fastest request of the current interval.
+    double windowMin = Double.POSITIVE_INFINITY;
+
+    double noload() {
+      return Math.min(noloadNow, noloadBefore);
+    }
+
+    /** Whether CONFIRMING - 1 intervals have finished a request: past the cold start. */
+    boolean confirmed() {
+      return recentFastest[0] < Double.POSITIVE_INFINITY;
+    }
+
+    void finished(long latency) {
+      windowMin = Math.min(windowMin, (double) latency);
+      if (!confirmed()) {
+        noloadNow = Math.min(noloadNow, (double) latency);
+      }
+    }
+
+    /**
+     * The interval ended: its fastest lowers the no-load latency as far as the intervals before it
+     * agree (a fast request now and then is not what the others take).
+     */
+    void closeInterval() {
+      if (windowMin < Double.POSITIVE_INFINITY) {
+        double agreed = windowMin;
+        for (double recent : recentFastest) {
+          agreed = Math.max(agreed, recent);
+        }
+        noloadNow = Math.min(noloadNow, agreed);
+        System.arraycopy(recentFastest, 1, recentFastest, 0, CONFIRMING - 2);
+        recentFastest[CONFIRMING - 2] = windowMin;
+      }
+      windowMin = Double.POSITIVE_INFINITY;
+    }
+
+    void nextEpoch() {
+      noloadBefore = noloadNow;
+      noloadNow = Double.POSITIVE_INFINITY;
+    }
+  }
+
   private final LimitOptions options;
   private double limit;
   private long inflight;
@@ -30,7 +93,6 @@ public final class ConcurrencyLimit {
   private long congestions;
   private boolean started;
   private long windowEnd;
-  private double windowMin = Double.POSITIVE_INFINITY;
   private double peak;
   private long admitted;
   private long refused;
@@ -44,12 +106,11 @@ public final class ConcurrencyLimit {
   private int standingRun;
   // Intervals in a row whose latency no queue here explains.
   private int unexplained;
-  private double noloadNow = Double.POSITIVE_INFINITY;
-  private double noloadBefore = Double.POSITIVE_INFINITY;
-  // The fastest request of each of the last intervals that finished any, oldest first.
-  // Until all of them have (a cold start), every request's latency lowers the no-load latency: the
-  // first requests are what a cold start has.
-  private final double[] recentFastest = unmeasured(CONFIRMING - 1);
+  // Every request's latencies (what admission converts a wait with), and each route's (what the
+  // standing-queue test reads: a route's fastest against its own target), the requests that name
+  // none, or a route past the first ROUTES, under null.
+  private final Latencies service = new Latencies();
+  private final Map<String, Latencies> routes = new LinkedHashMap<>();
   private long epochEnd;
 
   /** With the defaults every package ships. */
@@ -60,6 +121,7 @@ public final class ConcurrencyLimit {
   public ConcurrencyLimit(LimitOptions options) {
     this.options = options;
     this.limit = options.initial();
+    routes.put(null, new Latencies());
   }
 
   public LimitOptions options() {
@@ -90,9 +152,44 @@ public final class ConcurrencyLimit {
     return congestions;
   }
 
-  /** The no-load latency in µs: the least of this epoch and the last (infinite before any). */
+  /**
+   * The service's no-load latency in µs, over every route: the least of this epoch and the last
+   * (infinite before any).
+   */
   public synchronized double noload() {
-    return Math.min(noloadNow, noloadBefore);
+    return service.noload();
+  }
+
+  /** The routes whose latencies are kept apart, as their requests named them. */
+  public synchronized List<String> routes() {
+    List<String> named = new ArrayList<>(routes.keySet());
+    named.remove(null);
+    return named;
+  }
+
+  /**
+   * The route whose fastest request of the interval reads it: of the routes that finished a request
+   * in it with a no-load latency known (past their cold start, if any is), the fastest by nature
+   * (then by its fastest, so that the order never matters); null if no route did.
+   */
+  private Latencies judgingRoute() {
+    Latencies judge = null;
+    for (Latencies route : routes.values()) {
+      if (route.windowMin == Double.POSITIVE_INFINITY
+          || route.noload() == Double.POSITIVE_INFINITY) {
+        continue;
+      }
+      boolean better =
+          judge == null
+              || (route.confirmed() && !judge.confirmed())
+              || (route.confirmed() == judge.confirmed()
+                  && (route.noload() < judge.noload()
+                      || (route.noload() == judge.noload() && route.windowMin < judge.windowMin)));
+      if (better) {
+        judge = route;
+      }
+    }
+    return judge;
   }
 
   /**
@@ -116,35 +213,52 @@ public final class ConcurrencyLimit {
       return;
     }
     while (now >= epochEnd) {
-      noloadBefore = noloadNow;
-      noloadNow = Double.POSITIVE_INFINITY;
+      service.nextEpoch();
+      routes.values().forEach(Latencies::nextEpoch);
+      // A route with no request for two epochs leaves its place to another.
+      routes
+          .entrySet()
+          .removeIf(
+              route ->
+                  route.getKey() != null && route.getValue().noload() == Double.POSITIVE_INFINITY);
       epochEnd += o.epochUs();
     }
     if (now < windowEnd) {
       return;
     }
-    double noload = Math.min(noloadNow, noloadBefore);
     boolean bound = peak >= limit / 2;
-    boolean measured = windowMin < Double.POSITIVE_INFINITY && noload < Double.POSITIVE_INFINITY;
-    double target = measured ? target(noload) : Double.POSITIVE_INFINITY;
+    // The interval is read by the fastest route that finished a request in it (of those past their
+    // cold start, if any is): a queue delays every route's requests, and the fastest route's show
+    // the least of one; a route's fastest is set against its own target, so that an interval
+    // without a fast route's request (a health check's) is no queue.
+    Latencies judge = judgingRoute();
+    boolean measured = judge != null;
+    double fastest = measured ? judge.windowMin : Double.POSITIVE_INFINITY;
+    double target = measured ? target(judge.noload()) : Double.POSITIVE_INFINITY;
     // While congested, a queue stands whatever the peak: the probe may raise the limit past it.
-    boolean standing = measured && (bound || congested) && windowMin > target;
+    boolean standing = measured && (bound || congested) && fastest > target;
     // While congested, a fastest request slower than every request of the peak ahead of it at the
     // target each: no queue here explains it, the service itself got slower (a dependency). After
     // `enter` such intervals the no-load latency is what it takes now.
-    boolean slower = standing && congested && windowMin > Math.max(1, peak) * target;
+    boolean slower = standing && congested && fastest > Math.max(1, peak) * target;
     unexplained = slower ? unexplained + 1 : 0;
     if (unexplained >= o.enter()) {
-      noloadNow = windowMin;
-      noloadBefore = windowMin;
+      List<Latencies> every = new ArrayList<>(routes.values());
+      every.add(service);
+      for (Latencies latencies : every) {
+        if (latencies.windowMin < Double.POSITIVE_INFINITY) {
+          latencies.noloadNow = latencies.windowMin;
+          latencies.noloadBefore = latencies.windowMin;
+        }
+      }
       unexplained = 0;
       standing = false;
     }
     standingRun = standing ? standingRun + 1 : 0;
     double before = limit;
-    boolean deep = standing && windowMin > o.deep() * target;
+    boolean deep = standing && fastest > o.deep() * target;
     if (standing && (congested || deep || standingRun >= o.enter())) {
-      double gradient = Math.max(0.2, Math.min(0.9, target / windowMin));
+      double gradient = Math.max(0.2, Math.min(0.9, target / fastest));
       limit = Math.max(o.floor(), Math.min(limit, peak) * gradient);
       if (!congested) {
         congestions += 1;
@@ -178,19 +292,8 @@ public final class ConcurrencyLimit {
     if (limit != before) {
       changes += 1;
     }
-    // The no-load latency is what CONFIRMING intervals in a row (of those that finished a request)
-    // took at least: a fast request now and then (a health check beside slow routes) is not what
-    // the intervals without it take.
-    if (windowMin < Double.POSITIVE_INFINITY) {
-      double confirmed = windowMin;
-      for (double recent : recentFastest) {
-        confirmed = Math.max(confirmed, recent);
-      }
-      noloadNow = Math.min(noloadNow, confirmed);
-      System.arraycopy(recentFastest, 1, recentFastest, 0, CONFIRMING - 2);
-      recentFastest[CONFIRMING - 2] = windowMin;
-    }
-    windowMin = Double.POSITIVE_INFINITY;
+    service.closeInterval();
+    routes.values().forEach(Latencies::closeInterval);
     peak = inflight;
     trough = inflight;
     finished = 0;
@@ -215,7 +318,7 @@ public final class ConcurrencyLimit {
    */
   public synchronized boolean admit(Priority priority, long now, long backlog) {
     roll(now);
-    double noload = Math.min(noloadNow, noloadBefore);
+    double noload = service.noload();
     double waiting = backlog > 0 && noload < Double.POSITIVE_INFINITY ? backlog / noload : 0;
     double load = inflight + waiting;
     int index = priority.ordinal();
@@ -253,19 +356,42 @@ public final class ConcurrencyLimit {
     return false;
   }
 
-  /** An admitted request ended at {@code now} after {@code latency} (µs both). */
-  public synchronized void finish(long latency, long now) {
+  /**
+   * An admitted request that names no route ended at {@code now} after {@code latency} (µs both).
+   */
+  public void finish(long latency, long now) {
+    finish(latency, now, null);
+  }
+
+  /**
+   * An admitted request of {@code route} (its method and path pattern; null: unnamed) ended at
+   * {@code now} after {@code latency} (µs both): its latency is also kept apart, with its route's
+   * (the first 32 routes).
+   */
+  public synchronized void finish(long latency, long now, String route) {
     roll(now);
     inflight = Math.max(0, inflight - 1);
-    windowMin = Math.min(windowMin, (double) latency);
-    if (recentFastest[0] == Double.POSITIVE_INFINITY) {
-      noloadNow = Math.min(noloadNow, (double) latency);
-    }
+    service.finished(latency);
+    Latencies latencies = latenciesOf(route);
+    latencies.finished(latency);
     trough = Math.min(trough, inflight);
     finished += 1;
-    if (latency > target(Math.min(noloadNow, noloadBefore))) {
+    if (latency > target(latencies.noload())) {
       queued += 1;
     }
+  }
+
+  /** {@code route}'s latencies, kept apart for the first ROUTES routes named. */
+  private Latencies latenciesOf(String route) {
+    Latencies latencies = routes.get(route);
+    if (latencies == null) {
+      if (routes.size() > ROUTES) {
+        return routes.get(null);
+      }
+      latencies = new Latencies();
+      routes.put(route, latencies);
+    }
+    return latencies;
   }
 
   /**

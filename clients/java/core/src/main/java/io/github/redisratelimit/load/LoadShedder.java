@@ -352,6 +352,15 @@ public final class LoadShedder implements AutoCloseable {
    * limit's.
    */
   public void finished(Ticket ticket, int status, boolean own) {
+    finished(ticket, status, own, null);
+  }
+
+  /**
+   * {@link #finished(Ticket, int, boolean)} for a request of {@code route} (its method and path
+   * pattern), whose latency the local limit keeps apart (the first 32 routes): an interval without
+   * a fast route's request (a health check's) then reads as no queue.
+   */
+  public void finished(Ticket ticket, int status, boolean own, String route) {
     long now = clock.getAsLong();
     long latency = Math.max(0, now - ticket.started);
     boolean congested = false;
@@ -361,7 +370,7 @@ public final class LoadShedder implements AutoCloseable {
       if (ticket.counted && own) {
         limit.leave(micros(now));
       } else if (ticket.counted) {
-        limit.finish(micros(latency), micros(now));
+        limit.finish(micros(latency), micros(now), route);
       }
       congested = limit.congested();
     }

@@ -21,6 +21,10 @@ import org.springframework.web.filter.OncePerRequestFilter;
  * policy) count as nothing of the service's health.
  */
 public class LoadSheddingFilter extends OncePerRequestFilter {
+  /** Where Spring MVC puts the pattern that matched (its {@code HandlerMapping}'s attribute). */
+  static final String MATCHED_PATTERN =
+      "org.springframework.web.servlet.HandlerMapping.bestMatchingPattern";
+
   private final LoadShedder shedder;
   private final String priorityHeader;
 
@@ -53,7 +57,16 @@ public class LoadSheddingFilter extends OncePerRequestFilter {
         own = scope.answered().own();
       }
     } finally {
-      shedder.finished(ticket, status, own);
+      shedder.finished(ticket, status, own, routeOf(request));
     }
+  }
+
+  /**
+   * The route a request took, for the local limit to keep its latency apart: its method and the
+   * pattern Spring MVC matched, read once the chain answered; the path where none matched.
+   */
+  static String routeOf(HttpServletRequest request) {
+    Object pattern = request.getAttribute(MATCHED_PATTERN);
+    return request.getMethod() + " " + (pattern != null ? pattern : request.getRequestURI());
   }
 }

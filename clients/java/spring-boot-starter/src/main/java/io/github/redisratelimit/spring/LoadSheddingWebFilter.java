@@ -20,6 +20,10 @@ import reactor.core.publisher.Mono;
  * ({@link Answered} in its attributes) and count as nothing of the service's health.
  */
 public class LoadSheddingWebFilter implements WebFilter, Ordered {
+  /** Where WebFlux puts the pattern that matched (its {@code HandlerMapping}'s attribute). */
+  static final String MATCHED_PATTERN =
+      "org.springframework.web.reactive.HandlerMapping.bestMatchingPattern";
+
   private final LoadShedder shedder;
   private final String priorityHeader;
 
@@ -65,14 +69,27 @@ public class LoadSheddingWebFilter implements WebFilter, Ordered {
                     signal.isOnError() && status == null
                         ? 500
                         : status == null ? 200 : status.value();
-                shedder.finished(ticket, code, answered.own());
+                shedder.finished(ticket, code, answered.own(), routeOf(exchange));
               }
             })
         .doOnCancel(
             () -> {
               if (done.compareAndSet(false, true)) {
-                shedder.finished(ticket, 499, answered.own());
+                shedder.finished(ticket, 499, answered.own(), routeOf(exchange));
               }
             });
+  }
+
+  /**
+   * The route an exchange took, for the local limit to keep its latency apart: its method and the
+   * pattern WebFlux matched, read once the chain answered; the path where none matched (a gateway's
+   * routes, whose patterns are its predicates).
+   */
+  static String routeOf(ServerWebExchange exchange) {
+    Object pattern = exchange.getAttribute(MATCHED_PATTERN);
+    var request = exchange.getRequest();
+    return request.getMethod().name()
+        + " "
+        + (pattern != null ? pattern : request.getPath().pathWithinApplication().value());
   }
 }

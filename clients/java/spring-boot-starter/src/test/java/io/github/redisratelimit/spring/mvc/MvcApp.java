@@ -4,6 +4,7 @@ import io.github.redisratelimit.spring.RateLimit;
 import org.springframework.boot.autoconfigure.SpringBootApplication;
 import org.springframework.stereotype.Service;
 import org.springframework.web.bind.annotation.GetMapping;
+import org.springframework.web.bind.annotation.PathVariable;
 import org.springframework.web.bind.annotation.RestController;
 
 /** A Spring MVC service limited as the starter's README shows. */
@@ -38,6 +39,11 @@ public class MvcApp {
     @GetMapping("/open")
     public String open() {
       return "ok";
+    }
+
+    @GetMapping("/items/{number}")
+    public String item(@PathVariable String number) {
+      return number;
     }
 
     @GetMapping("/paths/one")

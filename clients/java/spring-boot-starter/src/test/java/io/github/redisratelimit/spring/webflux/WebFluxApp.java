@@ -3,6 +3,7 @@ package io.github.redisratelimit.spring.webflux;
 import io.github.redisratelimit.spring.RateLimit;
 import org.springframework.boot.autoconfigure.SpringBootApplication;
 import org.springframework.web.bind.annotation.GetMapping;
+import org.springframework.web.bind.annotation.PathVariable;
 import org.springframework.web.bind.annotation.RestController;
 import reactor.core.publisher.Flux;
 import reactor.core.publisher.Mono;
@@ -35,6 +36,11 @@ public class WebFluxApp {
     @GetMapping("/open")
     public Mono<String> open() {
       return Mono.just("ok");
+    }
+
+    @GetMapping("/items/{number}")
+    public Mono<String> item(@PathVariable String number) {
+      return Mono.just(number);
     }
 
     @GetMapping("/paths/one")

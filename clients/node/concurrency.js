@@ -49,8 +49,8 @@ class Latencies {
    * agree (a fast request now and then is not what the others take). */
   closeInterval() {
     if (this.windowMin < Infinity) {
-      const confirmed = Math.max(this.windowMin, ...this.recentFastest);
-      this.noloadNow = Math.min(this.noloadNow, confirmed);
+      const agreed = Math.max(this.windowMin, ...this.recentFastest);
+      this.noloadNow = Math.min(this.noloadNow, agreed);
       this.recentFastest.shift();
       this.recentFastest.push(this.windowMin);
     }

@@ -108,8 +108,8 @@ class _Latencies:
         """The interval ended: its fastest lowers the no-load latency as far as the intervals
         before it agree (a fast request now and then is not what the others take)."""
         if self.window_min < math.inf:
-            confirmed = max(self.window_min, *self.recent_fastest)
-            self.noload_now = min(self.noload_now, confirmed)
+            agreed = max(self.window_min, *self.recent_fastest)
+            self.noload_now = min(self.noload_now, agreed)
             self.recent_fastest = self.recent_fastest[1:] + [self.window_min]
         self.window_min = math.inf
 
@@ -158,7 +158,6 @@ class ConcurrencyLimit:
         self.changes = 0
         self.congestions = 0
         self._window_end: Optional[int] = None
-        self._window_min = math.inf
         self._peak = 0
         # The interval's admitted and refused requests, and of those refused, how many for
         # their own wait.

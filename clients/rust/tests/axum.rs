@@ -134,17 +134,19 @@ async fn the_load_gate_sheds_by_priority_with_503() {
 
 /// A route that sleeps as many milliseconds as its `ms` query says.
 fn sleeping() -> Router {
-    Router::new().route(
-        "/",
-        get(|query: axum::extract::RawQuery| async move {
-            let millis = query
-                .0
-                .and_then(|q| q.strip_prefix("ms=").and_then(|n| n.parse().ok()))
-                .unwrap_or(0);
-            tokio::time::sleep(Duration::from_millis(millis)).await;
-            "hello"
-        }),
-    )
+    Router::new()
+        .route(
+            "/",
+            get(|query: axum::extract::RawQuery| async move {
+                let millis = query
+                    .0
+                    .and_then(|q| q.strip_prefix("ms=").and_then(|n| n.parse().ok()))
+                    .unwrap_or(0);
+                tokio::time::sleep(Duration::from_millis(millis)).await;
+                "hello"
+            }),
+        )
+        .route("/items/{number}", get(|| async { "item" }))
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -165,8 +167,14 @@ async fn the_shedding_layer_with_its_defaults_sheds_nothing_from_a_healthy_servi
         assert_eq!(response.status, 200, "{:?}", CLASSES[number % 4]);
     }
     assert_eq!(shedder.report().await.unwrap().level, 0);
-    // Each route's latency is kept apart, named by its method and path.
-    assert_eq!(shedder.routes(), ["GET /"]);
+    // Each route's latency is kept apart, named by its method and the pattern axum matched.
+    for path in ["/items/1", "/items/2"] {
+        let response = tokio::task::spawn_blocking(move || common::get(port, path, &[]))
+            .await
+            .unwrap();
+        assert_eq!(response.status, 200, "{path}");
+    }
+    assert_eq!(shedder.routes(), ["GET /", "GET /items/{number}"]);
 }
 
 #[tokio::test(flavor = "multi_thread")]

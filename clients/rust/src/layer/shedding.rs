@@ -91,13 +91,24 @@ impl<S, C> Layer<S> for LoadSheddingLayer<C> {
     }
 }
 
+/// The route a request takes, for the process's limit to keep its latency apart: its method
+/// and the pattern axum's router matched, where the layer is on the router's routes
+/// (`Router::layer`, which routes first); its path where no pattern is known (a layer around
+/// the whole service, hyper's or tonic's).
+fn route_of(parts: &Parts) -> String {
+    #[cfg(feature = "axum")]
+    if let Some(matched) = parts.extensions.get::<axum::extract::MatchedPath>() {
+        return format!("{} {}", parts.method, matched.as_str());
+    }
+    format!("{} {}", parts.method, parts.uri.path())
+}
+
 /// A request admitted and not yet answered: finished with its status, or as abandoned
 /// (499) when the call is dropped first.
 struct InFlight<C> {
     shedder: Arc<LoadShedder<C>>,
     ticket: Option<Ticket>,
-    /// Its method and path, whose latency the process's limit keeps apart (a layer outside
-    /// the router sees no pattern).
+    /// Its route, whose latency the process's limit keeps apart ([`route_of`]).
     route: String,
 }
 
@@ -148,7 +159,7 @@ where
             let in_flight = InFlight {
                 shedder,
                 ticket: Some(ticket),
-                route: format!("{} {}", parts.method, parts.uri.path()),
+                route: route_of(&parts),
             };
             let response = inner.call(Request::from_parts(parts, body)).await;
             match &response {

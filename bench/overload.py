@@ -146,6 +146,20 @@ class Redis(Process):
                           "--appendonly", "no", "--dir", self.dir, "--loadmodule", module],
                          port, "redis-server")
 
+    def stop(self) -> None:
+        super().stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def stop_nginx(nginx: Process) -> None:
+    """SIGTERM, nginx's fast shutdown: its master stops its workers (killed, it leaves them
+    running, their timers reporting, through the shapes that follow)."""
+    nginx.process.terminate()
+    try:
+        nginx.process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        nginx.stop()
+
 
 def slow_upstream(redis_port: int) -> Process:
     """Shape (d)'s upstream: 4 requests at a time, 20 ms each, the others queued."""
@@ -212,13 +226,7 @@ http {{
                               "daemon off;"], self.port, "nginx")
 
     def stop(self) -> None:
-        # SIGTERM, nginx's fast shutdown: its master stops its workers (killed, it leaves them
-        # running, their timers reporting, through the shapes that follow).
-        self.nginx.process.terminate()
-        try:
-            self.nginx.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.nginx.stop()
+        stop_nginx(self.nginx)
         self.upstream.stop()
         shutil.rmtree(self.dir, ignore_errors=True)
 
@@ -794,7 +802,7 @@ http {{
     except (OSError, ValueError):
         return None
     finally:
-        nginx.stop()
+        stop_nginx(nginx)
         shutil.rmtree(work, ignore_errors=True)
 
 

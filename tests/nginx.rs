@@ -1852,9 +1852,16 @@ fn what_the_level_sheds_holds_the_workers_limit_congested() {
                 clock = clock + 0.1
                 step(\"critical_plus at level 1\", load.admit(\"critical_plus\"))
                 step(\"ten refused by the level, one admitted: congested\", limit.congested)
-                -- An interval the level refuses nothing of: congestion ends.
+                -- Intervals the level refuses nothing of: congestion ends at the fourth in a
+                -- row.
                 step(\"critical_plus again\", load.admit(\"critical_plus\"))
                 limit:finish(5000, us(clock))
+                for calm = 1, 3 do
+                    clock = clock + 0.1
+                    load.admit(\"critical_plus\")
+                    step(calm .. \" calm intervals in a row: congested\", limit.congested)
+                    limit:finish(5000, us(clock))
+                end
                 clock = clock + 0.1
                 load.admit(\"critical_plus\")
                 step(\"nothing refused, under half the limit: not congested\",

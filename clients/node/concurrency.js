@@ -12,6 +12,9 @@ const PRIORITIES = ["critical_plus", "critical", "sheddable_plus", "sheddable"];
 // How many intervals in a row (of those that finished a request) must have taken a latency for it
 // to be the no-load latency.
 const CONFIRMING = 4;
+// How many calm intervals in a row (of those that decided a request) end congestion: one is an
+// overload's arrivals coming and going.
+const CALM_INTERVALS_TO_END = 4;
 
 // The most routes whose latencies are kept apart; a request of any other route is counted with
 // those that name none.
@@ -111,6 +114,9 @@ class ConcurrencyLimit {
     this.queued = 0;
     this.trough = 0;
     this.standingRun = 0;
+    // While congested, intervals in a row (of those that decided a request) that ended with the
+    // peak under half the limit and fewer refused than admitted.
+    this.calmRun = 0;
     // Intervals in a row whose latency no queue here explains.
     this.unexplained = 0;
     // Every request's latencies (what admission converts a wait with), and each route's (what the
@@ -187,6 +193,7 @@ class ConcurrencyLimit {
     }
     this.standingRun = standing ? this.standingRun + 1 : 0;
     const before = this.limit;
+    let calm = false;
     const deep = standing && fastest > o.deep * target;
     if (standing && (this.congested || deep || this.standingRun >= o.enter)) {
       const gradient = Math.max(0.2, Math.min(0.9, target / fastest));
@@ -204,8 +211,12 @@ class ConcurrencyLimit {
         this.limit = Math.min(o.ceiling, this.limit + 1);
       }
     } else if (!bound) {
-      // Shedding keeps the queue short: what it refused is the overload going on.
-      if (this.congested && this.refused < this.admitted) this.congested = false;
+      // Shedding keeps the queue short: what it refused is the overload going on. One calm
+      // interval is no end (an overload's arrivals come and go).
+      if (this.congested && this.refused < this.admitted) {
+        calm = true;
+        if (this.calmRun + 1 >= CALM_INTERVALS_TO_END) this.congested = false;
+      }
       // Refusing by the shares alone, under half the limit: room is probed for as headroom,
       // so that a load the shares hold back cannot keep it (what a request's own wait refused is a
       // queue, not the shares).
@@ -215,6 +226,9 @@ class ConcurrencyLimit {
         }
       } else this.limit = Math.max(o.floor, 2 * this.peak, this.limit * o.decay);
     }
+    if (calm) this.calmRun = this.congested ? this.calmRun + 1 : 0;
+    // An interval that decided nothing neither continues a calm run nor breaks it.
+    else if (this.admitted || this.refused) this.calmRun = 0;
     if (this.limit !== before) this.changes += 1;
     this.service.closeInterval();
     for (const latencies of this.routeLatencies.values()) latencies.closeInterval();

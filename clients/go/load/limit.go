@@ -12,6 +12,10 @@ import (
 // it to be the no-load latency.
 const confirming = 4
 
+// How many calm intervals in a row (of those that decided a request) end congestion: one is an
+// overload's arrivals coming and going.
+const calmIntervalsToEnd = 4
+
 // The most routes whose latencies are kept apart; a request of any other route is counted with
 // those that name none.
 const keptRoutes = 32
@@ -153,6 +157,9 @@ type ConcurrencyLimit struct {
 	queued      int64 // of the finished, how many took longer than the target
 	trough      int64 // the fewest requests in flight the interval saw
 	standingRun int
+	// While congested, intervals in a row (of those that decided a request) that ended with
+	// the peak under half the limit and fewer refused than admitted.
+	calmRun     int
 	unexplained int // intervals in a row whose latency no queue here explains
 	// Every request's latencies (what admission converts a wait with), and each route's (what
 	// the standing-queue test reads: a route's fastest against its own target); the requests
@@ -310,6 +317,7 @@ func (c *ConcurrencyLimit) roll(now int64) {
 		c.standingRun = 0
 	}
 	before := c.limit
+	calm := false
 	deep := standing && fastest > o.Deep*target
 	switch {
 	case standing && (c.congested || deep || c.standingRun >= o.Enter):
@@ -336,13 +344,26 @@ func (c *ConcurrencyLimit) roll(now int64) {
 		case !c.congested:
 			c.limit = math.Max(o.Floor, math.Max(2*c.peak, c.limit*o.Decay))
 		case c.refused < c.admitted:
-			// Shedding keeps the queue short: what it refused is the overload going on.
-			c.congested = false
+			// Shedding keeps the queue short: what it refused is the overload going on. One
+			// calm interval is no end (an overload's arrivals come and go).
+			calm = true
+			if c.calmRun+1 >= calmIntervalsToEnd {
+				c.congested = false
+			}
 		case c.refused-c.waitedOut >= c.admitted:
 			// Refusing by the shares alone, under half the limit: room is probed for (what a
 			// request's own wait refused is a queue, not the shares).
 			c.limit = math.Min(o.Ceiling, c.limit+math.Sqrt(c.limit))
 		}
+	}
+	switch {
+	case calm && c.congested:
+		c.calmRun++
+	case calm:
+		c.calmRun = 0
+	case c.admitted > 0 || c.refused > 0:
+		// An interval that decided nothing neither continues a calm run nor breaks it.
+		c.calmRun = 0
 	}
 	if c.limit != before {
 		c.changes++

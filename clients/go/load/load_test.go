@@ -309,8 +309,16 @@ func TestWhatTheLevelShedsHoldsTheLocalLimitCongested(t *testing.T) {
 	if !limit.Congested() {
 		t.Fatal("ten refused by the level, one admitted: congestion holds")
 	}
-	// An interval the level refuses nothing of: congestion ends.
+	// Intervals the level refuses nothing of: congestion ends at the fourth in a row.
 	shedder.Finished(ticket, 200, false)
+	for calm := 1; calm < 4; calm++ {
+		clock.advance(100 * time.Millisecond)
+		ticket, _ = shedder.Admit(ratelimit.CriticalPlus)
+		if !limit.Congested() {
+			t.Fatalf("%d calm intervals in a row: congestion holds", calm)
+		}
+		shedder.Finished(ticket, 200, false)
+	}
 	clock.advance(100 * time.Millisecond)
 	shedder.Admit(ratelimit.CriticalPlus)
 	if limit.Congested() {

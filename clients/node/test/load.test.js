@@ -402,9 +402,12 @@ test("what the level sheds holds the process's limit congested", async () => {
   clock.now += 0.1;
   assert.notEqual(shedder.admit("critical_plus"), null);
   assert.equal(shedder.limit.congested, true, "ten refused by the level, one admitted");
-  // An interval the level refuses nothing of: congestion ends.
-  shedder.finished(shedder.admit("critical_plus"), 200);
-  clock.now += 0.1;
+  // Intervals the level refuses nothing of: congestion ends at the fourth in a row.
+  for (let calm = 0; calm < 4; calm++) {
+    assert.equal(shedder.limit.congested, true, `${calm} calm intervals in a row`);
+    shedder.finished(shedder.admit("critical_plus"), 200);
+    clock.now += 0.1;
+  }
   shedder.admit("critical_plus");
   assert.equal(shedder.limit.congested, false, "nothing refused, under half the limit");
 });
@@ -428,7 +431,8 @@ test("with the server frozen, the process's own limit still protects", async () 
     assert.equal(shedder.standing.level, 0, "no level: nothing shed by one");
     flood(shedder, clock);
     assert.equal(shedder.admit("sheddable"), null, "shed by the process's own limit");
-    // The queue drains; an interval under half the limit ends congestion.
+    // The queue drains; calm intervals under half the limit end congestion at the fourth in a
+    // row.
     const limit = shedder.limit;
     while (limit.inflight) limit.finish(5000, Math.round(clock.now * 1e6));
     clock.now += 0.2;
@@ -436,6 +440,11 @@ test("with the server frozen, the process's own limit still protects", async () 
     assert.notEqual(ticket, null, "the limit grows by one an interval while congested");
     clock.now += 0.005;
     shedder.finished(ticket, 200);
+    for (let calm = 1; calm < 4; calm++) {
+      clock.now += 0.1;
+      assert.equal(limit.congested, true, `${calm} calm intervals in a row`);
+      shedder.finished(shedder.admit("critical_plus"), 200);
+    }
     clock.now += 0.1;
     assert.notEqual(shedder.admit("sheddable"), null);
     assert.equal(limit.congested, false);

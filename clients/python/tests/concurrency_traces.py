@@ -136,6 +136,20 @@ EVENT_LOOPS = (
         54,
         (0.0, 0.0, 0.0, 1.0),
     ),
+    (
+        "event loop, a calm interval",
+        "half, three times for 1.2 s, half the capacity of one event loop: 0.86 s into the "
+        "overload one interval's arrivals stay under half the limit and fewer are refused "
+        "than admitted, but congestion ends only after four such intervals in a row, so it "
+        "holds until the overload ends (ended by that one interval, the limit admitted up to "
+        "the initial limit whatever the backlog, and a request 0.9 to 1.1 s into the "
+        "overload took up to 169 ms, against 20 ms)",
+        4_500,
+        ((400_000, 0.5), (1_200_000, 3.0), (600_000, 0.5)),
+        {},
+        56,
+        MIX,
+    ),
 )
 REFUSAL = 300
 
@@ -153,8 +167,7 @@ BUSY_LOOP = (
     "last idle; then 0.8 of the capacity with the mix: the top class counts only what is in "
     "flight, in the peak as in its admission, so the busy loop begins no congestion and "
     "nothing is refused after it (with the backlog in the peak, congestion began 0.93 s into "
-    "the loop and lasted 0.23 s after it went idle, refusing 13 of the 177 requests that "
-    "followed)",
+    "the loop and held to the trace's end, refusing 50 of the 177 requests that followed)",
     4_500,
     4,
     1_000_000,
@@ -191,7 +204,7 @@ OUTAGE = (
     "50 requests a second of 1 ms, one in two calling the rate-limit server, which freezes "
     "for 1.5 s after 3 s: each of those waits the client's 1 s timeout and leaves unmeasured "
     "(the package's own answer), and nothing is refused (counted as 1 s latencies, they would "
-    "begin congestion and 48 requests be refused)",
+    "begin congestion and 49 requests be refused)",
     1_000,
     50,
     5_500_000,
@@ -210,7 +223,7 @@ HEALTH_CHECK = (
     "100 requests a second that each wait 50 ms on a dependency, and a health check of 1 ms "
     "every second, for 4 s: the no-load latency is what four intervals in a row took at "
     "least, so the health check alone does not lower it, and nothing is refused (with one "
-    "interval's fastest as the no-load latency, congestion began and 137 of the 411 requests "
+    "interval's fastest as the no-load latency, congestion began and 118 of the 411 requests "
     "were refused)",
     100,
     50_000,
@@ -230,7 +243,7 @@ ROUTES = (
     "random to a route of 1 ms, for 4 s, each request naming its route: an interval is read "
     "by its fastest route's fastest request against that route's own target, so the intervals "
     "without a fast request are no queue, and nothing is refused (with one no-load latency for "
-    "both routes, congestion began and 96 of the 405 requests were refused)",
+    "both routes, congestion began and 97 of the 405 requests were refused)",
     100,
     50_000,
     1_000,
@@ -436,9 +449,12 @@ def outage_trace(
 
 
 def event_loop_trace(
-    name: str, about: str, service: int, phases, options: dict, seed: int, mix
+    name: str, about: str, service: int, phases, options: dict, seed: int, mix, make=None
 ) -> dict:
-    limit = ConcurrencyLimit(LimitOptions(**options))
+    """One event loop, serial: a request is decided when the loop reaches it, with its wait as
+    the backlog, and a refusal costs the loop REFUSAL µs; `make(options)` makes the limit (a
+    variant's, for a trace's counterfactual)."""
+    limit = (make or ConcurrencyLimit)(LimitOptions(**options))
     free_at, events, expect = 0, [], []
     for at, _, index in events_of(service, phases, seed, mix):
         start = max(at, free_at)
@@ -465,10 +481,12 @@ def busy_loop_trace(
     phases,
     options: dict,
     seed: int,
+    make=None,
 ) -> dict:
     """A serial event loop whose requests are decided with the time since the loop was last
-    idle as their backlog, and measured from then (a bound of their wait, as Node's)."""
-    limit = ConcurrencyLimit(LimitOptions(**options))
+    idle as their backlog, and measured from then (a bound of their wait, as Node's);
+    `make(options)` makes the limit (a variant's, for a trace's counterfactual)."""
+    limit = (make or ConcurrencyLimit)(LimitOptions(**options))
     events, expect = [], []
 
     def decide(start: int, idle_at: int, index: int) -> int:

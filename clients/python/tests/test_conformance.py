@@ -10,6 +10,7 @@ lists', the load reports' and the counts' words and replies (no server). Every p
 from __future__ import annotations
 
 import json
+import math
 import unittest
 from pathlib import Path
 
@@ -32,6 +33,17 @@ from ratelimit_module.concurrency import ConcurrencyLimit, LimitOptions
 from ratelimit_module.lists import add_commands, remove_commands
 
 TABLE = json.loads((Path(__file__).resolve().parents[2] / "conformance.json").read_text())
+
+
+def admissions(trace: dict) -> list:
+    """A local limit's trace's decisions, one a request: admitted or not."""
+    return [
+        expected[0]
+        for event, expected in zip(trace["events"], trace["expect"])
+        if event[1] == "admit"
+    ]
+
+
 KINDS = {"throttle": Throttle, "window": Window, "log": Log, "load": Load, "lease": Slots}
 # Every part this test reads; a part added to the table fails here until it is read.
 PARTS = {
@@ -173,13 +185,121 @@ class ConformanceTest(unittest.TestCase):
 
         about = next(t["about"] for t in TABLE["concurrency"]["traces"] if t["name"] == "routes")
         unnamed = concurrency_traces.routes_trace(*concurrency_traces.ROUTES, named=False)
-        decisions = [
-            expected[0]
-            for event, expected in zip(unnamed["events"], unnamed["expect"])
-            if event[1] == "admit"
-        ]
+        decisions = admissions(unnamed)
         self.assertIn(f"{decisions.count(False)} of the {len(decisions)} requests", about)
         self.assertGreater(decisions.count(False), 0)
+
+    def test_one_calm_interval_ending_congestion_admits_the_queue_its_trace_says(self) -> None:
+        import concurrency_traces
+
+        spec = next(s for s in concurrency_traces.EVENT_LOOPS if s[0].endswith("calm interval"))
+        (before, _), (overload, _), _ = spec[3]
+
+        class EndedByOneCalmInterval(ConcurrencyLimit):
+            """The rule before: the first calm interval while congested ends congestion."""
+
+            def _roll(self, now: int) -> None:
+                if self.congested:
+                    self._calm_run = self.options.enter - 1
+                super()._roll(now)
+
+        def read(trace: dict) -> tuple:
+            """When congestion ended during the overload, and the slowest request that
+            finished 0.9 to 1.1 s into it (ms)."""
+            ended, was = [], False
+            for event, (_, _, congested) in zip(trace["events"], trace["expect"]):
+                if was and not congested and event[0] < before + overload:
+                    ended.append(event[0])
+                was = congested
+            late = [
+                event[2]
+                for event in trace["events"]
+                if event[1] == "finish" and before + 900_000 <= event[0] <= before + 1_100_000
+            ]
+            return ended, round(max(late) / 1000)
+
+        table = next(t for t in TABLE["concurrency"]["traces"] if t["name"] == spec[0])
+        held, kept = read(table)
+        self.assertEqual(held, [], "congestion holds to the overload's end")
+        ended, queued = read(concurrency_traces.event_loop_trace(*spec, EndedByOneCalmInterval))
+        self.assertEqual(len(ended), 1)
+        self.assertIn(f"{(ended[0] - before) / 1e6:.2f} s into the overload", table["about"])
+        self.assertIn(f"took up to {queued} ms, against {kept} ms", table["about"])
+        self.assertGreater(queued, 4 * kept)
+
+    def test_the_outage_trace_refuses_what_its_about_says_with_the_waits_counted(self) -> None:
+        import concurrency_traces as traces
+
+        name, about, service, rate, length, frozen, timeout, options, seed = traces.OUTAGE
+        arrivals = traces.events_of(1_000_000 // rate, [(length, 1.0)], seed)
+        calling = {at for number, (at, _, _) in enumerate(arrivals) if number % 2 == 0}
+
+        def finish_at(now: int) -> int:
+            waits = now in calling and frozen[0] <= now < frozen[1]
+            return now + (timeout if waits else service)
+
+        counted = traces.served(name, about, options, arrivals, finish_at)
+        refused = admissions(counted).count(False)
+        self.assertGreater(refused, 0)
+        self.assertIn(f"begin congestion and {refused} requests be refused", about)
+
+    def test_the_health_check_trace_refuses_what_its_about_says_with_one_intervals_fastest(
+        self,
+    ) -> None:
+        import concurrency_traces as traces
+
+        from ratelimit_module import concurrency
+
+        class EveryRequestLowersIt(concurrency._Latencies):
+            """The rule before: each request lowers the no-load latency at once."""
+
+            __slots__ = ()
+
+            def finished(self, latency: int) -> None:
+                self.window_min = min(self.window_min, latency)
+                self.noload_now = min(self.noload_now, latency)
+
+        original = concurrency._Latencies
+        concurrency._Latencies = EveryRequestLowersIt
+        try:
+            decisions = admissions(traces.health_check_trace(*traces.HEALTH_CHECK))
+        finally:
+            concurrency._Latencies = original
+        self.assertGreater(decisions.count(False), 0)
+        self.assertIn(
+            f"{decisions.count(False)} of the {len(decisions)} requests", traces.HEALTH_CHECK[1]
+        )
+
+    def test_the_busy_loop_trace_refuses_what_its_about_says_with_the_backlog_in_the_peak(
+        self,
+    ) -> None:
+        import concurrency_traces as traces
+
+        class BacklogInThePeak(ConcurrencyLimit):
+            """The rule before: the top class's peak counts its backlog too."""
+
+            def admit(self, priority, now: int, backlog: int = 0) -> bool:
+                before = self.inflight
+                admitted = super().admit(priority, now, backlog)
+                noload = self.noload
+                waiting = backlog / noload if backlog > 0 and noload < math.inf else 0
+                self._peak = max(self._peak, before + waiting + admitted)
+                return admitted
+
+        spec = traces.BUSY_LOOP
+        closed = spec[4]
+        trace = traces.busy_loop_trace(*spec, make=BacklogInThePeak)
+        began = next(
+            at for (at, *_), (*_, congested) in zip(trace["events"], trace["expect"]) if congested
+        )
+        followed = [
+            expected[0]
+            for event, expected in zip(trace["events"], trace["expect"])
+            if event[1] == "admit" and event[0] >= closed
+        ]
+        self.assertTrue(trace["expect"][-1][2], "congested to the trace's end")
+        self.assertIn(f"congestion began {began / 1e6:.2f} s into the loop and held", spec[1])
+        self.assertIn(f"refusing {followed.count(False)} of the {len(followed)} requests", spec[1])
 
     def test_counts_build_their_words_and_read_their_replies(self) -> None:
         for case in TABLE["counts"]:

@@ -24,7 +24,7 @@ from prometheus_client import CollectorRegistry
 
 from ratelimit_module import AsyncLoadShedder, Load, LoadShedder, RateLimiter, Throttle
 from ratelimit_module._protocol import PRIORITIES, report_command, report_result
-from ratelimit_module.concurrency import ConcurrencyLimit
+from ratelimit_module.concurrency import CALM_INTERVALS_TO_END, ConcurrencyLimit
 from ratelimit_module.load import LoadSheddingWSGI, priority_of
 from ratelimit_module.metrics import PrometheusMetrics
 from ratelimit_module.signals import CpuMeter, Signals, memory_share
@@ -139,9 +139,11 @@ class SyncShedderTest(unittest.TestCase):
         clock.now += 0.1
         self.assertIsNotNone(shedder.admit("critical_plus"))
         self.assertTrue(shedder.limit.congested, "ten refused by the level, one admitted")
-        # An interval the level refuses nothing of: congestion ends.
-        shedder.finished(shedder.admit("critical_plus"), 200)
-        clock.now += 0.1
+        # Intervals the level refuses nothing of: congestion ends at the fourth in a row.
+        for calm in range(1, CALM_INTERVALS_TO_END + 1):
+            self.assertTrue(shedder.limit.congested, f"{calm - 1} calm intervals in a row")
+            shedder.finished(shedder.admit("critical_plus"), 200)
+            clock.now += 0.1
         shedder.admit("critical_plus")
         self.assertFalse(shedder.limit.congested, "nothing refused, under half the limit")
 
@@ -526,7 +528,10 @@ class LocalLimitTest(unittest.TestCase):
         self.assertEqual(limit.congestions, 1)
         self.assertIsNotNone(ended, "congestion ended")
         self.assertLessEqual(ended - overload_ends, 1_000_000)
-        self.assertLess(refused_after, 300, "of 3,000 after the overload")
+        # The shares refuse about half of the load until the probe's room grows past it; then
+        # congestion ends at the fourth calm interval in a row, refusing some more of it
+        # in the three before.
+        self.assertLess(refused_after, 450, "of 3,000 after the overload")
 
     def test_behind_a_pool_the_limit_holds_where_a_queue_comes_and_goes(self) -> None:
         # A pool of 4 slots, 20 to 23 ms a request, the others queued in order, at three times
@@ -598,9 +603,15 @@ class LocalLimitTest(unittest.TestCase):
             self.assertIsNotNone(ticket, "the limit grows by one an interval while congested")
             clock.now += 0.005
             shedder.finished(ticket, 200)
+            # Calm intervals (under half the limit, fewer refused than admitted): congestion
+            # ends at the fourth in a row, and every class is admitted again.
+            for _ in range(CALM_INTERVALS_TO_END - 1):
+                clock.now += 0.1
+                self.assertTrue(shedder.limit.congested)
+                shedder.finished(shedder.admit("critical_plus"), 200)
             clock.now += 0.1
             self.assertIsNotNone(shedder.admit("sheddable"))
-            self.assertFalse(shedder.limit.congested, "an interval under half the limit")
+            self.assertFalse(shedder.limit.congested, "calm intervals under half the limit")
         finally:
             client.close()
             frozen.close()

@@ -27,9 +27,10 @@
 //!   times `target / fastest` (from 0.2 to 0.9), and again at every standing interval while
 //!   congested; between them it grows by one, unless over a tenth of the interval's
 //!   requests took longer than the target while the service never went idle (the limit is
-//!   what it holds, a pool's size). It ends at the first interval whose peak
-//!   stayed under half the limit and which refused fewer requests than it admitted
-//!   (shedding keeps the queue short while the overload goes on); an interval under half
+//!   what it holds, a pool's size). It ends at the fourth interval in a row (of those
+//!   that decided a request) whose peak stayed under half the limit and which refused
+//!   fewer requests than it admitted (shedding keeps the queue short while the overload
+//!   goes on, and one such interval is its arrivals coming and going); an interval under half
 //!   the limit that refused as many as it admitted grows it by its square root, so that a
 //!   load the shares alone hold back finds room.
 //! - **Not congested**, the limit grows by its square root when the peak reached half of it,
@@ -53,6 +54,10 @@ use crate::protocol::{InvalidArgument, Priority};
 /// How many intervals in a row (of those that finished a request) must have taken a latency for
 /// it to be the no-load latency.
 const CONFIRMING: usize = 4;
+
+/// How many calm intervals in a row (of those that decided a request) end congestion: one is
+/// an overload's arrivals coming and going.
+const CALM_INTERVALS_TO_END: u32 = 4;
 
 /// The most routes whose latencies are kept apart; a request of any other route is counted
 /// with those that name none.
@@ -254,6 +259,9 @@ pub struct ConcurrencyLimit {
     /// The fewest requests in flight the interval saw.
     trough: u64,
     standing_run: u32,
+    /// While congested, intervals in a row (of those that decided a request) that ended with
+    /// the peak under half the limit and fewer refused than admitted.
+    calm_run: u32,
     /// Intervals in a row whose latency no queue here explains.
     unexplained: u32,
     /// Every request's latencies (what admission converts a wait with).
@@ -290,6 +298,7 @@ impl ConcurrencyLimit {
             queued: 0,
             trough: 0,
             standing_run: 0,
+            calm_run: 0,
             unexplained: 0,
             service: Latencies::default(),
             routes: vec![(None, Latencies::default())],
@@ -428,6 +437,7 @@ impl ConcurrencyLimit {
         }
         self.standing_run = if standing { self.standing_run + 1 } else { 0 };
         let before = self.limit;
+        let mut calm = false;
         let deep = standing
             && measured.is_some_and(|(fastest, target)| fastest as f64 > o.deep * target as f64);
         let cut = measured
@@ -454,8 +464,12 @@ impl ConcurrencyLimit {
         } else if !bound {
             if self.congested {
                 // Shedding keeps the queue short: what it refused is the overload going on.
+                // One calm interval is no end (an overload's arrivals come and go).
                 if self.refused < self.admitted {
-                    self.congested = false;
+                    calm = true;
+                    if self.calm_run + 1 >= CALM_INTERVALS_TO_END {
+                        self.congested = false;
+                    }
                 } else if self.refused - self.waited_out >= self.admitted {
                     // Refusing by the shares alone, under half the limit: room is probed for
                     // as headroom, so that a load the shares hold back cannot keep it (what a
@@ -465,6 +479,12 @@ impl ConcurrencyLimit {
             } else {
                 self.limit = o.floor.max(2.0 * self.peak).max(self.limit * o.decay);
             }
+        }
+        if calm {
+            self.calm_run = if self.congested { self.calm_run + 1 } else { 0 };
+        } else if self.admitted > 0 || self.refused > 0 {
+            // An interval that decided nothing neither continues a calm run nor breaks it.
+            self.calm_run = 0;
         }
         if self.limit != before {
             self.changes += 1;

@@ -493,8 +493,15 @@ async fn what_the_level_sheds_holds_the_processs_limit_congested() {
         limit.congested,
         "ten refused by the level, one admitted: {limit:?}"
     );
-    // An interval the level refuses nothing of: congestion ends.
+    // Intervals the level refuses nothing of: congestion ends at the fourth in a row.
     shedder.finished(ticket, 200);
+    for calm in 1..4 {
+        advance(100);
+        let ticket = shedder.admit(Priority::CriticalPlus).unwrap();
+        let limit = shedder.limit().unwrap();
+        assert!(limit.congested, "{calm} calm intervals in a row: {limit:?}");
+        shedder.finished(ticket, 200);
+    }
     advance(100);
     shedder.admit(Priority::CriticalPlus);
     let limit = shedder.limit().unwrap();

@@ -32,8 +32,10 @@ classes while it is congested. The same algorithm, step for step, in every packa
   tenth of the interval's requests took longer than the target while the service never went
   idle (a queue that comes and goes at this limit: it is what the service holds, a pool's
   size, and growing past it is a queue, as Vegas holds). Congestion ends
-  at the first interval whose peak stayed under half the limit and which refused fewer
-  requests than it admitted (shedding keeps the queue short while the overload goes on); an
+  at the fourth interval in a row (of those that decided a request) whose peak stayed under
+  half the limit and which refused fewer requests than it admitted (shedding keeps the queue
+  short while the overload goes on, and one such interval is the overload's arrivals coming
+  and going); an
   interval under half the limit in which the shares refused as many as were admitted grows
   it by its square root, so that a load the shares alone hold back finds room.
 - **Not congested**, the limit grows by its square root (envoy's headroom) when the peak
@@ -69,6 +71,10 @@ PRIORITIES = ("critical_plus", "critical", "sheddable_plus", "sheddable")
 # How many intervals in a row (of those that finished a request) must have taken a latency for
 # it to be the no-load latency.
 CONFIRMING = 4
+
+# How many calm intervals in a row (of those that decided a request) end congestion: one is
+# an overload's arrivals coming and going.
+CALM_INTERVALS_TO_END = 4
 
 # The most routes whose latencies are kept apart; a request of any other route is counted with
 # those that name none.
@@ -169,6 +175,9 @@ class ConcurrencyLimit:
         # the fewest requests in flight it saw.
         self._finished = self._queued = self._trough = 0
         self._standing_run = 0
+        # While congested, intervals in a row (of those that decided a request) that ended
+        # with the peak under half the limit and fewer refused than admitted.
+        self._calm_run = 0
         # Intervals in a row whose latency no queue here explains.
         self._unexplained = 0
         # Every request's latencies (what admission converts a wait with), and each route's
@@ -239,6 +248,7 @@ class ConcurrencyLimit:
             standing = False
         self._standing_run = self._standing_run + 1 if standing else 0
         before = self.limit
+        calm = False
         deep = standing and fastest > o.deep * target
         if standing and (self.congested or deep or self._standing_run >= o.enter):
             gradient = max(0.2, min(0.9, target / fastest))
@@ -260,8 +270,11 @@ class ConcurrencyLimit:
         elif not bound:
             if self.congested:
                 # Shedding keeps the queue short: what it refused is the overload going on.
+                # One calm interval is no end (an overload's arrivals come and go).
                 if self._refused < self._admitted:
-                    self.congested = False
+                    calm = True
+                    if self._calm_run + 1 >= CALM_INTERVALS_TO_END:
+                        self.congested = False
                 elif self._refused - self._waited_out >= self._admitted:
                     # Refusing by the shares alone, under half the limit: room is probed for
                     # as headroom, so that a load the shares hold back cannot keep it. (What
@@ -269,6 +282,11 @@ class ConcurrencyLimit:
                     self.limit = min(o.ceiling, self.limit + math.sqrt(self.limit))
             else:
                 self.limit = max(o.floor, float(2 * self._peak), self.limit * o.decay)
+        if calm:
+            self._calm_run = self._calm_run + 1 if self.congested else 0
+        elif self._admitted or self._refused:
+            # An interval that decided nothing neither continues a calm run nor breaks it.
+            self._calm_run = 0
         if self.limit != before:
             self.changes += 1
         for latencies in (self._service, *self._routes.values()):

@@ -14,6 +14,9 @@ local mt = { __index = _M }
 -- How many intervals in a row (of those that finished a request) must have taken a latency for
 -- it to be the no-load latency.
 local CONFIRMING = 4
+-- How many calm intervals in a row (of those that decided a request) end congestion: one is an
+-- overload's arrivals coming and going.
+local CALM_INTERVALS_TO_END = 4
 
 -- The most routes whose latencies are kept apart; a request of any other route is counted with
 -- those that name none.
@@ -154,6 +157,9 @@ function _M.new(opts)
         queued = 0,
         trough = 0,
         standing_run = 0,
+        -- While congested, intervals in a row (of those that decided a request) that ended
+        -- with the peak under half the limit and fewer refused than admitted.
+        calm_run = 0,
         -- Intervals in a row whose latency no queue here explains.
         unexplained = 0,
         -- Every request's latencies (what admission converts a wait with), and each route's
@@ -247,6 +253,7 @@ local function roll(self, now)
     end
     self.standing_run = standing and self.standing_run + 1 or 0
     local before = self.limit
+    local calm = false
     local deep = standing and fastest > o.deep * target
     if standing and (self.congested or deep or self.standing_run >= o.enter) then
         local gradient = max(0.2, min(0.9, target / fastest))
@@ -268,9 +275,13 @@ local function roll(self, now)
         end
     elseif not bound then
         if self.congested then
-            -- Shedding keeps the queue short: what it refused is the overload going on.
+            -- Shedding keeps the queue short: what it refused is the overload going on. One
+            -- calm interval is no end (an overload's arrivals come and go).
             if self.refused < self.admitted then
-                self.congested = false
+                calm = true
+                if self.calm_run + 1 >= CALM_INTERVALS_TO_END then
+                    self.congested = false
+                end
             elseif self.refused - self.waited_out >= self.admitted then
                 -- Refusing by the shares alone, under half the limit: room is probed for as
                 -- headroom, so that a load the shares hold back cannot keep it (what a
@@ -280,6 +291,12 @@ local function roll(self, now)
         else
             self.limit = max(o.floor, 2 * self.peak, self.limit * o.decay)
         end
+    end
+    if calm then
+        self.calm_run = self.congested and self.calm_run + 1 or 0
+    elseif self.admitted > 0 or self.refused > 0 then
+        -- An interval that decided nothing neither continues a calm run nor breaks it.
+        self.calm_run = 0
     end
     if self.limit ~= before then
         self.changes = self.changes + 1

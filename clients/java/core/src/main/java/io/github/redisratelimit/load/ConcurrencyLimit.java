@@ -27,6 +27,12 @@ public final class ConcurrencyLimit {
   private static final int CONFIRMING = 4;
 
   /**
+   * How many calm intervals in a row (of those that decided a request) end congestion: one is an
+   * overload's arrivals coming and going.
+   */
+  private static final int CALM_INTERVALS_TO_END = 4;
+
+  /**
    * The most routes whose latencies are kept apart; a request of any other route is counted with
    * those that name none.
    */
@@ -104,6 +110,9 @@ public final class ConcurrencyLimit {
   private long queued;
   private long trough;
   private int standingRun;
+  // While congested, intervals in a row (of those that decided a request) that ended with the
+  // peak under half the limit and fewer refused than admitted.
+  private int calmRun;
   // Intervals in a row whose latency no queue here explains.
   private int unexplained;
   // Every request's latencies (what admission converts a wait with), and each route's (what the
@@ -256,6 +265,7 @@ public final class ConcurrencyLimit {
     }
     standingRun = standing ? standingRun + 1 : 0;
     double before = limit;
+    boolean calm = false;
     boolean deep = standing && fastest > o.deep() * target;
     if (standing && (congested || deep || standingRun >= o.enter())) {
       double gradient = Math.max(0.2, Math.min(0.9, target / fastest));
@@ -277,9 +287,13 @@ public final class ConcurrencyLimit {
       }
     } else if (!bound) {
       if (congested) {
-        // Shedding keeps the queue short: what it refused is the overload going on.
+        // Shedding keeps the queue short: what it refused is the overload going on. One calm
+        // interval is no end (an overload's arrivals come and go).
         if (refused < admitted) {
-          congested = false;
+          calm = true;
+          if (calmRun + 1 >= CALM_INTERVALS_TO_END) {
+            congested = false;
+          }
         } else if (refused - waitedOut >= admitted) {
           // Refusing by the shares alone, under half the limit: room is probed for (what a
           // request's own wait refused is a queue, not the shares).
@@ -288,6 +302,12 @@ public final class ConcurrencyLimit {
       } else {
         limit = Math.max(o.floor(), Math.max(2.0 * peak, limit * o.decay()));
       }
+    }
+    if (calm) {
+      calmRun = congested ? calmRun + 1 : 0;
+    } else if (admitted > 0 || refused > 0) {
+      // An interval that decided nothing neither continues a calm run nor breaks it.
+      calmRun = 0;
     }
     if (limit != before) {
       changes += 1;

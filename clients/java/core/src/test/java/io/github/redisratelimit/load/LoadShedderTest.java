@@ -191,8 +191,14 @@ class LoadShedderTest {
       clock.advance(Duration.ofMillis(100));
       ticket = shedder.admit(Priority.CRITICAL_PLUS);
       assertTrue(limit.congested(), "ten refused by the level, one admitted");
-      // An interval the level refuses nothing of: congestion ends.
+      // Intervals the level refuses nothing of: congestion ends at the fourth in a row.
       shedder.finished(ticket, 200, false);
+      for (int calm = 1; calm < 4; calm++) {
+        clock.advance(Duration.ofMillis(100));
+        ticket = shedder.admit(Priority.CRITICAL_PLUS);
+        assertTrue(limit.congested(), calm + " calm intervals in a row");
+        shedder.finished(ticket, 200, false);
+      }
       clock.advance(Duration.ofMillis(100));
       shedder.admit(Priority.CRITICAL_PLUS);
       assertFalse(limit.congested(), "nothing refused, under half the limit");

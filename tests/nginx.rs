@@ -1232,6 +1232,8 @@ fn the_lua_package_builds_and_reads_as_the_conformance_table_says() {
                     decision = limit:admit(INDEX[event[3]], event[1], event[4])
                 elseif event[2] == "leave" then
                     limit:leave(event[1])
+                elseif event[2] == "back" then
+                    limit:back(event[1])
                 elseif event[2] == "level" then
                     limit:shed_by_level(event[1])
                 else
@@ -1387,6 +1389,7 @@ fn the_lua_package_builds_and_reads_as_the_conformance_table_says() {
     let steps = text.matches(", \"admit\", ").count()
         + text.matches(", \"finish\", ").count()
         + text.matches(", \"leave\"]").count()
+        + text.matches(", \"back\"]").count()
         + text.matches(", \"level\"]").count();
     assert!(steps >= 1_000, "{steps} steps");
     // And the parts every package reads: each case with limiter specs (`commands`' calls,
@@ -1792,6 +1795,63 @@ fn a_workers_own_limit_sheds_by_priority_with_the_server_frozen() {
         nginx.get("/routes").body
     );
     server.signal(libc::SIGCONT);
+}
+
+/// A request waiting on the rate-limit server leaves the worker's requests in flight until the
+/// call ends (a frozen server's timeout is not the upstream's concurrency): read from the one
+/// worker while the request waits, its limit counts none in flight.
+#[test]
+fn a_request_waiting_on_the_rate_limit_server_is_not_in_the_workers_flight() {
+    let server = Server::start();
+    // A wait far longer than the test takes to read the worker's limit while it waits.
+    let redis = format!(
+        "{{ host = \"127.0.0.1\", port = {}, timeout = 5000, on_error = \"allow\" }}",
+        server.port()
+    );
+    let http = format!(
+        "    lua_shared_dict ratelimit_load 1m;
+    lua_shared_dict marks 1m;
+    init_worker_by_lua_block {{
+        require(\"resty.ratelimit_module.load\").start({redis}, {{ service = \"load:waits\",
+            dict = \"ratelimit_load\", interval = 3600 }})
+        LIMIT = assert(require(\"resty.ratelimit_module.req\").new({redis}, 100, 100))
+    }}
+    server {{
+        listen {{listen}};
+        location = /limited {{
+            access_by_lua_block {{
+                require(\"resty.ratelimit_module.load\").shed(\"critical\")
+                ngx.shared.marks:incr(\"calls\", 1, 0)
+                assert(LIMIT:incoming(\"waits\", true))
+            }}
+            content_by_lua_block {{ ngx.say(\"ok\") }}
+            log_by_lua_block {{ require(\"resty.ratelimit_module.load\").record() }}
+        }}
+        location = /limit {{ content_by_lua_block {{
+            local limit = require(\"resty.ratelimit_module.load\").limit
+            ngx.say(ngx.shared.marks:get(\"calls\"), \" \", limit.inflight)
+        }} }}
+    }}"
+    );
+    let nginx = Nginx::start_with(&http, 1);
+    // Answered by the server: nothing left in flight.
+    assert_eq!(nginx.get("/limited").status, 200, "{}", nginx.log());
+    assert_eq!(nginx.get("/limit").body, "1 0\n");
+    server.signal(libc::SIGSTOP);
+    std::thread::scope(|scope| {
+        let waiting = scope.spawn(|| nginx.get("/limited").status);
+        // One worker: /limit runs only while the request waits on the frozen server's socket
+        // (its call counted): then it is not in flight (without it, "2 1").
+        let mut read = String::new();
+        assert!(support::wait_until(Duration::from_secs(20), || {
+            read = nginx.get("/limit").body;
+            read.starts_with("2 ")
+        }));
+        assert_eq!(read, "2 0\n");
+        assert_eq!(waiting.join().unwrap(), 200, "allowed after the timeout");
+    });
+    server.signal(libc::SIGCONT);
+    assert_eq!(nginx.get("/limit").body, "2 0\n");
 }
 
 /// What the level refuses counts among the worker's limit's refusals, so congestion holds while

@@ -141,8 +141,10 @@ type outcome struct {
 }
 
 // within is call, ended at ctx's deadline whatever the driver does: a driver that does not
-// watch the deadline is left to finish in a goroutine of its own, its answer dropped.
+// watch the deadline is left to finish in a goroutine of its own, its answer dropped. Meanwhile
+// the request ctx watches, if any, is waiting on the server (WatchRequest).
 func (c *Client) within(ctx context.Context, call func(context.Context) (any, error)) (any, error) {
+	defer waitingOnServer(ctx)()
 	if c.bounded {
 		return call(ctx)
 	}

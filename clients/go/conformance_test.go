@@ -456,6 +456,8 @@ func TestTheLocalLimitReplaysEveryTrace(t *testing.T) {
 				decision = limit.Admit(priority, at, backlog)
 			case "leave":
 				limit.Leave(at)
+			case "back":
+				limit.Back(at)
 			case "level":
 				limit.ShedByLevel(at)
 			default:

@@ -236,15 +236,37 @@ func (d *denyCache) put(key string, quantity int64, result Result) {
 }
 
 // answered marks a request's answer as the package's own (a refusal, the failure policy's
-// answer, a load gate's shed): a load shedder counts it as nothing of the service's health.
-type answered struct{ own atomic.Bool }
+// answer, a load gate's shed): a load shedder counts it as nothing of the service's health. It
+// also carries what the shedder does while the request waits on the rate-limit server.
+type answered struct {
+	own   atomic.Bool
+	waits func(begins bool)
+}
 
 type answeredKey struct{}
 
 // WatchAnswer is ctx with a mark the package sets when it answers the request by its policy
 // (a load shedder puts it there; Answered reads it).
 func WatchAnswer(ctx context.Context) context.Context {
-	return context.WithValue(ctx, answeredKey{}, &answered{})
+	return WatchRequest(ctx, nil)
+}
+
+// WatchRequest is WatchAnswer, and waits (if not nil) is called with true as the request begins
+// a wait on the rate-limit server and false as the wait ends: a load shedder leaves it out of
+// the requests in flight meanwhile (a frozen server's timeout is not the service's concurrency).
+func WatchRequest(ctx context.Context, waits func(begins bool)) context.Context {
+	return context.WithValue(ctx, answeredKey{}, &answered{waits: waits})
+}
+
+// waitingOnServer tells ctx's request's shedder, if any, that a wait on the server begins; the
+// function it returns tells it the wait ended.
+func waitingOnServer(ctx context.Context) func() {
+	mark, ok := ctx.Value(answeredKey{}).(*answered)
+	if !ok || mark.waits == nil {
+		return func() {}
+	}
+	mark.waits(true)
+	return func() { mark.waits(false) }
 }
 
 // MarkOwn marks ctx's request as answered by the package's policy, if it is watched.

@@ -338,12 +338,23 @@ class ConcurrencyLimit {
   }
 
   /** An admitted request ended at `now` with an answer that says nothing of the service's latency
-   * (the package's own: a refusal, a failure policy's answer while the server failed): it leaves
-   * the requests in flight, and no latency is counted. */
+   * (the package's own: a refusal, a failure policy's answer while the server failed), or began to
+   * wait on the rate-limit server (until `back`): it leaves the requests in flight, and no latency
+   * is counted. */
   leave(now) {
     this.roll(now);
     this.inflight = Math.max(0, this.inflight - 1);
     this.trough = Math.min(this.trough, this.inflight);
+  }
+
+  /** A request that left the requests in flight (`leave`) while it waited on the rate-limit server
+   * got its answer, or gave up on it, at `now`: it is in flight again, whatever the limit (it was
+   * admitted). A frozen server's timeout is not the service's concurrency: counted, a service whose
+   * requests wait on it refuses its other routes. */
+  back(now) {
+    this.roll(now);
+    this.inflight += 1;
+    if (this.inflight > this.peak) this.peak = this.inflight;
   }
 }
 

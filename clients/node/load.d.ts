@@ -43,9 +43,12 @@ export class ConcurrencyLimit {
   /** An admitted request of `route` (its method and path pattern; null: unnamed) ended at `now`
    * after `latency` (µs both): its latency is also kept apart, with its route's (the first 32). */
   finish(latency: number, now: number, route?: string | null): void;
-  /** An admitted request the package answered itself ended at `now` (µs): it leaves the requests in
-   * flight, its latency not counted. */
+  /** An admitted request the package answered itself ended at `now` (µs), or began to wait on the
+   * rate-limit server (until `back`): it leaves the requests in flight, its latency not counted. */
   leave(now: number): void;
+  /** A request that left the requests in flight while it waited on the rate-limit server got its
+   * answer, or gave up on it, at `now` (µs): it is in flight again, whatever the limit. */
+  back(now: number): void;
 }
 
 /** What `admit` gives a request that goes on, for `finished`. */
@@ -54,6 +57,10 @@ export interface Ticket {
   started: number;
   /** Whether the process's limit counts it in flight. */
   counted: boolean;
+  /** How many waits on the rate-limit server it has going on (out of the requests in flight). */
+  waits: number;
+  /** Whether it finished. */
+  done: boolean;
 }
 
 /** The four priority classes, most important first. */
@@ -151,6 +158,9 @@ export class LoadShedder {
    * it by its policy (then, as any 429, it says nothing of the service's health); `route` names its
    * route (method and path pattern), whose latency the process's limit keeps apart. */
   finished(ticket: Ticket, status: number, own?: boolean, route?: string | null): void;
+  /** The request `admit` gave `ticket` begins (`begins`) or ends a wait on the rate-limit server:
+   * it leaves the process's requests in flight meanwhile. The middlewares call it for you. */
+  waiting(ticket: Ticket, begins: boolean): void;
 }
 
 /** Express middleware (and NestJS on express, through `app.use`). */

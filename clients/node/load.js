@@ -384,7 +384,8 @@ class LoadShedder {
     if (!admitted && !this.shadow) return null;
     this.signals.started();
     // Its latency counts from when it may have arrived: since the loop was last idle.
-    return { started: now - waited, counted };
+    // `waits`: how many waits on the rate-limit server it has going on; `done` once finished.
+    return { started: now - waited, counted, waits: 0, done: false };
   }
 
   /** How long a request decided at `now` may have waited before the middleware saw it: the time
@@ -402,6 +403,19 @@ class LoadShedder {
     return this.interval;
   }
 
+  /** The request `admit` gave `ticket` begins (`begins`) or ends a wait on the rate-limit server:
+   * it leaves the process's requests in flight meanwhile (a frozen server's timeout is not the
+   * service's concurrency). */
+  waiting(ticket, begins) {
+    if (this.limit === null || !ticket.counted) return;
+    ticket.waits += begins ? 1 : -1;
+    // The first wait to begin leaves, the last to end comes back; none once it finished.
+    if (ticket.done || ticket.waits !== (begins ? 1 : 0)) return;
+    const now = micros(this.clock());
+    if (begins) this.limit.leave(now);
+    else this.limit.back(now);
+  }
+
   /** The request `admit` gave `ticket` ended with HTTP `status`; `own` when the package answered
    * it by its policy (answered.js): then, as for any 429, it leaves the requests in flight and
    * says nothing of the service's health, nor its latency of the local limit's (a failing
@@ -411,6 +425,9 @@ class LoadShedder {
     const now = this.clock();
     const latency = Math.max(0, now - ticket.started);
     if (this.limit !== null && ticket.counted) {
+      // It ended while waiting on the server: in flight again, to leave as it ends.
+      if (ticket.waits > 0 && !ticket.done) this.limit.back(micros(now));
+      ticket.done = true;
       if (own) this.limit.leave(micros(now));
       else this.limit.finish(micros(latency), micros(now), route);
     }
@@ -460,7 +477,7 @@ function shed(shedder, priority, req, res, next) {
   };
   res.on("finish", () => finish(res.statusCode));
   res.on("close", () => finish(res.writableFinished ? res.statusCode : 499));
-  request = watching(next);
+  request = watching(next, (begins) => shedder.waiting(ticket, begins));
 }
 
 /**

@@ -7,7 +7,7 @@
 // drive them).
 "use strict";
 
-const { markOwn } = require("./answered");
+const { markOwn, waitingOnServer } = require("./answered");
 
 const ON_ERROR = ["allow", "deny", "throw"];
 
@@ -142,7 +142,7 @@ function guardedSender(client, send, circuit, timeout) {
       timer = setTimeout(() => reject(new CallTimedOut(timeout)), timeout);
     });
     try {
-      const reply = await Promise.race([send(args), expired]);
+      const reply = await waitingOnServer(() => Promise.race([send(args), expired]));
       circuit.succeeded();
       return reply;
     } catch (error) {

@@ -200,7 +200,7 @@ func shed(ctx context.Context, shedder *load.Shedder, priority PriorityFunc, ful
 	if !ok {
 		return ctx, nil, withRetry(codes.Unavailable, "overloaded: try again later", shedder.RetryAfter())
 	}
-	ctx = ratelimit.WatchAnswer(ctx)
+	ctx = ratelimit.WatchRequest(ctx, func(begins bool) { shedder.Waiting(ticket, begins) })
 	return ctx, func(err error) {
 		shedder.FinishedRoute(ticket, httpStatus(err), ratelimit.Answered(ctx), fullMethod)
 	}, nil

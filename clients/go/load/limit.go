@@ -507,12 +507,25 @@ func (c *ConcurrencyLimit) ShedByLevel(now int64) {
 }
 
 // Leave says an admitted request ended at now with an answer that says nothing of the service's
-// latency (the package's own: a refusal, a failure policy's answer while the server failed): it
-// leaves the requests in flight, and no latency is counted.
+// latency (the package's own: a refusal, a failure policy's answer while the server failed), or
+// began to wait on the rate-limit server (until Back): it leaves the requests in flight, and no
+// latency is counted.
 func (c *ConcurrencyLimit) Leave(now int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.roll(now)
 	c.inflight = max(0, c.inflight-1)
 	c.trough = min(c.trough, c.inflight)
+}
+
+// Back says a request that left the requests in flight (Leave) while it waited on the rate-limit
+// server got its answer, or gave up on it, at now: it is in flight again, whatever the limit (it
+// was admitted). A frozen server's timeout is not the service's concurrency: counted, a service
+// whose requests wait on it refuses its other routes.
+func (c *ConcurrencyLimit) Back(now int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.roll(now)
+	c.inflight++
+	c.peak = max(c.peak, float64(c.inflight))
 }

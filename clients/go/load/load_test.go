@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -323,6 +324,76 @@ func TestWhatTheLevelShedsHoldsTheLocalLimitCongested(t *testing.T) {
 	shedder.Admit(ratelimit.CriticalPlus)
 	if limit.Congested() {
 		t.Fatal("nothing refused, under half the limit: congestion ends")
+	}
+}
+
+func TestARequestWaitingOnTheRateLimitServerIsNotInFlight(t *testing.T) {
+	// A server frozen as its clients see it: it accepts and reads, and never answers.
+	frozen, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = frozen.Close() }()
+	received := make(chan struct{}, 1)
+	go func() {
+		for {
+			conn, err := frozen.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer func() { _ = conn.Close() }()
+				buffer := make([]byte, 512)
+				for {
+					if _, err := conn.Read(buffer); err != nil {
+						return
+					}
+					select {
+					case received <- struct{}{}:
+					default:
+					}
+				}
+			}()
+		}
+	}()
+	shedder := newShedder(t, newClient(t, testserver.Client(t)), testserver.Unique("waits"), load.Manual())
+	healthy := newClient(t, testserver.Client(t))
+	stalled := newClient(t, redis.NewClient(&redis.Options{Addr: frozen.Addr().String(), MaxRetries: -1}),
+		ratelimit.Timeout(2*time.Second), ratelimit.WithOnError(ratelimit.Allow))
+	var seen []int64
+	var mu sync.Mutex
+	handler := load.Middleware(shedder, nil)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		client := healthy
+		if r.URL.Path == "/frozen" {
+			client = stalled
+		}
+		limiter := ratelimit.Throttle{Key: testserver.Unique("waits"), MaxBurst: 10, Count: 10, Period: time.Second}
+		_, _ = client.Check(r.Context(), []ratelimit.Limiter{limiter})
+		// The server answered (or the wait gave up): in flight again.
+		mu.Lock()
+		seen = append(seen, shedder.Limit().Inflight())
+		mu.Unlock()
+		ok(w, r)
+	}))
+	server := httptest.NewServer(handler)
+	defer server.Close()
+	get(t, server.URL+"/healthy", "critical")
+	answered := make(chan int)
+	go func() {
+		status, _ := get(t, server.URL+"/frozen", "critical")
+		answered <- status
+	}()
+	<-received
+	if inflight := shedder.Limit().Inflight(); inflight != 0 {
+		t.Fatalf("waiting on the server, %d in flight", inflight)
+	}
+	if status := <-answered; status != http.StatusOK {
+		t.Fatalf("allowed after the timeout: %d", status)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !reflect.DeepEqual(seen, []int64{1, 1}) || shedder.Limit().Inflight() != 0 {
+		t.Fatalf("in flight once answered: %v, after: %d", seen, shedder.Limit().Inflight())
 	}
 }
 

@@ -313,10 +313,20 @@ func (s *Shedder) Report(ctx context.Context) (ratelimit.Standing, error) {
 	return standing, nil
 }
 
-// Ticket is what Admit gives a request that goes on, for Finished.
+// Ticket is what Admit gives a request that goes on, for Finished (and Waiting).
 type Ticket struct {
 	started time.Duration
 	counted bool
+	// Its waits on the rate-limit server, when the local limit counts it.
+	waits *serverWaits
+}
+
+// serverWaits is how many waits on the rate-limit server a request has going on (out of the
+// requests in flight meanwhile), and whether it finished.
+type serverWaits struct {
+	mu    sync.Mutex
+	going int
+	done  bool
 }
 
 func micros(d time.Duration) int64 { return d.Microseconds() }
@@ -367,7 +377,11 @@ func (s *Shedder) AdmitBeside(priority ratelimit.Priority, serverGoroutines int)
 		return Ticket{}, false
 	}
 	s.signals.Started()
-	return Ticket{started: at - waited, counted: counted}, true
+	ticket := Ticket{started: at - waited, counted: counted}
+	if counted {
+		ticket.waits = &serverWaits{}
+	}
+	return ticket, true
 }
 
 // Waited is how long a request decided now is counted as having waited for a CPU before the
@@ -395,10 +409,45 @@ func (s *Shedder) FinishedRoute(ticket Ticket, status int, own bool, route strin
 	s.finished(ticket, status, own, &route)
 }
 
+// Waiting says the request ticket was given for begins (begins) or ends a wait on the rate-limit
+// server: it leaves the local limit's requests in flight meanwhile (a frozen server's timeout is
+// not the service's concurrency; counted, a service whose requests wait on it refuses its other
+// routes). The middleware and the interceptors call it through the request's context
+// (ratelimit.WatchRequest).
+func (s *Shedder) Waiting(ticket Ticket, begins bool) {
+	if ticket.waits == nil || s.limit == nil {
+		return
+	}
+	waits := ticket.waits
+	waits.mu.Lock()
+	defer waits.mu.Unlock()
+	// The first wait to begin leaves, the last to end comes back; none once it finished.
+	if begins {
+		waits.going++
+		if waits.going == 1 && !waits.done {
+			s.limit.Leave(micros(s.now()))
+		}
+		return
+	}
+	waits.going--
+	if waits.going == 0 && !waits.done {
+		s.limit.Back(micros(s.now()))
+	}
+}
+
 func (s *Shedder) finished(ticket Ticket, status int, own bool, route *string) {
 	now := s.now()
 	latency := max(0, now-ticket.started)
 	congested := false
+	if waits := ticket.waits; waits != nil && s.limit != nil {
+		waits.mu.Lock()
+		if waits.going > 0 && !waits.done {
+			// It ended while waiting on the server: in flight again, to leave as it ends.
+			s.limit.Back(micros(now))
+		}
+		waits.done = true
+		waits.mu.Unlock()
+	}
 	if s.limit != nil {
 		// The package's own answer took the server's time (a failed call's timeout), or none,
 		// not the service's: the limit counts no latency of it.
@@ -434,7 +483,7 @@ func Middleware(shedder *Shedder, priority func(*http.Request) ratelimit.Priorit
 				http.Error(w, "overloaded: try again later", http.StatusServiceUnavailable)
 				return
 			}
-			ctx := ratelimit.WatchAnswer(r.Context())
+			ctx := ratelimit.WatchRequest(r.Context(), func(begins bool) { shedder.Waiting(ticket, begins) })
 			recorder := &statusRecorder{ResponseWriter: w}
 			status := http.StatusInternalServerError
 			watched := r.WithContext(ctx)

@@ -181,6 +181,7 @@ test("the local limit replays every trace", () => {
       let decision = null;
       if (kind === "admit") decision = limit.admit(value, at, more ?? 0);
       else if (kind === "leave") limit.leave(at);
+      else if (kind === "back") limit.back(at);
       else if (kind === "level") limit.shedByLevel(at);
       else limit.finish(value, at, more ?? null);
       assert.deepEqual([decision, limit.limit, limit.congested], expect[step], `${name}, step ${step}`);

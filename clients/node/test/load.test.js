@@ -245,6 +245,51 @@ test("a limit's refusal and the package's own answers say nothing of the service
   assert.deepEqual(marks, [true, true, false]);
 });
 
+test("Express: a request waiting on the rate-limit server is not in flight", async () => {
+  const net = require("node:net");
+  let received;
+  const sent = new Promise((resolve) => (received = resolve));
+  const silent = net.createServer((socket) => socket.on("data", received));
+  await new Promise((resolve) => silent.listen(0, "127.0.0.1", resolve));
+  const Redis = require("ioredis");
+  const frozen = new Redis({ port: silent.address().port, maxRetriesPerRequest: null, enableReadyCheck: false });
+  frozen.on("error", () => {});
+  const shedder = new LoadShedder(redis, `node:waits:${randomUUID()}`, { interval: 3600, logger: quiet });
+  const seen = [];
+  const app = express();
+  app.use(loadShedding(shedder));
+  for (const [path, client] of [
+    ["/healthy", redis],
+    ["/frozen", frozen],
+  ]) {
+    const limiter = new RateLimiter(client, { onError: "allow", timeout: 2000, logger: { error() {} } });
+    app.get(path, async (req, res) => {
+      await limiter.check([throttle(`node:waits:${randomUUID()}`, 10, 10, 1)]);
+      // The server answered (or the wait gave up): in flight again.
+      seen.push(shedder.limit.inflight);
+      res.send("ok");
+    });
+  }
+  const server = app.listen(0, "127.0.0.1");
+  await new Promise((resolve) => server.once("listening", resolve));
+  const base = `http://127.0.0.1:${server.address().port}`;
+  try {
+    assert.equal((await fetch(`${base}/healthy`, { headers: { "x-priority": "critical" } })).status, 200);
+    assert.deepEqual(seen, [1]);
+    // A frozen server: while the request waits its timeout, it is not in flight.
+    const answer = fetch(`${base}/frozen`, { headers: { "x-priority": "critical" } });
+    await sent;
+    assert.equal(shedder.limit.inflight, 0, "waiting on the server");
+    assert.equal((await answer).status, 200);
+    assert.deepEqual(seen, [1, 1]);
+    assert.equal(shedder.limit.inflight, 0);
+  } finally {
+    server.close();
+    frozen.disconnect();
+    silent.close();
+  }
+});
+
 /** A no-load latency of 5 ms, then a queue that stands: 20 requests in flight, and every one of
  * the next interval taking 100 ms (over four times the target of 10 ms). */
 function flood(shedder, clock) {

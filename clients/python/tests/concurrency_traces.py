@@ -195,16 +195,20 @@ IDLE_BURST = (
 )
 
 # The rate-limit server freezes under a service: every request takes `service` µs and none
-# waits for another, but one in two calls the server first, and while it is frozen that call
-# waits the client's timeout and the package answers the request itself (a 503): such a
-# request leaves the requests in flight with no latency. (name, what it shows, service µs,
-# requests a second, length µs, the freeze (from, to) µs, the timeout µs, options, the seed)
+# waits for another, but one in two calls the server first (CALL µs), leaving the requests in
+# flight while it waits (`leave`, then `back` with the answer), and while the server is frozen
+# that call waits the client's timeout and the package answers the request itself (a 503):
+# such a request leaves the requests in flight with no latency. (name, what it shows, service
+# µs, requests a second, length µs, the freeze (from, to) µs, the timeout µs, options, the seed)
+# How long the server takes to answer a call when it is not frozen (µs).
+CALL = 200
 OUTAGE = (
     "server outage",
     "50 requests a second of 1 ms, one in two calling the rate-limit server, which freezes "
-    "for 1.5 s after 3 s: each of those waits the client's 1 s timeout and leaves unmeasured "
-    "(the package's own answer), and nothing is refused (counted as 1 s latencies, they would "
-    "begin congestion and 49 requests be refused)",
+    "for 1.5 s after 3 s: each of those waits the client's 1 s timeout out of the requests in "
+    "flight and leaves unmeasured (the package's own answer), and nothing is refused (in "
+    "flight while they wait and counted as 1 s latencies, they would begin congestion and 49 "
+    "requests be refused)",
     1_000,
     50,
     5_500_000,
@@ -212,6 +216,20 @@ OUTAGE = (
     1_000_000,
     {},
     60,
+)
+OUTAGE_BUSY = (
+    "server outage, busy",
+    'as "server outage", at 200 requests a second for 2.5 s, the server frozen for 1 s after '
+    "1 s: a hundred requests a second wait the timeout, out of the requests in flight, and "
+    "nothing is refused (in flight while they wait, they filled the limit, not congested, and "
+    "161 of the 514 requests were refused, those that call no server too)",
+    1_000,
+    200,
+    2_500_000,
+    (1_000_000, 2_000_000),
+    1_000_000,
+    {},
+    61,
 )
 
 # Routes of different latency: every request waits on a dependency for `slow` µs (none waits
@@ -432,20 +450,63 @@ def idle_burst_trace(
 
 
 def outage_trace(
-    name: str, about: str, service: int, rate: int, length: int, frozen, timeout: int, options, seed
+    name: str,
+    about: str,
+    service: int,
+    rate: int,
+    length: int,
+    frozen,
+    timeout: int,
+    options,
+    seed,
+    aside: bool = True,
+    counted: bool = False,
 ) -> dict:
-    """Requests at `rate`, `service` µs each, none queued; every other one calls the server,
-    and while it is `frozen` waits `timeout` and is the package's own answer."""
-    arrivals = events_of(1_000_000 // rate, [(length, 1.0)], seed)
-    calling = {at for number, (at, _, _) in enumerate(arrivals) if number % 2 == 0}
+    """Requests at `rate`, `service` µs each, none queued; every other one first calls the
+    server, which answers in CALL µs, and while it is `frozen` waits `timeout` and is the
+    package's own answer. A request waiting on the server leaves the requests in flight until
+    it has the answer (`aside`; else it stays in flight); with `counted`, a frozen call's
+    request is measured as the service's (its timeout a latency), not the package's own."""
+    limit = ConcurrencyLimit(LimitOptions(**options))
+    queue = events_of(1_000_000 // rate, [(length, 1.0)], seed)
+    calling = {at for number, (at, _, _) in enumerate(queue) if number % 2 == 0}
+    heapq.heapify(queue)
+    events, expect = [], []
 
-    def waits(now: int) -> bool:
-        return now in calling and frozen[0] <= now < frozen[1]
+    def record(event: list, decision=None) -> None:
+        events.append(event)
+        expect.append([decision, limit.limit, limit.congested])
 
-    def finish_at(now: int) -> int:
-        return now + (timeout if waits(now) else service)
-
-    return served(name, about, options, arrivals, finish_at, waits)
+    while queue:
+        now, kind, value = heapq.heappop(queue)
+        if kind == 0:
+            admitted = limit.admit(value, now)
+            record([now, "admit", PRIORITIES[value]], admitted)
+            if not admitted:
+                continue
+            if now not in calling:
+                heapq.heappush(queue, (now + service, 1, service))
+                continue
+            if aside:
+                limit.leave(now)
+                record([now, "leave"])
+            fails = frozen[0] <= now < frozen[1]
+            heapq.heappush(queue, (now + (timeout if fails else CALL), 3, now))
+        elif kind == 3:
+            if aside:
+                limit.back(now)
+                record([now, "back"])
+            fails = frozen[0] <= value < frozen[1]
+            if fails and not counted:
+                limit.leave(now)
+                record([now, "leave"])
+            else:
+                done = now if fails else now + service
+                heapq.heappush(queue, (done, 1, done - value))
+        else:
+            limit.finish(value, now)
+            record([now, "finish", value])
+    return {"name": name, "about": about, "options": options, "events": events, "expect": expect}
 
 
 def event_loop_trace(
@@ -525,8 +586,9 @@ def main() -> None:
         "about": "The local limit (docs/load.md). Options over `defaults` (times in whole µs, "
         'shares most important first); events [µs, "admit", class] (or [µs, "admit", '
         'class, backlog µs]), [µs, "finish", latency µs] (or [µs, "finish", latency µs, '
-        'route]), [µs, "leave"] (a request the package answered itself: no latency) or '
-        '[µs, "level"] (a request the service\'s '
+        'route]), [µs, "leave"] (a request the package answered itself: no latency; or one '
+        'that begins to wait on the rate-limit server), [µs, "back"] (a request that waited on '
+        'the server has its answer: in flight again) or [µs, "level"] (a request the service\'s '
         "level refused before the limit decided it); after each, [admitted or null, limit, "
         "congested].",
         "defaults": {
@@ -545,7 +607,7 @@ def main() -> None:
         "traces": [trace(*spec) for spec in TRACES]
         + [level_trace(*LEVEL)]
         + [pool_trace(*POOL), dependency_trace(*DEPENDENCY)]
-        + [idle_burst_trace(*IDLE_BURST), outage_trace(*OUTAGE)]
+        + [idle_burst_trace(*IDLE_BURST), outage_trace(*OUTAGE), outage_trace(*OUTAGE_BUSY)]
         + [health_check_trace(*HEALTH_CHECK), routes_trace(*ROUTES)]
         + [event_loop_trace(*spec) for spec in EVENT_LOOPS]
         + [busy_loop_trace(*BUSY_LOOP)],

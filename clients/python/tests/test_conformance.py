@@ -173,6 +173,8 @@ class ConformanceTest(unittest.TestCase):
                     decision = limit.admit(rest[0], at, *rest[1:])
                 elif kind == "leave":
                     decision = limit.leave(at)
+                elif kind == "back":
+                    decision = limit.back(at)
                 elif kind == "level":
                     decision = limit.shed_by_level(at)
                 else:
@@ -227,21 +229,20 @@ class ConformanceTest(unittest.TestCase):
         self.assertIn(f"took up to {queued} ms, against {kept} ms", table["about"])
         self.assertGreater(queued, 4 * kept)
 
-    def test_the_outage_trace_refuses_what_its_about_says_with_the_waits_counted(self) -> None:
+    def test_the_outage_traces_refuse_what_their_abouts_say_with_the_waits_in_flight(
+        self,
+    ) -> None:
         import concurrency_traces as traces
 
-        name, about, service, rate, length, frozen, timeout, options, seed = traces.OUTAGE
-        arrivals = traces.events_of(1_000_000 // rate, [(length, 1.0)], seed)
-        calling = {at for number, (at, _, _) in enumerate(arrivals) if number % 2 == 0}
-
-        def finish_at(now: int) -> int:
-            waits = now in calling and frozen[0] <= now < frozen[1]
-            return now + (timeout if waits else service)
-
-        counted = traces.served(name, about, options, arrivals, finish_at)
-        refused = admissions(counted).count(False)
-        self.assertGreater(refused, 0)
-        self.assertIn(f"begin congestion and {refused} requests be refused", about)
+        for spec, counted, words in (
+            (traces.OUTAGE, True, "begin congestion and {refused} requests be refused"),
+            (traces.OUTAGE_BUSY, False, "{refused} of the {total} requests were refused"),
+        ):
+            decisions = admissions(traces.outage_trace(*spec, aside=False, counted=counted))
+            self.assertGreater(decisions.count(False), 0)
+            said = words.format(refused=decisions.count(False), total=len(decisions))
+            self.assertIn(said, spec[1])
+            self.assertNotIn(False, admissions(traces.outage_trace(*spec)))
 
     def test_the_health_check_trace_refuses_what_its_about_says_with_one_intervals_fastest(
         self,

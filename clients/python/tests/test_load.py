@@ -14,6 +14,8 @@ import asyncio
 import math
 import os
 import tempfile
+import threading
+import time
 import unittest
 import uuid
 from pathlib import Path
@@ -615,6 +617,52 @@ class LocalLimitTest(unittest.TestCase):
         finally:
             client.close()
             frozen.close()
+
+    def test_a_request_waiting_on_the_rate_limit_server_is_not_in_flight(self) -> None:
+        from test_client import BlackHole
+
+        from ratelimit_module import RateLimiter
+
+        frozen = BlackHole()
+        healthy = redis.Redis.from_url(URL)
+        shedder = LoadShedder(healthy, f"py:waits:{uuid.uuid4().hex}", interval=3600)
+        seen: list = []
+
+        def app(limiter: RateLimiter):  # type: ignore[no-untyped-def]
+            def wsgi(environ: dict, start_response):  # type: ignore[no-untyped-def]
+                limiter.check([Throttle(f"py:waits:{uuid.uuid4().hex}", 10, 10, 1)])
+                # The server answered (or the wait gave up): in flight again.
+                seen.append(shedder.limit.inflight)
+                start_response("200 OK", [])
+                return [b"ok"]
+
+            return LoadSheddingWSGI(wsgi, shedder)
+
+        def get(wsgi) -> None:  # type: ignore[no-untyped-def]
+            environ = {"REQUEST_METHOD": "GET", "PATH_INFO": "/", "HTTP_X_PRIORITY": "critical"}
+            list(wsgi(environ, lambda status, headers: None))
+
+        try:
+            get(app(RateLimiter(healthy)))
+            self.assertEqual(seen, [1])
+            # A frozen server: while the request waits its timeout, it is not in flight.
+            limiter = RateLimiter(
+                redis.Redis(host="127.0.0.1", port=frozen.port), on_error="allow", timeout=30
+            )
+            waiting = threading.Thread(target=get, args=(app(limiter),))
+            waiting.start()
+            deadline = time.monotonic() + 20
+            while not frozen.accepted and time.monotonic() < deadline:
+                time.sleep(0.01)
+            self.assertTrue(frozen.accepted, "the call reached the frozen server")
+            self.assertEqual(shedder.limit.inflight, 0, "waiting on the server")
+            frozen.close()
+            waiting.join(20)
+            self.assertEqual(seen, [1, 1])
+            self.assertEqual(shedder.limit.inflight, 0)
+        finally:
+            frozen.close()
+            healthy.close()
 
     def test_without_the_limit_only_the_level_sheds(self) -> None:
         clock = Clock()

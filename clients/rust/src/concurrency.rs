@@ -614,10 +614,21 @@ impl ConcurrencyLimit {
 
     /// An admitted request ended at `now` with an answer that says nothing of the service's
     /// latency (the package's own: a refusal, a failure policy's answer while the server
-    /// failed): it leaves the requests in flight, and no latency is counted.
+    /// failed), or began to wait on the rate-limit server (until [`back`](Self::back)): it
+    /// leaves the requests in flight, and no latency is counted.
     pub fn leave(&mut self, now: Duration) {
         self.roll(micros(now));
         self.inflight = self.inflight.saturating_sub(1);
         self.trough = self.trough.min(self.inflight);
+    }
+
+    /// A request that left the requests in flight ([`leave`](Self::leave)) while it waited on
+    /// the rate-limit server got its answer, or gave up on it, at `now`: it is in flight again,
+    /// whatever the limit (it was admitted). A frozen server's timeout is not the service's
+    /// concurrency: counted, a service whose requests wait on it refuses its other routes.
+    pub fn back(&mut self, now: Duration) {
+        self.roll(micros(now));
+        self.inflight += 1;
+        self.peak = self.peak.max(self.inflight as f64);
     }
 }

@@ -392,6 +392,26 @@ impl<C> LoadShedder<C> {
         self.ended(ticket, 503, true, None);
     }
 
+    /// The request [`LoadShedder::admit`] gave `ticket` begins (`begins`) or ends a wait on the
+    /// rate-limit server: it leaves the process's requests in flight meanwhile (a frozen
+    /// server's timeout is not the service's concurrency; counted, a service whose requests
+    /// wait on it refuses its other routes). Call it once as each wait begins and once as it
+    /// ends, before the request finishes; the load-shedding layer does, for the rate-limiting
+    /// layer inside it.
+    pub fn waiting(&self, ticket: &Ticket, begins: bool) {
+        if !ticket.counted {
+            return;
+        }
+        let now = (self.clock)();
+        if let Some(limit) = self.local().limit.as_mut() {
+            if begins {
+                limit.leave(now);
+            } else {
+                limit.back(now);
+            }
+        }
+    }
+
     fn ended(&self, ticket: Ticket, status: u16, by_limiter: bool, route: Option<&str>) {
         let now = (self.clock)();
         let latency = now.saturating_sub(ticket.started);

@@ -6,6 +6,8 @@
 
 mod common;
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::routing::get;
@@ -13,8 +15,9 @@ use axum::Router;
 use common::{connection, unique, Response};
 use ratelimit_module::layer::{LoadSheddingLayer, RateLimitLayer};
 use ratelimit_module::{
-    Algorithm, AsyncRateLimiter, Config, Limiter, LoadShedder, LocalLimit, Priority,
+    Algorithm, AsyncRateLimiter, Config, Limiter, LoadShedder, LocalLimit, OnError, Priority,
 };
+use redis::Value;
 
 /// Serves `router` on a free loopback port, on a runtime of its own; the port.
 fn serve(router: Router) -> u16 {
@@ -147,6 +150,85 @@ fn sleeping() -> Router {
             }),
         )
         .route("/items/{number}", get(|| async { "item" }))
+}
+
+/// A server frozen as its client sees it: every command is sent (and counted), none answered.
+#[derive(Clone, Default)]
+struct Frozen(Arc<AtomicUsize>);
+
+impl redis::aio::ConnectionLike for Frozen {
+    fn req_packed_command<'a>(&'a mut self, _: &'a redis::Cmd) -> redis::RedisFuture<'a, Value> {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        Box::pin(std::future::pending())
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        _: &'a redis::Pipeline,
+        _: usize,
+        _: usize,
+    ) -> redis::RedisFuture<'a, Vec<Value>> {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        Box::pin(std::future::pending())
+    }
+
+    fn get_db(&self) -> i64 {
+        0
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_request_waiting_on_the_rate_limit_server_is_not_in_flight() {
+    let healthy = AsyncRateLimiter::shared(connection().await, Config::default()).unwrap();
+    let shedder = LoadShedder::builder(healthy, unique("waits-layer"))
+        .build()
+        .unwrap();
+    let frozen = Frozen::default();
+    let config = Config::default()
+        .timeout(Duration::from_secs(2))
+        .on_error(OnError::Allow);
+    let limiter = AsyncRateLimiter::shared(frozen.clone(), config).unwrap();
+    let policies = vec![Limiter::throttle(
+        unique("waits"),
+        10,
+        10,
+        Duration::from_secs(1),
+    )];
+    let limits = RateLimitLayer::new(limiter, policies, |_: &http::request::Parts| {
+        Some("everyone".to_owned())
+    })
+    .unwrap();
+    let (watched, seen) = (shedder.clone(), Arc::new(AtomicUsize::new(usize::MAX)));
+    let in_handler = seen.clone();
+    let router = Router::new()
+        .route(
+            "/",
+            get(move || {
+                // The server's wait gave up: in flight again.
+                let in_flight = watched.limit().unwrap().in_flight;
+                in_handler.store(in_flight as usize, Ordering::SeqCst);
+                async { "ok" }
+            }),
+        )
+        .layer(limits)
+        .layer(LoadSheddingLayer::new(shedder.clone()));
+    let port = serve(router);
+    // What the limiter sent before any request (its connection's own setup).
+    let before = frozen.0.load(Ordering::SeqCst);
+    let answered =
+        tokio::task::spawn_blocking(move || common::get(port, "/", &[("x-priority", "critical")]));
+    let sent = common::wait_until(Duration::from_secs(10), || {
+        frozen.0.load(Ordering::SeqCst) > before
+    });
+    assert!(sent, "the call reached the frozen server");
+    assert_eq!(
+        shedder.limit().unwrap().in_flight,
+        0,
+        "waiting on the server"
+    );
+    assert_eq!(answered.await.unwrap().status, 200);
+    assert_eq!(seen.load(Ordering::SeqCst), 1);
+    assert_eq!(shedder.limit().unwrap().in_flight, 0);
 }
 
 #[tokio::test(flavor = "multi_thread")]

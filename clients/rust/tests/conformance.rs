@@ -248,6 +248,10 @@ fn the_local_limit_replays_every_trace() {
                     limit.leave(at);
                     Json::Null
                 }
+                "back" => {
+                    limit.back(at);
+                    Json::Null
+                }
                 "level" => {
                     limit.shed_by_level(at);
                     Json::Null

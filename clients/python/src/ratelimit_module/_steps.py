@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Generator, Optional, Sequence, TypedDict, TypeVar
 
+from ._answered import waiting_on_server
 from ._protocol import (
     Counts,
     Lease,
@@ -128,7 +129,8 @@ def drive(call: Callable[..., Any], steps: Steps[T]) -> T:
         args, options = next(steps)
         while True:
             try:
-                reply = call(*args, **options)
+                with waiting_on_server():
+                    reply = call(*args, **options)
             except Exception as error:  # the steps decide what a failure means
                 args, options = steps.throw(error)
             else:
@@ -143,7 +145,8 @@ async def drive_async(call: Callable[..., Any], steps: Steps[T]) -> T:
         args, options = next(steps)
         while True:
             try:
-                reply = await call(*args, **options)
+                with waiting_on_server():
+                    reply = await call(*args, **options)
             except Exception as error:  # the steps decide what a failure means
                 args, options = steps.throw(error)
             else:

@@ -380,11 +380,23 @@ class ConcurrencyLimit:
     def leave(self, now: int) -> None:
         """An admitted request ended at `now` with an answer that says nothing of the service's
         latency (the package's own: a refusal, a failure policy's answer while the server
-        failed): it leaves the requests in flight, and no latency is counted."""
+        failed), or began to wait on the rate-limit server (until `back`): it leaves the
+        requests in flight, and no latency is counted."""
         with self._lock:
             self._roll(now)
             self.inflight = max(0, self.inflight - 1)
             self._trough = min(self._trough, self.inflight)
+
+    def back(self, now: int) -> None:
+        """A request that left the requests in flight (`leave`) while it waited on the
+        rate-limit server got its answer, or gave up on it, at `now`: it is in flight again,
+        whatever the limit (it was admitted). A frozen server's timeout is not the service's
+        concurrency: counted, a service whose requests wait on it refuses its other routes."""
+        with self._lock:
+            self._roll(now)
+            self.inflight += 1
+            if self.inflight > self._peak:
+                self._peak = self.inflight
 
 
 __all__ = ["ConcurrencyLimit", "LimitOptions", "PRIORITIES", "priority_index"]

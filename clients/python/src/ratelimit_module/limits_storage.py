@@ -40,7 +40,7 @@ from limits.aio.storage import Storage as AsyncStorage
 from limits.storage import MovingWindowSupport, SlidingWindowCounterSupport, Storage
 from limits.storage.base import TimestampedSlidingWindow
 
-from ._answered import mark_own
+from ._answered import mark_own, waiting_on_server
 from ._calls import DEFAULT_TIMEOUT, AsyncCalls, SyncCalls
 from ._resilience import SERVER_FAILURES
 
@@ -207,7 +207,8 @@ class RateLimitModuleStorage(
         command, read = call
         started = time.perf_counter()
         try:
-            reply = self.call(*command)
+            with waiting_on_server():
+                reply = self.call(*command)
         except SERVER_FAILURES:
             # What the framework makes of it (a 500, or its own fallback) is not the
             # service's answer (`_answered`).
@@ -291,7 +292,8 @@ class AsyncRateLimitModuleStorage(
         command, read = call
         started = time.perf_counter()
         try:
-            reply = await self.call(*command)
+            with waiting_on_server():
+                reply = await self.call(*command)
         except SERVER_FAILURES:
             mark_own()
             raise

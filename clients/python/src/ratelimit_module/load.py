@@ -39,6 +39,7 @@ import socket
 import threading
 import time
 import weakref
+from functools import partial
 from typing import Any, Callable, Optional
 
 from ._answered import counts_for_service, watching
@@ -140,13 +141,16 @@ def priority_of(name: Optional[str]) -> str:
 
 
 class Ticket:
-    """What `admit` gives a request that goes on, for `finished`: when it began, and whether
-    the instance's limit counts it in flight (not in shadow mode past a refusal)."""
+    """What `admit` gives a request that goes on, for `finished`: when it began, whether the
+    instance's limit counts it in flight (not in shadow mode past a refusal), how many waits
+    on the rate-limit server it has going on (out of the requests in flight meanwhile), and
+    whether it finished."""
 
-    __slots__ = ("started", "counted")
+    __slots__ = ("started", "counted", "waits", "done")
 
     def __init__(self, started: float, counted: bool):
         self.started, self.counted = started, counted
+        self.waits, self.done = 0, False
 
 
 def _local_limit(limit: Any, options: Optional[LimitOptions] = None) -> Optional[ConcurrencyLimit]:
@@ -280,6 +284,21 @@ class _Shedding:
         have changed."""
         return self.interval
 
+    def waiting(self, ticket: Ticket, begins: bool) -> None:
+        """The request `admit` gave `ticket` begins (`begins`) or ends a wait on the rate-limit
+        server: it leaves the instance's requests in flight meanwhile (a frozen server's
+        timeout is not the service's concurrency)."""
+        if not ticket.counted or self.limit is None:
+            return
+        ticket.waits += 1 if begins else -1
+        # The first wait to begin leaves, the last to end comes back; none once it finished.
+        if not ticket.done and ticket.waits == (1 if begins else 0):
+            now = _micros(self.clock())
+            if begins:
+                self.limit.leave(now)
+            else:
+                self.limit.back(now)
+
     def finished(self, ticket: Ticket, status: int, own: bool = False, route: Any = None) -> None:
         """The request `admit` gave `ticket` ended with HTTP `status`; `own` when the
         package answered it by its policy (`_answered`): then, as for any 429, it leaves the
@@ -290,6 +309,10 @@ class _Shedding:
         latency = max(0.0, now - ticket.started)
         congested = False
         if self.limit is not None:
+            if ticket.counted and ticket.waits > 0 and not ticket.done:
+                # It ended while waiting on the server: in flight again, to leave as it ends.
+                self.limit.back(_micros(now))
+            ticket.done = True
             if ticket.counted and own:
                 self.limit.leave(_micros(now))
             elif ticket.counted:
@@ -425,7 +448,7 @@ class LoadSheddingWSGI:
             status[0] = int(line.split()[0])
             return start_response(line, headers, *rest)
 
-        with watching() as request:
+        with watching(partial(self.shedder.waiting, ticket)) as request:
             try:
                 return self.app(environ, recording_start_response)
             finally:

@@ -18,6 +18,7 @@ through, counted as `shadow` and logged.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any, Awaitable, Callable, Optional, Sequence, Union
 
 from starlette.exceptions import HTTPException
@@ -184,7 +185,7 @@ class LoadSheddingMiddleware:
                 status[0] = int(message["status"])
             await send(message)
 
-        with watching() as request:
+        with watching(partial(self.shedder.waiting, ticket)) as request:
             try:
                 await self.app(scope, receive, recording_send)
             finally:

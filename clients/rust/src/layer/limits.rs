@@ -21,6 +21,7 @@ use tower_layer::Layer;
 use tower_service::Service;
 
 use super::response::{answer, limiter_answer};
+use super::shedding::ServerWaits;
 use super::wrapped::{Answering, Around, Wrapped};
 use crate::asynchronous::AsyncRateLimiter;
 use crate::fields::fields;
@@ -173,7 +174,14 @@ where
                 return inner.call(Request::from_parts(parts, body)).await;
             };
             let limiters = layer.limiters(&key, |priority| priority(&parts));
+            // A load-shedding layer outside this one leaves the request out of its requests in
+            // flight while it waits on the server.
+            let waiting = parts
+                .extensions
+                .get::<ServerWaits>()
+                .map(ServerWaits::begin);
             let decided = layer.limiter.check(&limiters, Options::new()).await;
+            drop(waiting);
             match decided {
                 Ok(decided) if decided.allowed => {
                     let mut response = inner.call(Request::from_parts(parts, body)).await?;

@@ -13,7 +13,7 @@
 //! request.
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use http::request::Parts;
 use http::{Request, Response, StatusCode};
@@ -103,6 +103,43 @@ fn route_of(parts: &Parts) -> String {
     format!("{} {}", parts.method, parts.uri.path())
 }
 
+/// A request's waits on the rate-limit server: how many are going on, and whether the request
+/// finished (a wait that ends after it tells nothing).
+#[derive(Debug, Default)]
+struct Waits {
+    going: u32,
+    done: bool,
+}
+
+/// In a request's extensions, from the load-shedding layer: what the rate-limiting layer
+/// inside it tells as the request begins and ends a wait on the rate-limit server, so that the
+/// request leaves the process's requests in flight meanwhile ([`LoadShedder::waiting`]).
+#[derive(Clone)]
+pub(crate) struct ServerWaits(Arc<dyn Fn(bool) + Send + Sync>);
+
+impl ServerWaits {
+    /// A wait begins; it ends when the guard is dropped (the call answered, or abandoned).
+    pub(crate) fn begin(&self) -> WaitingOnServer {
+        (self.0)(true);
+        WaitingOnServer(self.clone())
+    }
+}
+
+/// A wait on the rate-limit server going on ([`ServerWaits::begin`]).
+pub(crate) struct WaitingOnServer(ServerWaits);
+
+impl Drop for WaitingOnServer {
+    fn drop(&mut self) {
+        (self.0 .0)(false);
+    }
+}
+
+fn lock(waits: &Mutex<Waits>) -> MutexGuard<'_, Waits> {
+    waits
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 /// A request admitted and not yet answered: finished with its status, or as abandoned
 /// (499) when the call is dropped first.
 struct InFlight<C> {
@@ -110,17 +147,63 @@ struct InFlight<C> {
     ticket: Option<Ticket>,
     /// Its route, whose latency the process's limit keeps apart ([`route_of`]).
     route: String,
+    waits: Arc<Mutex<Waits>>,
+}
+
+impl<C> InFlight<C>
+where
+    C: Send + Sync + 'static,
+{
+    fn new(shedder: Arc<LoadShedder<C>>, ticket: Ticket, route: String) -> Self {
+        InFlight {
+            shedder,
+            ticket: Some(ticket),
+            route,
+            waits: Arc::default(),
+        }
+    }
+
+    /// What the rate-limiting layer tells of this request's waits on the server.
+    fn server_waits(&self) -> Option<ServerWaits> {
+        let ticket = self.ticket?;
+        let (shedder, waits) = (self.shedder.clone(), self.waits.clone());
+        Some(ServerWaits(Arc::new(move |begins| {
+            let mut waits = lock(&waits);
+            // The first wait to begin leaves, the last to end comes back; none once it
+            // finished.
+            if begins {
+                waits.going += 1;
+            } else {
+                waits.going = waits.going.saturating_sub(1);
+            }
+            if !waits.done && waits.going == u32::from(begins) {
+                shedder.waiting(&ticket, begins);
+            }
+        })))
+    }
+}
+
+/// `ticket`'s request ends: one still waiting on the server is in flight again, to leave as it
+/// ends.
+fn settle<C>(shedder: &LoadShedder<C>, waits: &Mutex<Waits>, ticket: &Ticket) {
+    let mut waits = lock(waits);
+    if waits.going > 0 && !waits.done {
+        shedder.waiting(ticket, false);
+    }
+    waits.done = true;
 }
 
 impl<C> InFlight<C> {
     fn finish(mut self, status: u16) {
         if let Some(ticket) = self.ticket.take() {
+            settle(&self.shedder, &self.waits, &ticket);
             self.shedder.finished_route(ticket, status, &self.route);
         }
     }
 
     fn finish_by_limiter(mut self) {
         if let Some(ticket) = self.ticket.take() {
+            settle(&self.shedder, &self.waits, &ticket);
             self.shedder.finished_by_limiter(ticket);
         }
     }
@@ -129,6 +212,7 @@ impl<C> InFlight<C> {
 impl<C> Drop for InFlight<C> {
     fn drop(&mut self) {
         if let Some(ticket) = self.ticket.take() {
+            settle(&self.shedder, &self.waits, &ticket);
             self.shedder.finished_route(ticket, 499, &self.route);
         }
     }
@@ -156,11 +240,11 @@ where
                 let retry_after = shedder.retry_after();
                 return Ok(answer(StatusCode::SERVICE_UNAVAILABLE, Some(retry_after)));
             };
-            let in_flight = InFlight {
-                shedder,
-                ticket: Some(ticket),
-                route: route_of(&parts),
-            };
+            let in_flight = InFlight::new(shedder, ticket, route_of(&parts));
+            let mut parts = parts;
+            if let Some(waits) = in_flight.server_waits() {
+                parts.extensions.insert(waits);
+            }
             let response = inner.call(Request::from_parts(parts, body)).await;
             match &response {
                 // The rate limiter's answer (a layer inside this one) is not the service's.

@@ -13,6 +13,11 @@ local now_precise = pool.now_precise
 
 local _M = { _VERSION = "0.3.0" }
 
+--- What this worker's load shedder (`load.start`) does as a request begins (true) and ends
+--- (false) a wait on the server: the request leaves the worker's requests in flight meanwhile
+--- (a frozen server's timeout is not the upstream's concurrency). nil without a shedder.
+_M.waiting = nil
+
 -- Errors a server answers while it cannot serve: decided as a failure, like no answer.
 _M.UNAVAILABLE = { LOADING = true, MASTERDOWN = true, CLUSTERDOWN = true, TRYAGAIN = true,
     BUSY = true }

@@ -193,6 +193,10 @@ function _M.call(self, key, args)
         return nil, "the server failed less than a cool-down ago", true
     end
     local start = self.metrics and now_precise()
+    local waiting = circuit.waiting
+    if waiting then
+        waiting(true)
+    end
     local timeout = self.timeout
     -- From the cached clock when nothing read it: at most an event loop's turn early, which
     -- only shortens the bound of a new connection's setup or a redirected call.
@@ -221,6 +225,9 @@ function _M.call(self, key, args)
         end
         host, port = cluster.split_node(node)
         asking = kind == "ASK"
+    end
+    if waiting then
+        waiting(false)
     end
     if start then
         metrics.observe(self, now_precise() - start)

@@ -404,12 +404,23 @@ function _M.shed_by_level(self, now)
 end
 
 --- An admitted request ended at `now` with an answer that says nothing of the service's latency
---- (the package's own: a refusal, a failure policy's answer while the server failed): it leaves
---- the requests in flight, and no latency is counted.
+--- (the package's own: a refusal, a failure policy's answer while the server failed), or began to
+--- wait on the rate-limit server (until `back`): it leaves the requests in flight, and no latency
+--- is counted.
 function _M.leave(self, now)
     roll(self, now)
     self.inflight = max(0, self.inflight - 1)
     self.trough = min(self.trough, self.inflight)
+end
+
+--- A request that left the requests in flight (`leave`) while it waited on the rate-limit server
+--- got its answer, or gave up on it, at `now`: it is in flight again, whatever the limit (it was
+--- admitted). A frozen server's timeout is not the service's concurrency: counted, a service whose
+--- requests wait on it refuses its other routes.
+function _M.back(self, now)
+    roll(self, now)
+    self.inflight = self.inflight + 1
+    self.peak = max(self.peak, self.inflight)
 end
 
 return _M

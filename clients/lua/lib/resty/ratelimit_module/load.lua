@@ -41,6 +41,7 @@
 -- of them is sheddable. A shed request gets 503 with Retry-After (one interval). When a report
 -- fails, the last level holds for the report's time to live, then the level is 0 (nothing shed
 -- by level); each worker's own limit goes on protecting the upstream.
+local circuit = require "resty.ratelimit_module.circuit"
 local client = require "resty.ratelimit_module.client"
 local concurrency = require "resty.ratelimit_module.concurrency"
 local protocol = require "resty.ratelimit_module.protocol"
@@ -124,6 +125,24 @@ end
 
 --- Starts this worker's part (from init_worker_by_lua*): the first worker reports every
 --- interval, every worker sheds and counts.
+--- The request begins (`begins`) or ends a wait on the rate-limit server (circuit.waiting): one
+--- this worker's limit counts leaves its requests in flight meanwhile (a frozen server's
+--- timeout is not the upstream's concurrency; counted, a worker whose requests wait on it
+--- refuses its other locations). The first wait to begin leaves, the last to end comes back.
+local function waiting(begins)
+    local ctx = ngx.ctx
+    if ctx.ratelimit_load ~= "counted" then
+        return
+    end
+    local going = (ctx.ratelimit_waits or 0) + (begins and 1 or -1)
+    ctx.ratelimit_waits = going
+    if begins and going == 1 then
+        limit:leave(micros(ngx.now()))
+    elseif not begins and going == 0 then
+        limit:back(micros(ngx.now()))
+    end
+end
+
 function _M.start(redis, opts)
     assert(type(opts) == "table" and opts.service and opts.dict,
         "load.start needs service and dict")
@@ -150,6 +169,7 @@ function _M.start(redis, opts)
         limit = concurrency.new(type(opts.limit) == "table" and opts.limit or nil)
     end
     _M.limit = limit
+    circuit.waiting = limit and waiting or nil
     if ngx.worker.id() == 0 then
         local ok, err = ngx.timer.every(interval, function(premature)
             if not premature then
@@ -229,6 +249,10 @@ function _M.record()
     local millis = seconds * 1000
     local own = ngx.ctx.ratelimit_own
     if counted == "counted" and limit then
+        if (ngx.ctx.ratelimit_waits or 0) > 0 then
+            -- It ended while waiting on the server: in flight again, to leave as it ends.
+            limit:back(micros(ngx.now()))
+        end
         if own then
             -- The package's own answer: the time was the server's (a failed call's timeout),
             -- or none, not the upstream's.

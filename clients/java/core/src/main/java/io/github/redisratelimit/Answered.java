@@ -1,5 +1,6 @@
 package io.github.redisratelimit;
 
+import java.util.function.Consumer;
 import java.util.function.Supplier;
 
 /**
@@ -14,11 +15,37 @@ import java.util.function.Supplier;
  * request of the thread it runs on when it answers by its policy ({@link #markOwn}), and the web
  * adapters mark what they answer. A reactive pipeline carries the mark in its context instead (the
  * Spring starter's WebFilters do).
+ *
+ * <p>The same mark carries what the shedder does while the request waits on the rate-limit server
+ * ({@link #waiting}): it leaves the requests in flight until the answer comes (a frozen server's
+ * timeout is not the service's concurrency, and counted, a service whose requests wait on it would
+ * refuse its other routes).
  */
 public final class Answered {
   private static final ThreadLocal<Answered> CURRENT = new ThreadLocal<>();
 
   private volatile boolean own;
+  private final Consumer<Boolean> waits;
+
+  /** A mark with nothing told of the request's waits on the server. */
+  public Answered() {
+    this(null);
+  }
+
+  /**
+   * A mark whose {@code waits} (if not null) is called with true as the request begins a wait on
+   * the rate-limit server and false as the wait ends.
+   */
+  public Answered(Consumer<Boolean> waits) {
+    this.waits = waits;
+  }
+
+  /** The request begins ({@code begins}) or ends a wait on the rate-limit server. */
+  public void waiting(boolean begins) {
+    if (waits != null) {
+      waits.accept(begins);
+    }
+  }
 
   /** Whether the package answered the request by its policy. */
   public boolean own() {
@@ -52,7 +79,14 @@ public final class Answered {
    * {@code scope.answered().own()}.
    */
   public static Scope open() {
-    Answered answered = new Answered();
+    return open(null);
+  }
+
+  /**
+   * {@link #open()} with a mark whose {@code waits} is told of the request's waits on the server.
+   */
+  public static Scope open(Consumer<Boolean> waits) {
+    Answered answered = new Answered(waits);
     Answered before = CURRENT.get();
     CURRENT.set(answered);
     return new Scope(answered, before);

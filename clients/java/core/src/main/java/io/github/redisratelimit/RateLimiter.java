@@ -41,6 +41,11 @@ public final class RateLimiter implements AutoCloseable {
   }
 
   static <T> T join(CompletableFuture<T> future) {
+    // The request this thread runs, if a shedder watches it, waits on the server meanwhile.
+    Answered waiting = Answered.current();
+    if (waiting != null) {
+      waiting.waiting(true);
+    }
     try {
       return future.join();
     } catch (CompletionException failed) {
@@ -52,6 +57,10 @@ public final class RateLimiter implements AutoCloseable {
         throw runtime;
       }
       throw failed;
+    } finally {
+      if (waiting != null) {
+        waiting.waiting(false);
+      }
     }
   }
 

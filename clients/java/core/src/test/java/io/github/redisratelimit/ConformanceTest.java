@@ -356,6 +356,8 @@ class ConformanceTest {
           decision = limit.admit(priority, at, backlog);
         } else if (event.get(1).asText().equals("leave")) {
           limit.leave(at);
+        } else if (event.get(1).asText().equals("back")) {
+          limit.back(at);
         } else if (event.get(1).asText().equals("level")) {
           limit.shedByLevel(at);
         } else {

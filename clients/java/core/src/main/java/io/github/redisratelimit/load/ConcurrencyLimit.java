@@ -427,13 +427,26 @@ public final class ConcurrencyLimit {
 
   /**
    * An admitted request ended at {@code now} (µs) with an answer that says nothing of the service's
-   * latency (the package's own: a refusal, a failure policy's answer while the server failed): it
-   * leaves the requests in flight, and no latency is counted.
+   * latency (the package's own: a refusal, a failure policy's answer while the server failed), or
+   * began to wait on the rate-limit server (until {@link #back}): it leaves the requests in flight,
+   * and no latency is counted.
    */
   public synchronized void leave(long now) {
     roll(now);
     inflight = Math.max(0, inflight - 1);
     trough = Math.min(trough, inflight);
+  }
+
+  /**
+   * A request that left the requests in flight ({@link #leave}) while it waited on the rate-limit
+   * server got its answer, or gave up on it, at {@code now} (µs): it is in flight again, whatever
+   * the limit (it was admitted). A frozen server's timeout is not the service's concurrency:
+   * counted, a service whose requests wait on it refuses its other routes.
+   */
+  public synchronized void back(long now) {
+    roll(now);
+    inflight += 1;
+    peak = Math.max(peak, inflight);
   }
 
   /** {@code count} intervals that finished no request yet. */

@@ -50,6 +50,10 @@ public final class LoadShedder implements AutoCloseable {
   public static final class Ticket {
     final long started;
     final boolean counted;
+    // How many waits on the rate-limit server it has going on (out of the requests in flight
+    // meanwhile), and whether it finished; guarded by the ticket.
+    private int waits;
+    private boolean done;
 
     Ticket(long started, boolean counted) {
       this.started = started;
@@ -356,6 +360,31 @@ public final class LoadShedder implements AutoCloseable {
   }
 
   /**
+   * The request {@code ticket} was given for begins ({@code begins}) or ends a wait on the
+   * rate-limit server: it leaves the local limit's requests in flight meanwhile (a frozen server's
+   * timeout is not the service's concurrency; counted, a service whose requests wait on it refuses
+   * its other routes). The filters call it through the request's {@link Answered} mark.
+   */
+  public void waiting(Ticket ticket, boolean begins) {
+    if (limit == null || !ticket.counted) {
+      return;
+    }
+    synchronized (ticket) {
+      ticket.waits += begins ? 1 : -1;
+      // The first wait to begin leaves, the last to end comes back; none once it finished.
+      if (ticket.done || ticket.waits != (begins ? 1 : 0)) {
+        return;
+      }
+      long now = micros(clock.getAsLong());
+      if (begins) {
+        limit.leave(now);
+      } else {
+        limit.back(now);
+      }
+    }
+  }
+
+  /**
    * {@link #finished(Ticket, int, boolean)} for a request of {@code route} (its method and path
    * pattern), whose latency the local limit keeps apart (the first 32 routes): an interval without
    * a fast route's request (a health check's) then reads as no queue.
@@ -364,6 +393,15 @@ public final class LoadShedder implements AutoCloseable {
     long now = clock.getAsLong();
     long latency = Math.max(0, now - ticket.started);
     boolean congested = false;
+    if (limit != null && ticket.counted) {
+      synchronized (ticket) {
+        if (ticket.waits > 0 && !ticket.done) {
+          // It ended while waiting on the server: in flight again, to leave as it ends.
+          limit.back(micros(now));
+        }
+        ticket.done = true;
+      }
+    }
     if (limit != null) {
       // The package's own answer took the server's time (a failed call's timeout), or none, not
       // the service's: the limit counts no latency of it.

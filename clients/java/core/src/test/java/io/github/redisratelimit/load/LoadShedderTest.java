@@ -6,11 +6,15 @@ import static org.junit.jupiter.api.Assertions.assertNotNull;
 import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import io.github.redisratelimit.Answered;
 import io.github.redisratelimit.AsyncRateLimiter;
 import io.github.redisratelimit.Config;
 import io.github.redisratelimit.LettuceCalls;
+import io.github.redisratelimit.Limiter;
 import io.github.redisratelimit.MicrometerMetrics;
+import io.github.redisratelimit.OnError;
 import io.github.redisratelimit.Priority;
+import io.github.redisratelimit.RateLimiter;
 import io.github.redisratelimit.RedisCalls;
 import io.lettuce.core.RedisClient;
 import io.micrometer.prometheusmetrics.PrometheusConfig;
@@ -216,6 +220,42 @@ class LoadShedderTest {
       assertEquals(0, shedder.standing().level());
       flood(shedder, clock);
       assertNull(shedder.admit(Priority.SHEDDABLE), "still shed by its own limit");
+    }
+  }
+
+  @Test
+  void aRequestWaitingOnTheRateLimitServerIsNotInFlight() throws InterruptedException {
+    try (AsyncRateLimiter limiter = limiter()) {
+      LoadShedder shedder = LoadShedder.builder(limiter, service()).build();
+      RateLimiter frozen =
+          new RateLimiter(
+              new FrozenCalls(),
+              Config.defaults().timeout(Duration.ofSeconds(2)).onError(OnError.ALLOW));
+      LoadShedder.Ticket ticket = shedder.admit(Priority.CRITICAL);
+      assertEquals(1, shedder.limit().inflight());
+      boolean[] allowedAsTheServices = {false};
+      // The request waits on a frozen server, watched as the filters watch it.
+      Thread request =
+          new Thread(
+              () -> {
+                try (Answered.Scope scope =
+                    Answered.open(begins -> shedder.waiting(ticket, begins))) {
+                  frozen.check(Limiter.throttle("java:waits", 10, 10, Duration.ofSeconds(1)));
+                  allowedAsTheServices[0] = !scope.answered().own();
+                }
+              });
+      request.start();
+      long deadline = System.nanoTime() + Duration.ofSeconds(10).toNanos();
+      while (shedder.limit().inflight() != 0 && System.nanoTime() < deadline) {
+        Thread.sleep(5);
+      }
+      assertEquals(0, shedder.limit().inflight(), "waiting on the server");
+      request.join();
+      assertTrue(allowedAsTheServices[0], "allowed: the service answers it");
+      assertEquals(1, shedder.limit().inflight(), "the timeout ended the wait: in flight again");
+      shedder.finished(ticket, 200, false);
+      assertEquals(0, shedder.limit().inflight());
+      shedder.close();
     }
   }
 

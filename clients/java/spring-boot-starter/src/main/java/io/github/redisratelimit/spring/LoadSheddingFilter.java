@@ -49,7 +49,7 @@ public class LoadSheddingFilter extends OncePerRequestFilter {
     }
     int status = 500;
     boolean own = false;
-    try (Answered.Scope scope = Answered.open()) {
+    try (Answered.Scope scope = Answered.open(begins -> shedder.waiting(ticket, begins))) {
       try {
         chain.doFilter(request, response);
         status = response.getStatus();

@@ -55,7 +55,7 @@ public class LoadSheddingWebFilter implements WebFilter, Ordered {
                   .bufferFactory()
                   .wrap("Service Unavailable".getBytes(StandardCharsets.UTF_8))));
     }
-    Answered answered = new Answered();
+    Answered answered = new Answered(begins -> shedder.waiting(ticket, begins));
     exchange.getAttributes().put(Answered.class.getName(), answered);
     AtomicBoolean done = new AtomicBoolean();
     return chain

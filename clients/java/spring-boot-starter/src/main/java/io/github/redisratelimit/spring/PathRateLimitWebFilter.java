@@ -1,6 +1,5 @@
 package io.github.redisratelimit.spring;
 
-import io.github.redisratelimit.Answered;
 import io.github.redisratelimit.AsyncRateLimiter;
 import io.github.redisratelimit.Fields;
 import io.github.redisratelimit.Limiter;
@@ -62,8 +61,8 @@ public class PathRateLimitWebFilter implements WebFilter, Ordered {
                 return chain.filter(exchange);
               }
               List<Limiter> limiters = PathRules.limiters(rule, who);
-              return limiter
-                  .check(limiters, Options.defaults(), shadow)
+              return ReactiveLimits.Exchanges.waitingOn(
+                      exchange, limiter.check(limiters, Options.defaults(), shadow))
                   .doOnError(ServerUnavailableException.class, failed -> mark(exchange))
                   .flatMap(
                       result -> {
@@ -93,9 +92,6 @@ public class PathRateLimitWebFilter implements WebFilter, Ordered {
   }
 
   private static void mark(ServerWebExchange exchange) {
-    Object answered = exchange.getAttributes().get(Answered.class.getName());
-    if (answered instanceof Answered mark) {
-      mark.mark();
-    }
+    ReactiveLimits.Exchanges.markOwn(exchange);
   }
 }

@@ -59,8 +59,7 @@ final class ReactiveLimits {
               List<Limiter> limiters =
                   aspect.limiters(
                       method, call.getArgs(), call.getTarget(), limits, variables, false);
-              return limiter
-                  .check(limiters, options, shadow)
+              return Exchanges.waitingOn(exchange, limiter.check(limiters, options, shadow))
                   .doOnError(
                       ServerUnavailableException.class, failed -> Exchanges.markOwn(exchange))
                   .flatMap(
@@ -107,13 +106,36 @@ final class ReactiveLimits {
     }
 
     static void markOwn(Object exchange) {
-      if (exchange != null) {
-        Object answered =
-            ((ServerWebExchange) exchange).getAttributes().get(Answered.class.getName());
-        if (answered instanceof Answered mark) {
-          mark.mark();
-        }
+      Answered mark = answered(exchange);
+      if (mark != null) {
+        mark.mark();
       }
+    }
+
+    /**
+     * {@code call}, the exchange's request waiting on the rate-limit server from its subscription
+     * to its end (the load-shedding filter leaves it out of the requests in flight meanwhile).
+     */
+    static <T> Mono<T> waitingOn(Object exchange, Mono<T> call) {
+      Answered mark = answered(exchange);
+      if (mark == null) {
+        return call;
+      }
+      return Mono.defer(
+          () -> {
+            mark.waiting(true);
+            return call.doFinally(signal -> mark.waiting(false));
+          });
+    }
+
+    /** The mark the load-shedding filter set on the exchange, if any. */
+    static Answered answered(Object exchange) {
+      if (exchange == null) {
+        return null;
+      }
+      Object answered =
+          ((ServerWebExchange) exchange).getAttributes().get(Answered.class.getName());
+      return answered instanceof Answered mark ? mark : null;
     }
   }
 }

@@ -70,6 +70,15 @@ public final class Servers {
     private final Object gate = new Object();
     private volatile boolean frozen;
 
+    /** A proxy in front of the tests' server ({@link Servers#uri()}), for a static field. */
+    public static FrozenProxy inFront() {
+      try {
+        return new FrozenProxy(Servers.uri());
+      } catch (IOException failed) {
+        throw new java.io.UncheckedIOException(failed);
+      }
+    }
+
     public FrozenProxy(URI server) throws IOException {
       socket = new ServerSocket(0, 64, java.net.InetAddress.getLoopbackAddress());
       Thread acceptor =

@@ -1,8 +1,6 @@
 package io.github.redisratelimit.spring.mvc;
 
 import io.github.redisratelimit.Servers;
-import java.io.IOException;
-import java.io.UncheckedIOException;
 import java.util.UUID;
 import org.junit.jupiter.api.Test;
 import org.springframework.boot.test.context.SpringBootTest;
@@ -14,15 +12,7 @@ import org.springframework.test.context.DynamicPropertySource;
 @SpringBootTest(classes = MvcApp.class, webEnvironment = SpringBootTest.WebEnvironment.RANDOM_PORT)
 class OutageUnderDenyTest {
   static final String SERVICE = "java:outage:deny:" + UUID.randomUUID();
-  static final Servers.FrozenProxy PROXY;
-
-  static {
-    try {
-      PROXY = new Servers.FrozenProxy(Servers.uri());
-    } catch (IOException failed) {
-      throw new UncheckedIOException(failed);
-    }
-  }
+  static final Servers.FrozenProxy PROXY = Servers.FrozenProxy.inFront();
 
   @DynamicPropertySource
   static void properties(DynamicPropertyRegistry registry) {

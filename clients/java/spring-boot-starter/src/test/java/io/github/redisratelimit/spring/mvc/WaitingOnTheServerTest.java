@@ -1,16 +1,10 @@
 package io.github.redisratelimit.spring.mvc;
 
-import static org.junit.jupiter.api.Assertions.assertEquals;
-import static org.junit.jupiter.api.Assertions.assertTrue;
-
 import io.github.redisratelimit.Servers;
 import io.github.redisratelimit.load.LoadShedder;
 import io.github.redisratelimit.spring.Http;
-import java.io.IOException;
-import java.io.UncheckedIOException;
+import io.github.redisratelimit.spring.Waiting;
 import java.util.UUID;
-import java.util.concurrent.CompletableFuture;
-import java.util.concurrent.TimeUnit;
 import org.junit.jupiter.api.Test;
 import org.springframework.beans.factory.annotation.Autowired;
 import org.springframework.boot.test.context.SpringBootTest;
@@ -25,15 +19,7 @@ import org.springframework.test.context.DynamicPropertySource;
  */
 @SpringBootTest(classes = MvcApp.class, webEnvironment = SpringBootTest.WebEnvironment.RANDOM_PORT)
 class WaitingOnTheServerTest {
-  static final Servers.FrozenProxy PROXY;
-
-  static {
-    try {
-      PROXY = new Servers.FrozenProxy(Servers.uri());
-    } catch (IOException failed) {
-      throw new UncheckedIOException(failed);
-    }
-  }
+  static final Servers.FrozenProxy PROXY = Servers.FrozenProxy.inFront();
 
   @DynamicPropertySource
   static void properties(DynamicPropertyRegistry registry) {
@@ -49,26 +35,6 @@ class WaitingOnTheServerTest {
 
   @Test
   void aRequestWaitingOnTheServerIsNotInTheLimitsFlight() throws Exception {
-    assertEquals(200, Http.get(port, "/outage").statusCode());
-    PROXY.freeze();
-    try {
-      CompletableFuture<Integer> waiting =
-          CompletableFuture.supplyAsync(() -> Http.get(port, "/outage").statusCode());
-      // Admitted (the signals count it) and waiting on the server (the limit does not), read
-      // before the request's wait ends.
-      boolean aside = false;
-      while (!aside && !waiting.isDone()) {
-        // The signals read on both sides of the limit: the request was in flight throughout.
-        boolean before = shedder.signals().sample().get("inflight") == 1.0;
-        long counted = shedder.limit().inflight();
-        aside = before && counted == 0 && shedder.signals().sample().get("inflight") == 1.0;
-        Thread.sleep(5);
-      }
-      assertTrue(aside, "waiting on the server: " + shedder.limit().inflight() + " in flight");
-      assertEquals(200, waiting.get(30, TimeUnit.SECONDS), "allowed after the timeout");
-    } finally {
-      PROXY.thaw();
-    }
-    assertEquals(0, shedder.limit().inflight());
+    Waiting.outOfTheLimitsFlight(shedder, PROXY, () -> Http.get(port, "/outage").statusCode());
   }
 }

@@ -1875,9 +1875,12 @@ fn what_the_level_sheds_holds_the_workers_limit_congested() {
             local limit = load.limit
             local dict = ngx.shared.ratelimit_load
             local real_now = ngx.now
-            local clock = real_now()
-            ngx.now = function() return clock end
-            local function us(seconds) return math.floor(seconds * 1000000 + 0.5) end
+            -- Whole microseconds, so that the limit's intervals end exactly where the
+            -- scenario says (seconds in a float, 0.1 added to the time of day can read as
+            -- 99,999 µs, and an interval would not end).
+            local clock = math.floor(real_now()) * 1000000
+            ngx.now = function() return clock / 1000000 end
+            local function ms(milliseconds) clock = clock + milliseconds * 1000 end
             local function step(name, ok)
                 if not ok then error(name, 0) end
             end
@@ -1885,44 +1888,44 @@ fn what_the_level_sheds_holds_the_workers_limit_congested() {
                 -- A no-load latency of 5 ms, then a queue that stands: 20 in flight, and
                 -- every one of the next interval taking 100 ms (over four times the target).
                 step(\"the first request\", load.admit(\"critical\"))
-                clock = clock + 0.005
-                limit:finish(5000, us(clock))
+                ms(5)
+                limit:finish(5000, clock)
                 for _ = 1, 20 do
                     step(\"under the limit of 20\", load.admit(\"critical\"))
                 end
-                clock = clock + 0.1
-                for _ = 1, 10 do limit:finish(100000, us(clock)) end
-                clock = clock + 0.1
-                limit:finish(100000, us(clock))
+                ms(100)
+                for _ = 1, 10 do limit:finish(100000, clock) end
+                ms(100)
+                limit:finish(100000, clock)
                 step(\"the flood congests\", limit.congested)
-                while limit.inflight > 0 do limit:finish(5000, us(clock)) end
+                while limit.inflight > 0 do limit:finish(5000, clock) end
                 -- The level a report answers: the top two classes admitted, the rest shed.
                 dict:set(\"level\", 1)
                 for i, share in ipairs({{ 1, 1, 0, 0 }}) do dict:set(\"share|\" .. i, share) end
-                dict:set(\"reported_at\", clock)
+                dict:set(\"reported_at\", ngx.now())
                 -- An interval in which the level refuses ten and leaves the limit one, fast,
                 -- under half the limit: the overload goes on, and congestion holds.
-                clock = clock + 0.1
+                ms(100)
                 step(\"critical at level 1\", load.admit(\"critical\"))
-                clock = clock + 0.005
-                limit:finish(5000, us(clock))
+                ms(5)
+                limit:finish(5000, clock)
                 for _ = 1, 10 do
                     step(\"sheddable shed by the level\", not load.admit(\"sheddable\"))
                 end
-                clock = clock + 0.1
+                ms(100)
                 step(\"critical_plus at level 1\", load.admit(\"critical_plus\"))
                 step(\"ten refused by the level, one admitted: congested\", limit.congested)
                 -- Intervals the level refuses nothing of: congestion ends at the fourth in a
                 -- row.
                 step(\"critical_plus again\", load.admit(\"critical_plus\"))
-                limit:finish(5000, us(clock))
+                limit:finish(5000, clock)
                 for calm = 1, 3 do
-                    clock = clock + 0.1
+                    ms(100)
                     load.admit(\"critical_plus\")
                     step(calm .. \" calm intervals in a row: congested\", limit.congested)
-                    limit:finish(5000, us(clock))
+                    limit:finish(5000, clock)
                 end
-                clock = clock + 0.1
+                ms(100)
                 load.admit(\"critical_plus\")
                 step(\"nothing refused, under half the limit: not congested\",
                     not limit.congested)

@@ -65,6 +65,15 @@ pub struct Ticket {
     counted: bool,
 }
 
+impl Ticket {
+    /// Whether the process's limit counts the request in flight (there is one, and it
+    /// admitted the request, not only shadow mode): only then do its waits on the server
+    /// change anything ([`LoadShedder::waiting`]).
+    pub(crate) fn counted(&self) -> bool {
+        self.counted
+    }
+}
+
 /// The process's own limit at one moment ([`LoadShedder::limit`]).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct LocalLimit {

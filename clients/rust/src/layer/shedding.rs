@@ -111,16 +111,64 @@ struct Waits {
     done: bool,
 }
 
+/// What a request the shedder counts in flight shares with the rate-limiting layer inside this
+/// one: its ticket and its waits on the server, in one allocation (a ticket the shedder does
+/// not count has no waits to tell, and none is made).
+struct Counted<C> {
+    shedder: Arc<LoadShedder<C>>,
+    ticket: Ticket,
+    waits: Mutex<Waits>,
+}
+
+impl<C> Counted<C> {
+    fn waits(&self) -> MutexGuard<'_, Waits> {
+        self.waits
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The request ends: one still waiting on the server is in flight again, to leave as it
+    /// ends.
+    fn settle(&self) {
+        let mut waits = self.waits();
+        if waits.going > 0 && !waits.done {
+            self.shedder.waiting(&self.ticket, false);
+        }
+        waits.done = true;
+    }
+}
+
+/// A request's waits on the server, told by the rate-limiting layer ([`ServerWaits`]).
+trait TellWaits: Send + Sync {
+    /// A wait begins (`begins`) or ends.
+    fn waiting(&self, begins: bool);
+}
+
+impl<C: Send + Sync> TellWaits for Counted<C> {
+    fn waiting(&self, begins: bool) {
+        let mut waits = self.waits();
+        // The first wait to begin leaves, the last to end comes back; none once it finished.
+        if begins {
+            waits.going += 1;
+        } else {
+            waits.going = waits.going.saturating_sub(1);
+        }
+        if !waits.done && waits.going == u32::from(begins) {
+            self.shedder.waiting(&self.ticket, begins);
+        }
+    }
+}
+
 /// In a request's extensions, from the load-shedding layer: what the rate-limiting layer
 /// inside it tells as the request begins and ends a wait on the rate-limit server, so that the
 /// request leaves the process's requests in flight meanwhile ([`LoadShedder::waiting`]).
 #[derive(Clone)]
-pub(crate) struct ServerWaits(Arc<dyn Fn(bool) + Send + Sync>);
+pub(crate) struct ServerWaits(Arc<dyn TellWaits>);
 
 impl ServerWaits {
     /// A wait begins; it ends when the guard is dropped (the call answered, or abandoned).
     pub(crate) fn begin(&self) -> WaitingOnServer {
-        (self.0)(true);
+        self.0.waiting(true);
         WaitingOnServer(self.clone())
     }
 }
@@ -130,24 +178,25 @@ pub(crate) struct WaitingOnServer(ServerWaits);
 
 impl Drop for WaitingOnServer {
     fn drop(&mut self) {
-        (self.0 .0)(false);
+        (self.0).0.waiting(false);
     }
 }
 
-fn lock(waits: &Mutex<Waits>) -> MutexGuard<'_, Waits> {
-    waits
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
+/// The ticket of a request admitted and not yet answered.
+enum Held<C> {
+    /// Counted in flight, its waits told.
+    Counted(Arc<Counted<C>>),
+    /// Not counted (no local limit, or one that refused it in shadow mode): nothing to tell of
+    /// its waits.
+    Uncounted(Arc<LoadShedder<C>>, Ticket),
 }
 
 /// A request admitted and not yet answered: finished with its status, or as abandoned
 /// (499) when the call is dropped first.
 struct InFlight<C> {
-    shedder: Arc<LoadShedder<C>>,
-    ticket: Option<Ticket>,
+    held: Option<Held<C>>,
     /// Its route, whose latency the process's limit keeps apart ([`route_of`]).
     route: String,
-    waits: Arc<Mutex<Waits>>,
 }
 
 impl<C> InFlight<C>
@@ -155,66 +204,57 @@ where
     C: Send + Sync + 'static,
 {
     fn new(shedder: Arc<LoadShedder<C>>, ticket: Ticket, route: String) -> Self {
+        let held = if ticket.counted() {
+            Held::Counted(Arc::new(Counted {
+                shedder,
+                ticket,
+                waits: Mutex::default(),
+            }))
+        } else {
+            Held::Uncounted(shedder, ticket)
+        };
         InFlight {
-            shedder,
-            ticket: Some(ticket),
+            held: Some(held),
             route,
-            waits: Arc::default(),
         }
     }
 
-    /// What the rate-limiting layer tells of this request's waits on the server.
+    /// What the rate-limiting layer tells of this request's waits on the server: nothing for
+    /// a ticket not counted.
     fn server_waits(&self) -> Option<ServerWaits> {
-        let ticket = self.ticket?;
-        let (shedder, waits) = (self.shedder.clone(), self.waits.clone());
-        Some(ServerWaits(Arc::new(move |begins| {
-            let mut waits = lock(&waits);
-            // The first wait to begin leaves, the last to end comes back; none once it
-            // finished.
-            if begins {
-                waits.going += 1;
-            } else {
-                waits.going = waits.going.saturating_sub(1);
-            }
-            if !waits.done && waits.going == u32::from(begins) {
-                shedder.waiting(&ticket, begins);
-            }
-        })))
+        match &self.held {
+            Some(Held::Counted(counted)) => Some(ServerWaits(counted.clone())),
+            _ => None,
+        }
     }
-}
-
-/// `ticket`'s request ends: one still waiting on the server is in flight again, to leave as it
-/// ends.
-fn settle<C>(shedder: &LoadShedder<C>, waits: &Mutex<Waits>, ticket: &Ticket) {
-    let mut waits = lock(waits);
-    if waits.going > 0 && !waits.done {
-        shedder.waiting(ticket, false);
-    }
-    waits.done = true;
 }
 
 impl<C> InFlight<C> {
-    fn finish(mut self, status: u16) {
-        if let Some(ticket) = self.ticket.take() {
-            settle(&self.shedder, &self.waits, &ticket);
-            self.shedder.finished_route(ticket, status, &self.route);
+    /// Ends the request (once): `end` is given its shedder and ticket, after a wait still
+    /// going on came back.
+    fn end(&mut self, end: impl FnOnce(&LoadShedder<C>, Ticket, &str)) {
+        match self.held.take() {
+            Some(Held::Counted(counted)) => {
+                counted.settle();
+                end(&counted.shedder, counted.ticket, &self.route);
+            }
+            Some(Held::Uncounted(shedder, ticket)) => end(&shedder, ticket, &self.route),
+            None => {}
         }
     }
 
+    fn finish(mut self, status: u16) {
+        self.end(|shedder, ticket, route| shedder.finished_route(ticket, status, route));
+    }
+
     fn finish_by_limiter(mut self) {
-        if let Some(ticket) = self.ticket.take() {
-            settle(&self.shedder, &self.waits, &ticket);
-            self.shedder.finished_by_limiter(ticket);
-        }
+        self.end(|shedder, ticket, _| shedder.finished_by_limiter(ticket));
     }
 }
 
 impl<C> Drop for InFlight<C> {
     fn drop(&mut self) {
-        if let Some(ticket) = self.ticket.take() {
-            settle(&self.shedder, &self.waits, &ticket);
-            self.shedder.finished_route(ticket, 499, &self.route);
-        }
+        self.end(|shedder, ticket, route| shedder.finished_route(ticket, 499, route));
     }
 }
 

@@ -81,6 +81,18 @@ public class LoadSheddingWebFilter implements WebFilter, Ordered {
   }
 
   /**
+   * {@code call}, a call to the rate-limit server for the exchange in the Reactor context (the
+   * starter's {@code ServerWebExchangeContextFilter} puts it there): the exchange's request waits
+   * on the server from the call's subscription to its end, out of the shedder's requests in flight
+   * meanwhile. For code the exchange is not given to, as Spring Cloud Gateway's {@code
+   * RateLimiter}; {@code call} as it is where no exchange or no shedder is.
+   */
+  public static <T> Mono<T> waitingOnServer(Mono<T> call) {
+    return Mono.deferContextual(
+        context -> ReactiveLimits.Exchanges.waitingOn(ReactiveLimits.Exchanges.of(context), call));
+  }
+
+  /**
    * The route an exchange took, for the local limit to keep its latency apart: its method and the
    * pattern WebFlux matched, read once the chain answered; the path where none matched (a gateway's
    * routes, whose patterns are its predicates).

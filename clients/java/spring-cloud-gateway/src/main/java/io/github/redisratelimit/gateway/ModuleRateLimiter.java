@@ -5,6 +5,7 @@ import io.github.redisratelimit.Limiter;
 import io.github.redisratelimit.Options;
 import io.github.redisratelimit.RateLimit;
 import io.github.redisratelimit.ReactiveRateLimiter;
+import io.github.redisratelimit.spring.LoadSheddingWebFilter;
 import io.github.redisratelimit.spring.RateLimitProperties;
 import java.util.ArrayList;
 import java.util.LinkedHashMap;
@@ -132,8 +133,8 @@ public class ModuleRateLimiter extends AbstractRateLimiter<ModuleRateLimiter.Con
     Config config = configFor(routeId);
     List<Limiter> limiters = limiters(config, routeId, id);
     long quantity = config.getReplenishRate() > 0 ? config.getRequestedTokens() : 1;
-    return limiter
-        .check(limiters, Options.defaults().quantity(quantity))
+    return LoadSheddingWebFilter.waitingOnServer(
+            limiter.check(limiters, Options.defaults().quantity(quantity)))
         .map(result -> new Response(result.allowed(), headers(config, limiters, result)))
         .onErrorResume(
             failed -> {

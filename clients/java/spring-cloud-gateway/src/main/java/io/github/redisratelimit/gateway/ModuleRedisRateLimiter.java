@@ -2,6 +2,7 @@ package io.github.redisratelimit.gateway;
 
 import io.github.redisratelimit.Options;
 import io.github.redisratelimit.ReactiveRateLimiter;
+import io.github.redisratelimit.spring.LoadSheddingWebFilter;
 import java.util.List;
 import org.apache.commons.logging.Log;
 import org.apache.commons.logging.LogFactory;
@@ -90,8 +91,9 @@ public class ModuleRedisRateLimiter extends RedisRateLimiter {
     var bucket =
         Buckets.bucket(
             Buckets.key(routeId, id), config.getReplenishRate(), config.getBurstCapacity());
-    return limiter
-        .check(List.of(bucket), Options.defaults().quantity(config.getRequestedTokens()))
+    return LoadSheddingWebFilter.waitingOnServer(
+            limiter.check(
+                List.of(bucket), Options.defaults().quantity(config.getRequestedTokens())))
         .map(
             result ->
                 new Response(

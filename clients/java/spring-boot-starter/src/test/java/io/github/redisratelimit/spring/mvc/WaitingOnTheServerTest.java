@@ -1,9 +1,9 @@
 package io.github.redisratelimit.spring.mvc;
 
 import io.github.redisratelimit.Servers;
+import io.github.redisratelimit.Waiting;
 import io.github.redisratelimit.load.LoadShedder;
 import io.github.redisratelimit.spring.Http;
-import io.github.redisratelimit.spring.Waiting;
 import java.util.UUID;
 import org.junit.jupiter.api.Test;
 import org.springframework.beans.factory.annotation.Autowired;

@@ -1,17 +1,16 @@
-package io.github.redisratelimit.spring;
+package io.github.redisratelimit;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
-import io.github.redisratelimit.Servers;
 import io.github.redisratelimit.load.LoadShedder;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.TimeUnit;
 import java.util.function.Supplier;
 
 /**
- * A request waiting on a frozen server is out of the load shedder's local limit: what the MVC and
- * the WebFlux apps' tests of it share.
+ * A request waiting on a frozen server is out of the load shedder's local limit: what the tests of
+ * it in Spring MVC, WebFlux and Spring Cloud Gateway share.
  */
 public final class Waiting {
   private Waiting() {}

@@ -206,10 +206,8 @@ class ConcurrencyLimit {
       if (!this.congested) this.limit = Math.min(o.ceiling, this.limit + Math.sqrt(this.limit));
       // Congested, it grows by one, unless a queue came and went at this limit (over a tenth of
       // the requests took longer than the target) while the service never went idle: the limit
-      // is what it can hold (a pool's size), and probing past it is a queue. Gone idle, it grows
-      // unless most took longer: where requests wait before they are in flight (a run queue, an
-      // accept queue), none in flight is no idle service.
-      else if (this.queued * 10 <= this.finished || (this.trough === 0 && this.queued * 2 <= this.finished)) {
+      // is what it can hold (a pool's size), and probing past it is a queue.
+      else if (this.queued * 10 <= this.finished || this.trough === 0) {
         this.limit = Math.min(o.ceiling, this.limit + 1);
       }
     } else if (!bound) {

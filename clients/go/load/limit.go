@@ -333,12 +333,10 @@ func (c *ConcurrencyLimit) roll(now int64) {
 		switch {
 		case !c.congested:
 			c.limit = math.Min(o.Ceiling, c.limit+math.Sqrt(c.limit))
-		case c.queued*10 <= c.finished || (c.trough == 0 && c.queued*2 <= c.finished):
+		case c.queued*10 <= c.finished || c.trough == 0:
 			// Congested, it grows by one, unless a queue came and went at this limit (over a
 			// tenth of the requests took longer than the target) while the service never went
 			// idle: the limit is what it can hold (a pool's size), and probing past it is a queue.
-			// Gone idle, it grows unless most took longer: where requests wait before they are in
-			// flight (the run queue, the accept queue), none in flight is no idle service.
 			c.limit = math.Min(o.Ceiling, c.limit+1)
 		}
 	case !bound:

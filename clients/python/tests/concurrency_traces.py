@@ -261,7 +261,7 @@ ROUTES = (
     "random to a route of 1 ms, for 4 s, each request naming its route: an interval is read "
     "by its fastest route's fastest request against that route's own target, so the intervals "
     "without a fast request are no queue, and nothing is refused (with one no-load latency for "
-    "both routes, congestion began and 98 of the 405 requests were refused)",
+    "both routes, congestion began and 97 of the 405 requests were refused)",
     100,
     50_000,
     1_000,

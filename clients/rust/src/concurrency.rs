@@ -454,15 +454,11 @@ impl ConcurrencyLimit {
         } else if bound && measured.is_some() {
             if !self.congested {
                 self.limit = o.ceiling.min(self.limit + self.limit.sqrt());
-            } else if self.queued * 10 <= self.finished
-                || (self.trough == 0 && self.queued * 2 <= self.finished)
-            {
+            } else if self.queued * 10 <= self.finished || self.trough == 0 {
                 // Congested, it grows by one, unless a queue came and went at this limit (over
                 // a tenth of the requests took longer than the target) while the service never
                 // went idle: the limit is what it can hold (a pool's size), and probing past it
-                // is a queue. Gone idle, it grows unless most took longer: where requests wait
-                // before they are in flight (a run queue, an accept queue), none in flight is no
-                // idle service.
+                // is a queue.
                 self.limit = o.ceiling.min(self.limit + 1.0);
             }
         } else if !bound {

@@ -261,15 +261,11 @@ class ConcurrencyLimit:
         elif bound and measured:
             if not self.congested:
                 self.limit = min(o.ceiling, self.limit + math.sqrt(self.limit))
-            elif self._queued * 10 <= self._finished or (
-                self._trough == 0 and self._queued * 2 <= self._finished
-            ):
+            elif self._queued * 10 <= self._finished or self._trough == 0:
                 # Congested, it grows by one, unless a queue came and went at this limit (over
                 # a tenth of the requests took longer than the target) while the service never
                 # went idle: the limit is what it can hold (a pool's size), and probing past it
-                # is a queue. Gone idle, it grows unless most took longer: where requests wait
-                # before they are in flight (a run queue, an accept queue), none in flight is
-                # no idle service, and growing on every such interval kept the queue there.
+                # is a queue.
                 self.limit = min(o.ceiling, self.limit + 1.0)
         elif not bound:
             if self.congested:

@@ -267,13 +267,10 @@ local function roll(self, now)
     elseif bound and measured then
         if not self.congested then
             self.limit = min(o.ceiling, self.limit + sqrt(self.limit))
-        elseif self.queued * 10 <= self.finished
-            or (self.trough == 0 and self.queued * 2 <= self.finished) then
+        elseif self.queued * 10 <= self.finished or self.trough == 0 then
             -- Congested, it grows by one, unless a queue came and went at this limit (over a
             -- tenth of the requests took longer than the target) while the service never went
             -- idle: the limit is what it can hold (a pool's size), and probing past it is a queue.
-            -- Gone idle, it grows unless most took longer: where requests wait before they are
-            -- in flight (a run queue, an accept queue), none in flight is no idle service.
             self.limit = min(o.ceiling, self.limit + 1)
         end
     elseif not bound then

@@ -279,12 +279,10 @@ public final class ConcurrencyLimit {
     } else if (bound && measured) {
       if (!congested) {
         limit = Math.min(o.ceiling(), limit + Math.sqrt(limit));
-      } else if (queued * 10 <= finished || (trough == 0 && queued * 2 <= finished)) {
+      } else if (queued * 10 <= finished || trough == 0) {
         // Congested, it grows by one, unless a queue came and went at this limit (over a tenth
         // of the requests took longer than the target) while the service never went idle: the
-        // limit is what it can hold (a pool's size), and probing past it is a queue. Gone idle,
-        // it grows unless most took longer: where requests wait before they are in flight (an
-        // accept queue), none in flight is no idle service.
+        // limit is what it can hold (a pool's size), and probing past it is a queue.
         limit = Math.min(o.ceiling(), limit + 1.0);
       }
     } else if (!bound) {

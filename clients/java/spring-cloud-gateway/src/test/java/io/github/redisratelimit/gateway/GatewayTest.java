@@ -57,27 +57,32 @@ class GatewayTest {
   static void properties(DynamicPropertyRegistry registry) {
     String upstream = "http://127.0.0.1:" + UPSTREAM.getAddress().getPort();
     registry.add("spring.data.redis.url", () -> System.getenv("REDIS_URL"));
-    String route = "spring.cloud.gateway.server.webflux.routes[0].";
-    registry.add(route + "id", () -> "bucket");
+    String bucket = route(registry, 0, "bucket", upstream);
+    registry.add(bucket + "redis-rate-limiter.replenishRate", () -> "1");
+    registry.add(bucket + "redis-rate-limiter.burstCapacity", () -> "2");
+    String day = route(registry, 1, "day", upstream);
+    registry.add(day + "rate-limiter", () -> "#{@moduleRateLimiter}");
+    registry.add(day + "module-rate-limiter.replenishRate", () -> "100");
+    registry.add(day + "module-rate-limiter.burstCapacity", () -> "100");
+    registry.add(day + "module-rate-limiter.limits[0].limit", () -> "2");
+    registry.add(day + "module-rate-limiter.limits[0].window", () -> "1d");
+    registry.add(day + "module-rate-limiter.limits[0].algorithm", () -> "fixed");
+    registry.add(day + "module-rate-limiter.limits[0].name", () -> "day");
+  }
+
+  /**
+   * Registers the gateway's route {@code index}: {@code id}, to {@code upstream}, for the paths
+   * under {@code /id/}, limited by {@code RequestRateLimiter} per {@code X-Client}; the prefix of
+   * the filter's arguments, for the limiter's own.
+   */
+  static String route(DynamicPropertyRegistry registry, int index, String id, String upstream) {
+    String route = "spring.cloud.gateway.server.webflux.routes[" + index + "].";
+    registry.add(route + "id", () -> id);
     registry.add(route + "uri", () -> upstream);
-    registry.add(route + "predicates[0]", () -> "Path=/bucket/**");
+    registry.add(route + "predicates[0]", () -> "Path=/" + id + "/**");
     registry.add(route + "filters[0].name", () -> "RequestRateLimiter");
     registry.add(route + "filters[0].args.key-resolver", () -> "#{@clientKeyResolver}");
-    registry.add(route + "filters[0].args.redis-rate-limiter.replenishRate", () -> "1");
-    registry.add(route + "filters[0].args.redis-rate-limiter.burstCapacity", () -> "2");
-    String day = "spring.cloud.gateway.server.webflux.routes[1].";
-    registry.add(day + "id", () -> "day");
-    registry.add(day + "uri", () -> upstream);
-    registry.add(day + "predicates[0]", () -> "Path=/day/**");
-    registry.add(day + "filters[0].name", () -> "RequestRateLimiter");
-    registry.add(day + "filters[0].args.key-resolver", () -> "#{@clientKeyResolver}");
-    registry.add(day + "filters[0].args.rate-limiter", () -> "#{@moduleRateLimiter}");
-    registry.add(day + "filters[0].args.module-rate-limiter.replenishRate", () -> "100");
-    registry.add(day + "filters[0].args.module-rate-limiter.burstCapacity", () -> "100");
-    registry.add(day + "filters[0].args.module-rate-limiter.limits[0].limit", () -> "2");
-    registry.add(day + "filters[0].args.module-rate-limiter.limits[0].window", () -> "1d");
-    registry.add(day + "filters[0].args.module-rate-limiter.limits[0].algorithm", () -> "fixed");
-    registry.add(day + "filters[0].args.module-rate-limiter.limits[0].name", () -> "day");
+    return route + "filters[0].args.";
   }
 
   @LocalServerPort int port;

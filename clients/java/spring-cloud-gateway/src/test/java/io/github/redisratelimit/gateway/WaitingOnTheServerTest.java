@@ -38,25 +38,15 @@ class WaitingOnTheServerTest {
     registry.add("ratelimit.timeout", () -> "5s");
     registry.add(
         "ratelimit.load-shedding.service", () -> "java:gateway-waits:" + UUID.randomUUID());
-    String bucket = "spring.cloud.gateway.server.webflux.routes[0].";
-    registry.add(bucket + "id", () -> "bucket");
-    registry.add(bucket + "uri", () -> upstream);
-    registry.add(bucket + "predicates[0]", () -> "Path=/bucket/**");
-    registry.add(bucket + "filters[0].name", () -> "RequestRateLimiter");
-    registry.add(bucket + "filters[0].args.key-resolver", () -> "#{@clientKeyResolver}");
-    registry.add(bucket + "filters[0].args.redis-rate-limiter.replenishRate", () -> "1000");
-    registry.add(bucket + "filters[0].args.redis-rate-limiter.burstCapacity", () -> "1000");
-    String module = "spring.cloud.gateway.server.webflux.routes[1].";
-    registry.add(module + "id", () -> "module");
-    registry.add(module + "uri", () -> upstream);
-    registry.add(module + "predicates[0]", () -> "Path=/module/**");
-    registry.add(module + "filters[0].name", () -> "RequestRateLimiter");
-    registry.add(module + "filters[0].args.key-resolver", () -> "#{@clientKeyResolver}");
-    registry.add(module + "filters[0].args.rate-limiter", () -> "#{@moduleRateLimiter}");
-    registry.add(module + "filters[0].args.module-rate-limiter.replenishRate", () -> "1000");
-    registry.add(module + "filters[0].args.module-rate-limiter.burstCapacity", () -> "1000");
-    registry.add(module + "filters[0].args.module-rate-limiter.limits[0].limit", () -> "1000");
-    registry.add(module + "filters[0].args.module-rate-limiter.limits[0].window", () -> "1m");
+    String bucket = GatewayTest.route(registry, 0, "bucket", upstream);
+    registry.add(bucket + "redis-rate-limiter.replenishRate", () -> "1000");
+    registry.add(bucket + "redis-rate-limiter.burstCapacity", () -> "1000");
+    String module = GatewayTest.route(registry, 1, "module", upstream);
+    registry.add(module + "rate-limiter", () -> "#{@moduleRateLimiter}");
+    registry.add(module + "module-rate-limiter.replenishRate", () -> "1000");
+    registry.add(module + "module-rate-limiter.burstCapacity", () -> "1000");
+    registry.add(module + "module-rate-limiter.limits[0].limit", () -> "1000");
+    registry.add(module + "module-rate-limiter.limits[0].window", () -> "1m");
   }
 
   @LocalServerPort int port;

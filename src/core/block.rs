@@ -102,25 +102,33 @@ pub fn decide(
         (Action::Take, None) => match request.block {
             // A peek (0) only looks, even at a limiter over its limit: it starts nothing.
             Some(duration) if verdict.retry_after.is_some() && request.quantity > 0 => {
-                let until = now.saturating_add(duration);
-                let left = (until - now).ticks();
-                // What was counted is dropped: the block alone stands.
-                Decision {
-                    verdict: Verdict {
-                        limited: true,
-                        remaining: 0,
-                        retry_after: RetryAfter::of(left),
-                        reset_after: left,
-                        ..verdict
-                    },
-                    write: Write::StartBlock(until),
-                }
+                start_block(verdict, now, duration)
             }
             _ => Decision {
                 verdict,
                 write: Write::Nothing,
             },
         },
+    }
+}
+
+/// A refusal that starts a block of `duration` at `now`: what was counted is dropped, the
+/// block alone stands. Out of line (the rare call): inlined, its arithmetic was computed
+/// ahead of every decision, `BLOCK` given or not.
+#[cold]
+#[inline(never)]
+fn start_block(verdict: Verdict, now: Micros, duration: Micros) -> Decision {
+    let until = now.saturating_add(duration);
+    let left = (until - now).ticks();
+    Decision {
+        verdict: Verdict {
+            limited: true,
+            remaining: 0,
+            retry_after: RetryAfter::of(left),
+            reset_after: left,
+            ..verdict
+        },
+        write: Write::StartBlock(until),
     }
 }
 

@@ -108,6 +108,9 @@ class ConcurrencyLimit {
     this.admitted = 0;
     this.refused = 0;
     this.waitedOut = 0;
+    // Whether the limit refused a request while not congested: the requests in flight reached it
+    // (or the initial limit).
+    this.full = false;
     // The interval's finished requests, how many of them took longer than the target, and the
     // fewest requests in flight it saw.
     this.finished = 0;
@@ -194,14 +197,16 @@ class ConcurrencyLimit {
     this.standingRun = standing ? this.standingRun + 1 : 0;
     const before = this.limit;
     let calm = false;
-    const deep = standing && fastest > o.deep * target;
-    if (standing && (this.congested || deep || this.standingRun >= o.enter)) {
+    // A queue that stands while the limit, not congested, is full is an overload already: a burst
+    // a healthy service holds neither fills it nor stands.
+    const atOnce = standing && (fastest > o.deep * target || this.full);
+    if (standing && (this.congested || atOnce || this.standingRun >= o.enter)) {
       const gradient = Math.max(0.2, Math.min(0.9, target / fastest));
       this.limit = Math.max(o.floor, Math.min(this.limit, this.peak) * gradient);
       if (!this.congested) this.congestions += 1;
       this.congested = true;
     } else if (standing) {
-      // Not yet: a queue must stand for `enter` intervals, or be deep.
+      // Not yet: a queue must stand for `enter` intervals, be deep, or fill the limit.
     } else if (bound && measured) {
       if (!this.congested) this.limit = Math.min(o.ceiling, this.limit + Math.sqrt(this.limit));
       // Congested, it grows by one, unless a queue came and went at this limit (over a tenth of
@@ -239,6 +244,7 @@ class ConcurrencyLimit {
     this.admitted = 0;
     this.refused = 0;
     this.waitedOut = 0;
+    this.full = false;
     this.windowEnd = now + o.intervalUs;
   }
 
@@ -284,6 +290,7 @@ class ConcurrencyLimit {
     // test reads, and a burst that a fresh service admits, an idle one admits as well.
     const cap = Math.max(this.limit, this.options.initial);
     let admitted = this.congested ? counted < this.limit * share : this.inflight < cap;
+    this.full ||= !this.congested && !admitted;
     let waitedOut = false;
     if (admitted && this.congested && index > 0 && waiting > 0) {
       waitedOut = backlog >= this.options.sojourn * share * this.target(noload);

@@ -153,6 +153,9 @@ type ConcurrencyLimit struct {
 	admitted    int64
 	refused     int64
 	waitedOut   int64 // of the refused, how many for their own wait
+	// Whether the limit refused a request while not congested: the requests in flight reached it
+	// (or the initial limit).
+	full        bool
 	finished    int64 // the interval's finished requests
 	queued      int64 // of the finished, how many took longer than the target
 	trough      int64 // the fewest requests in flight the interval saw
@@ -318,9 +321,11 @@ func (c *ConcurrencyLimit) roll(now int64) {
 	}
 	before := c.limit
 	calm := false
-	deep := standing && fastest > o.Deep*target
+	// A queue that stands while the limit, not congested, is full is an overload already: a burst
+	// a healthy service holds neither fills it nor stands.
+	atOnce := standing && (fastest > o.Deep*target || c.full)
 	switch {
-	case standing && (c.congested || deep || c.standingRun >= o.Enter):
+	case standing && (c.congested || atOnce || c.standingRun >= o.Enter):
 		gradient := math.Max(0.2, math.Min(0.9, target/fastest))
 		c.limit = math.Max(o.Floor, math.Min(c.limit, c.peak)*gradient)
 		if !c.congested {
@@ -328,7 +333,7 @@ func (c *ConcurrencyLimit) roll(now int64) {
 		}
 		c.congested = true
 	case standing:
-		// Not yet: a queue must stand for Enter intervals, or be deep.
+		// Not yet: a queue must stand for Enter intervals, be deep, or fill the limit.
 	case bound && measured:
 		switch {
 		case !c.congested:
@@ -374,6 +379,7 @@ func (c *ConcurrencyLimit) roll(now int64) {
 	c.peak = float64(c.inflight)
 	c.trough, c.finished, c.queued = c.inflight, 0, 0
 	c.admitted, c.refused, c.waitedOut = 0, 0, 0
+	c.full = false
 	c.windowEnd = now + o.IntervalUs
 }
 
@@ -435,6 +441,7 @@ func (c *ConcurrencyLimit) Admit(priority ratelimit.Priority, now, backlog int64
 		// standing-queue test reads, and a burst that a fresh service admits, an idle one
 		// admits as well.
 		admit = float64(c.inflight) < math.Max(c.limit, c.options.Initial)
+		c.full = c.full || !admit
 	}
 	// The peak is what the limit counted the request against: for the top class, what is in
 	// flight alone, so that a loop kept busy by the top class (a readiness probe's, a load

@@ -87,7 +87,8 @@ POOL = (
     "pool",
     "a pool of 4 slots, 20 ms a request, at half, one and a half times, half its capacity: "
     "while congested the target is the no-load latency plus 5 ms (not plus one more no-load "
-    "latency), so a queue of one request behind the slots stands",
+    "latency), so a queue of one request behind the slots stands; and the initial limit, full "
+    "while a queue stands, begins congestion at once",
     20_000,
     ((400_000, 0.5), (800_000, 1.5), (600_000, 0.5)),
     {},

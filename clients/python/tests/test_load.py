@@ -532,8 +532,10 @@ class LocalLimitTest(unittest.TestCase):
         self.assertLessEqual(ended - overload_ends, 1_000_000)
         # The shares refuse about half of the load until the probe's room grows past it; then
         # congestion ends at the fourth calm interval in a row, refusing some more of it
-        # in the three before.
-        self.assertLess(refused_after, 450, "of 3,000 after the overload")
+        # in the three before (492: congestion began 0.3 s into the overload, at once when the
+        # limit was full; 424 when it began at the fourth standing interval, 0.6 s in, and the
+        # limit it left was higher).
+        self.assertLess(refused_after, 520, "of 3,000 after the overload")
 
     def test_behind_a_pool_the_limit_holds_where_a_queue_comes_and_goes(self) -> None:
         # A pool of 4 slots, 20 to 23 ms a request, the others queued in order, at three times

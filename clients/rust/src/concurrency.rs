@@ -253,6 +253,9 @@ pub struct ConcurrencyLimit {
     admitted: u64,
     refused: u64,
     waited_out: u64,
+    /// Whether the limit refused a request while not congested: the requests in flight
+    /// reached it (or the initial limit).
+    full: bool,
     /// The interval's finished requests, and how many of them took longer than the target.
     finished: u64,
     queued: u64,
@@ -294,6 +297,7 @@ impl ConcurrencyLimit {
             admitted: 0,
             refused: 0,
             waited_out: 0,
+            full: false,
             finished: 0,
             queued: 0,
             trough: 0,
@@ -438,10 +442,14 @@ impl ConcurrencyLimit {
         self.standing_run = if standing { self.standing_run + 1 } else { 0 };
         let before = self.limit;
         let mut calm = false;
-        let deep = standing
-            && measured.is_some_and(|(fastest, target)| fastest as f64 > o.deep * target as f64);
+        // A queue that stands while the limit, not congested, is full is an overload already:
+        // a burst a healthy service holds neither fills it nor stands.
+        let at_once = standing
+            && (self.full
+                || measured
+                    .is_some_and(|(fastest, target)| fastest as f64 > o.deep * target as f64));
         let cut = measured
-            .filter(|_| standing && (self.congested || deep || self.standing_run >= o.enter));
+            .filter(|_| standing && (self.congested || at_once || self.standing_run >= o.enter));
         if let Some((fastest, target)) = cut {
             let gradient = (target as f64 / fastest as f64).clamp(0.2, 0.9);
             self.limit = o.floor.max(self.limit.min(self.peak) * gradient);
@@ -450,7 +458,7 @@ impl ConcurrencyLimit {
             }
             self.congested = true;
         } else if standing {
-            // Not yet: a queue must stand for `enter` intervals, or be deep.
+            // Not yet: a queue must stand for `enter` intervals, be deep, or fill the limit.
         } else if bound && measured.is_some() {
             if !self.congested {
                 self.limit = o.ceiling.min(self.limit + self.limit.sqrt());
@@ -500,6 +508,7 @@ impl ConcurrencyLimit {
         self.admitted = 0;
         self.refused = 0;
         self.waited_out = 0;
+        self.full = false;
         self.window_end = Some(now.saturating_add(interval));
     }
 
@@ -541,7 +550,9 @@ impl ConcurrencyLimit {
             // Not congested, the initial limit admits too: the limit eased down is what the
             // standing-queue test reads, and a burst that a fresh service admits, an idle one
             // admits as well.
-            (self.inflight as f64) < self.limit.max(self.options.initial)
+            let admitted = (self.inflight as f64) < self.limit.max(self.options.initial);
+            self.full |= !admitted;
+            admitted
         };
         // The peak is what the limit counted the request against: for the top class, what is
         // in flight alone, so that a loop kept busy by the top class (a readiness probe's, a

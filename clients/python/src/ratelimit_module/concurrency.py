@@ -171,6 +171,9 @@ class ConcurrencyLimit:
         # The interval's admitted and refused requests, and of those refused, how many for
         # their own wait.
         self._admitted = self._refused = self._waited_out = 0
+        # Whether the limit refused a request while not congested: the requests in flight
+        # reached it (or the initial limit).
+        self._full = False
         # The interval's finished requests, how many of them took longer than the target, and
         # the fewest requests in flight it saw.
         self._finished = self._queued = self._trough = 0
@@ -249,15 +252,17 @@ class ConcurrencyLimit:
         self._standing_run = self._standing_run + 1 if standing else 0
         before = self.limit
         calm = False
-        deep = standing and fastest > o.deep * target
-        if standing and (self.congested or deep or self._standing_run >= o.enter):
+        # A queue that stands while the limit, not congested, is full is an overload already:
+        # a burst a healthy service holds neither fills it nor stands.
+        at_once = standing and (fastest > o.deep * target or self._full)
+        if standing and (self.congested or at_once or self._standing_run >= o.enter):
             gradient = max(0.2, min(0.9, target / fastest))
             self.limit = max(o.floor, min(self.limit, self._peak) * gradient)
             if not self.congested:
                 self.congestions += 1
             self.congested = True
         elif standing:
-            pass
+            pass  # Not yet: a queue must stand for `enter` intervals, be deep, or fill the limit.
         elif bound and measured:
             if not self.congested:
                 self.limit = min(o.ceiling, self.limit + math.sqrt(self.limit))
@@ -294,6 +299,7 @@ class ConcurrencyLimit:
         self._peak = self._trough = self.inflight
         self._finished = self._queued = 0
         self._admitted = self._refused = self._waited_out = 0
+        self._full = False
         self._window_end = now + o.interval_us
 
     def _judging_route(self) -> Optional[_Latencies]:
@@ -333,6 +339,7 @@ class ConcurrencyLimit:
                     admitted = not waited_out
             else:
                 admitted = self.inflight < max(self.limit, self.options.initial)
+                self._full = self._full or not admitted
             # The peak is what the limit counted the request against: for the top class, what
             # is in flight alone, so that a loop kept busy by the top class (a readiness
             # probe's, a load test's), whose backlog is a guess, reads as no queue to cut.

@@ -151,6 +151,9 @@ function _M.new(opts)
         admitted = 0,
         refused = 0,
         waited_out = 0,
+        -- Whether the limit refused a request while not congested: the requests in flight
+        -- reached it (or the initial limit).
+        full = false,
         -- The interval's finished requests, how many of them took longer than the target, and
         -- the fewest requests in flight it saw.
         finished = 0,
@@ -254,8 +257,10 @@ local function roll(self, now)
     self.standing_run = standing and self.standing_run + 1 or 0
     local before = self.limit
     local calm = false
-    local deep = standing and fastest > o.deep * target
-    if standing and (self.congested or deep or self.standing_run >= o.enter) then
+    -- A queue that stands while the limit, not congested, is full is an overload already: a
+    -- burst a healthy service holds neither fills it nor stands.
+    local at_once = standing and (fastest > o.deep * target or self.full)
+    if standing and (self.congested or at_once or self.standing_run >= o.enter) then
         local gradient = max(0.2, min(0.9, target / fastest))
         self.limit = max(o.floor, min(self.limit, self.peak) * gradient)
         if not self.congested then
@@ -263,7 +268,7 @@ local function roll(self, now)
         end
         self.congested = true
     elseif standing then -- luacheck: ignore 542
-        -- Not yet: a queue must stand for `enter` intervals, or be deep.
+        -- Not yet: a queue must stand for `enter` intervals, be deep, or fill the limit.
     elseif bound and measured then
         if not self.congested then
             self.limit = min(o.ceiling, self.limit + sqrt(self.limit))
@@ -312,6 +317,7 @@ local function roll(self, now)
     self.admitted = 0
     self.refused = 0
     self.waited_out = 0
+    self.full = false
     self.window_end = now + o.interval_us
 end
 
@@ -347,6 +353,7 @@ function _M.admit(self, index, now, backlog)
         -- standing-queue test reads, and a burst that a fresh worker admits, an idle one
         -- admits as well.
         admitted = self.inflight < max(self.limit, self.options.initial)
+        self.full = self.full or not admitted
     end
     -- The peak is what the limit counted the request against: for the top class, what is in
     -- flight alone, so that a loop kept busy by the top class (a readiness probe's, a load

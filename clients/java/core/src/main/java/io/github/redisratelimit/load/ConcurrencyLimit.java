@@ -104,6 +104,9 @@ public final class ConcurrencyLimit {
   private long refused;
   // Of the refused, how many for their own wait.
   private long waitedOut;
+  // Whether the limit refused a request while not congested: the requests in flight reached it
+  // (or the initial limit).
+  private boolean full;
   // The interval's finished requests, how many of them took longer than the target, and the
   // fewest requests in flight it saw.
   private long finished;
@@ -266,8 +269,10 @@ public final class ConcurrencyLimit {
     standingRun = standing ? standingRun + 1 : 0;
     double before = limit;
     boolean calm = false;
-    boolean deep = standing && fastest > o.deep() * target;
-    if (standing && (congested || deep || standingRun >= o.enter())) {
+    // A queue that stands while the limit, not congested, is full is an overload already: a burst
+    // a healthy service holds neither fills it nor stands.
+    boolean atOnce = standing && (fastest > o.deep() * target || full);
+    if (standing && (congested || atOnce || standingRun >= o.enter())) {
       double gradient = Math.max(0.2, Math.min(0.9, target / fastest));
       limit = Math.max(o.floor(), Math.min(limit, peak) * gradient);
       if (!congested) {
@@ -275,7 +280,7 @@ public final class ConcurrencyLimit {
       }
       congested = true;
     } else if (standing) {
-      // Not yet: a queue must stand for `enter` intervals, or be deep.
+      // Not yet: a queue must stand for `enter` intervals, be deep, or fill the limit.
     } else if (bound && measured) {
       if (!congested) {
         limit = Math.min(o.ceiling(), limit + Math.sqrt(limit));
@@ -321,6 +326,7 @@ public final class ConcurrencyLimit {
     admitted = 0;
     refused = 0;
     waitedOut = 0;
+    full = false;
     windowEnd = now + o.intervalUs();
   }
 
@@ -358,6 +364,7 @@ public final class ConcurrencyLimit {
       // standing-queue test reads, and a burst that a fresh service admits, an idle one admits as
       // well.
       admit = inflight < Math.max(limit, options.initial());
+      full |= !admit;
     }
     // The peak is what the limit counted the request against: for the top class, what is in
     // flight alone, so that a loop kept busy by the top class (a readiness probe's, a load

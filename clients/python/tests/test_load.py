@@ -579,6 +579,49 @@ class LocalLimitTest(unittest.TestCase):
         self.assertLessEqual(limit.changes - changes_at_one_second, 10)
         self.assertLessEqual(max(limits), 12)
 
+    def test_a_queue_standing_while_the_limit_is_full_begins_congestion_at_once(self) -> None:
+        # A pool of 4 slots, 20 ms a request, queued in order; `enter` and `deep` out of reach,
+        # so that only a full limit can begin congestion. 100 requests a second (half the
+        # pool) teach the no-load latency; then 600 a second fill the initial limit of 20 and
+        # queue behind the slots: congestion begins in the first standing interval, a tenth
+        # to two tenths of a second in. A burst of 20 at once at the idle pool makes a standing
+        # interval too (with `enter` 1 it begins congestion), but fills nothing: no congestion.
+        import heapq
+
+        from ratelimit_module.concurrency import LimitOptions
+
+        def run(arrivals: list, enter: int = 1_000) -> int | None:
+            limit = ConcurrencyLimit(LimitOptions(enter=enter, deep=1_000.0))
+            events = [(at, 0) for at in arrivals]
+            heapq.heapify(events)
+            waiting, busy = [], 0
+            while events:
+                now, started = heapq.heappop(events)
+                if started:
+                    limit.finish(now - started, now)
+                    if waiting:
+                        heapq.heappush(events, (now + 20_000, waiting.pop(0)))
+                    else:
+                        busy -= 1
+                elif limit.admit("critical_plus", now):
+                    if busy < 4:
+                        busy += 1
+                        heapq.heappush(events, (now + 20_000, now))
+                    else:
+                        waiting.append(now)
+                if limit.congested:
+                    return now
+            return None
+
+        calm = list(range(0, 2_000_000, 10_000))
+        overload = list(range(2_000_000, 3_000_000, 1_667))
+        began = run(calm + overload)
+        self.assertIsNotNone(began, "a full limit and a standing queue begin congestion")
+        self.assertLess(began - 2_000_000, 300_000)
+        burst = [2_050_000] * 20 + list(range(2_200_000, 3_000_000, 10_000))
+        self.assertIsNotNone(run(calm + burst, enter=1), "the burst's queue stands")
+        self.assertIsNone(run(calm + burst), "a burst that fills nothing begins nothing")
+
     def test_with_the_server_frozen_the_local_limit_still_protects(self) -> None:
         from test_client import BlackHole
 

@@ -461,11 +461,16 @@ func TestTheLocalLimitReplaysEveryTrace(t *testing.T) {
 			case "level":
 				limit.ShedByLevel(at)
 			default:
-				if len(event) > 3 {
-					limit.FinishRoute(event[3].(string), whole(event[2]), at)
-				} else {
-					limit.Finish(whole(event[2]), at)
+				var route *string
+				if len(event) > 3 && event[3] != nil {
+					named := event[3].(string)
+					route = &named
 				}
+				backlog := int64(0)
+				if len(event) > 4 {
+					backlog = whole(event[4])
+				}
+				limit.FinishBehind(route, whole(event[2]), at, backlog)
 			}
 			wanted := list(expect[step])
 			where := fmt.Sprintf("%s, step %d: %v", trace["name"], step, event)

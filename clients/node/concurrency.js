@@ -116,6 +116,10 @@ class ConcurrencyLimit {
     this.finished = 0;
     this.queued = 0;
     this.trough = 0;
+    // The requests left waiting when the last request finished, where the package counts them (a
+    // run queue's): a service whose requests in flight fall to none between two requests while
+    // the next ones wait is not idle.
+    this.behind = 0;
     this.standingRun = 0;
     // While congested, intervals in a row (of those that decided a request) that ended with the
     // peak under half the limit and fewer refused than admitted.
@@ -238,7 +242,7 @@ class ConcurrencyLimit {
     this.service.closeInterval();
     for (const latencies of this.routeLatencies.values()) latencies.closeInterval();
     this.peak = this.inflight;
-    this.trough = this.inflight;
+    this.trough = this.inflight + this.behind;
     this.finished = 0;
     this.queued = 0;
     this.admitted = 0;
@@ -312,11 +316,14 @@ class ConcurrencyLimit {
   }
 
   /** An admitted request of `route` (its method and path pattern; null: unnamed) ended at `now`
-   * after `latency` (whole microseconds both). */
-  finish(latency, now, route = null) {
+   * after `latency`, leaving `backlog` of work waiting for the service where the package counts it
+   * (a run queue's; 0 here: whole microseconds all): the service is not idle while it waits. */
+  finish(latency, now, route = null, backlog = 0) {
     this.roll(now);
     this.inflight = Math.max(0, this.inflight - 1);
-    this.trough = Math.min(this.trough, this.inflight);
+    const noload = this.noload;
+    this.behind = backlog > 0 && noload < Infinity ? backlog / noload : 0;
+    this.trough = Math.min(this.trough, this.inflight + this.behind);
     this.service.finished(latency);
     const latencies = this.latenciesOf(route);
     latencies.finished(latency);

@@ -42,7 +42,7 @@ export class ConcurrencyLimit {
   admit(priority: string | number, now: number): boolean;
   /** An admitted request of `route` (its method and path pattern; null: unnamed) ended at `now`
    * after `latency` (µs both): its latency is also kept apart, with its route's (the first 32). */
-  finish(latency: number, now: number, route?: string | null): void;
+  finish(latency: number, now: number, route?: string | null, backlog?: number): void;
   /** An admitted request the package answered itself ended at `now` (µs), or began to wait on the
    * rate-limit server (until `back`): it leaves the requests in flight, its latency not counted. */
   leave(now: number): void;

@@ -156,9 +156,10 @@ type ConcurrencyLimit struct {
 	// Whether the limit refused a request while not congested: the requests in flight reached it
 	// (or the initial limit).
 	full        bool
-	finished    int64 // the interval's finished requests
-	queued      int64 // of the finished, how many took longer than the target
-	trough      int64 // the fewest requests in flight the interval saw
+	finished    int64   // the interval's finished requests
+	queued      int64   // of the finished, how many took longer than the target
+	trough      float64 // the fewest requests in flight or waiting the interval saw
+	behind      float64 // the requests the last finished one left waiting (0 where none are counted)
 	standingRun int
 	// While congested, intervals in a row (of those that decided a request) that ended with
 	// the peak under half the limit and fewer refused than admitted.
@@ -377,7 +378,7 @@ func (c *ConcurrencyLimit) roll(now int64) {
 		l.closeInterval()
 	}
 	c.peak = float64(c.inflight)
-	c.trough, c.finished, c.queued = c.inflight, 0, 0
+	c.trough, c.finished, c.queued = float64(c.inflight)+c.behind, 0, 0
 	c.admitted, c.refused, c.waitedOut = 0, 0, 0
 	c.full = false
 	c.windowEnd = now + o.IntervalUs
@@ -462,27 +463,40 @@ func (c *ConcurrencyLimit) Admit(priority ratelimit.Priority, now, backlog int64
 
 // Finish says an admitted request that names no route ended at now after latency (µs both).
 func (c *ConcurrencyLimit) Finish(latency, now int64) {
-	c.finish(nil, latency, now)
+	c.finish(nil, latency, now, 0)
 }
 
 // FinishRoute says an admitted request of route (its method and path pattern) ended at now after
 // latency (µs both): its latency is also kept apart, with its route's (the first 32 routes).
 func (c *ConcurrencyLimit) FinishRoute(route string, latency, now int64) {
-	c.finish(&route, latency, now)
+	c.finish(&route, latency, now, 0)
 }
 
-func (c *ConcurrencyLimit) finish(route *string, latency, now int64) {
+// FinishBehind is FinishRoute (Finish for a nil route) for a request that leaves backlog (µs)
+// of work waiting for the service, where the package counts it (the run queue's): the service is
+// not idle while it waits, though none is in flight.
+func (c *ConcurrencyLimit) FinishBehind(route *string, latency, now, backlog int64) {
+	c.finish(route, latency, now, backlog)
+}
+
+func (c *ConcurrencyLimit) finish(route *string, latency, now, backlog int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.roll(now)
 	c.inflight = max(0, c.inflight-1)
+	// The requests left waiting for the service (Go's run queue): it is not idle while they
+	// wait, though none is in flight.
+	c.behind = 0
+	if noload := c.service.noload(); backlog > 0 && !math.IsInf(noload, 1) {
+		c.behind = float64(backlog) / noload
+	}
+	c.trough = min(c.trough, float64(c.inflight)+c.behind)
 	c.service.finished(float64(latency))
 	kept := c.unnamed
 	if route != nil {
 		kept = c.routeLocked(*route)
 	}
 	kept.finished(float64(latency))
-	c.trough = min(c.trough, c.inflight)
 	c.finished++
 	if float64(latency) > c.target(kept.noload()) {
 		c.queued++
@@ -522,7 +536,7 @@ func (c *ConcurrencyLimit) Leave(now int64) {
 	defer c.mu.Unlock()
 	c.roll(now)
 	c.inflight = max(0, c.inflight-1)
-	c.trough = min(c.trough, c.inflight)
+	c.trough = min(c.trough, float64(c.inflight))
 }
 
 // Back says a request that left the requests in flight (Leave) while it waited on the rate-limit

@@ -453,10 +453,11 @@ func (s *Shedder) finished(ticket Ticket, status int, own bool, route *string) {
 		// not the service's: the limit counts no latency of it.
 		if ticket.counted && own {
 			s.limit.Leave(micros(now))
-		} else if ticket.counted && route != nil {
-			s.limit.FinishRoute(*route, micros(latency), micros(now))
 		} else if ticket.counted {
-			s.limit.Finish(micros(latency), micros(now))
+			// The run queue's work now, which it leaves waiting: on one core none is in flight
+			// between two requests while the next ones wait, and the limit must not read that as
+			// an idle service.
+			s.limit.FinishBehind(route, micros(latency), micros(now), micros(s.waited(now, 0)))
 		}
 		congested = s.limit.Congested()
 	}

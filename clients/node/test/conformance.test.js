@@ -177,13 +177,13 @@ test("the local limit replays every trace", () => {
   assert.ok(traces.length >= 3);
   for (const { name, options, events, expect } of traces) {
     const limit = new ConcurrencyLimit(limitOptions(options));
-    events.forEach(([at, kind, value, more], step) => {
+    events.forEach(([at, kind, value, more, backlog], step) => {
       let decision = null;
       if (kind === "admit") decision = limit.admit(value, at, more ?? 0);
       else if (kind === "leave") limit.leave(at);
       else if (kind === "back") limit.back(at);
       else if (kind === "level") limit.shedByLevel(at);
-      else limit.finish(value, at, more ?? null);
+      else limit.finish(value, at, more ?? null, backlog ?? 0);
       assert.deepEqual([decision, limit.limit, limit.congested], expect[step], `${name}, step ${step}`);
     });
   }

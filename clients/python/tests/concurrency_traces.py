@@ -178,6 +178,26 @@ BUSY_LOOP = (
     60,
 )
 
+# One core, as a Go service's: a request is decided when it reaches the CPU, with the work
+# waiting for the CPU counted as its backlog (a request's service each, as Go counts its run
+# queue), and leaves the work still waiting as its backlog when it finishes; the CPU runs the
+# newest arrival next (Go's scheduler runs a goroutine it just readied before the others), so
+# an interval's fastest request can be quick while a queue stands. A refusal costs REFUSAL µs.
+# `sojourn` off, as in Go. (name, what it shows, service µs, phases, options, the seed)
+RUN_QUEUE = (
+    "one core",
+    "one core that runs its newest arrival next (Go's scheduler), half, three times for 2 s, "
+    "then half the capacity: between two requests none is in flight while the next ones wait "
+    "for the CPU, and the backlog a finished request leaves behind says the core is not idle, "
+    "so, congested, the limit grows by one only in an interval where few requests queued: at "
+    "most 7 through the overload (with no backlog at finish, it grew by one 15 times, to 13, "
+    "and was cut again)",
+    4_500,
+    ((400_000, 0.5), (2_000_000, 3.0), (600_000, 0.5)),
+    {"sojourn": 1e9},
+    63,
+)
+
 # A burst at an idle service: a serial service, `service` µs a request, at `rate` requests a
 # second, and `burst` more requests at once at `at` µs. (name, what it shows, service µs,
 # rate, length µs, burst, at µs, options, the seed)
@@ -580,6 +600,49 @@ def busy_loop_trace(
     return {"name": name, "about": about, "options": options, "events": events, "expect": expect}
 
 
+def run_queue_trace(
+    name: str, about: str, service: int, phases, options: dict, seed: int, behind: bool = True
+) -> dict:
+    """One core that runs the newest arrival next: a request is decided as it reaches the CPU,
+    the work waiting then its backlog, and finishes with the work waiting then as its backlog
+    (none with `behind` false: the counterfactual of a package that does not count it)."""
+    limit = ConcurrencyLimit(LimitOptions(**options))
+    arrivals = events_of(service, phases, seed)
+    events, expect = [], []
+    waiting: list[tuple[int, int]] = []  # (arrival µs, class), oldest first
+    arrived, free_at, last_pick = 0, 0, 0
+
+    def come(until: int) -> None:
+        nonlocal arrived
+        while arrived < len(arrivals) and arrivals[arrived][0] <= until:
+            waiting.append((arrivals[arrived][0], arrivals[arrived][2]))
+            arrived += 1
+
+    while arrived < len(arrivals) or waiting:
+        if not waiting:
+            free_at = max(free_at, arrivals[arrived][0])
+        come(free_at)
+        # The newest arrival runs next if it came since the last request was picked.
+        pick = len(waiting) - 1 if waiting[-1][0] > last_pick else 0
+        at, index = waiting.pop(pick)
+        start = last_pick = free_at
+        backlog = len(waiting) * service
+        admitted = limit.admit(index, start, backlog)
+        events.append([start, "admit", PRIORITIES[index], backlog])
+        expect.append([admitted, limit.limit, limit.congested])
+        if not admitted:
+            free_at = start + REFUSAL
+            continue
+        free_at = start + service
+        come(free_at)
+        latency = free_at - start + backlog
+        left = len(waiting) * service if behind else 0
+        limit.finish(latency, free_at, None, left)
+        events.append([free_at, "finish", latency, None, left])
+        expect.append([None, limit.limit, limit.congested])
+    return {"name": name, "about": about, "options": options, "events": events, "expect": expect}
+
+
 def main() -> None:
     table = json.loads(TABLE.read_text())
     defaults = LimitOptions()
@@ -587,7 +650,8 @@ def main() -> None:
         "about": "The local limit (docs/load.md). Options over `defaults` (times in whole µs, "
         'shares most important first); events [µs, "admit", class] (or [µs, "admit", '
         'class, backlog µs]), [µs, "finish", latency µs] (or [µs, "finish", latency µs, '
-        'route]), [µs, "leave"] (a request the package answered itself: no latency; or one '
+        'route], or [µs, "finish", latency µs, route or null, backlog µs]: the work left '
+        'waiting), [µs, "leave"] (a request the package answered itself: no latency; or one '
         'that begins to wait on the rate-limit server), [µs, "back"] (a request that waited on '
         'the server has its answer: in flight again) or [µs, "level"] (a request the service\'s '
         "level refused before the limit decided it); after each, [admitted or null, limit, "
@@ -611,7 +675,7 @@ def main() -> None:
         + [idle_burst_trace(*IDLE_BURST), outage_trace(*OUTAGE), outage_trace(*OUTAGE_BUSY)]
         + [health_check_trace(*HEALTH_CHECK), routes_trace(*ROUTES)]
         + [event_loop_trace(*spec) for spec in EVENT_LOOPS]
-        + [busy_loop_trace(*BUSY_LOOP)],
+        + [busy_loop_trace(*BUSY_LOOP), run_queue_trace(*RUN_QUEUE)],
     }
     TABLE.write_text(dumps(table))
 

@@ -182,6 +182,30 @@ class ConformanceTest(unittest.TestCase):
                 got = [decision, limit.limit, limit.congested]
                 self.assertEqual(got, expected, f"{trace['name']}, step {step}: {event}")
 
+    def test_the_one_core_trace_grows_as_its_about_says_with_and_without_the_backlog(self) -> None:
+        """The trace "one core": congested, the limit stays at what its about says, and grows by
+        one as often as it says when a finished request leaves no backlog behind."""
+        import concurrency_traces
+
+        about = next(t["about"] for t in TABLE["concurrency"]["traces"] if t["name"] == "one core")
+
+        def congested_limits(trace: dict) -> tuple[float, int]:
+            """The highest limit while congested, and how many times it grew by one."""
+            expect = trace["expect"]
+            first = next(step for step, expected in enumerate(expect) if expected[2])
+            highest = max(expected[1] for expected in expect[first:] if expected[2])
+            grown = sum(1 for a, b in zip(expect[first:], expect[first + 1 :]) if b[1] == a[1] + 1)
+            return highest, grown
+
+        highest, _ = congested_limits(
+            concurrency_traces.run_queue_trace(*concurrency_traces.RUN_QUEUE)
+        )
+        self.assertIn(f"at most {highest:g} through the overload", about)
+        blind = concurrency_traces.run_queue_trace(*concurrency_traces.RUN_QUEUE, behind=False)
+        highest, grown = congested_limits(blind)
+        self.assertIn(f"it grew by one {grown} times, to {highest:g},", about)
+        self.assertGreater(grown, 3)
+
     def test_the_routes_trace_refuses_what_its_about_says_with_one_latency_for_both(self) -> None:
         import concurrency_traces
 

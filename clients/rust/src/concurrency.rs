@@ -259,8 +259,11 @@ pub struct ConcurrencyLimit {
     /// The interval's finished requests, and how many of them took longer than the target.
     finished: u64,
     queued: u64,
-    /// The fewest requests in flight the interval saw.
-    trough: u64,
+    /// The fewest requests in flight or waiting the interval saw.
+    trough: f64,
+    /// The requests left waiting when the last request finished, where the package counts
+    /// them ([`ConcurrencyLimit::finish_behind`]).
+    behind: f64,
     standing_run: u32,
     /// While congested, intervals in a row (of those that decided a request) that ended with
     /// the peak under half the limit and fewer refused than admitted.
@@ -300,7 +303,8 @@ impl ConcurrencyLimit {
             full: false,
             finished: 0,
             queued: 0,
-            trough: 0,
+            trough: 0.0,
+            behind: 0.0,
             standing_run: 0,
             calm_run: 0,
             unexplained: 0,
@@ -462,7 +466,7 @@ impl ConcurrencyLimit {
         } else if bound && measured.is_some() {
             if !self.congested {
                 self.limit = o.ceiling.min(self.limit + self.limit.sqrt());
-            } else if self.queued * 10 <= self.finished || self.trough == 0 {
+            } else if self.queued * 10 <= self.finished || self.trough == 0.0 {
                 // Congested, it grows by one, unless a queue came and went at this limit (over
                 // a tenth of the requests took longer than the target) while the service never
                 // went idle: the limit is what it can hold (a pool's size), and probing past it
@@ -502,7 +506,7 @@ impl ConcurrencyLimit {
             route.close_interval();
         }
         self.peak = self.inflight as f64;
-        self.trough = self.inflight;
+        self.trough = self.inflight as f64 + self.behind;
         self.finished = 0;
         self.queued = 0;
         self.admitted = 0;
@@ -572,25 +576,39 @@ impl ConcurrencyLimit {
 
     /// An admitted request that names no route ended at `now` after `latency`.
     pub fn finish(&mut self, latency: Duration, now: Duration) {
-        self.finish_of(None, latency, now);
+        self.finish_behind(None, latency, now, Duration::ZERO);
     }
 
     /// An admitted request of `route` (its method and path pattern) ended at `now` after
     /// `latency`: its latency is also kept apart, with its route's (the first 32 routes).
     pub fn finish_route(&mut self, route: &str, latency: Duration, now: Duration) {
-        self.finish_of(Some(route), latency, now);
+        self.finish_behind(Some(route), latency, now, Duration::ZERO);
     }
 
-    fn finish_of(&mut self, route: Option<&str>, latency: Duration, now: Duration) {
+    /// An admitted request of `route` (or none) ended at `now` after `latency`, leaving
+    /// `backlog` of work waiting for the service, where the package counts it (a run queue's):
+    /// the service is not idle while it waits, though no request is in flight.
+    pub fn finish_behind(
+        &mut self,
+        route: Option<&str>,
+        latency: Duration,
+        now: Duration,
+        backlog: Duration,
+    ) {
         self.roll(micros(now));
         self.inflight = self.inflight.saturating_sub(1);
+        let backlog = micros(backlog);
+        self.behind = match self.noload_us().filter(|_| backlog > 0) {
+            Some(noload) => backlog as f64 / noload as f64,
+            None => 0.0,
+        };
+        self.trough = self.trough.min(self.inflight as f64 + self.behind);
         let latency = micros(latency);
         self.service.finished(latency);
         let index = self.route_index(route);
         let latencies = &mut self.routes[index].1;
         latencies.finished(latency);
         let noload = latencies.noload().unwrap_or(latency);
-        self.trough = self.trough.min(self.inflight);
         self.finished += 1;
         self.queued += u64::from(latency > self.target_us(noload));
     }
@@ -630,7 +648,7 @@ impl ConcurrencyLimit {
     pub fn leave(&mut self, now: Duration) {
         self.roll(micros(now));
         self.inflight = self.inflight.saturating_sub(1);
-        self.trough = self.trough.min(self.inflight);
+        self.trough = self.trough.min(self.inflight as f64);
     }
 
     /// A request that left the requests in flight ([`leave`](Self::leave)) while it waited on

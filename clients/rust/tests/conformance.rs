@@ -258,9 +258,16 @@ fn the_local_limit_replays_every_trace() {
                 }
                 _ => {
                     let latency = Duration::from_micros(event[2].as_u64().unwrap());
-                    match event.get(3).and_then(Json::as_str) {
-                        Some(route) => limit.finish_route(route, latency, at),
-                        None => limit.finish(latency, at),
+                    let route = event.get(3).and_then(Json::as_str);
+                    match event.get(4).and_then(Json::as_u64) {
+                        Some(backlog) => {
+                            let backlog = Duration::from_micros(backlog);
+                            limit.finish_behind(route, latency, at, backlog)
+                        }
+                        None => match route {
+                            Some(route) => limit.finish_route(route, latency, at),
+                            None => limit.finish(latency, at),
+                        },
                     }
                     Json::Null
                 }

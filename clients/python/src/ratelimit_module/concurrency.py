@@ -175,8 +175,12 @@ class ConcurrencyLimit:
         # reached it (or the initial limit).
         self._full = False
         # The interval's finished requests, how many of them took longer than the target, and
-        # the fewest requests in flight it saw.
+        # the fewest requests in flight or waiting it saw.
         self._finished = self._queued = self._trough = 0
+        # The requests waiting when the last request finished, where the package counts them
+        # (a run queue's, in no-load latencies): a service whose requests in flight fall to
+        # none between two requests while the next ones wait is not idle.
+        self._behind = 0.0
         self._standing_run = 0
         # While congested, intervals in a row (of those that decided a request) that ended
         # with the peak under half the limit and fewer refused than admitted.
@@ -296,7 +300,8 @@ class ConcurrencyLimit:
             self.changes += 1
         for latencies in (self._service, *self._routes.values()):
             latencies.close_interval()
-        self._peak = self._trough = self.inflight
+        self._peak = self.inflight
+        self._trough = self.inflight + self._behind
         self._finished = self._queued = 0
         self._admitted = self._refused = self._waited_out = 0
         self._full = False
@@ -353,13 +358,17 @@ class ConcurrencyLimit:
             self._waited_out += waited_out
             return False
 
-    def finish(self, latency: int, now: int, route=None) -> None:
+    def finish(self, latency: int, now: int, route=None, backlog: int = 0) -> None:
         """An admitted request of `route` (its method and path pattern; None: unnamed) ended at
-        `now` after `latency` (microseconds both)."""
+        `now` after `latency` (microseconds both), leaving `backlog` µs of work waiting for the
+        service where the package counts it (Go's run queue; 0 elsewhere): the service is not
+        idle while it waits, though none is in flight."""
         with self._lock:
             self._roll(now)
             self.inflight = max(0, self.inflight - 1)
-            self._trough = min(self._trough, self.inflight)
+            noload = self.noload
+            self._behind = backlog / noload if backlog > 0 and noload < math.inf else 0.0
+            self._trough = min(self._trough, self.inflight + self._behind)
             self._service.finished(latency)
             latencies = self._route(route)
             latencies.finished(latency)

@@ -159,6 +159,10 @@ function _M.new(opts)
         finished = 0,
         queued = 0,
         trough = 0,
+        -- The requests left waiting when the last request finished, where the package counts
+        -- them (a run queue's): a service whose requests in flight fall to none between two
+        -- requests while the next ones wait is not idle.
+        behind = 0,
         standing_run = 0,
         -- While congested, intervals in a row (of those that decided a request) that ended
         -- with the peak under half the limit and fewer refused than admitted.
@@ -311,7 +315,7 @@ local function roll(self, now)
         close_interval(route)
     end
     self.peak = self.inflight
-    self.trough = self.inflight
+    self.trough = self.inflight + self.behind
     self.finished = 0
     self.queued = 0
     self.admitted = 0
@@ -387,11 +391,17 @@ local function route_of(self, name)
 end
 
 --- An admitted request of route `name` (its method and path; nil: unnamed) ended at `now` after
---- `latency` (whole microseconds both).
-function _M.finish(self, latency, now, name)
+--- `latency`, leaving `backlog` of work waiting for the service where the package counts it (a run
+--- queue's; nil here: whole microseconds all): the service is not idle while it waits.
+function _M.finish(self, latency, now, name, backlog)
     roll(self, now)
     self.inflight = max(0, self.inflight - 1)
-    self.trough = min(self.trough, self.inflight)
+    local noload = noload_of(self.service)
+    self.behind = 0
+    if backlog and backlog > 0 and noload < huge then
+        self.behind = backlog / noload
+    end
+    self.trough = min(self.trough, self.inflight + self.behind)
     finished_in(self.service, latency)
     local route = route_of(self, name)
     finished_in(route, latency)

@@ -361,8 +361,9 @@ class ConformanceTest {
         } else if (event.get(1).asText().equals("level")) {
           limit.shedByLevel(at);
         } else {
-          String route = event.size() > 3 ? event.get(3).asText() : null;
-          limit.finish(event.get(2).asLong(), at, route);
+          String route = event.size() > 3 && !event.get(3).isNull() ? event.get(3).asText() : null;
+          long backlog = event.size() > 4 ? event.get(4).asLong() : 0;
+          limit.finish(event.get(2).asLong(), at, route, backlog);
         }
         JsonNode wanted = expect.get(step);
         String where = trace.get("name").asText() + ", step " + step + ": " + event;

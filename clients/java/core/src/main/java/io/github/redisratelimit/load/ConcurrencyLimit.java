@@ -108,10 +108,14 @@ public final class ConcurrencyLimit {
   // (or the initial limit).
   private boolean full;
   // The interval's finished requests, how many of them took longer than the target, and the
-  // fewest requests in flight it saw.
+  // fewest requests in flight or waiting it saw.
   private long finished;
   private long queued;
-  private long trough;
+  private double trough;
+  // The requests left waiting when the last request finished, where the package counts them (a
+  // run queue's): a service whose requests in flight fall to none between two requests while the
+  // next ones wait is not idle.
+  private double behind;
   private int standingRun;
   // While congested, intervals in a row (of those that decided a request) that ended with the
   // peak under half the limit and fewer refused than admitted.
@@ -320,7 +324,7 @@ public final class ConcurrencyLimit {
     service.closeInterval();
     routes.values().forEach(Latencies::closeInterval);
     peak = inflight;
-    trough = inflight;
+    trough = inflight + behind;
     finished = 0;
     queued = 0;
     admitted = 0;
@@ -395,13 +399,24 @@ public final class ConcurrencyLimit {
    * {@code now} after {@code latency} (µs both): its latency is also kept apart, with its route's
    * (the first 32 routes).
    */
-  public synchronized void finish(long latency, long now, String route) {
+  public void finish(long latency, long now, String route) {
+    finish(latency, now, route, 0);
+  }
+
+  /**
+   * An admitted request of {@code route} (null: unnamed) ended at {@code now} after {@code
+   * latency}, leaving {@code backlog} of work waiting for the service where the package counts it
+   * (a run queue's; µs all): the service is not idle while it waits, though none is in flight.
+   */
+  public synchronized void finish(long latency, long now, String route, long backlog) {
     roll(now);
     inflight = Math.max(0, inflight - 1);
+    double noload = service.noload();
+    behind = backlog > 0 && noload < Double.POSITIVE_INFINITY ? backlog / noload : 0;
+    trough = Math.min(trough, inflight + behind);
     service.finished(latency);
     Latencies latencies = latenciesOf(route);
     latencies.finished(latency);
-    trough = Math.min(trough, inflight);
     finished += 1;
     if (latency > target(latencies.noload())) {
       queued += 1;

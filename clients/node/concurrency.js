@@ -108,6 +108,8 @@ class ConcurrencyLimit {
     this.admitted = 0;
     this.refused = 0;
     this.waitedOut = 0;
+    // Of the refused, how many the service's level refused (not this limit's shares).
+    this.byLevel = 0;
     // Whether the limit refused a request while not congested: the requests in flight reached it
     // (or the initial limit).
     this.full = false;
@@ -230,7 +232,7 @@ class ConcurrencyLimit {
       // so that a load the shares hold back cannot keep it (what a request's own wait refused is a
       // queue, not the shares).
       else if (this.congested) {
-        if (this.refused - this.waitedOut >= this.admitted) {
+        if (this.refused - this.waitedOut - this.byLevel >= this.admitted) {
           this.limit = Math.min(o.ceiling, this.limit + Math.sqrt(this.limit));
         }
       } else this.limit = Math.max(o.floor, 2 * this.peak, this.limit * o.decay);
@@ -248,6 +250,7 @@ class ConcurrencyLimit {
     this.admitted = 0;
     this.refused = 0;
     this.waitedOut = 0;
+    this.byLevel = 0;
     this.full = false;
     this.windowEnd = now + o.intervalUs;
   }
@@ -349,6 +352,7 @@ class ConcurrencyLimit {
   shedByLevel(now) {
     this.roll(now);
     this.refused += 1;
+    this.byLevel += 1;
   }
 
   /** An admitted request ended at `now` with an answer that says nothing of the service's latency

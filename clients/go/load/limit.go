@@ -153,6 +153,7 @@ type ConcurrencyLimit struct {
 	admitted    int64
 	refused     int64
 	waitedOut   int64 // of the refused, how many for their own wait
+	byLevel     int64 // of the refused, how many the service's level refused (not the shares)
 	// Whether the limit refused a request while not congested: the requests in flight reached it
 	// (or the initial limit).
 	full        bool
@@ -356,7 +357,7 @@ func (c *ConcurrencyLimit) roll(now int64) {
 			if c.calmRun+1 >= calmIntervalsToEnd {
 				c.congested = false
 			}
-		case c.refused-c.waitedOut >= c.admitted:
+		case c.refused-c.waitedOut-c.byLevel >= c.admitted:
 			// Refusing by the shares alone, under half the limit: room is probed for (what a
 			// request's own wait refused is a queue, not the shares).
 			c.limit = math.Min(o.Ceiling, c.limit+math.Sqrt(c.limit))
@@ -379,7 +380,7 @@ func (c *ConcurrencyLimit) roll(now int64) {
 	}
 	c.peak = float64(c.inflight)
 	c.trough, c.finished, c.queued = float64(c.inflight)+c.behind, 0, 0
-	c.admitted, c.refused, c.waitedOut = 0, 0, 0
+	c.admitted, c.refused, c.waitedOut, c.byLevel = 0, 0, 0, 0
 	c.full = false
 	c.windowEnd = now + o.IntervalUs
 }
@@ -525,6 +526,7 @@ func (c *ConcurrencyLimit) ShedByLevel(now int64) {
 	defer c.mu.Unlock()
 	c.roll(now)
 	c.refused++
+	c.byLevel++
 }
 
 // Leave says an admitted request ended at now with an answer that says nothing of the service's

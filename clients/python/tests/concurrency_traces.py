@@ -71,7 +71,10 @@ LEVEL = (
     "half, three times for two seconds, half the capacity, the service's level refusing all "
     "sheddable and half of sheddable_plus from 0.6 s into the overload to 0.2 s after it: what "
     "the level refuses counts among the interval's refusals, so congestion holds while the "
-    "level leaves the limit only what it can serve, and ends once the overload does",
+    "level leaves the limit only what it can serve, and ends once the overload does; they are "
+    "not the shares' refusals, so the limit does not probe for room while the level refuses: "
+    "it stays at about 14 (with them counted as the shares', it grew to about 51 by the level's "
+    "end)",
     4_500,
     ((400_000, 0.5), (2_000_000, 3.0), (600_000, 0.5)),
     {},
@@ -316,14 +319,23 @@ def events_of(service: int, phases, seed: int, mix=MIX) -> list[tuple[int, int, 
 
 
 def served(
-    name: str, about: str, options: dict, arrivals, finish_at, own=None, level=None, route=None
+    name: str,
+    about: str,
+    options: dict,
+    arrivals,
+    finish_at,
+    own=None,
+    level=None,
+    route=None,
+    make=None,
 ) -> dict:
     """The trace of `arrivals` through a limit with `options`: an admitted request finishes
     when `finish_at(now)`, the service's model, says; one that `own(now)` says the package
     answers itself leaves then, unmeasured; one that `level(now, class)` says the service's
     level refuses never reaches the limit's decision; `route(now)` names the route of the
-    request that arrived at `now` (none unless given)."""
-    limit = ConcurrencyLimit(LimitOptions(**options))
+    request that arrived at `now` (none unless given); `make(options)` makes the limit (a
+    variant's, for a trace's counterfactual)."""
+    limit = (make or ConcurrencyLimit)(LimitOptions(**options))
     queue = list(arrivals)
     heapq.heapify(queue)
     events, expect = [], []
@@ -377,7 +389,7 @@ def trace(name: str, about: str, service: int, phases, options: dict, seed: int)
 
 
 def level_trace(
-    name: str, about: str, service: int, phases, options: dict, seed: int, level
+    name: str, about: str, service: int, phases, options: dict, seed: int, level, make=None
 ) -> dict:
     """A serial service, and the service's level refusing, over `level`'s (from, to) µs, the
     share it gives each class (drawn with its own seed)."""
@@ -387,9 +399,8 @@ def level_trace(
     def refuses(now: int, index: int) -> bool:
         return begins <= now < ends and draw.random() >= shares[index]
 
-    return served(
-        name, about, options, events_of(service, phases, seed), serial(service), level=refuses
-    )
+    arrivals = events_of(service, phases, seed)
+    return served(name, about, options, arrivals, serial(service), level=refuses, make=make)
 
 
 def pool_trace(name: str, about: str, service: int, phases, options: dict, seed: int) -> dict:

@@ -182,6 +182,30 @@ class ConformanceTest(unittest.TestCase):
                 got = [decision, limit.limit, limit.congested]
                 self.assertEqual(got, expected, f"{trace['name']}, step {step}: {event}")
 
+    def test_the_level_trace_holds_the_limit_as_its_about_says(self) -> None:
+        """The trace "level": the limit stays as low as its about says, and grows as high as it
+        says when the level's refusals count as the shares' (the probe then reads them as a
+        load the shares hold back)."""
+        import concurrency_traces
+
+        about = next(t["about"] for t in TABLE["concurrency"]["traces"] if t["name"] == "level")
+
+        class LevelAsShares(ConcurrencyLimit):
+            def shed_by_level(self, now: int) -> None:
+                super().shed_by_level(now)
+                self._by_level -= 1
+
+        def highest(trace: dict) -> float:
+            return max(expected[1] for expected in trace["expect"] if expected[2])
+
+        held = highest(concurrency_traces.level_trace(*concurrency_traces.LEVEL))
+        self.assertIn(f"it stays at about {held:.0f} (", about)
+        grown = highest(
+            concurrency_traces.level_trace(*concurrency_traces.LEVEL, make=LevelAsShares)
+        )
+        self.assertIn(f"it grew to about {grown:.0f} by the level's end", about)
+        self.assertGreater(grown, 2 * held)
+
     def test_the_one_core_trace_grows_as_its_about_says_with_and_without_the_backlog(self) -> None:
         """The trace "one core": congested, the limit stays at what its about says, and grows by
         one as often as it says when a finished request leaves no backlog behind."""

@@ -253,6 +253,8 @@ pub struct ConcurrencyLimit {
     admitted: u64,
     refused: u64,
     waited_out: u64,
+    /// Of the refused, how many the service's level refused (not this limit's shares).
+    by_level: u64,
     /// Whether the limit refused a request while not congested: the requests in flight
     /// reached it (or the initial limit).
     full: bool,
@@ -300,6 +302,7 @@ impl ConcurrencyLimit {
             admitted: 0,
             refused: 0,
             waited_out: 0,
+            by_level: 0,
             full: false,
             finished: 0,
             queued: 0,
@@ -482,7 +485,7 @@ impl ConcurrencyLimit {
                     if self.calm_run + 1 >= CALM_INTERVALS_TO_END {
                         self.congested = false;
                     }
-                } else if self.refused - self.waited_out >= self.admitted {
+                } else if self.refused - self.waited_out - self.by_level >= self.admitted {
                     // Refusing by the shares alone, under half the limit: room is probed for
                     // as headroom, so that a load the shares hold back cannot keep it (what a
                     // request's own wait refused is a queue, not the shares).
@@ -512,6 +515,7 @@ impl ConcurrencyLimit {
         self.admitted = 0;
         self.refused = 0;
         self.waited_out = 0;
+        self.by_level = 0;
         self.full = false;
         self.window_end = Some(now.saturating_add(interval));
     }
@@ -639,6 +643,7 @@ impl ConcurrencyLimit {
     pub fn shed_by_level(&mut self, now: Duration) {
         self.roll(micros(now));
         self.refused += 1;
+        self.by_level += 1;
     }
 
     /// An admitted request ended at `now` with an answer that says nothing of the service's

@@ -171,6 +171,8 @@ class ConcurrencyLimit:
         # The interval's admitted and refused requests, and of those refused, how many for
         # their own wait.
         self._admitted = self._refused = self._waited_out = 0
+        # Of the refused, how many the service's level refused (not this limit's shares).
+        self._by_level = 0
         # Whether the limit refused a request while not congested: the requests in flight
         # reached it (or the initial limit).
         self._full = False
@@ -284,10 +286,12 @@ class ConcurrencyLimit:
                     calm = True
                     if self._calm_run + 1 >= CALM_INTERVALS_TO_END:
                         self.congested = False
-                elif self._refused - self._waited_out >= self._admitted:
+                elif self._refused - self._waited_out - self._by_level >= self._admitted:
                     # Refusing by the shares alone, under half the limit: room is probed for
                     # as headroom, so that a load the shares hold back cannot keep it. (What
-                    # a request's own wait refused is a queue, not the shares.)
+                    # a request's own wait refused is a queue, not the shares; what the level
+                    # refused is the level's: counted, the limit grew to hundreds while a
+                    # level refused, and let a flood in as the level eased.)
                     self.limit = min(o.ceiling, self.limit + math.sqrt(self.limit))
             else:
                 self.limit = max(o.floor, float(2 * self._peak), self.limit * o.decay)
@@ -303,7 +307,7 @@ class ConcurrencyLimit:
         self._peak = self.inflight
         self._trough = self.inflight + self._behind
         self._finished = self._queued = 0
-        self._admitted = self._refused = self._waited_out = 0
+        self._admitted = self._refused = self._waited_out = self._by_level = 0
         self._full = False
         self._window_end = now + o.interval_us
 
@@ -392,6 +396,7 @@ class ConcurrencyLimit:
         with self._lock:
             self._roll(now)
             self._refused += 1
+            self._by_level += 1
 
     def leave(self, now: int) -> None:
         """An admitted request ended at `now` with an answer that says nothing of the service's

@@ -151,6 +151,8 @@ function _M.new(opts)
         admitted = 0,
         refused = 0,
         waited_out = 0,
+        -- Of the refused, how many the service's level refused (not this limit's shares).
+        by_level = 0,
         -- Whether the limit refused a request while not congested: the requests in flight
         -- reached it (or the initial limit).
         full = false,
@@ -291,7 +293,7 @@ local function roll(self, now)
                 if self.calm_run + 1 >= CALM_INTERVALS_TO_END then
                     self.congested = false
                 end
-            elseif self.refused - self.waited_out >= self.admitted then
+            elseif self.refused - self.waited_out - self.by_level >= self.admitted then
                 -- Refusing by the shares alone, under half the limit: room is probed for as
                 -- headroom, so that a load the shares hold back cannot keep it (what a
                 -- request's own wait refused is a queue, not the shares).
@@ -321,6 +323,7 @@ local function roll(self, now)
     self.admitted = 0
     self.refused = 0
     self.waited_out = 0
+    self.by_level = 0
     self.full = false
     self.window_end = now + o.interval_us
 end
@@ -418,6 +421,7 @@ end
 function _M.shed_by_level(self, now)
     roll(self, now)
     self.refused = self.refused + 1
+    self.by_level = self.by_level + 1
 end
 
 --- An admitted request ended at `now` with an answer that says nothing of the service's latency

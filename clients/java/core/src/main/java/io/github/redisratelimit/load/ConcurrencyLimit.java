@@ -104,6 +104,8 @@ public final class ConcurrencyLimit {
   private long refused;
   // Of the refused, how many for their own wait.
   private long waitedOut;
+  // Of the refused, how many the service's level refused (not this limit's shares).
+  private long byLevel;
   // Whether the limit refused a request while not congested: the requests in flight reached it
   // (or the initial limit).
   private boolean full;
@@ -303,7 +305,7 @@ public final class ConcurrencyLimit {
           if (calmRun + 1 >= CALM_INTERVALS_TO_END) {
             congested = false;
           }
-        } else if (refused - waitedOut >= admitted) {
+        } else if (refused - waitedOut - byLevel >= admitted) {
           // Refusing by the shares alone, under half the limit: room is probed for (what a
           // request's own wait refused is a queue, not the shares).
           limit = Math.min(o.ceiling(), limit + Math.sqrt(limit));
@@ -330,6 +332,7 @@ public final class ConcurrencyLimit {
     admitted = 0;
     refused = 0;
     waitedOut = 0;
+    byLevel = 0;
     full = false;
     windowEnd = now + o.intervalUs();
   }
@@ -445,6 +448,7 @@ public final class ConcurrencyLimit {
   public synchronized void shedByLevel(long now) {
     roll(now);
     refused += 1;
+    byLevel += 1;
   }
 
   /**

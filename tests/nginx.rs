@@ -1473,6 +1473,66 @@ fn load_factors(con: &mut redis::Connection, service: &str) -> Vec<(String, f64)
         .collect()
 }
 
+/// `min_rt` is the no-load latency of the busy seconds' mix of routes, not of the fastest one:
+/// a health check of 1 ms beside work of 30 ms or more reads as the work's pipe, not a thirtieth
+/// of it (`bbr` would read an upstream at its capacity as thirty times over it). A second keeps
+/// `ROUTES_KEPT` routes apart and the rest together. `ngx.now()` stays the same within the
+/// handler, so every count falls in one second.
+#[test]
+fn the_gateways_min_rt_is_the_no_load_latency_of_its_mix_of_routes() {
+    let nginx = Nginx::start_with(
+        "    lua_shared_dict ratelimit_signals 1m;
+    server {
+        listen {listen};
+        location = /mix { content_by_lua_block {
+            local signals = require(\"resty.ratelimit_module.signals\")
+            local dict = ngx.shared.ratelimit_signals
+            dict:flush_all()
+            signals.count(dict, 10, 1, 200, true, \"GET /health\")
+            for _, millis in ipairs({ 40, 30, 50, 35 }) do
+                signals.count(dict, 10, millis, 200, true, \"GET /work\")
+            end
+            local factors = signals.sample({ dict = dict, window = 10 })
+            ngx.say(factors.max_rps, \" \", factors.min_rt)
+        } }
+        location = /many { content_by_lua_block {
+            local signals = require(\"resty.ratelimit_module.signals\")
+            local dict = ngx.shared.ratelimit_signals
+            dict:flush_all()
+            for route = 1, signals.ROUTES_KEPT do
+                signals.count(dict, 10, 10, 200, true, \"GET /\" .. route)
+            end
+            signals.count(dict, 10, 20, 200, true, \"GET /late\")
+            signals.count(dict, 10, 60, 200, true, \"GET /later\")
+            local factors = signals.sample({ dict = dict, window = 10 })
+            ngx.say(signals.ROUTES_KEPT, \" \", factors.min_rt)
+        } }
+    }",
+        1,
+    );
+    let mix = nginx.get("/mix");
+    assert_eq!(mix.status, 200, "{}", nginx.log());
+    // The work's least (30 ms) for its four requests, the check's (1 ms) for its one.
+    let fields: Vec<f64> = (mix.body.split_whitespace())
+        .map(|field| field.parse().expect("a number"))
+        .collect();
+    assert_eq!(fields[0], 5.0, "{}", mix.body);
+    assert!(
+        (fields[1] - (4.0 * 30.0 + 1.0) / 5.0).abs() < 1e-9,
+        "{}",
+        mix.body
+    );
+    let many = nginx.get("/many");
+    assert_eq!(many.status, 200, "{}", nginx.log());
+    let fields: Vec<f64> = (many.body.split_whitespace())
+        .map(|field| field.parse().expect("a number"))
+        .collect();
+    // Past the routes kept, two share an entry: the least of the two for both requests.
+    let kept = fields[0];
+    let want = (kept * 10.0 + 2.0 * 20.0) / (kept + 2.0);
+    assert!((fields[1] - want).abs() < 1e-9, "{}", many.body);
+}
+
 #[test]
 fn load_shedding_reports_the_gateways_signals_and_sheds_by_priority_in_every_worker() {
     let server = Server::start();

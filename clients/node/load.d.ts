@@ -76,6 +76,9 @@ export interface LoadStanding {
 
 export const NOTHING_SHED: LoadStanding;
 
+/** How many routes a second keeps apart for min_rt; past them, the others share one entry. */
+export const ROUTES_KEPT: number;
+
 /** What the process measures of itself between reports. */
 export class Signals {
   constructor(options?: {
@@ -88,8 +91,10 @@ export class Signals {
   });
   started(): void;
   /** A request ended after `latency` seconds with HTTP `status`; `busy` when the process's
-   * limit was congested (only busy seconds count towards max_rps and min_rt). */
-  done(latency: number, status: number, busy?: boolean): void;
+   * limit was congested (only busy seconds count towards max_rps and min_rt); `route` names its
+   * route, whose least latency is kept apart: min_rt is the no-load latency of the busy seconds'
+   * mix of routes, not of the fastest one. */
+  done(latency: number, status: number, busy?: boolean, route?: string | null): void;
   /** The factors to report now. */
   sample(): Record<string, number>;
 }

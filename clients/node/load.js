@@ -134,6 +134,33 @@ function hostLoad() {
   return os.loadavg()[0] / (os.cpus().length || 1);
 }
 
+// The routes a second keeps apart for min_rt; past them, the others share one entry.
+const ROUTES_KEPT = 32;
+const OTHER_ROUTES = Symbol("other routes");
+
+/** The latency (ms) of the busy seconds' mix of requests with no queue, BBR's min RTT: each
+ * route's least latency over them (its no-load latency), weighted by how many requests it
+ * completed in them. With one route, its least latency; with a fast health check beside slow work,
+ * the work's, not the check's (the least latency of all would shrink the pipe to what the check
+ * holds, and read a service at its capacity as many times over it). `seconds` are each second's
+ * Map(route => [completed, least latency]). */
+function noLoadLatency(seconds) {
+  const routes = new Map();
+  for (const second of seconds) {
+    for (const [route, [completed, least]] of second) {
+      const total = routes.get(route) ?? [0, Infinity];
+      routes.set(route, [total[0] + completed, Math.min(total[1], least)]);
+    }
+  }
+  let weighted = 0;
+  let completed = 0;
+  for (const [count, least] of routes.values()) {
+    weighted += count * least;
+    completed += count;
+  }
+  return weighted / completed;
+}
+
 /** The requests the process serves, counted as they start and end, read once an interval. */
 class Signals {
   constructor({ window = 10, clock = () => performance.now() / 1000, cpu = null, memory = null, load = null } = {}) {
@@ -148,9 +175,10 @@ class Signals {
       latencies: 0,
       finished: 0,
       failed: 0,
-      // Per second of the window: [second, completed, least latency ms, requests, successes,
-      // busy]. Only a busy second (the process's limit congested in it) counts towards
-      // max_rps and min_rt: a second when it was not busy measured the demand, not capacity.
+      // Per second of the window: [second, completed, Map(route => [completed, least latency
+      // ms]), requests, successes, busy]. Only a busy second (the process's limit congested in
+      // it) counts towards max_rps and min_rt: a second when it was not busy measured the
+      // demand, not capacity.
       seconds: [],
     });
     // The CPU meter's first reading is its baseline: taken now, the first report has one.
@@ -160,7 +188,7 @@ class Signals {
   second(now) {
     const second = Math.floor(now);
     if (this.seconds.length === 0 || this.seconds.at(-1)[0] !== second) {
-      this.seconds.push([second, 0, Infinity, 0, 0, false]);
+      this.seconds.push([second, 0, new Map(), 0, 0, false]);
     }
     while (this.seconds.length && this.seconds[0][0] <= second - this.window) this.seconds.shift();
     return this.seconds.at(-1);
@@ -177,8 +205,9 @@ class Signals {
   }
 
   /** A request ended after `latency` seconds with HTTP `status` (5xx: failed); `busy` when the
-   * process's limit was congested (its throughput was its capacity, not the demand). */
-  done(latency, status, busy = false) {
+   * process's limit was congested (its throughput was its capacity, not the demand); `route`
+   * names its route, whose least latency is kept apart (min_rt). */
+  done(latency, status, busy = false, route = null) {
     this.inflight = Math.max(0, this.inflight - 1);
     this.latencies += latency;
     this.finished += 1;
@@ -186,7 +215,10 @@ class Signals {
     this.failed += failed ? 1 : 0;
     const second = this.second(this.clock());
     second[1] += 1;
-    second[2] = Math.min(second[2], latency * 1000);
+    const routes = second[2];
+    const key = routes.has(route) || routes.size < ROUTES_KEPT ? route : OTHER_ROUTES;
+    const kept = routes.get(key) ?? [0, Infinity];
+    routes.set(key, [kept[0] + 1, Math.min(kept[1], latency * 1000)]);
     second[3] += 1;
     second[4] += failed ? 0 : 1;
     second[5] = second[5] || busy;
@@ -209,7 +241,7 @@ class Signals {
     const full = this.seconds.filter((second) => second[1] > 0 && second[5]);
     if (full.length) {
       factors.max_rps = Math.max(...full.map((second) => second[1]));
-      factors.min_rt = Math.min(...full.map((second) => second[2]));
+      factors.min_rt = noLoadLatency(full.map((second) => second[2]));
     }
     factors.requests = this.seconds.reduce((sum, second) => sum + second[3], 0);
     factors.successes = this.seconds.reduce((sum, second) => sum + second[4], 0);
@@ -431,7 +463,7 @@ class LoadShedder {
       if (own) this.limit.leave(micros(now));
       else this.limit.finish(micros(latency), micros(now), route);
     }
-    if (countsForService(status, own)) this.signals.done(latency, status, this.limit?.congested ?? false);
+    if (countsForService(status, own)) this.signals.done(latency, status, this.limit?.congested ?? false, route);
     else this.signals.left();
   }
 }
@@ -525,4 +557,5 @@ module.exports = {
   reportResult,
   PRIORITIES,
   NOTHING_SHED,
+  ROUTES_KEPT,
 };

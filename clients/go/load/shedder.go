@@ -464,7 +464,7 @@ func (s *Shedder) finished(ticket Ticket, status int, own bool, route *string) {
 		congested = s.limit.Congested()
 	}
 	if ratelimit.CountsForService(status, own) {
-		s.signals.Done(latency, status, congested)
+		s.signals.DoneRoute(route, latency, status, congested)
 	} else {
 		s.signals.Left()
 	}

@@ -26,7 +26,8 @@ const window = 10
 //   - load: the host's run queue over its cores;
 //   - inflight, the mean latency and the errors (5xx) share of the interval; over the last 10 s,
 //     the requests and their successes, and from the seconds the local limit was congested
-//     only, max_rps and min_rt;
+//     only, max_rps and min_rt (the latency of their mix of requests with no queue:
+//     noLoadLatency);
 //   - gc, the share of the time the world was stopped for collections since the last report,
 //     and goroutines, the goroutines alive: reported when the service's policy declares them
 //     (FACTOR gc MEAN, FACTOR goroutines MAX), since the server refuses a report of a factor it
@@ -55,11 +56,28 @@ type Signals struct {
 type second struct {
 	at        int64
 	completed int64
-	fastest   float64
+	routes    map[string]*routeSecond
 	requests  int64
 	successes int64
 	busy      bool
 }
+
+// routeSecond is a route's requests completed in a second, and the least latency (ms) of them.
+type routeSecond struct {
+	completed int64
+	fastest   float64
+}
+
+// RoutesKept is how many routes a second keeps apart for min_rt; past them, the others share one
+// entry.
+const RoutesKept = 32
+
+// The keys of no route named and of the routes past RoutesKept: no method and path pattern
+// holds a NUL byte.
+const (
+	noRoute     = "\x00none"
+	otherRoutes = "\x00other"
+)
 
 var started = time.Now()
 
@@ -82,7 +100,7 @@ func newSignals(now func() time.Duration, cgroup, proc string) *Signals {
 func (s *Signals) second(now time.Duration) *second {
 	at := int64(now / time.Second)
 	if len(s.seconds) == 0 || s.seconds[len(s.seconds)-1].at != at {
-		s.seconds = append(s.seconds, second{at: at, fastest: math.Inf(1)})
+		s.seconds = append(s.seconds, second{at: at, routes: map[string]*routeSecond{}})
 	}
 	drop := 0
 	for drop < len(s.seconds) && s.seconds[drop].at <= at-window {
@@ -110,6 +128,12 @@ func (s *Signals) Left() {
 // Done says a request ended after latency with HTTP status (5xx: failed); busy when the local
 // limit was congested (its throughput was the capacity, not the demand).
 func (s *Signals) Done(latency time.Duration, status int, busy bool) {
+	s.DoneRoute(nil, latency, status, busy)
+}
+
+// DoneRoute is Done for a request of route (its method and path pattern; nil: none named), whose
+// least latency is kept apart (min_rt).
+func (s *Signals) DoneRoute(route *string, latency time.Duration, status int, busy bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.inflight = max(0, s.inflight-1)
@@ -122,7 +146,20 @@ func (s *Signals) Done(latency time.Duration, status int, busy bool) {
 	}
 	one := s.second(s.now())
 	one.completed++
-	one.fastest = math.Min(one.fastest, ms)
+	key := noRoute
+	if route != nil {
+		key = *route
+	}
+	if _, kept := one.routes[key]; !kept && len(one.routes) >= RoutesKept {
+		key = otherRoutes
+	}
+	kept := one.routes[key]
+	if kept == nil {
+		kept = &routeSecond{fastest: math.Inf(1)}
+		one.routes[key] = kept
+	}
+	kept.completed++
+	kept.fastest = math.Min(kept.fastest, ms)
 	one.requests++
 	if !failed {
 		one.successes++
@@ -158,23 +195,50 @@ func (s *Signals) Sample(declared func(string) bool) map[string]float64 {
 		factors["errors"] = float64(s.failed) / float64(s.finished)
 	}
 	var most, requests, successes int64
-	least := math.Inf(1)
+	var busy []second
 	for _, one := range s.seconds {
 		if one.completed > 0 && one.busy {
 			most = max(most, one.completed)
-			least = math.Min(least, one.fastest)
+			busy = append(busy, one)
 		}
 		requests += one.requests
 		successes += one.successes
 	}
 	if most > 0 {
 		factors["max_rps"] = float64(most)
-		factors["min_rt"] = least
+		factors["min_rt"] = noLoadLatency(busy)
 	}
 	factors["requests"] = float64(requests)
 	factors["successes"] = float64(successes)
 	s.latencies, s.finished, s.failed = 0, 0, 0
 	return factors
+}
+
+// noLoadLatency is the latency (ms) of the busy seconds' mix of requests with no queue, BBR's min
+// RTT: each route's least latency over them (its no-load latency), weighted by how many requests
+// it completed in them. With one route, its least latency; with a fast health check beside slow
+// work, the work's, not the check's (the least latency of all would shrink the pipe to what the
+// check holds, and read a service at its capacity as many times over it).
+func noLoadLatency(busy []second) float64 {
+	routes := map[string]*routeSecond{}
+	for _, one := range busy {
+		for route, kept := range one.routes {
+			total := routes[route]
+			if total == nil {
+				total = &routeSecond{fastest: math.Inf(1)}
+				routes[route] = total
+			}
+			total.completed += kept.completed
+			total.fastest = math.Min(total.fastest, kept.fastest)
+		}
+	}
+	var weighted float64
+	var completed int64
+	for _, total := range routes {
+		weighted += float64(total.completed) * total.fastest
+		completed += total.completed
+	}
+	return weighted / float64(completed)
 }
 
 func (s *Signals) read(path string) (string, bool) {

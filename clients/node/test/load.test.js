@@ -21,6 +21,7 @@ const {
   CpuMeter,
   LoadShedder,
   PRIORITIES,
+  ROUTES_KEPT,
   Signals,
   loadShedding,
   memoryShare,
@@ -192,6 +193,36 @@ test("the signals count requests: latency, errors and the window's counts", () =
   counted.done(0.03, 200, true);
   const busy = counted.sample();
   assert.deepEqual([busy.max_rps, busy.min_rt], [2, 30]);
+});
+
+test("min_rt is the no-load latency of the mix, not of its fastest route", () => {
+  // A health check of 1 ms polled beside work of 30 ms or more: the pipe is what the work holds.
+  // The least latency of all would read it as a thirtieth of that, and a service at its capacity
+  // as thirty times over it (bbr).
+  let now = 3.5;
+  const counted = new Signals({ clock: () => now, cpu: () => null, memory: () => null, load: () => 0 });
+  counted.done(0.001, 200, true, "GET /health");
+  for (const latency of [0.04, 0.03, 0.05]) counted.done(latency, 200, true, "GET /work");
+  now = 4.5;
+  counted.done(0.035, 200, true, "GET /work");
+  const sample = counted.sample();
+  assert.equal(sample.max_rps, 4);
+  // The work's least (30 ms) for its four requests, the check's (1 ms) for its one.
+  assert.ok(Math.abs(sample.min_rt - (4 * 30 + 1) / 5) < 1e-9, String(sample.min_rt));
+  // A second not busy counts for neither.
+  now = 5.5;
+  counted.done(0.0005, 200, false, "GET /health");
+  assert.ok(Math.abs(counted.sample().min_rt - (4 * 30 + 1) / 5) < 1e-9);
+});
+
+test("a second keeps so many routes apart, and the rest together", () => {
+  const counted = new Signals({ clock: () => 1.5, cpu: () => null, memory: () => null, load: () => 0 });
+  for (let route = 0; route < ROUTES_KEPT; route += 1) counted.done(0.01, 200, true, `GET /${route}`);
+  // Past them, two routes share an entry: the least of the two for both requests.
+  counted.done(0.02, 200, true, "GET /late");
+  counted.done(0.06, 200, true, "GET /later");
+  const expected = (ROUTES_KEPT * 10 + 2 * 20) / (ROUTES_KEPT + 2);
+  assert.ok(Math.abs(counted.sample().min_rt - expected) < 1e-9);
 });
 
 test("the package's own answer leaves the local limit unmeasured", () => {

@@ -29,7 +29,7 @@ from ratelimit_module._protocol import PRIORITIES, report_command, report_result
 from ratelimit_module.concurrency import CALM_INTERVALS_TO_END, ConcurrencyLimit
 from ratelimit_module.load import LoadSheddingWSGI, priority_of
 from ratelimit_module.metrics import PrometheusMetrics
-from ratelimit_module.signals import CpuMeter, Signals, memory_share
+from ratelimit_module.signals import ROUTES_KEPT, CpuMeter, Signals, memory_share
 
 URL = os.environ["REDIS_URL"]
 
@@ -365,6 +365,39 @@ class SignalsTest(unittest.TestCase):
         later = signals.sample()
         self.assertNotIn("latency", later)
         self.assertEqual(later["requests"], 0.0)
+
+    def test_min_rt_is_the_no_load_latency_of_the_mix_not_of_its_fastest_route(self) -> None:
+        # A health check of 1 ms polled beside work of 30 ms or more: the pipe is what the
+        # work holds. The least latency of all would read it as a thirtieth of that, and a
+        # service at its capacity as thirty times over it (`bbr`).
+        clock = Clock()
+        signals = Signals(clock=clock, cpu=lambda: None, memory=lambda: None, load=lambda: 0.0)
+        clock.now = 3.5
+        signals.done(0.001, 200, busy=True, route="GET /health")
+        for latency in (0.040, 0.030, 0.050):
+            signals.done(latency, 200, busy=True, route="GET /work")
+        clock.now = 4.5
+        signals.done(0.035, 200, busy=True, route="GET /work")
+        sample = signals.sample()
+        self.assertEqual(sample["max_rps"], 4.0)
+        # The work's least (30 ms) for its four requests, the check's (1 ms) for its one.
+        self.assertAlmostEqual(sample["min_rt"], (4 * 30 + 1 * 1) / 5)
+        # A second not busy counts for neither.
+        clock.now = 5.5
+        signals.done(0.0005, 200, route="GET /health")
+        self.assertAlmostEqual(signals.sample()["min_rt"], (4 * 30 + 1 * 1) / 5)
+
+    def test_a_second_keeps_so_many_routes_apart_and_the_rest_together(self) -> None:
+        clock = Clock()
+        signals = Signals(clock=clock, cpu=lambda: None, memory=lambda: None, load=lambda: 0.0)
+        clock.now = 1.5
+        for route in range(ROUTES_KEPT):
+            signals.done(0.010, 200, busy=True, route=route)
+        # Past them, two routes share an entry: the least of the two for both requests.
+        signals.done(0.020, 200, busy=True, route="late")
+        signals.done(0.060, 200, busy=True, route="later")
+        sample = signals.sample()
+        self.assertAlmostEqual(sample["min_rt"], (ROUTES_KEPT * 10 + 2 * 20) / (ROUTES_KEPT + 2))
 
     def test_the_packages_own_answer_leaves_the_local_limit_unmeasured(self) -> None:
         clock = Clock()

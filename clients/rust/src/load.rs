@@ -442,7 +442,7 @@ impl<C> LoadShedder<C> {
             None => false,
         };
         if counts_for_service(status, by_limiter) {
-            local.signals.done(latency, status, busy);
+            local.signals.done(latency, status, busy, route);
         } else {
             local.signals.left();
         }

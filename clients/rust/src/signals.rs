@@ -2,11 +2,12 @@
 //! as the Python and Node packages do: the CPU and memory of its cgroup (or of the process and
 //! the host), the host's load, the requests in flight, their latency and 5xx share over the
 //! interval, and over a recent window the requests and their successes (`admission`) and,
-//! from the busy seconds only, the most requests completed in a second and the least latency
-//! (`bbr`): a second when the process was not busy measured the demand, not the capacity.
+//! from the busy seconds only, the most requests completed in a second and the latency of
+//! their mix of requests with no queue (`bbr`): a second when the process was not busy measured
+//! the demand, not the capacity.
 //! Linux's `/proc` and cgroup v2 files; elsewhere those factors are left out.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -120,12 +121,31 @@ pub fn host_load() -> Option<f64> {
     Some(load1 / cores as f64)
 }
 
-/// One second of the window.
+/// How many routes a second keeps apart for `min_rt`; past them, the others share one entry.
+const ROUTES_KEPT: usize = 32;
+
+/// A route as a second keeps it apart.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum RouteKey {
+    Named(String),
+    Unnamed,
+    /// The routes past [`ROUTES_KEPT`], together.
+    Others,
+}
+
+/// A route's requests completed in a second, and the least latency of them.
 #[derive(Clone, Copy, Debug)]
+struct RouteSecond {
+    completed: u64,
+    fastest: Duration,
+}
+
+/// One second of the window.
+#[derive(Clone, Debug)]
 struct Second {
     second: u64,
     completed: u64,
-    fastest: Option<Duration>,
+    routes: HashMap<RouteKey, RouteSecond>,
     requests: u64,
     successes: u64,
     /// The process's limit congested in it: only such a second counts towards `max_rps`
@@ -183,7 +203,7 @@ impl Signals {
             _ => self.seconds.push_back(Second {
                 second,
                 completed: 0,
-                fastest: None,
+                routes: HashMap::new(),
                 requests: 0,
                 successes: 0,
                 busy: false,
@@ -205,8 +225,9 @@ impl Signals {
     }
 
     /// A request ended after `latency` with HTTP `status` (5xx: failed); `busy` when the
-    /// process's limit was congested.
-    pub fn done(&mut self, latency: Duration, status: u16, busy: bool) {
+    /// process's limit was congested; `route` names its route, whose least latency is kept
+    /// apart (`min_rt`).
+    pub fn done(&mut self, latency: Duration, status: u16, busy: bool, route: Option<&str>) {
         self.inflight = self.inflight.saturating_sub(1);
         self.latencies += latency;
         self.finished += 1;
@@ -215,11 +236,16 @@ impl Signals {
         let now = (self.clock)();
         let second = self.second(now);
         second.completed += 1;
-        second.fastest = Some(
-            second
-                .fastest
-                .map_or(latency, |fastest| fastest.min(latency)),
-        );
+        let mut key = route.map_or(RouteKey::Unnamed, |route| RouteKey::Named(route.to_owned()));
+        if !second.routes.contains_key(&key) && second.routes.len() >= ROUTES_KEPT {
+            key = RouteKey::Others;
+        }
+        let kept = second.routes.entry(key).or_insert(RouteSecond {
+            completed: 0,
+            fastest: latency,
+        });
+        kept.completed += 1;
+        kept.fastest = kept.fastest.min(latency);
         second.requests += 1;
         second.successes += u64::from(!failed);
         second.busy |= busy;
@@ -245,11 +271,9 @@ impl Signals {
         let now = (self.clock)();
         self.second(now);
         let busy = self.seconds.iter().filter(|s| s.busy && s.completed > 0);
-        let most = busy.clone().map(|s| s.completed).max();
-        let least = busy.filter_map(|s| s.fastest).min();
-        if let (Some(most), Some(least)) = (most, least) {
+        if let Some(most) = busy.clone().map(|s| s.completed).max() {
             factors.push(("max_rps".into(), most as f64));
-            factors.push(("min_rt".into(), least.as_secs_f64() * 1_000.0));
+            factors.push(("min_rt".into(), no_load_latency(busy) * 1_000.0));
         }
         let requests: u64 = self.seconds.iter().map(|s| s.requests).sum();
         let successes: u64 = self.seconds.iter().map(|s| s.successes).sum();
@@ -260,6 +284,30 @@ impl Signals {
         self.failed = 0;
         factors
     }
+}
+
+/// The latency (s) of the busy seconds' mix of requests with no queue, BBR's min RTT: each
+/// route's least latency over them (its no-load latency), weighted by how many requests it
+/// completed in them. With one route, its least latency; with a fast health check beside slow
+/// work, the work's, not the check's (the least latency of all would shrink the pipe to what the
+/// check holds, and read a service at its capacity as many times over it).
+fn no_load_latency<'a>(busy: impl Iterator<Item = &'a Second>) -> f64 {
+    let mut routes: HashMap<&RouteKey, RouteSecond> = HashMap::new();
+    for second in busy {
+        for (route, kept) in &second.routes {
+            (routes.entry(route))
+                .and_modify(|total| {
+                    total.completed += kept.completed;
+                    total.fastest = total.fastest.min(kept.fastest);
+                })
+                .or_insert(*kept);
+        }
+    }
+    let completed: u64 = routes.values().map(|total| total.completed).sum();
+    let weighted: f64 = (routes.values())
+        .map(|total| total.completed as f64 * total.fastest.as_secs_f64())
+        .sum();
+    weighted / completed.max(1) as f64
 }
 
 #[cfg(test)]
@@ -288,8 +336,8 @@ mod tests {
         signals.started();
         assert_eq!(value(&signals.sample(), "inflight"), Some(2.0));
         millis.store(10_200, Ordering::SeqCst);
-        signals.done(Duration::from_millis(20), 200, false);
-        signals.done(Duration::from_millis(60), 503, false);
+        signals.done(Duration::from_millis(20), 200, false, None);
+        signals.done(Duration::from_millis(60), 503, false, None);
         let sample = signals.sample();
         assert_eq!(value(&sample, "inflight"), Some(0.0));
         assert_eq!(value(&sample, "latency"), Some(40.0));
@@ -300,8 +348,8 @@ mod tests {
         millis.store(11_500, Ordering::SeqCst);
         signals.started();
         signals.started();
-        signals.done(Duration::from_millis(40), 200, true);
-        signals.done(Duration::from_millis(30), 200, true);
+        signals.done(Duration::from_millis(40), 200, true, None);
+        signals.done(Duration::from_millis(30), 200, true, None);
         let sample = signals.sample();
         assert_eq!(value(&sample, "max_rps"), Some(2.0));
         assert_eq!(value(&sample, "min_rt"), Some(30.0));
@@ -311,6 +359,50 @@ mod tests {
         let later = signals.sample();
         assert_eq!(value(&later, "requests"), Some(0.0));
         assert_eq!(value(&later, "latency"), None);
+    }
+
+    #[test]
+    fn min_rt_is_the_no_load_latency_of_the_mix_not_of_its_fastest_route() {
+        // A health check of 1 ms polled beside work of 30 ms or more: the pipe is what the
+        // work holds. The least latency of all would read it as a thirtieth of that, and a
+        // service at its capacity as thirty times over it (`bbr`).
+        let (millis, clock) = clock();
+        let mut signals = Signals::new(10, clock);
+        millis.store(3_500, Ordering::SeqCst);
+        signals.done(Duration::from_millis(1), 200, true, Some("GET /health"));
+        for latency in [40, 30, 50] {
+            signals.done(Duration::from_millis(latency), 200, true, Some("GET /work"));
+        }
+        millis.store(4_500, Ordering::SeqCst);
+        signals.done(Duration::from_millis(35), 200, true, Some("GET /work"));
+        let sample = signals.sample();
+        assert_eq!(value(&sample, "max_rps"), Some(4.0));
+        let want = (4.0 * 30.0 + 1.0) / 5.0;
+        let min_rt = value(&sample, "min_rt").expect("busy seconds");
+        assert!((min_rt - want).abs() < 1e-9, "{min_rt} against {want}");
+        // A second not busy counts for neither.
+        millis.store(5_500, Ordering::SeqCst);
+        signals.done(Duration::from_micros(500), 200, false, Some("GET /health"));
+        let min_rt = value(&signals.sample(), "min_rt").expect("busy seconds");
+        assert!((min_rt - want).abs() < 1e-9, "{min_rt} against {want}");
+    }
+
+    #[test]
+    fn a_second_keeps_so_many_routes_apart_and_the_rest_together() {
+        let (millis, clock) = clock();
+        let mut signals = Signals::new(10, clock);
+        millis.store(1_500, Ordering::SeqCst);
+        for route in 0..ROUTES_KEPT {
+            let name = format!("GET /{route}");
+            signals.done(Duration::from_millis(10), 200, true, Some(&name));
+        }
+        // Past them, two routes share an entry: the least of the two for both requests.
+        signals.done(Duration::from_millis(20), 200, true, Some("GET /late"));
+        signals.done(Duration::from_millis(60), 200, true, Some("GET /later"));
+        let kept = ROUTES_KEPT as f64;
+        let want = (kept * 10.0 + 2.0 * 20.0) / (kept + 2.0);
+        let min_rt = value(&signals.sample(), "min_rt").expect("busy seconds");
+        assert!((min_rt - want).abs() < 1e-9, "{min_rt} against {want}");
     }
 
     #[test]
@@ -325,7 +417,7 @@ mod tests {
         signals.started();
         signals.started();
         signals.left();
-        signals.done(Duration::from_millis(5), 200, false);
+        signals.done(Duration::from_millis(5), 200, false, None);
         let sample = signals.sample();
         assert_eq!(value(&sample, "inflight"), Some(0.0));
         assert_eq!(value(&sample, "requests"), Some(1.0));

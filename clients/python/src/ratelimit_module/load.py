@@ -319,7 +319,7 @@ class _Shedding:
                 self.limit.finish(_micros(latency), _micros(now), route)
             congested = self.limit.congested
         if counts_for_service(status, own):
-            self.signals.done(latency, status, busy=congested)
+            self.signals.done(latency, status, busy=congested, route=route)
         else:
             self.signals.left()
 

@@ -2,9 +2,9 @@
 the user: the process's or its cgroup's CPU and memory, the requests in flight, their
 latency and their 5xx share over the interval, and over a recent window the requests and
 successes (envoy's admission control, `admission`) and, from its busy seconds only, the most
-requests completed in a second and the least latency (Sentinel's check, `bbr`): a second
-when the service was not busy measures the demand, not the capacity. Only the standard
-library; the clock and the files read are injectable, for the tests.
+requests completed in a second and the latency of their mix with no queue (Sentinel's check,
+`bbr`): a second when the service was not busy measures the demand, not the capacity. Only
+the standard library; the clock and the files read are injectable, for the tests.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import os
 import threading
 import time
 from collections import deque
-from typing import Callable, Optional
+from typing import Any, Callable, Iterable, Optional
 
 
 def _read(path: str) -> Optional[str]:
@@ -23,6 +23,28 @@ def _read(path: str) -> Optional[str]:
             return file.read()
     except OSError:
         return None
+
+
+# The routes a second keeps apart for min_rt; past them, the others share one entry.
+ROUTES_KEPT = 32
+OTHER_ROUTES = object()
+
+
+def no_load_latency(seconds: Iterable[dict]) -> float:
+    """The latency (ms) of the busy seconds' mix of requests with no queue, BBR's min RTT:
+    each route's least latency over them (its no-load latency), weighted by how many
+    requests it completed in them. With one route, its least latency; with a fast health
+    check beside slow work, the work's, not the check's (the least latency of all would
+    shrink the pipe to what the check holds, and read a service at its capacity as many
+    times over it). `seconds` are each second's {route: [completed, least latency]}."""
+    routes: dict[Any, list] = {}
+    for second in seconds:
+        for route, (completed, least) in second.items():
+            total = routes.setdefault(route, [0, math.inf])
+            total[0] += completed
+            total[1] = min(total[1], least)
+    completed = sum(count for count, _ in routes.values())
+    return sum(count * least for count, least in routes.values()) / completed
 
 
 class CpuMeter:
@@ -135,15 +157,16 @@ class Signals:
         self.latencies = 0.0
         self.finished = 0
         self.failed = 0
-        # Per second of the window: (second, completed, least latency, requests, successes,
-        # busy): only a busy second (the instance's limit congested in it, a queue standing)
-        # counts towards max_rps and min_rt, as TCP BBR keeps app-limited samples out.
+        # Per second of the window: (second, completed, {route: [completed, least latency]},
+        # requests, successes, busy): only a busy second (the instance's limit congested in
+        # it, a queue standing) counts towards max_rps and min_rt, as TCP BBR keeps
+        # app-limited samples out.
         self.seconds: deque[list] = deque()
 
     def _second(self, now: float) -> list:
         second = math.floor(now)
         if not self.seconds or self.seconds[-1][0] != second:
-            self.seconds.append([second, 0, math.inf, 0, 0, False])
+            self.seconds.append([second, 0, {}, 0, 0, False])
         while self.seconds and self.seconds[0][0] <= second - self.window:
             self.seconds.popleft()
         return self.seconds[-1]
@@ -160,10 +183,10 @@ class Signals:
         with self.lock:
             self.inflight = max(0, self.inflight - 1)
 
-    def done(self, latency: float, status: int, busy: bool = False) -> None:
+    def done(self, latency: float, status: int, busy: bool = False, route: Any = None) -> None:
         """A request ended after `latency` seconds with HTTP `status` (5xx: failed);
         `busy` when the instance's limit was congested (its throughput was capacity, not
-        demand)."""
+        demand); `route` names its route, whose least latency is kept apart (min_rt)."""
         with self.lock:
             self.inflight = max(0, self.inflight - 1)
             self.latencies += latency
@@ -172,7 +195,12 @@ class Signals:
             self.failed += failed
             second = self._second(self.clock())
             second[1] += 1
-            second[2] = min(second[2], latency * 1000)
+            routes = second[2]
+            if route not in routes and len(routes) >= ROUTES_KEPT:
+                route = OTHER_ROUTES
+            kept = routes.setdefault(route, [0, math.inf])
+            kept[0] += 1
+            kept[1] = min(kept[1], latency * 1000)
             second[3] += 1
             second[4] += not failed
             second[5] = second[5] or busy
@@ -195,7 +223,7 @@ class Signals:
             full = [second for second in self.seconds if second[1] and second[5]]
             if full:
                 factors["max_rps"] = float(max(second[1] for second in full))
-                factors["min_rt"] = min(second[2] for second in full)
+                factors["min_rt"] = no_load_latency(second[2] for second in full)
             factors["requests"] = float(sum(second[3] for second in self.seconds))
             factors["successes"] = float(sum(second[4] for second in self.seconds))
             self.latencies, self.finished, self.failed = 0.0, 0, 0

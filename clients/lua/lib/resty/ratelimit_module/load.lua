@@ -248,6 +248,9 @@ function _M.record()
     local status = tonumber(ngx.var.status) or 0
     local millis = seconds * 1000
     local own = ngx.ctx.ratelimit_own
+    -- Each route's latency is kept apart (the limit's, min_rt): a location has no pattern,
+    -- so its path.
+    local route = ngx.var.request_method .. " " .. ngx.var.uri
     if counted == "counted" and limit then
         if (ngx.ctx.ratelimit_waits or 0) > 0 then
             -- It ended while waiting on the server: in flight again, to leave as it ends.
@@ -258,8 +261,6 @@ function _M.record()
             -- or none, not the upstream's.
             limit:leave(micros(ngx.now()))
         else
-            -- Each route's latency is kept apart: a location has no pattern, so its path.
-            local route = ngx.var.request_method .. " " .. ngx.var.uri
             limit:finish(micros(seconds), micros(ngx.now()), route)
         end
     end
@@ -268,7 +269,7 @@ function _M.record()
         -- the upstream's health.
         return
     end
-    signals.count(dict, config.window, millis, status, limit and limit.congested)
+    signals.count(dict, config.window, millis, status, limit and limit.congested, route)
 end
 
 return _M

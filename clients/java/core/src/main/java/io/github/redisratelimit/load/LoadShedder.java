@@ -413,7 +413,7 @@ public final class LoadShedder implements AutoCloseable {
       congested = limit.congested();
     }
     if (Answered.countsForService(status, own)) {
-      signals.done(latency, status, congested);
+      signals.done(latency, status, congested, route);
     } else {
       signals.left();
     }

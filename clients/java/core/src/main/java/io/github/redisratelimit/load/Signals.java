@@ -9,7 +9,10 @@ import java.lang.management.MemoryUsage;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayDeque;
+import java.util.ArrayList;
+import java.util.HashMap;
 import java.util.LinkedHashMap;
+import java.util.List;
 import java.util.Map;
 import java.util.OptionalDouble;
 import java.util.function.LongSupplier;
@@ -27,7 +30,8 @@ import java.util.function.LongSupplier;
  *   <li>{@code load}: the host's run queue over its cores;
  *   <li>{@code inflight}, the mean {@code latency} and the {@code errors} (5xx) share of the
  *       interval; over the last 10 s, the {@code requests} and their {@code successes}, and from
- *       the seconds the local limit was congested only, {@code max_rps} and {@code min_rt};
+ *       the seconds the local limit was congested only, {@code max_rps} and {@code min_rt} (the
+ *       latency of their mix of requests with no queue: {@link #noLoadLatency});
  *   <li>{@code gc}: the share of time in collections since the last report, reported only when
  *       asked ({@link #withGc()}): a policy must declare it ({@code FACTOR gc MEAN}).
  * </ul>
@@ -36,6 +40,11 @@ import java.util.function.LongSupplier;
  */
 public final class Signals {
   private static final double WINDOW = 10;
+
+  /** The routes a second keeps apart for {@code min_rt}; past them, the others share one entry. */
+  static final int ROUTES_KEPT = 32;
+
+  private static final Object OTHER_ROUTES = new Object();
 
   private final LongSupplier clock;
   private final Path cgroup;
@@ -50,10 +59,16 @@ public final class Signals {
   private long lastGcAt = Long.MIN_VALUE;
   private long lastGcMillis;
 
+  /** A route's requests completed in a second, and the least latency (ms) of them. */
+  private static final class RouteSecond {
+    long completed;
+    double fastest = Double.POSITIVE_INFINITY;
+  }
+
   private static final class Second {
     final long second;
     long completed;
-    double fastest = Double.POSITIVE_INFINITY;
+    final Map<Object, RouteSecond> routes = new HashMap<>();
     long requests;
     long successes;
     boolean busy;
@@ -110,7 +125,15 @@ public final class Signals {
    * A request ended after {@code latencyNanos} with HTTP {@code status} (5xx: failed); {@code busy}
    * when the local limit was congested (its throughput was the capacity, not the demand).
    */
-  public synchronized void done(long latencyNanos, int status, boolean busy) {
+  public void done(long latencyNanos, int status, boolean busy) {
+    done(latencyNanos, status, busy, null);
+  }
+
+  /**
+   * {@link #done(long, int, boolean)} for a request of {@code route} (null: none named), whose
+   * least latency is kept apart ({@code min_rt}).
+   */
+  public synchronized void done(long latencyNanos, int status, boolean busy, String route) {
     inflight = Math.max(0, inflight - 1);
     double millis = latencyNanos / 1e6;
     latencies += millis;
@@ -119,7 +142,13 @@ public final class Signals {
     failed += fail ? 1 : 0;
     Second second = second(clock.getAsLong());
     second.completed += 1;
-    second.fastest = Math.min(second.fastest, millis);
+    Object key =
+        second.routes.containsKey(route) || second.routes.size() < ROUTES_KEPT
+            ? route
+            : OTHER_ROUTES;
+    RouteSecond kept = second.routes.computeIfAbsent(key, absent -> new RouteSecond());
+    kept.completed += 1;
+    kept.fastest = Math.min(kept.fastest, millis);
     second.requests += 1;
     second.successes += fail ? 0 : 1;
     second.busy |= busy;
@@ -144,20 +173,20 @@ public final class Signals {
         factors.put("errors", (double) failed / finished);
       }
       long most = 0;
-      double least = Double.POSITIVE_INFINITY;
       long requests = 0;
       long successes = 0;
+      List<Second> busy = new ArrayList<>();
       for (Second second : seconds) {
         if (second.completed > 0 && second.busy) {
           most = Math.max(most, second.completed);
-          least = Math.min(least, second.fastest);
+          busy.add(second);
         }
         requests += second.requests;
         successes += second.successes;
       }
       if (most > 0) {
         factors.put("max_rps", (double) most);
-        factors.put("min_rt", least);
+        factors.put("min_rt", noLoadLatency(busy));
       }
       factors.put("requests", (double) requests);
       factors.put("successes", (double) successes);
@@ -166,6 +195,32 @@ public final class Signals {
       failed = 0;
       return factors;
     }
+  }
+
+  /**
+   * The latency (ms) of the busy seconds' mix of requests with no queue, BBR's min RTT: each
+   * route's least latency over them (its no-load latency), weighted by how many requests it
+   * completed in them. With one route, its least latency; with a fast health check beside slow
+   * work, the work's, not the check's (the least latency of all would shrink the pipe to what the
+   * check holds, and read a service at its capacity as many times over it).
+   */
+  private static double noLoadLatency(List<Second> busy) {
+    Map<Object, RouteSecond> routes = new HashMap<>();
+    for (Second second : busy) {
+      second.routes.forEach(
+          (route, kept) -> {
+            RouteSecond total = routes.computeIfAbsent(route, absent -> new RouteSecond());
+            total.completed += kept.completed;
+            total.fastest = Math.min(total.fastest, kept.fastest);
+          });
+    }
+    double weighted = 0;
+    long completed = 0;
+    for (RouteSecond total : routes.values()) {
+      weighted += total.completed * total.fastest;
+      completed += total.completed;
+    }
+    return weighted / completed;
   }
 
   private static String read(Path path) {

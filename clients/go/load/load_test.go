@@ -184,6 +184,29 @@ type monotonic struct{ at atomic.Int64 }
 func (m *monotonic) now() time.Duration       { return time.Duration(m.at.Load()) }
 func (m *monotonic) advance(by time.Duration) { m.at.Add(int64(by)) }
 
+func TestTheShedderTellsTheSignalsEachRequestsRoute(t *testing.T) {
+	client := newClient(t, testserver.Client(t))
+	clock := &monotonic{}
+	shedder := newShedder(t, client, testserver.Unique("signal-routes"), load.Manual(),
+		load.WithClock(clock.now, func() float64 { return 0.5 }))
+	shedder.Limit().SetCongested(true) // busy seconds: what min_rt reads
+	for _, request := range []struct {
+		route   string
+		latency time.Duration
+	}{{"GET /health", time.Millisecond}, {"GET /work", 30 * time.Millisecond}} {
+		ticket, admitted := shedder.Admit(ratelimit.CriticalPlus)
+		if !admitted {
+			t.Fatal("the top class is admitted")
+		}
+		clock.advance(request.latency)
+		shedder.FinishedRoute(ticket, 200, false, request.route)
+	}
+	// Each route's least latency, weighted by its one request (unnamed, the least: 1 ms).
+	if got := shedder.Signals().Sample(nil)["min_rt"]; math.Abs(got-(1+30)/2.0) > 1e-6 {
+		t.Fatalf("min_rt %v", got)
+	}
+}
+
 func TestAFrozenServerEndsTheLevelAfterItsTTLAndTheLocalLimitGoesOn(t *testing.T) {
 	rdb := testserver.Client(t)
 	ctx := context.Background()

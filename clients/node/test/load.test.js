@@ -215,6 +215,27 @@ test("min_rt is the no-load latency of the mix, not of its fastest route", () =>
   assert.ok(Math.abs(counted.sample().min_rt - (4 * 30 + 1) / 5) < 1e-9);
 });
 
+test("the shedder tells the signals each request's route", () => {
+  let now = 7.5;
+  const clock = () => now;
+  const shedder = new LoadShedder(redis, `node:routes:${randomUUID()}`, {
+    clock,
+    signals: new Signals({ clock, cpu: () => null, memory: () => null, load: () => 0 }),
+    logger: quiet,
+  });
+  shedder.limit.congested = true; // busy seconds: what min_rt reads
+  for (const [route, latency] of [
+    ["GET /health", 0.001],
+    ["GET /work", 0.03],
+  ]) {
+    const ticket = shedder.admit("critical_plus");
+    now += latency;
+    shedder.finished(ticket, 200, false, route);
+  }
+  // Each route's least latency, weighted by its one request (unnamed, the least: 1 ms).
+  assert.ok(Math.abs(shedder.signals.sample().min_rt - (1 + 30) / 2) < 1e-6);
+});
+
 test("a second keeps so many routes apart, and the rest together", () => {
   const counted = new Signals({ clock: () => 1.5, cpu: () => null, memory: () => null, load: () => 0 });
   for (let route = 0; route < ROUTES_KEPT; route += 1) counted.done(0.01, 200, true, `GET /${route}`);

@@ -387,6 +387,18 @@ class SignalsTest(unittest.TestCase):
         signals.done(0.0005, 200, route="GET /health")
         self.assertAlmostEqual(signals.sample()["min_rt"], (4 * 30 + 1 * 1) / 5)
 
+    def test_the_shedder_tells_the_signals_each_requests_route(self) -> None:
+        clock = Clock()
+        clock.now = 7.5
+        shedder = LoadShedder(redis.Redis.from_url(URL), f"py:routes:{uuid.uuid4().hex}", clock=clock)
+        shedder.limit.congested = True  # busy seconds: what min_rt reads
+        for route, latency in (("GET /health", 0.001), ("GET /work", 0.030)):
+            ticket = shedder.admit("critical_plus")
+            clock.now += latency
+            shedder.finished(ticket, 200, route=route)
+        # Each route's least latency, weighted by its one request (unnamed, the least: 1 ms).
+        self.assertAlmostEqual(shedder.signals.sample()["min_rt"], (1 + 30) / 2, places=6)
+
     def test_a_second_keeps_so_many_routes_apart_and_the_rest_together(self) -> None:
         clock = Clock()
         signals = Signals(clock=clock, cpu=lambda: None, memory=lambda: None, load=lambda: 0.0)

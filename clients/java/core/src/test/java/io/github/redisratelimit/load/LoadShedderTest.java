@@ -59,6 +59,26 @@ class LoadShedderTest {
   }
 
   @Test
+  void theShedderTellsTheSignalsEachRequestsRoute() throws ReflectiveOperationException {
+    try (AsyncRateLimiter limiter = limiter()) {
+      Clock clock = new Clock();
+      LoadShedder shedder = onClock(limiter, clock);
+      // Busy seconds, what min_rt reads: the limit congested, as an overload would leave it.
+      java.lang.reflect.Field congested = ConcurrencyLimit.class.getDeclaredField("congested");
+      congested.setAccessible(true);
+      congested.set(shedder.limit(), true);
+      for (Object[] request : new Object[][] {{"GET /health", 1L}, {"GET /work", 30L}}) {
+        LoadShedder.Ticket ticket = shedder.admit(Priority.CRITICAL_PLUS);
+        assertNotNull(ticket);
+        clock.advance(Duration.ofMillis((Long) request[1]));
+        shedder.finished(ticket, 200, false, (String) request[0]);
+      }
+      // Each route's least latency, weighted by its one request (unnamed, the least: 1 ms).
+      assertEquals((1 + 30) / 2.0, shedder.signals().sample().get("min_rt"), 1e-6);
+    }
+  }
+
+  @Test
   void itShedsByPriorityTheLevelItsReportAnswers() {
     try (AsyncRateLimiter limiter = limiter()) {
       String service = service();

@@ -1473,6 +1473,51 @@ fn load_factors(con: &mut redis::Connection, service: &str) -> Vec<(String, f64)
         .collect()
 }
 
+/// The log phase tells the signals each request's route (its method and path): with the
+/// worker's limit congested, two requests of about 0 ms (`/congest`, `/health`) and one of at
+/// least 30 ms read a `min_rt` of at least 10 ms, where the least of all would be about 0.
+#[test]
+fn the_gateways_log_phase_tells_the_signals_each_requests_route() {
+    let server = Server::start();
+    let nginx = Nginx::start_with(
+        &format!(
+            "    lua_shared_dict ratelimit_load 1m;
+    init_worker_by_lua_block {{
+        require(\"resty.ratelimit_module.load\").start({}, {{ service = \"load:routes\",
+            dict = \"ratelimit_load\", interval = 60 }})
+    }}
+    server {{
+        listen {{listen}};
+        access_by_lua_block {{
+            require(\"resty.ratelimit_module.load\").shed(\"critical_plus\")
+        }}
+        log_by_lua_block {{ require(\"resty.ratelimit_module.load\").record() }}
+        location = /congest {{ content_by_lua_block {{
+            require(\"resty.ratelimit_module.load\").limit.congested = true
+            ngx.say(\"ok\")
+        }} }}
+        location = /health {{ content_by_lua_block {{ ngx.say(\"ok\") }} }}
+        location = /work {{ content_by_lua_block {{ ngx.sleep(0.03) ngx.say(\"ok\") }} }}
+        location = /min_rt {{ content_by_lua_block {{
+            local signals = require(\"resty.ratelimit_module.signals\")
+            local factors = signals.sample({{ dict = ngx.shared.ratelimit_load, window = 10 }})
+            ngx.say(factors.min_rt)
+        }} }}
+    }}",
+            redis_options(server.port(), "")
+        ),
+        1,
+    );
+    for path in ["/congest", "/health", "/work"] {
+        assert_eq!(nginx.get(path).status, 200, "{path}: {}", nginx.log());
+    }
+    let min_rt = nginx.get("/min_rt").body;
+    let min_rt: f64 = min_rt.trim().parse().unwrap_or_else(|_| {
+        panic!("min_rt {min_rt:?}: {}", nginx.log());
+    });
+    assert!(min_rt >= 10.0, "min_rt {min_rt}: {}", nginx.log());
+}
+
 /// `min_rt` is the no-load latency of the busy seconds' mix of routes, not of the fastest one:
 /// a health check of 1 ms beside work of 30 ms or more reads as the work's pipe, not a thirtieth
 /// of it (`bbr` would read an upstream at its capacity as thirty times over it). A second keeps

@@ -390,7 +390,8 @@ class SignalsTest(unittest.TestCase):
     def test_the_shedder_tells_the_signals_each_requests_route(self) -> None:
         clock = Clock()
         clock.now = 7.5
-        shedder = LoadShedder(redis.Redis.from_url(URL), f"py:routes:{uuid.uuid4().hex}", clock=clock)
+        service = f"py:routes:{uuid.uuid4().hex}"
+        shedder = LoadShedder(redis.Redis.from_url(URL), service, clock=clock)
         shedder.limit.congested = True  # busy seconds: what min_rt reads
         for route, latency in (("GET /health", 0.001), ("GET /work", 0.030)):
             ticket = shedder.admit("critical_plus")

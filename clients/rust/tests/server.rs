@@ -7,8 +7,9 @@ use std::time::Duration;
 
 use common::{client, connection, unique};
 use ratelimit_module::{
-    parse_lists, Algorithm, AsyncRateLimiter, Config, Counts, Error, Limiter, LoadShedder,
-    LocalLimit, OnError, Options, Priority, Quota, RateLimit, RateLimiter, SharedLists,
+    parse_lists, Algorithm, AsyncRateLimiter, Config, Counts, Error, LimitOptions, Limiter,
+    LoadShedder, LocalLimit, OnError, Options, Priority, Quota, RateLimit, RateLimiter,
+    SharedLists,
 };
 
 const SECOND: Duration = Duration::from_secs(1);
@@ -391,6 +392,72 @@ async fn a_load_shedder_reports_its_factors_and_sheds_by_priority() {
         shedder.admit(Priority::Sheddable).is_some(),
         "a stale level sheds nothing"
     );
+}
+
+/// Each request's route reaches the signals: `min_rt` is each route's least latency weighted
+/// by its requests over the busy seconds (a 1 ms check and a 30 ms request: 15.5 ms), not the
+/// least of all (1 ms).
+#[tokio::test]
+async fn a_load_shedder_tells_its_signals_each_requests_route() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let service = unique("signal-routes");
+    let mut admin = connection().await;
+    let limiter = AsyncRateLimiter::shared(connection().await, Config::default()).unwrap();
+    let (now, clock) = common::manual_clock();
+    // One request at a time, congested at the first standing interval.
+    let options = LimitOptions {
+        initial: 1.0,
+        floor: 1.0,
+        enter: 1,
+        ..LimitOptions::default()
+    };
+    let shedder = LoadShedder::builder(limiter, &service)
+        .limit(options)
+        .clock(clock)
+        .build()
+        .unwrap();
+    // Second 10, not busy: a fast request (the no-load latency), then, the limit full, one
+    // past the target.
+    now.store(10_000, SeqCst);
+    let ticket = shedder.admit(Priority::CriticalPlus).expect("admitted");
+    now.store(10_001, SeqCst);
+    shedder.finished_route(ticket, 200, "GET /warm");
+    now.store(10_101, SeqCst);
+    // The interval closed with room (the limit grew by its square root, to 2): fill it.
+    let first = shedder.admit(Priority::CriticalPlus).expect("admitted");
+    let second = shedder.admit(Priority::CriticalPlus).expect("admitted");
+    assert!(
+        shedder.admit(Priority::CriticalPlus).is_none(),
+        "the limit is full"
+    );
+    now.store(10_121, SeqCst);
+    shedder.finished_route(first, 200, "GET /warm");
+    shedder.finished_route(second, 200, "GET /warm");
+    // Second 11: the interval closes congested; a check of 1 ms and work of 30 ms, busy.
+    now.store(11_500, SeqCst);
+    let ticket = shedder.admit(Priority::CriticalPlus).expect("admitted");
+    assert!(shedder.limit().unwrap().congested);
+    now.store(11_501, SeqCst);
+    shedder.finished_route(ticket, 200, "GET /health");
+    let ticket = shedder.admit(Priority::CriticalPlus).expect("admitted");
+    now.store(11_531, SeqCst);
+    shedder.finished_route(ticket, 200, "GET /work");
+    shedder.report().await.unwrap();
+    let status: Vec<redis::Value> = redis::cmd("RL.LOAD.STATUS")
+        .arg(&service)
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let status = format!("{status:?}");
+    let reported = |factor: &str| -> f64 {
+        let after = &status[status.find(&format!("\"{factor}\"")).expect(factor)..];
+        let value = after.split('"').nth(3).expect("its value");
+        value
+            .parse()
+            .unwrap_or_else(|_| panic!("{factor}: {value} in {status}"))
+    };
+    assert_eq!(reported("max_rps"), 2.0, "{status}");
+    assert_eq!(reported("min_rt"), 15.5, "{status}");
 }
 
 /// The documented setup, every option at its default, the default policy: a healthy

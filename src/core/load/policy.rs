@@ -160,7 +160,7 @@ impl Default for Policy {
                 ),
             ],
             hysteresis: 1_000,
-            hold: Micros::saturating(2_000_000),
+            hold: Micros::saturating(1_000_000),
             retry: Micros::saturating(1_000_000),
             admission: Admission::default(),
             bbr: BbrTrigger::default(),

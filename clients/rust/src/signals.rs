@@ -124,10 +124,10 @@ pub fn host_load() -> Option<f64> {
 /// How many routes a second keeps apart for `min_rt`; past them, the others share one entry.
 const ROUTES_KEPT: usize = 32;
 
-/// A route as a second keeps it apart.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-enum RouteKey {
-    Named(String),
+/// A route as the busy seconds' routes are merged.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum RouteKey<'a> {
+    Named(&'a str),
     Unnamed,
     /// The routes past [`ROUTES_KEPT`], together.
     Others,
@@ -140,12 +140,41 @@ struct RouteSecond {
     fastest: Duration,
 }
 
+impl RouteSecond {
+    /// One request that took `latency`.
+    fn first(latency: Duration) -> RouteSecond {
+        RouteSecond {
+            completed: 1,
+            fastest: latency,
+        }
+    }
+
+    /// `other`'s requests too.
+    fn merge(&mut self, other: RouteSecond) {
+        self.completed += other.completed;
+        self.fastest = self.fastest.min(other.fastest);
+    }
+
+    /// `other`'s requests into `entry`, which may hold none yet.
+    fn merge_into(entry: &mut Option<RouteSecond>, other: RouteSecond) {
+        match entry {
+            Some(kept) => kept.merge(other),
+            None => *entry = Some(other),
+        }
+    }
+}
+
 /// One second of the window.
 #[derive(Clone, Debug)]
 struct Second {
     second: u64,
     completed: u64,
-    routes: HashMap<RouteKey, RouteSecond>,
+    /// The first [`ROUTES_KEPT`] routes named, each apart.
+    named: HashMap<String, RouteSecond>,
+    /// The requests of no route named.
+    unnamed: Option<RouteSecond>,
+    /// The routes named past [`ROUTES_KEPT`], together.
+    others: Option<RouteSecond>,
     requests: u64,
     successes: u64,
     /// The process's limit congested in it: only such a second counts towards `max_rps`
@@ -203,7 +232,9 @@ impl Signals {
             _ => self.seconds.push_back(Second {
                 second,
                 completed: 0,
-                routes: HashMap::new(),
+                named: HashMap::new(),
+                unnamed: None,
+                others: None,
                 requests: 0,
                 successes: 0,
                 busy: false,
@@ -236,16 +267,20 @@ impl Signals {
         let now = (self.clock)();
         let second = self.second(now);
         second.completed += 1;
-        let mut key = route.map_or(RouteKey::Unnamed, |route| RouteKey::Named(route.to_owned()));
-        if !second.routes.contains_key(&key) && second.routes.len() >= ROUTES_KEPT {
-            key = RouteKey::Others;
+        let request = RouteSecond::first(latency);
+        match route {
+            // A route seen this second already: no allocation.
+            Some(name) => {
+                if let Some(kept) = second.named.get_mut(name) {
+                    kept.merge(request);
+                } else if second.named.len() < ROUTES_KEPT {
+                    second.named.insert(name.to_owned(), request);
+                } else {
+                    RouteSecond::merge_into(&mut second.others, request);
+                }
+            }
+            None => RouteSecond::merge_into(&mut second.unnamed, request),
         }
-        let kept = second.routes.entry(key).or_insert(RouteSecond {
-            completed: 0,
-            fastest: latency,
-        });
-        kept.completed += 1;
-        kept.fastest = kept.fastest.min(latency);
         second.requests += 1;
         second.successes += u64::from(!failed);
         second.busy |= busy;
@@ -292,15 +327,15 @@ impl Signals {
 /// work, the work's, not the check's (the least latency of all would shrink the pipe to what the
 /// check holds, and read a service at its capacity as many times over it).
 fn no_load_latency<'a>(busy: impl Iterator<Item = &'a Second>) -> f64 {
-    let mut routes: HashMap<&RouteKey, RouteSecond> = HashMap::new();
+    let mut routes: HashMap<RouteKey<'a>, RouteSecond> = HashMap::new();
     for second in busy {
-        for (route, kept) in &second.routes {
+        let named = (second.named.iter()).map(|(route, kept)| (RouteKey::Named(route), *kept));
+        let unnamed = (second.unnamed).map(|kept| (RouteKey::Unnamed, kept));
+        let others = (second.others).map(|kept| (RouteKey::Others, kept));
+        for (route, kept) in named.chain(unnamed).chain(others) {
             (routes.entry(route))
-                .and_modify(|total| {
-                    total.completed += kept.completed;
-                    total.fastest = total.fastest.min(kept.fastest);
-                })
-                .or_insert(*kept);
+                .and_modify(|total| total.merge(kept))
+                .or_insert(kept);
         }
     }
     let completed: u64 = routes.values().map(|total| total.completed).sum();

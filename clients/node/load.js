@@ -217,8 +217,9 @@ class Signals {
     second[1] += 1;
     const routes = second[2];
     const key = routes.has(route) || routes.size < ROUTES_KEPT ? route : OTHER_ROUTES;
-    const kept = routes.get(key) ?? [0, Infinity];
-    routes.set(key, [kept[0] + 1, Math.min(kept[1], latency * 1000)]);
+    const kept = routes.get(key);
+    if (kept === undefined) routes.set(key, [1, latency * 1000]);
+    else [kept[0], kept[1]] = [kept[0] + 1, Math.min(kept[1], latency * 1000)];
     second[3] += 1;
     second[4] += failed ? 0 : 1;
     second[5] = second[5] || busy;

@@ -198,9 +198,12 @@ class Signals:
             routes = second[2]
             if route not in routes and len(routes) >= ROUTES_KEPT:
                 route = OTHER_ROUTES
-            kept = routes.setdefault(route, [0, math.inf])
-            kept[0] += 1
-            kept[1] = min(kept[1], latency * 1000)
+            kept = routes.get(route)
+            if kept is None:
+                routes[route] = [1, latency * 1000]
+            else:
+                kept[0] += 1
+                kept[1] = min(kept[1], latency * 1000)
             second[3] += 1
             second[4] += not failed
             second[5] = second[5] or busy

@@ -14,6 +14,28 @@ use ratelimit_module::{
 
 const SECOND: Duration = Duration::from_secs(1);
 
+/// The factors `RL.LOAD.STATUS` gives for `service`: each name and its value.
+async fn load_factors(
+    admin: &mut redis::aio::MultiplexedConnection,
+    service: &str,
+) -> Vec<(String, f64)> {
+    let status: Vec<redis::Value> = redis::cmd("RL.LOAD.STATUS")
+        .arg(service)
+        .query_async(admin)
+        .await
+        .unwrap();
+    // Field names alternate with their values; "factors" is followed by name, value, ...
+    let at = (status.iter())
+        .position(|field| {
+            redis::from_redis_value::<String>(field.clone()).is_ok_and(|f| f == "factors")
+        })
+        .expect("a factors field");
+    let pairs: Vec<String> = redis::from_redis_value(status[at + 1].clone()).unwrap();
+    (pairs.chunks_exact(2))
+        .map(|pair| (pair[0].clone(), pair[1].parse().expect("a number")))
+        .collect()
+}
+
 fn ms(millis: u64) -> Duration {
     Duration::from_millis(millis)
 }
@@ -367,12 +389,7 @@ async fn a_load_shedder_reports_its_factors_and_sheds_by_priority() {
     assert_eq!(shedder.retry_after(), SECOND);
     // Each report carries the process's health and its requests and their successes.
     shedder.report().await.unwrap();
-    let status: Vec<redis::Value> = redis::cmd("RL.LOAD.STATUS")
-        .arg(&service)
-        .query_async(&mut admin)
-        .await
-        .unwrap();
-    let status = format!("{status:?}");
+    let factors = load_factors(&mut admin, &service).await;
     for factor in [
         "requests",
         "successes",
@@ -382,7 +399,10 @@ async fn a_load_shedder_reports_its_factors_and_sheds_by_priority() {
         "cpu",
         "memory",
     ] {
-        assert!(status.contains(factor), "{factor} in {status}");
+        assert!(
+            factors.iter().any(|(name, _)| name == factor),
+            "{factor} in {factors:?}"
+        );
     }
     // The level holds for 3 intervals.
     now.store(3_000, std::sync::atomic::Ordering::SeqCst);
@@ -443,21 +463,10 @@ async fn a_load_shedder_tells_its_signals_each_requests_route() {
     now.store(11_531, SeqCst);
     shedder.finished_route(ticket, 200, "GET /work");
     shedder.report().await.unwrap();
-    let status: Vec<redis::Value> = redis::cmd("RL.LOAD.STATUS")
-        .arg(&service)
-        .query_async(&mut admin)
-        .await
-        .unwrap();
-    let status = format!("{status:?}");
-    let reported = |factor: &str| -> f64 {
-        let after = &status[status.find(&format!("\"{factor}\"")).expect(factor)..];
-        let value = after.split('"').nth(3).expect("its value");
-        value
-            .parse()
-            .unwrap_or_else(|_| panic!("{factor}: {value} in {status}"))
-    };
-    assert_eq!(reported("max_rps"), 2.0, "{status}");
-    assert_eq!(reported("min_rt"), 15.5, "{status}");
+    let factors = load_factors(&mut admin, &service).await;
+    let reported = |wanted: &str| factors.iter().find(|(name, _)| name == wanted).map(|f| f.1);
+    assert_eq!(reported("max_rps"), Some(2.0), "{factors:?}");
+    assert_eq!(reported("min_rt"), Some(15.5), "{factors:?}");
 }
 
 /// The documented setup, every option at its default, the default policy: a healthy

@@ -216,10 +216,18 @@ class Signals {
     const second = this.second(this.clock());
     second[1] += 1;
     const routes = second[2];
-    const key = routes.has(route) || routes.size < ROUTES_KEPT ? route : OTHER_ROUTES;
-    const kept = routes.get(key);
-    if (kept === undefined) routes.set(key, [1, latency * 1000]);
-    else [kept[0], kept[1]] = [kept[0] + 1, Math.min(kept[1], latency * 1000)];
+    let key = route;
+    let kept = routes.get(key);
+    if (kept === undefined && routes.size >= ROUTES_KEPT) {
+      key = OTHER_ROUTES;
+      kept = routes.get(key);
+    }
+    if (kept === undefined) {
+      routes.set(key, [1, latency * 1000]);
+    } else {
+      kept[0] += 1;
+      kept[1] = Math.min(kept[1], latency * 1000);
+    }
     second[3] += 1;
     second[4] += failed ? 0 : 1;
     second[5] = second[5] || busy;

@@ -150,10 +150,11 @@ func (s *Signals) DoneRoute(route *string, latency time.Duration, status int, bu
 	if route != nil {
 		key = *route
 	}
-	if _, kept := one.routes[key]; !kept && len(one.routes) >= RoutesKept {
-		key = otherRoutes
-	}
 	kept := one.routes[key]
+	if kept == nil && len(one.routes) >= RoutesKept {
+		key = otherRoutes
+		kept = one.routes[key]
+	}
 	if kept == nil {
 		kept = &routeSecond{fastest: math.Inf(1)}
 		one.routes[key] = kept

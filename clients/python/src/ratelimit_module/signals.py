@@ -196,9 +196,10 @@ class Signals:
             second = self._second(self.clock())
             second[1] += 1
             routes = second[2]
-            if route not in routes and len(routes) >= ROUTES_KEPT:
-                route = OTHER_ROUTES
             kept = routes.get(route)
+            if kept is None and len(routes) >= ROUTES_KEPT:
+                route = OTHER_ROUTES
+                kept = routes.get(route)
             if kept is None:
                 routes[route] = [1, latency * 1000]
             else:

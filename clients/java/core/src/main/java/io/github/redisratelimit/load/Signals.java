@@ -142,11 +142,11 @@ public final class Signals {
     failed += fail ? 1 : 0;
     Second second = second(clock.getAsLong());
     second.completed += 1;
-    Object key =
-        second.routes.containsKey(route) || second.routes.size() < ROUTES_KEPT
-            ? route
-            : OTHER_ROUTES;
-    RouteSecond kept = second.routes.computeIfAbsent(key, absent -> new RouteSecond());
+    RouteSecond kept = second.routes.get(route);
+    if (kept == null) {
+      Object key = second.routes.size() < ROUTES_KEPT ? route : OTHER_ROUTES;
+      kept = second.routes.computeIfAbsent(key, absent -> new RouteSecond());
+    }
     kept.completed += 1;
     kept.fastest = Math.min(kept.fastest, millis);
     second.requests += 1;
